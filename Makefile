@@ -1,0 +1,38 @@
+# actorlb — see README.md. Two commands matter: `make run` and `make test`.
+SHELL := /bin/bash
+export PATH := $(PATH):/usr/local/go/bin
+GO ?= go
+BIN := bin/actorlb
+BPF_ROOT ?= /sys/fs/bpf/actorlb
+# Test flags: -race everywhere; CI sets ACTORLB_REQUIRE_PRIVILEGED=1.
+TEST_FLAGS ?= -race -count=1 -timeout 20m
+
+.PHONY: all build run test bench lint generate clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN) ./cmd/actorlb
+
+# Starts the agent in the foreground with the embedded defaults.
+run: build
+	./$(BIN) agent --bpf-root $(BPF_ROOT)
+
+test: lint
+	$(GO) test $(TEST_FLAGS) ./...
+
+bench: build
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	  if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+# Regenerates the BPF objects (needs clang; installs it if missing).
+generate:
+	@command -v clang >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang llvm libbpf-dev)
+	$(GO) generate ./...
+
+clean:
+	rm -rf bin

@@ -1,0 +1,87 @@
+package testutil
+
+import (
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/actorlb/actorlb/internal/bpffs"
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/rlimit"
+)
+
+// RequirePrivilegedEnv names the variable that turns privilege skips into
+// failures (set by .ci/run).
+const RequirePrivilegedEnv = "ACTORLB_REQUIRE_PRIVILEGED"
+
+var probe struct {
+	once sync.Once
+	err  error
+}
+
+// Privileged skips tb unless it can create real BPF maps; with
+// ACTORLB_REQUIRE_PRIVILEGED=1 it fails tb instead of skipping.
+func Privileged(tb testing.TB) {
+	tb.Helper()
+	probe.once.Do(func() {
+		_ = rlimit.RemoveMemlock()
+		m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: 4, MaxEntries: 1})
+		if err != nil {
+			probe.err = err
+			return
+		}
+		m.Close()
+		probe.err = bpffs.Ensure(bpffs.DefaultMount)
+	})
+	if probe.err == nil {
+		return
+	}
+	if os.Getenv(RequirePrivilegedEnv) == "1" {
+		tb.Fatalf("privileged test cannot run: %v (%s=1 forbids skipping)", probe.err, RequirePrivilegedEnv)
+	}
+	tb.Skipf("privileged test skipped: %v (run as root; set %s=1 to fail instead)", probe.err, RequirePrivilegedEnv)
+}
+
+// PinDir returns a fresh directory on bpffs for tb's pins, removed with
+// everything pinned in it when tb ends.
+func PinDir(tb testing.TB) string {
+	tb.Helper()
+	Privileged(tb)
+	dir, err := os.MkdirTemp(bpffs.DefaultMount, "actorlb-test-")
+	if err != nil {
+		tb.Fatalf("create pin dir: %v", err)
+	}
+	tb.Cleanup(func() {
+		if err := os.RemoveAll(dir); err != nil {
+			tb.Errorf("remove pin dir %s: %v", dir, err)
+		}
+	})
+	return dir
+}
+
+// Seed returns the seed for tb's randomness: TEST_SEED if set, else the
+// clock. It logs it so a failure can be replayed.
+func Seed(tb testing.TB) uint64 {
+	tb.Helper()
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("TEST_SEED"); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			tb.Fatalf("TEST_SEED=%q: %v", s, err)
+		}
+		seed = v
+	}
+	tb.Logf("TEST_SEED=%d", seed)
+	return seed
+}
+
+// Rand returns a generator seeded with Seed(tb). It is not safe for
+// concurrent use: give each goroutine its own, derived from this one.
+func Rand(tb testing.TB) *rand.Rand {
+	tb.Helper()
+	seed := Seed(tb)
+	return rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+}

@@ -1,0 +1,26 @@
+// Package maps holds actorlb's BPF map families — services, backends and
+// reverse NAT, each for IPv4 and IPv6 — with the exact byte layouts of the
+// upstream datapath (lb4_key, lb4_service, lb4_backend, lb4_reverse_nat and
+// their IPv6 twins), and three implementations of each family: real kernel
+// maps pinned on bpffs through cilium/ebpf, an in-memory map with the same
+// semantics (for unprivileged unit tests and --dry-run), and a decorator that
+// injects faults (for chaos tests).
+//
+// Values are family-agnostic Go structs (ServiceKey, ServiceValue,
+// BackendValue, RevNATValue); each map marshals them to its family's layout
+// without reflection. The raw layouts are exposed by the Marshal* and
+// Unmarshal* functions, which the layout tests check byte for byte.
+//
+// Lifecycle: Open returns an LBMaps holding open file descriptors; the caller
+// must keep it and call Close when done. Close never unpins: pinned maps, and
+// so the datapath's view, survive the process. Each map is meant to have one
+// writer (its owner actor); reads from other goroutines are safe.
+//
+// Error contract: Update and Delete are all-or-reported: on error some
+// entries may have been applied (as in the kernel), and the caller repairs by
+// writing the previous state again. Delete of a missing key is not an error.
+// errors.Is(err, ErrMapFull) reports a full map, errors.Is(err,
+// ErrIncompatible) a pinned map whose shape differs from what was asked,
+// errors.Is(err, bpffs.ErrNotMounted) (re-exported as ErrNotMounted) a pin
+// root that is not on bpffs.
+package maps

@@ -1,0 +1,196 @@
+package maps
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+)
+
+// dumpChunk is the number of entries asked for per batch lookup.
+const dumpChunk = 4096
+
+// ebpfStore is a kernel BPF hash map accessed through cilium/ebpf.
+type ebpfStore[K rawKey, V rawValue] struct {
+	m       *ebpf.Map
+	mapName string
+	// batch is false when the kernel refused the batch API (or the caller
+	// asked for per-element operations); then every call goes per element.
+	batch bool
+}
+
+func (s *ebpfStore[K, V]) name() string    { return s.mapName }
+func (s *ebpfStore[K, V]) maxEntries() int { return int(s.m.MaxEntries()) }
+func (s *ebpfStore[K, V]) close() error    { return s.m.Close() }
+
+func (s *ebpfStore[K, V]) update(keys []K, values []V) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	if s.batch {
+		n, err := s.m.BatchUpdate(keys, values, nil)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, ebpf.ErrNotSupported) {
+			return mapError(err, n, len(keys))
+		}
+		s.batch = false
+	}
+	for i := range keys {
+		if err := s.m.Update(&keys[i], &values[i], ebpf.UpdateAny); err != nil {
+			return mapError(err, i, len(keys))
+		}
+	}
+	return nil
+}
+
+func (s *ebpfStore[K, V]) delete(keys []K) error {
+	if s.batch {
+		for rest := keys; len(rest) > 0; {
+			n, err := s.m.BatchDelete(rest, nil)
+			switch {
+			case err == nil:
+				return nil
+			case errors.Is(err, ebpf.ErrKeyNotExist):
+				// The kernel stops at the first missing key: skip it.
+				rest = rest[min(n+1, len(rest)):]
+			case errors.Is(err, ebpf.ErrNotSupported):
+				s.batch = false
+				return s.delete(rest)
+			default:
+				return mapError(err, len(keys)-len(rest)+n, len(keys))
+			}
+		}
+		return nil
+	}
+	for i := range keys {
+		if err := s.m.Delete(&keys[i]); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return mapError(err, i, len(keys))
+		}
+	}
+	return nil
+}
+
+func (s *ebpfStore[K, V]) dump() ([]K, []V, error) {
+	if s.batch {
+		keys, values, err := s.dumpBatch()
+		if err == nil || !errors.Is(err, ebpf.ErrNotSupported) {
+			return keys, values, err
+		}
+		s.batch = false
+	}
+	var (
+		keys   []K
+		values []V
+		k      K
+		v      V
+	)
+	it := s.m.Iterate()
+	for it.Next(&k, &v) {
+		keys = append(keys, k)
+		values = append(values, v)
+	}
+	if err := it.Err(); err != nil {
+		return nil, nil, fmt.Errorf("iterate: %w", err)
+	}
+	return keys, values, nil
+}
+
+func (s *ebpfStore[K, V]) dumpBatch() ([]K, []V, error) {
+	var (
+		cursor ebpf.MapBatchCursor
+		keys   []K
+		values []V
+		chunk  = dumpChunk
+	)
+	kbuf := make([]K, chunk)
+	vbuf := make([]V, chunk)
+	for {
+		n, err := s.m.BatchLookup(&cursor, kbuf, vbuf, nil)
+		keys = append(keys, kbuf[:n]...)
+		values = append(values, vbuf[:n]...)
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return keys, values, nil
+		}
+		if errors.Is(err, unix.ENOSPC) {
+			// A bucket holds more entries than the chunk: start over bigger.
+			chunk *= 2
+			cursor = ebpf.MapBatchCursor{}
+			keys, values = keys[:0], values[:0]
+			kbuf, vbuf = make([]K, chunk), make([]V, chunk)
+			continue
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+	}
+}
+
+func (s *ebpfStore[K, V]) lookup(key K) (V, bool, error) {
+	var v V
+	err := s.m.Lookup(&key, &v)
+	if errors.Is(err, ebpf.ErrKeyNotExist) {
+		return v, false, nil
+	}
+	return v, err == nil, err
+}
+
+// mapError turns kernel errors into the package's sentinels.
+func mapError(err error, done, total int) error {
+	if errors.Is(err, unix.E2BIG) {
+		return fmt.Errorf("%w after %d of %d entries: %v", ErrMapFull, done, total, err)
+	}
+	return fmt.Errorf("after %d of %d entries: %w", done, total, err)
+}
+
+// openOrCreate opens the map pinned at dir/spec.Name if its shape matches
+// spec, replaces it if recreate is set, and creates and pins it otherwise.
+func openOrCreate(spec *ebpf.MapSpec, dir string, recreate bool) (*ebpf.Map, bool, error) {
+	path := filepath.Join(dir, spec.Name)
+	m, err := ebpf.LoadPinnedMap(path, nil)
+	switch {
+	case err == nil:
+		problem := shapeProblem(m, spec)
+		if problem == "" {
+			return m, false, nil
+		}
+		m.Close()
+		if !recreate {
+			return nil, false, fmt.Errorf("%w: %s has %s (remove it with 'rm %s' or pass --recreate-maps / Recreate to replace it; its entries will be lost)",
+				ErrIncompatible, path, problem, path)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, false, fmt.Errorf("unpin %s: %w", path, err)
+		}
+	case errors.Is(err, os.ErrNotExist):
+	default:
+		return nil, false, fmt.Errorf("load pinned %s: %w", path, err)
+	}
+	m, err = ebpf.NewMap(spec)
+	if err != nil {
+		return nil, false, fmt.Errorf("create %s: %w", spec.Name, err)
+	}
+	if err := m.Pin(path); err != nil {
+		m.Close()
+		return nil, false, fmt.Errorf("pin %s: %w", path, err)
+	}
+	return m, true, nil
+}
+
+func shapeProblem(m *ebpf.Map, spec *ebpf.MapSpec) string {
+	switch {
+	case m.Type() != spec.Type:
+		return fmt.Sprintf("type %s, want %s", m.Type(), spec.Type)
+	case m.KeySize() != spec.KeySize:
+		return fmt.Sprintf("key size %d, want %d", m.KeySize(), spec.KeySize)
+	case m.ValueSize() != spec.ValueSize:
+		return fmt.Sprintf("value size %d, want %d", m.ValueSize(), spec.ValueSize)
+	case m.MaxEntries() != spec.MaxEntries:
+		return fmt.Sprintf("max entries %d, want %d", m.MaxEntries(), spec.MaxEntries)
+	}
+	return ""
+}

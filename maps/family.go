@@ -1,0 +1,237 @@
+package maps
+
+import (
+	"fmt"
+	"sync/atomic"
+)
+
+// Map is the interface every map family has, over its entry type E and key
+// type KT. Calls by one owner at a time; reads from others are safe.
+type Map[E, KT any] interface {
+	// Name is the pin and kernel name, such as "lb4_services".
+	Name() string
+	Family() Family
+	MaxEntries() int
+	// Update writes the entries in order. On error a prefix may have been
+	// written; errors.Is(err, ErrMapFull) when the map is full.
+	Update(entries []E) error
+	// Delete removes the keys; a missing key is not an error.
+	Delete(keys []KT) error
+	// Dump returns every entry; the order is unspecified.
+	Dump() ([]E, error)
+	// Lookup returns the entry for key and whether it exists.
+	Lookup(key KT) (E, bool, error)
+	// Counters returns the number of entries written and deleted so far.
+	Counters() Counters
+	// Close releases the file descriptor; the pin stays.
+	Close() error
+}
+
+// ServiceMap is lb4_services or lb6_services.
+type ServiceMap interface {
+	Map[ServiceEntry, ServiceKey]
+}
+
+// BackendMap is lb4_backends or lb6_backends, keyed by backend ID.
+type BackendMap interface {
+	Map[BackendEntry, uint32]
+}
+
+// RevNATMap is lb4_reverse_nat or lb6_reverse_nat, keyed by service ID.
+type RevNATMap interface {
+	Map[RevNATEntry, uint16]
+}
+
+// Counters counts entries written through one map (successful calls only).
+type Counters struct {
+	Updated uint64 // entries written by Update
+	Deleted uint64 // keys passed to Delete
+}
+
+// codec translates one family's entries to raw bytes and back.
+type codec[E, KT any, K, V comparable] struct {
+	encode    func(E) (K, V, error)
+	encodeKey func(KT) (K, error)
+	decode    func(K, V) E
+}
+
+type typedMap[E, KT any, K, V comparable] struct {
+	fam     Family
+	st      store[K, V]
+	c       codec[E, KT, K, V]
+	updated atomic.Uint64
+	deleted atomic.Uint64
+}
+
+func (m *typedMap[E, KT, K, V]) Name() string    { return m.st.name() }
+func (m *typedMap[E, KT, K, V]) Family() Family  { return m.fam }
+func (m *typedMap[E, KT, K, V]) MaxEntries() int { return m.st.maxEntries() }
+func (m *typedMap[E, KT, K, V]) Close() error    { return m.st.close() }
+func (m *typedMap[E, KT, K, V]) Counters() Counters {
+	return Counters{Updated: m.updated.Load(), Deleted: m.deleted.Load()}
+}
+
+func (m *typedMap[E, KT, K, V]) Update(entries []E) error {
+	if len(entries) == 0 {
+		return nil
+	}
+	keys := make([]K, len(entries))
+	values := make([]V, len(entries))
+	for i, e := range entries {
+		k, v, err := m.c.encode(e)
+		if err != nil {
+			return fmt.Errorf("update %s: entry %d: %w", m.Name(), i, err)
+		}
+		keys[i], values[i] = k, v
+	}
+	if err := m.st.update(keys, values); err != nil {
+		return fmt.Errorf("update %s: %w", m.Name(), err)
+	}
+	m.updated.Add(uint64(len(entries)))
+	return nil
+}
+
+func (m *typedMap[E, KT, K, V]) Delete(keys []KT) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	raw := make([]K, len(keys))
+	for i, k := range keys {
+		r, err := m.c.encodeKey(k)
+		if err != nil {
+			return fmt.Errorf("delete %s: key %d: %w", m.Name(), i, err)
+		}
+		raw[i] = r
+	}
+	if err := m.st.delete(raw); err != nil {
+		return fmt.Errorf("delete %s: %w", m.Name(), err)
+	}
+	m.deleted.Add(uint64(len(keys)))
+	return nil
+}
+
+func (m *typedMap[E, KT, K, V]) Dump() ([]E, error) {
+	keys, values, err := m.st.dump()
+	if err != nil {
+		return nil, fmt.Errorf("dump %s: %w", m.Name(), err)
+	}
+	out := make([]E, len(keys))
+	for i := range keys {
+		out[i] = m.c.decode(keys[i], values[i])
+	}
+	return out, nil
+}
+
+func (m *typedMap[E, KT, K, V]) Lookup(key KT) (E, bool, error) {
+	var zero E
+	k, err := m.c.encodeKey(key)
+	if err != nil {
+		return zero, false, fmt.Errorf("lookup %s: %w", m.Name(), err)
+	}
+	v, ok, err := m.st.lookup(k)
+	if err != nil {
+		return zero, false, fmt.Errorf("lookup %s: %w", m.Name(), err)
+	}
+	if !ok {
+		return zero, false, nil
+	}
+	return m.c.decode(k, v), true, nil
+}
+
+// Codecs, one per map and family.
+
+var service4Codec = codec[ServiceEntry, ServiceKey, [Service4KeySize]byte, [ServiceValueSize]byte]{
+	encode: func(e ServiceEntry) ([Service4KeySize]byte, [ServiceValueSize]byte, error) {
+		k, err := MarshalService4Key(e.Key)
+		return k, MarshalServiceValue(e.Value), err
+	},
+	encodeKey: MarshalService4Key,
+	decode: func(k [Service4KeySize]byte, v [ServiceValueSize]byte) ServiceEntry {
+		return ServiceEntry{Key: UnmarshalService4Key(k), Value: UnmarshalServiceValue(v)}
+	},
+}
+
+var service6Codec = codec[ServiceEntry, ServiceKey, [Service6KeySize]byte, [ServiceValueSize]byte]{
+	encode: func(e ServiceEntry) ([Service6KeySize]byte, [ServiceValueSize]byte, error) {
+		k, err := MarshalService6Key(e.Key)
+		return k, MarshalServiceValue(e.Value), err
+	},
+	encodeKey: MarshalService6Key,
+	decode: func(k [Service6KeySize]byte, v [ServiceValueSize]byte) ServiceEntry {
+		return ServiceEntry{Key: UnmarshalService6Key(k), Value: UnmarshalServiceValue(v)}
+	},
+}
+
+func encodeBackendID(id uint32) ([BackendKeySize]byte, error) {
+	if id == 0 {
+		return [BackendKeySize]byte{}, fmt.Errorf("backend ID 0 is invalid")
+	}
+	return MarshalBackendKey(id), nil
+}
+
+var backend4Codec = codec[BackendEntry, uint32, [BackendKeySize]byte, [Backend4Size]byte]{
+	encode: func(e BackendEntry) ([BackendKeySize]byte, [Backend4Size]byte, error) {
+		k, err := encodeBackendID(e.ID)
+		if err != nil {
+			return k, [Backend4Size]byte{}, err
+		}
+		v, err := MarshalBackend4(e.Value)
+		return k, v, err
+	},
+	encodeKey: encodeBackendID,
+	decode: func(k [BackendKeySize]byte, v [Backend4Size]byte) BackendEntry {
+		return BackendEntry{ID: UnmarshalBackendKey(k), Value: UnmarshalBackend4(v)}
+	},
+}
+
+var backend6Codec = codec[BackendEntry, uint32, [BackendKeySize]byte, [Backend6Size]byte]{
+	encode: func(e BackendEntry) ([BackendKeySize]byte, [Backend6Size]byte, error) {
+		k, err := encodeBackendID(e.ID)
+		if err != nil {
+			return k, [Backend6Size]byte{}, err
+		}
+		v, err := MarshalBackend6(e.Value)
+		return k, v, err
+	},
+	encodeKey: encodeBackendID,
+	decode: func(k [BackendKeySize]byte, v [Backend6Size]byte) BackendEntry {
+		return BackendEntry{ID: UnmarshalBackendKey(k), Value: UnmarshalBackend6(v)}
+	},
+}
+
+func encodeRevNATID(id uint16) ([RevNATKeySize]byte, error) {
+	if id == 0 {
+		return [RevNATKeySize]byte{}, fmt.Errorf("service ID 0 is invalid")
+	}
+	return MarshalRevNATKey(id), nil
+}
+
+var revNAT4Codec = codec[RevNATEntry, uint16, [RevNATKeySize]byte, [RevNAT4Size]byte]{
+	encode: func(e RevNATEntry) ([RevNATKeySize]byte, [RevNAT4Size]byte, error) {
+		k, err := encodeRevNATID(e.ID)
+		if err != nil {
+			return k, [RevNAT4Size]byte{}, err
+		}
+		v, err := MarshalRevNAT4(e.Value)
+		return k, v, err
+	},
+	encodeKey: encodeRevNATID,
+	decode: func(k [RevNATKeySize]byte, v [RevNAT4Size]byte) RevNATEntry {
+		return RevNATEntry{ID: UnmarshalRevNATKey(k), Value: UnmarshalRevNAT4(v)}
+	},
+}
+
+var revNAT6Codec = codec[RevNATEntry, uint16, [RevNATKeySize]byte, [RevNAT6Size]byte]{
+	encode: func(e RevNATEntry) ([RevNATKeySize]byte, [RevNAT6Size]byte, error) {
+		k, err := encodeRevNATID(e.ID)
+		if err != nil {
+			return k, [RevNAT6Size]byte{}, err
+		}
+		v, err := MarshalRevNAT6(e.Value)
+		return k, v, err
+	},
+	encodeKey: encodeRevNATID,
+	decode: func(k [RevNATKeySize]byte, v [RevNAT6Size]byte) RevNATEntry {
+		return RevNATEntry{ID: UnmarshalRevNATKey(k), Value: UnmarshalRevNAT6(v)}
+	},
+}

@@ -1,0 +1,233 @@
+package maps
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/actorlb/actorlb/internal/bpffs"
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
+	"github.com/cilium/ebpf/rlimit"
+)
+
+// DefaultRoot is where the maps are pinned unless Config.Root says otherwise.
+const DefaultRoot = "/sys/fs/bpf/actorlb"
+
+// DefaultMaxEntries is the default capacity of every map (upstream's default).
+const DefaultMaxEntries = 65536
+
+// Map names: the pin file names and the kernel names (at most 15 characters).
+const (
+	Service4Name = "lb4_services"
+	Service6Name = "lb6_services"
+	Backend4Name = "lb4_backends"
+	Backend6Name = "lb6_backends"
+	RevNAT4Name  = "lb4_reverse_nat"
+	RevNAT6Name  = "lb6_reverse_nat"
+)
+
+// Names lists every map name in a fixed order.
+var Names = []string{Service4Name, Backend4Name, RevNAT4Name, Service6Name, Backend6Name, RevNAT6Name}
+
+// Sizes holds the capacity of each map family; zero means DefaultMaxEntries.
+type Sizes struct {
+	Services int
+	Backends int
+	RevNAT   int
+}
+
+func (s Sizes) withDefaults() Sizes {
+	for _, p := range []*int{&s.Services, &s.Backends, &s.RevNAT} {
+		if *p == 0 {
+			*p = DefaultMaxEntries
+		}
+	}
+	return s
+}
+
+// Config says where and how to open the maps.
+type Config struct {
+	// Root is the bpffs directory the maps are pinned in (DefaultRoot if empty).
+	Root string
+	// MaxEntries per family.
+	MaxEntries Sizes
+	// Recreate replaces pinned maps whose shape differs (their entries are
+	// lost) instead of refusing them.
+	Recreate bool
+	// InMemory uses in-memory maps: no kernel, no privileges, nothing pinned.
+	InMemory bool
+	// NoBatch forces per-element syscalls even where the kernel supports
+	// the batch API.
+	NoBatch bool
+	// Fault, if set, is consulted before every map call (tests only).
+	Fault FaultFunc
+}
+
+func (c Config) validate() error {
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"services", c.MaxEntries.Services}, {"backends", c.MaxEntries.Backends}, {"revnat", c.MaxEntries.RevNAT}} {
+		if f.v < 0 || f.v > 1<<24 {
+			return fmt.Errorf("invalid max entries for %s %d: must be between 1 and %d (0 means %d)", f.name, f.v, 1<<24, DefaultMaxEntries)
+		}
+	}
+	return nil
+}
+
+// LBMaps holds the six maps.
+type LBMaps struct {
+	Service4, Service6 ServiceMap
+	Backend4, Backend6 BackendMap
+	RevNAT4, RevNAT6   RevNATMap
+	// Root is where the maps are pinned ("" for in-memory maps).
+	Root string
+	// Created names the maps that were created (not found pinned) by Open.
+	Created []string
+}
+
+// Services returns the service map of family f.
+func (m *LBMaps) Services(f Family) ServiceMap {
+	if f == IPv6 {
+		return m.Service6
+	}
+	return m.Service4
+}
+
+// Backends returns the backend map of family f.
+func (m *LBMaps) Backends(f Family) BackendMap {
+	if f == IPv6 {
+		return m.Backend6
+	}
+	return m.Backend4
+}
+
+// RevNAT returns the revNAT map of family f.
+func (m *LBMaps) RevNAT(f Family) RevNATMap {
+	if f == IPv6 {
+		return m.RevNAT6
+	}
+	return m.RevNAT4
+}
+
+// Close closes every map; pins stay.
+func (m *LBMaps) Close() error {
+	var errs []error
+	for _, c := range []interface{ Close() error }{m.Service4, m.Service6, m.Backend4, m.Backend6, m.RevNAT4, m.RevNAT6} {
+		if c != nil {
+			errs = append(errs, c.Close())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Open opens (or creates and pins) the six maps under cfg.Root, or makes
+// in-memory ones when cfg.InMemory. Pinned maps must match the configured
+// shape unless cfg.Recreate.
+func Open(cfg Config) (_ *LBMaps, err error) {
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("open maps: %w", err)
+	}
+	sizes := cfg.MaxEntries.withDefaults()
+	lb := &LBMaps{}
+	o := opener{cfg: cfg, lb: lb}
+	if !cfg.InMemory {
+		lb.Root = cfg.Root
+		if lb.Root == "" {
+			lb.Root = DefaultRoot
+		}
+		o.cfg.Root = lb.Root
+		if err := bpffs.Ensure(lb.Root); err != nil {
+			return nil, fmt.Errorf("open maps: %w", err)
+		}
+		if err := rlimit.RemoveMemlock(); err != nil {
+			return nil, fmt.Errorf("open maps: remove memlock limit: %w (run as root)", err)
+		}
+	}
+	defer func() {
+		if err != nil {
+			lb.Close()
+		}
+	}()
+	s4, err := newMap(&o, Service4Name, IPv4, sizes.Services, service4Codec, btfServiceKey(IPv4), btfServiceValue(IPv4))
+	if err != nil {
+		return nil, err
+	}
+	lb.Service4 = s4
+	s6, err := newMap(&o, Service6Name, IPv6, sizes.Services, service6Codec, btfServiceKey(IPv6), btfServiceValue(IPv6))
+	if err != nil {
+		return nil, err
+	}
+	lb.Service6 = s6
+	b4, err := newMap(&o, Backend4Name, IPv4, sizes.Backends, backend4Codec, btfBackendKey(), btfBackendValue(IPv4))
+	if err != nil {
+		return nil, err
+	}
+	lb.Backend4 = b4
+	b6, err := newMap(&o, Backend6Name, IPv6, sizes.Backends, backend6Codec, btfBackendKey(), btfBackendValue(IPv6))
+	if err != nil {
+		return nil, err
+	}
+	lb.Backend6 = b6
+	r4, err := newMap(&o, RevNAT4Name, IPv4, sizes.RevNAT, revNAT4Codec, btfRevNATKey(), btfRevNATValue(IPv4))
+	if err != nil {
+		return nil, err
+	}
+	lb.RevNAT4 = r4
+	r6, err := newMap(&o, RevNAT6Name, IPv6, sizes.RevNAT, revNAT6Codec, btfRevNATKey(), btfRevNATValue(IPv6))
+	if err != nil {
+		return nil, err
+	}
+	lb.RevNAT6 = r6
+	return lb, nil
+}
+
+type opener struct {
+	cfg Config
+	lb  *LBMaps
+}
+
+func newMap[E, KT any, K, V comparable](o *opener, name string, fam Family, max int, c codec[E, KT, K, V], key, value btf.Type) (*typedMap[E, KT, K, V], error) {
+	var st store[K, V]
+	if o.cfg.InMemory {
+		st = newMemStore[K, V](name, max)
+	} else {
+		var k K
+		var v V
+		spec := &ebpf.MapSpec{
+			Name:       name,
+			Type:       ebpf.Hash,
+			KeySize:    uint32(len(rawBytes(&k))),
+			ValueSize:  uint32(len(rawBytes(&v))),
+			MaxEntries: uint32(max),
+			Key:        key,
+			Value:      value,
+		}
+		m, created, err := openOrCreate(spec, o.cfg.Root, o.cfg.Recreate)
+		if err != nil {
+			return nil, fmt.Errorf("open %s: %w", name, err)
+		}
+		if created {
+			o.lb.Created = append(o.lb.Created, name)
+		}
+		st = &ebpfStore[K, V]{m: m, mapName: name, batch: !o.cfg.NoBatch}
+	}
+	if o.cfg.Fault != nil {
+		st = &faultyStore[K, V]{store: st, fault: o.cfg.Fault}
+	}
+	return &typedMap[E, KT, K, V]{fam: fam, st: st, c: c}, nil
+}
+
+// Remove unpins every map under root (their entries are lost once no
+// program or process holds them). Missing pins are not an error.
+func Remove(root string) error {
+	var errs []error
+	for _, n := range Names {
+		if err := os.Remove(filepath.Join(root, n)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
