@@ -1,0 +1,46 @@
+// Package idalloc is the pure core of actorlb's ID allocator: it binds keys
+// (a frontend address for service IDs, a backend address for backend IDs) to
+// small unsigned IDs in [1, max], counts references per key, reserves IDs
+// restored from pinned maps at start, and holds freed IDs whose previous
+// owner still has entries in a map.
+//
+// # Lifecycle: one owner
+//
+// An Allocator is a plain data structure: no goroutines, no locks, no I/O.
+// It is NOT safe for concurrent use. Exactly one owner (the allocator actor)
+// creates it with New and calls its methods from one goroutine at a time;
+// everyone else talks to that owner by messages. Results that are slices
+// (Bindings, Unclaimed) are fresh copies the caller may keep or send.
+//
+// An ID moves through these states:
+//
+//	free ──Acquire/AcquireID──▶ bound (refs ≥ 1) ──Release to 0 refs──▶ free
+//	free ──Restore──▶ reserved (refs 0) ──Acquire/AcquireID same key──▶ bound
+//	reserved ──DropReservation──▶ free
+//	free ──Hold──▶ held ──Unhold──▶ free
+//
+// A reserved ID belongs to its key: a fresh Acquire for another key never
+// gets it. A held ID belongs to nobody but is not handed out either; the
+// owner holds an ID while the map entries of its previous owner are being
+// deleted, so an ID is never given to a new key while a map still has
+// entries for the old one. Zero is never handed out.
+//
+// Acquire searches for a free ID from a cursor that moves forward past every
+// ID it hands out and rolls over from max to 1, so a freed ID is reused as
+// late as possible. The search is bounded by the size of the space, and a
+// full space (bound + reserved + held = max) fails in O(1).
+//
+// # Error contract
+//
+// Every error matches exactly one of the sentinels in errors.go under
+// errors.Is. Two are also typed errors with exported fields so the caller can
+// build its own messages:
+//
+//   - *ConflictError (errors.Is ErrIDInUse): the ID belongs to another key;
+//     Key is the owner, Reserved says whether the owner only has a restored,
+//     unclaimed reservation.
+//   - *KeyBoundError (errors.Is ErrKeyBound): the key already owns a
+//     different ID.
+//
+// A method that returns an error has changed nothing.
+package idalloc

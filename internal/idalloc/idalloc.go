@@ -1,0 +1,329 @@
+package idalloc
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+)
+
+// ID is any unsigned ID type (service IDs are uint16-based, backend IDs
+// uint32-based).
+type ID interface{ ~uint16 | ~uint32 | ~uint64 }
+
+// Binding is one key and the ID it owns. Refs is 0 for a restored
+// reservation that has not been claimed yet.
+type Binding[K comparable, I ID] struct {
+	Key  K
+	ID   I
+	Refs uint32
+}
+
+// entry is stored by value in the key map: for uint16 and uint32 IDs it is 8
+// bytes, so a binding costs one key-map slot (key + 8 bytes) and one ID-map
+// slot (ID + key), with no per-binding pointer or heap object.
+type entry[I ID] struct {
+	id   I
+	refs uint32 // 0: reserved by Restore, not claimed yet
+}
+
+// Allocator hands out IDs in [1, max] for keys of type K. Zero is never
+// handed out. See the package documentation for the states of an ID.
+//
+// An Allocator is not safe for concurrent use: it has exactly one owner.
+type Allocator[K comparable, I ID] struct {
+	keys   map[K]entry[I] // bound and reserved keys
+	ids    map[I]K        // inverse of keys
+	held   map[I]struct{} // free but not reusable; nil when empty
+	max    I
+	cursor I // next candidate for Acquire, in [1, max]
+}
+
+// New returns an empty allocator for IDs in [1, max], max inclusive (65535
+// for service IDs, 2^32-1 for backend IDs). With max 0 every Acquire fails
+// with ErrIDSpaceExhausted.
+func New[K comparable, I ID](max I) *Allocator[K, I] {
+	return &Allocator[K, I]{
+		keys:   make(map[K]entry[I]),
+		ids:    make(map[I]K),
+		max:    max,
+		cursor: 1,
+	}
+}
+
+// Max returns the largest ID the allocator hands out.
+func (a *Allocator[K, I]) Max() I { return a.max }
+
+// Acquire returns the ID bound to key and increments its reference count.
+// If key has no ID, it binds the next free ID at or after the cursor
+// (rolling over from max to 1, skipping IDs that are bound, reserved or
+// held) with reference count 1 and reports created=true.
+//
+// If key has a restored reservation, Acquire claims it: the ID stays the
+// same, the reference count becomes 1 and created is false, because the
+// binding existed before the call (its map entries may already be present).
+//
+// A full space returns ErrIDSpaceExhausted at once; otherwise the search
+// visits at most max IDs and, in the common case, only one.
+func (a *Allocator[K, I]) Acquire(key K) (id I, created bool, err error) {
+	if e, ok := a.keys[key]; ok {
+		if err := a.ref(key, e); err != nil {
+			return 0, false, err
+		}
+		return e.id, false, nil
+	}
+	if a.unavailable() >= uint64(a.max) {
+		return 0, false, a.exhausted()
+	}
+	id = a.cursor
+	for range uint64(a.max) {
+		if !a.taken(id) {
+			a.keys[key] = entry[I]{id: id, refs: 1}
+			a.ids[id] = key
+			a.cursor = a.next(id)
+			return id, true, nil
+		}
+		id = a.next(id)
+	}
+	return 0, false, a.exhausted() // unreachable while the counts are right
+}
+
+// AcquireID binds key to id with reference count 1 if id is free
+// (created=true). If key already owns id, it increments the reference count
+// (claiming a restored reservation like Acquire does) and reports
+// created=false. The cursor of Acquire does not move.
+//
+// Errors: id 0 or > max: ErrIDOutOfRange; id bound or reserved for another
+// key: *ConflictError; key owns another id: *KeyBoundError; id held:
+// ErrIDHeld.
+func (a *Allocator[K, I]) AcquireID(key K, id I) (created bool, err error) {
+	if err := a.checkRange(id); err != nil {
+		return false, err
+	}
+	if owner, ok := a.ids[id]; ok {
+		if owner != key {
+			return false, a.conflict(id, owner)
+		}
+		return false, a.ref(key, a.keys[key])
+	}
+	if err := a.checkClaimable(key, id); err != nil {
+		return false, err
+	}
+	a.keys[key] = entry[I]{id: id, refs: 1}
+	a.ids[id] = key
+	return true, nil
+}
+
+// Release decrements key's reference count. At zero the binding is removed
+// and the ID becomes free; Release returns the ID and whether it was freed.
+// If the ID's map entries are deleted after this call, Hold it until they
+// are gone.
+//
+// Releasing a key without a claimed binding (unknown, or only a restored
+// reservation; see DropReservation) returns an error matching ErrNotFound.
+func (a *Allocator[K, I]) Release(key K) (id I, freed bool, err error) {
+	e, ok := a.keys[key]
+	switch {
+	case !ok:
+		return 0, false, fmt.Errorf("%w: key %v", ErrNotFound, key)
+	case e.refs == 0:
+		return 0, false, fmt.Errorf("%w: key %v has only the unclaimed reservation of id %d",
+			ErrNotFound, key, e.id)
+	case e.refs > 1:
+		e.refs--
+		a.keys[key] = e
+		return e.id, false, nil
+	}
+	delete(a.keys, key)
+	delete(a.ids, e.id)
+	return e.id, true, nil
+}
+
+// Restore reserves id for key as read back from a pinned map at start: the
+// ID is owned by key but not claimed (reference count 0) until Acquire or
+// AcquireID for the same key claims it. A fresh Acquire for another key
+// never gets it. Restoring a key to the ID it already owns (reserved or
+// claimed) is a no-op, so a dump may list the same pair more than once.
+// The cursor of Acquire does not move.
+//
+// Errors: id 0 or > max: ErrIDOutOfRange; id bound or reserved for another
+// key: *ConflictError (the caller repairs: one of the two must go); key owns
+// another id: *KeyBoundError; id held: ErrIDHeld.
+func (a *Allocator[K, I]) Restore(key K, id I) error {
+	if err := a.checkRange(id); err != nil {
+		return err
+	}
+	if owner, ok := a.ids[id]; ok {
+		if owner != key {
+			return a.conflict(id, owner)
+		}
+		return nil
+	}
+	if err := a.checkClaimable(key, id); err != nil {
+		return err
+	}
+	a.keys[key] = entry[I]{id: id}
+	a.ids[id] = key
+	return nil
+}
+
+// Unclaimed returns the restored reservations that were never claimed
+// (reference count 0), sorted by ID. After the first full sync these are
+// stale: the caller deletes their map entries and calls DropReservation.
+func (a *Allocator[K, I]) Unclaimed() []Binding[K, I] {
+	var out []Binding[K, I]
+	for k, e := range a.keys {
+		if e.refs == 0 {
+			out = append(out, Binding[K, I]{Key: k, ID: e.id})
+		}
+	}
+	sortByID(out)
+	return out
+}
+
+// DropReservation frees the unclaimed reservation of key, once the caller
+// has deleted its stale map entries (or, if other messages may be handled
+// before the deletion is done, call DropReservation and then Hold the ID
+// until it is).
+//
+// Errors: key unknown: ErrNotFound; key claimed (reference count > 0):
+// *ConflictError with Key set to key.
+func (a *Allocator[K, I]) DropReservation(key K) error {
+	e, ok := a.keys[key]
+	if !ok {
+		return fmt.Errorf("%w: key %v", ErrNotFound, key)
+	}
+	if e.refs > 0 {
+		return &ConflictError{ID: uint64(e.id), Key: key}
+	}
+	delete(a.keys, key)
+	delete(a.ids, e.id)
+	return nil
+}
+
+// Hold marks a free ID as not reusable until Unhold: neither Acquire nor
+// AcquireID nor Restore hands it out. Use it while the previous owner's map
+// entries are being deleted, so an ID is never given to a new key while a
+// map still has entries of the old one; any free ID may be held, including
+// one that was never bound. Holding a held ID is a no-op.
+//
+// Errors: id 0 or > max: ErrIDOutOfRange; id bound or reserved:
+// *ConflictError.
+func (a *Allocator[K, I]) Hold(id I) error {
+	if err := a.checkRange(id); err != nil {
+		return err
+	}
+	if owner, ok := a.ids[id]; ok {
+		return a.conflict(id, owner)
+	}
+	if a.held == nil {
+		a.held = make(map[I]struct{})
+	}
+	a.held[id] = struct{}{}
+	return nil
+}
+
+// Unhold makes a held ID free again. Unholding an ID that is not held is a
+// no-op.
+func (a *Allocator[K, I]) Unhold(id I) {
+	delete(a.held, id)
+	if len(a.held) == 0 {
+		a.held = nil // let the map go once the burst of deletions is over
+	}
+}
+
+// Held reports whether id is held.
+func (a *Allocator[K, I]) Held(id I) bool {
+	_, ok := a.held[id]
+	return ok
+}
+
+// Lookup returns the ID key owns and its reference count (0 for an
+// unclaimed reservation). ok is false if key owns no ID.
+func (a *Allocator[K, I]) Lookup(key K) (id I, refs uint32, ok bool) {
+	e, ok := a.keys[key]
+	return e.id, e.refs, ok
+}
+
+// LookupID returns the key that owns id, bound or reserved.
+func (a *Allocator[K, I]) LookupID(id I) (key K, ok bool) {
+	key, ok = a.ids[id]
+	return key, ok
+}
+
+// Len returns the number of bound and reserved IDs (held IDs not included).
+func (a *Allocator[K, I]) Len() int { return len(a.keys) }
+
+// Bindings returns every bound and reserved ID, sorted by ID.
+func (a *Allocator[K, I]) Bindings() []Binding[K, I] {
+	out := make([]Binding[K, I], 0, len(a.keys))
+	for k, e := range a.keys {
+		out = append(out, Binding[K, I]{Key: k, ID: e.id, Refs: e.refs})
+	}
+	sortByID(out)
+	return out
+}
+
+// ref increments the reference count of key, whose entry is e.
+func (a *Allocator[K, I]) ref(key K, e entry[I]) error {
+	if e.refs == math.MaxUint32 {
+		return fmt.Errorf("%w: key %v (id %d)", ErrRefCountOverflow, key, e.id)
+	}
+	e.refs++
+	a.keys[key] = e
+	return nil
+}
+
+// checkClaimable checks that the free id may be bound or reserved for key.
+func (a *Allocator[K, I]) checkClaimable(key K, id I) error {
+	if e, ok := a.keys[key]; ok {
+		return &KeyBoundError{Key: key, ID: uint64(e.id), Reserved: e.refs == 0}
+	}
+	if _, ok := a.held[id]; ok {
+		return fmt.Errorf("%w: id %d (its previous owner's map entries are being deleted)", ErrIDHeld, id)
+	}
+	return nil
+}
+
+func (a *Allocator[K, I]) checkRange(id I) error {
+	if id == 0 || id > a.max {
+		return fmt.Errorf("%w: %d not in [1, %d]", ErrIDOutOfRange, id, a.max)
+	}
+	return nil
+}
+
+func (a *Allocator[K, I]) conflict(id I, owner K) error {
+	return &ConflictError{ID: uint64(id), Key: owner, Reserved: a.keys[owner].refs == 0}
+}
+
+func (a *Allocator[K, I]) exhausted() error {
+	return fmt.Errorf("%w: all %d ids are bound, reserved or held (%d held)",
+		ErrIDSpaceExhausted, a.max, len(a.held))
+}
+
+// unavailable counts the IDs Acquire may not hand out. Held IDs are never
+// bound or reserved, so the two sets are disjoint.
+func (a *Allocator[K, I]) unavailable() uint64 {
+	return uint64(len(a.ids)) + uint64(len(a.held))
+}
+
+func (a *Allocator[K, I]) taken(id I) bool {
+	if _, ok := a.ids[id]; ok {
+		return true
+	}
+	_, ok := a.held[id]
+	return ok
+}
+
+// next returns the ID after id, rolling over from max to 1 (without
+// overflowing when max is the largest value of I).
+func (a *Allocator[K, I]) next(id I) I {
+	if id >= a.max {
+		return 1
+	}
+	return id + 1
+}
+
+func sortByID[K comparable, I ID](b []Binding[K, I]) {
+	slices.SortFunc(b, func(x, y Binding[K, I]) int { return cmp.Compare(x.ID, y.ID) })
+}

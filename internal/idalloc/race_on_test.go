@@ -1,0 +1,5 @@
+//go:build race
+
+package idalloc_test
+
+const raceEnabled = true

@@ -1,0 +1,292 @@
+package loadbalancer
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// ServiceType is the kind of a service frontend; it selects the flag bits of
+// the master slot.
+type ServiceType uint8
+
+const (
+	SVCTypeClusterIP ServiceType = iota
+	SVCTypeNodePort
+	SVCTypeExternalIPs
+	SVCTypeLoadBalancer
+	SVCTypeHostPort
+	SVCTypeLocalRedirect
+)
+
+var serviceTypeNames = [...]string{
+	SVCTypeClusterIP:     "ClusterIP",
+	SVCTypeNodePort:      "NodePort",
+	SVCTypeExternalIPs:   "ExternalIPs",
+	SVCTypeLoadBalancer:  "LoadBalancer",
+	SVCTypeHostPort:      "HostPort",
+	SVCTypeLocalRedirect: "LocalRedirect",
+}
+
+// ParseServiceType parses "ClusterIP", "NodePort", "ExternalIPs",
+// "LoadBalancer", "HostPort" or "LocalRedirect", in any case. The empty
+// string means ClusterIP.
+func ParseServiceType(s string) (ServiceType, error) {
+	if s == "" {
+		return SVCTypeClusterIP, nil
+	}
+	for t, name := range serviceTypeNames {
+		if strings.EqualFold(s, name) {
+			return ServiceType(t), nil
+		}
+	}
+	return 0, invalid("type", s, "must be one of ClusterIP, NodePort, ExternalIPs, LoadBalancer, HostPort, LocalRedirect")
+}
+
+// String returns the name as ParseServiceType reads it, or "ServiceType(n)".
+func (t ServiceType) String() string {
+	if t.IsValid() {
+		return serviceTypeNames[t]
+	}
+	return "ServiceType(" + strconv.Itoa(int(t)) + ")"
+}
+
+// IsValid reports whether t is a known service type.
+func (t ServiceType) IsValid() bool { return int(t) < len(serviceTypeNames) }
+
+// LBAlgorithm is the backend selection algorithm, stored in bits 24-31 of the
+// master slot.
+type LBAlgorithm uint8
+
+const (
+	// LBAlgDefault leaves the choice to the datapath's configured default.
+	LBAlgDefault LBAlgorithm = 0
+	LBAlgRandom  LBAlgorithm = 1
+	LBAlgMaglev  LBAlgorithm = 2
+)
+
+// ParseLBAlgorithm parses "default", "random" or "maglev", in any case. The
+// empty string means default.
+func ParseLBAlgorithm(s string) (LBAlgorithm, error) {
+	switch strings.ToLower(s) {
+	case "", "default":
+		return LBAlgDefault, nil
+	case "random":
+		return LBAlgRandom, nil
+	case "maglev":
+		return LBAlgMaglev, nil
+	}
+	return 0, invalid("lb-algorithm", s, "must be one of default, random, maglev")
+}
+
+// String returns "default", "random", "maglev", or "LBAlgorithm(n)".
+func (a LBAlgorithm) String() string {
+	switch a {
+	case LBAlgDefault:
+		return "default"
+	case LBAlgRandom:
+		return "random"
+	case LBAlgMaglev:
+		return "maglev"
+	}
+	return "LBAlgorithm(" + strconv.Itoa(int(a)) + ")"
+}
+
+// IsValid reports whether a is a known algorithm.
+func (a LBAlgorithm) IsValid() bool { return a <= LBAlgMaglev }
+
+// Frontend is the address of a service and its ID.
+type Frontend struct {
+	L3n4Addr
+	// ID is the service ID (rev_nat_index); 0 means "allocate one".
+	ID ServiceID
+}
+
+const (
+	// DefaultSessionAffinityTimeout is used when SessionAffinity is set and
+	// SessionAffinityTimeout is 0 (seconds, as in Kubernetes).
+	DefaultSessionAffinityTimeout uint32 = 10800
+	// MaxSessionAffinityTimeout is the largest timeout that fits the 24 bits
+	// of the master slot.
+	MaxSessionAffinityTimeout uint32 = 0xFFFFFF
+)
+
+// Service is the desired state of one frontend: its backends and options.
+// A Service passed to the engine must not be modified; use DeepCopy.
+type Service struct {
+	Frontend Frontend
+	// Backends in the order given by the user; the engine computes slot
+	// order itself.
+	Backends []Backend
+	Type     ServiceType
+	// ExtTrafficPolicyLocal sets FlagExtLocalScope.
+	ExtTrafficPolicyLocal bool
+	// IntTrafficPolicyLocal sets Flag2IntLocalScope.
+	IntTrafficPolicyLocal bool
+	// SessionAffinity sets FlagAffinity.
+	SessionAffinity bool
+	// SessionAffinityTimeout in seconds, at most MaxSessionAffinityTimeout;
+	// 0 with SessionAffinity means DefaultSessionAffinityTimeout.
+	SessionAffinityTimeout uint32
+	LBAlgorithm            LBAlgorithm
+}
+
+// Validate checks the whole service and returns the first problem found, in
+// this order: the frontend, each backend in order, then type, session
+// affinity timeout and LB algorithm. Errors are *ValidationError naming the
+// field ("frontend.port", "backends[2].address", "type", ...).
+func (s *Service) Validate() error {
+	if s == nil {
+		return invalid("service", "", "service is not set")
+	}
+	fe := s.Frontend.L3n4Addr
+	if err := fe.Validate("frontend"); err != nil {
+		return err
+	}
+
+	seen := make(map[L3n4Addr]int, len(s.Backends))
+	for i, be := range s.Backends {
+		field := "backends[" + strconv.Itoa(i) + "]"
+		if err := validateAddr(field+".address", be.Addr); err != nil {
+			return err
+		}
+		switch {
+		case be.Addr.IsUnspecified():
+			return invalid(field+".address", be.Addr.String(), "backend address must not be unspecified")
+		case be.IsIPv6() != fe.IsIPv6():
+			return invalid(field+".address", be.Addr.String(),
+				familyName(be.IsIPv6())+" backend "+be.AddrPort().String()+" for "+
+					familyName(fe.IsIPv6())+" frontend "+fe.AddrPort().String())
+		}
+		if err := be.validateRest(field, false); err != nil {
+			return err
+		}
+		if fe.Protocol != ANY && be.Protocol != fe.Protocol {
+			return invalid(field+".protocol", be.Protocol.String(),
+				"backend protocol must equal the frontend protocol "+fe.Protocol.String())
+		}
+		if !be.State.IsValid() {
+			return invalid(field+".state", strconv.Itoa(int(be.State)),
+				"unknown state, want active (0), terminating (1), quarantined (2) or maintenance (3)")
+		}
+		k := be.L3n4Addr
+		k.Scope = ScopeExternal
+		if j, dup := seen[k]; dup {
+			return invalid(field, be.String(), "duplicate of backends["+strconv.Itoa(j)+"]")
+		}
+		seen[k] = i
+	}
+
+	if !s.Type.IsValid() {
+		return invalid("type", strconv.Itoa(int(s.Type)), "unknown service type")
+	}
+	if s.SessionAffinityTimeout > MaxSessionAffinityTimeout {
+		return invalid("session-affinity-timeout", strconv.FormatUint(uint64(s.SessionAffinityTimeout), 10),
+			"timeout must be at most 16777215 seconds")
+	}
+	if !s.LBAlgorithm.IsValid() {
+		return invalid("lb-algorithm", strconv.Itoa(int(s.LBAlgorithm)), "unknown algorithm, want default (0), random (1) or maglev (2)")
+	}
+	return nil
+}
+
+func familyName(v6 bool) string {
+	if v6 {
+		return "IPv6"
+	}
+	return "IPv4"
+}
+
+// DeepCopy returns a copy that shares no memory with s.
+func (s *Service) DeepCopy() *Service {
+	if s == nil {
+		return nil
+	}
+	c := *s
+	c.Backends = slices.Clone(s.Backends)
+	return &c
+}
+
+// Bits of the flags byte of a service map value.
+const (
+	FlagExternalIP    uint8 = 1 << 0
+	FlagNodePort      uint8 = 1 << 1
+	FlagExtLocalScope uint8 = 1 << 2
+	FlagHostPort      uint8 = 1 << 3
+	FlagAffinity      uint8 = 1 << 4
+	FlagLoadBalancer  uint8 = 1 << 5
+	FlagRoutable      uint8 = 1 << 6
+	FlagSourceRange   uint8 = 1 << 7
+)
+
+// Bits of the flags2 byte of a service map value.
+const (
+	Flag2LocalRedirect   uint8 = 1 << 0
+	Flag2NAT46x64        uint8 = 1 << 1
+	Flag2L7LoadBalancer  uint8 = 1 << 2
+	Flag2L7Delegate      uint8 = 1 << 3
+	Flag2IntLocalScope   uint8 = 1 << 4
+	Flag2TwoScopes       uint8 = 1 << 5
+	Flag2SourceRangeDeny uint8 = 1 << 6
+	Flag2FwdModeDSR      uint8 = 1 << 7
+)
+
+// Flags returns the flags and flags2 bytes of the service's map values.
+//
+// The type sets one bit (ClusterIP none, NodePort FlagNodePort, ExternalIPs
+// FlagExternalIP, LoadBalancer FlagLoadBalancer, HostPort FlagHostPort,
+// LocalRedirect Flag2LocalRedirect). FlagRoutable is set for every type
+// except LocalRedirect and a NodePort service on the surrogate frontend
+// (0.0.0.0 or ::), which only stands for the node's own addresses.
+// FlagExtLocalScope, Flag2IntLocalScope and FlagAffinity follow the options.
+// Source ranges, NAT46/64, L7, two scopes and DSR are not supported yet and
+// their bits stay 0.
+func (s *Service) Flags() (flags, flags2 uint8) {
+	if s == nil {
+		return 0, 0
+	}
+	switch s.Type {
+	case SVCTypeNodePort:
+		flags |= FlagNodePort
+	case SVCTypeExternalIPs:
+		flags |= FlagExternalIP
+	case SVCTypeLoadBalancer:
+		flags |= FlagLoadBalancer
+	case SVCTypeHostPort:
+		flags |= FlagHostPort
+	case SVCTypeLocalRedirect:
+		flags2 |= Flag2LocalRedirect
+	}
+	surrogateNodePort := s.Type == SVCTypeNodePort && s.Frontend.IsSurrogate()
+	if !surrogateNodePort && s.Type != SVCTypeLocalRedirect {
+		flags |= FlagRoutable
+	}
+	if s.ExtTrafficPolicyLocal {
+		flags |= FlagExtLocalScope
+	}
+	if s.SessionAffinity {
+		flags |= FlagAffinity
+	}
+	if s.IntTrafficPolicyLocal {
+		flags2 |= Flag2IntLocalScope
+	}
+	return flags, flags2
+}
+
+// AffinityAlgo returns the backend_id union of the master slot: bits 0-23
+// the session affinity timeout in seconds (0 without affinity,
+// DefaultSessionAffinityTimeout when the timeout is 0), bits 24-31 the LB
+// algorithm.
+func (s *Service) AffinityAlgo() uint32 {
+	if s == nil {
+		return 0
+	}
+	var timeout uint32
+	if s.SessionAffinity {
+		timeout = s.SessionAffinityTimeout
+		if timeout == 0 {
+			timeout = DefaultSessionAffinityTimeout
+		}
+	}
+	return timeout&MaxSessionAffinityTimeout | uint32(s.LBAlgorithm)<<24
+}
