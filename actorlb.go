@@ -1,0 +1,330 @@
+package actorlb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/actorlb/actorlb/actors"
+	lb "github.com/actorlb/actorlb/loadbalancer"
+	"github.com/actorlb/actorlb/maps"
+	"github.com/actorlb/actorlb/messages"
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/sirupsen/logrus"
+)
+
+// Sentinels, re-exported from the engine.
+var (
+	ErrServiceNotFound  = actors.ErrServiceNotFound
+	ErrServiceIDInUse   = actors.ErrServiceIDInUse
+	ErrFrontendInUse    = actors.ErrFrontendInUse
+	ErrIDSpaceExhausted = actors.ErrIDSpaceExhausted
+	ErrRevNATNotFound   = actors.ErrRevNATNotFound
+	ErrRevNATOwned      = actors.ErrRevNATOwned
+	ErrMapFull          = maps.ErrMapFull
+	// ErrClosed occurs when a method is called after Close.
+	ErrClosed = errors.New("engine closed")
+)
+
+// DefaultCallTimeout bounds a call whose context has no deadline.
+const DefaultCallTimeout = 30 * time.Second
+
+// Config configures an Engine. The zero value is usable: pinned maps under
+// /sys/fs/bpf/actorlb with 65536 entries each, restored at start.
+type Config struct {
+	// BPFRoot is the bpffs directory of the pinned maps (maps.DefaultRoot).
+	BPFRoot string
+	// MaxEntries per map family (0: maps.DefaultMaxEntries).
+	MaxEntries maps.Sizes
+	// RecreateMaps replaces pinned maps of another shape (entries are lost).
+	RecreateMaps bool
+	// NoRestore empties the maps at start instead of restoring from them.
+	NoRestore bool
+	// InMemory uses in-memory maps: no kernel, no privileges (dry run).
+	InMemory bool
+	// Logger receives the engine's logs (logrus.StandardLogger if nil).
+	Logger *logrus.Logger
+	// CallTimeout bounds calls whose context has no deadline.
+	CallTimeout time.Duration
+
+	// For tests: injected map faults and actor middleware.
+	Fault           maps.FaultFunc
+	ChildMiddleware []actor.ReceiverMiddleware
+}
+
+// Engine is a running actorlb.
+type Engine struct {
+	cfg     Config
+	log     *logrus.Entry
+	maps    *maps.LBMaps
+	sys     *actor.ActorSystem
+	sup     *actor.PID
+	stopped chan struct{}
+	close   sync.Once
+	closed  chan struct{}
+}
+
+// New opens the maps, starts the actors and waits until the state is
+// restored from the maps (or ctx ends).
+func New(ctx context.Context, cfg Config) (*Engine, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = logrus.StandardLogger()
+	}
+	if cfg.CallTimeout <= 0 {
+		cfg.CallTimeout = DefaultCallTimeout
+	}
+	lbm, err := maps.Open(maps.Config{
+		Root: cfg.BPFRoot, MaxEntries: cfg.MaxEntries, Recreate: cfg.RecreateMaps, InMemory: cfg.InMemory, Fault: cfg.Fault,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("new engine: %w", err)
+	}
+	e := &Engine{
+		cfg: cfg, log: logrus.NewEntry(cfg.Logger), maps: lbm,
+		stopped: make(chan struct{}), closed: make(chan struct{}),
+	}
+	e.sys = actor.NewActorSystem(
+		actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+			return slog.New(&logrusHandler{log: e.log.WithField("lib", "protoactor")})
+		}),
+		actor.WithDeadLetterRequestLogging(false),
+	)
+	var once sync.Once
+	props := actor.PropsFromProducer(actors.NewSupervisorProducer(actors.Config{
+		Maps: lbm, Log: e.log, Restore: !cfg.NoRestore, ChildMiddleware: cfg.ChildMiddleware,
+		OnStopped: func() { once.Do(func() { close(e.stopped) }) },
+	}), actor.WithGuardian(actor.NewOneForOneStrategy(5, 30*time.Second, actor.DefaultDecider)))
+	e.sup, err = e.sys.Root.SpawnNamed(props, "engine")
+	if err != nil {
+		lbm.Close()
+		return nil, fmt.Errorf("new engine: spawn supervisor: %w", err)
+	}
+	ready := make(chan error, 1)
+	e.sys.Root.Send(e.sup, &messages.WaitReady{Reply: ready})
+	select {
+	case err = <-ready:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	if err != nil {
+		e.Close()
+		return nil, fmt.Errorf("new engine: %w", err)
+	}
+	return e, nil
+}
+
+// Maps returns the engine's maps (read them; never write them).
+func (e *Engine) Maps() *maps.LBMaps { return e.maps }
+
+// Close stops the actors top-down (queued calls are served first) and
+// closes the maps; they stay pinned. It is safe to call more than once.
+func (e *Engine) Close() error {
+	var err error
+	e.close.Do(func() {
+		close(e.closed)
+		e.sys.Root.Poison(e.sup)
+		select {
+		case <-e.stopped:
+		case <-time.After(10 * time.Second):
+			err = errors.New("close: actors did not stop within 10s")
+		}
+		e.sys.Shutdown()
+		err = errors.Join(err, e.maps.Close())
+	})
+	return err
+}
+
+// call sends a request with a reply channel and waits for the reply.
+func call[R any](ctx context.Context, e *Engine, build func(chan<- R) any) (R, error) {
+	var zero R
+	select {
+	case <-e.closed:
+		return zero, ErrClosed
+	default:
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, e.cfg.CallTimeout)
+		defer cancel()
+	}
+	ch := make(chan R, 1)
+	e.sys.Root.Send(e.sup, build(ch))
+	select {
+	case r := <-ch:
+		return r, nil
+	case <-ctx.Done():
+		return zero, ctx.Err()
+	}
+}
+
+// Upsert creates or updates the service of svc's frontend. A zero
+// Frontend.ID allocates one. It returns the service ID and whether the
+// service was created.
+func (e *Engine) Upsert(ctx context.Context, svc *lb.Service) (lb.ServiceID, bool, error) {
+	if svc == nil {
+		return 0, false, fmt.Errorf("upsert service: %w", (&lb.Service{}).Validate())
+	}
+	svc = svc.DeepCopy()
+	r, err := call(ctx, e, func(ch chan<- messages.UpsertReply) any { return &messages.Upsert{Service: svc, Reply: ch} })
+	if err != nil {
+		return 0, false, fmt.Errorf("upsert service %s: %w", svc.Frontend.L3n4Addr, err)
+	}
+	return r.ID, r.Created, r.Err
+}
+
+// Delete deletes the service with id.
+func (e *Engine) Delete(ctx context.Context, id lb.ServiceID) error {
+	r, err := call(ctx, e, func(ch chan<- messages.DeleteReply) any { return &messages.Delete{ID: id, Reply: ch} })
+	if err != nil {
+		return fmt.Errorf("delete service %d: %w", id, err)
+	}
+	return r.Err
+}
+
+// DeleteByFrontend deletes the service of fe and returns its ID.
+func (e *Engine) DeleteByFrontend(ctx context.Context, fe lb.L3n4Addr) (lb.ServiceID, error) {
+	r, err := call(ctx, e, func(ch chan<- messages.DeleteReply) any { return &messages.DeleteByFrontend{Frontend: fe, Reply: ch} })
+	if err != nil {
+		return 0, fmt.Errorf("delete service %s: %w", fe, err)
+	}
+	return r.ID, r.Err
+}
+
+// Get returns the service with id (backends in slot order).
+func (e *Engine) Get(ctx context.Context, id lb.ServiceID) (*lb.Service, error) {
+	r, err := call(ctx, e, func(ch chan<- messages.GetReply) any { return &messages.Get{ID: id, Reply: ch} })
+	if err != nil {
+		return nil, fmt.Errorf("get service %d: %w", id, err)
+	}
+	return r.Service, r.Err
+}
+
+// List returns every service sorted by ID, backends in slot order.
+func (e *Engine) List(ctx context.Context) ([]*lb.Service, error) {
+	r, err := call(ctx, e, func(ch chan<- messages.ListReply) any { return &messages.List{Reply: ch} })
+	if err != nil {
+		return nil, fmt.Errorf("list services: %w", err)
+	}
+	return r.Services, r.Err
+}
+
+// SyncResult counts what a Sync changed.
+type SyncResult struct {
+	Upserted int
+	Deleted  int
+}
+
+// Sync makes the maps equal desired: it upserts every service in it and
+// deletes every other service and standalone revNAT entry, as one step
+// with respect to other calls. Invalid input changes nothing.
+func (e *Engine) Sync(ctx context.Context, desired []*lb.Service) (SyncResult, error) {
+	cp := make([]*lb.Service, len(desired))
+	for i, s := range desired {
+		if s == nil {
+			return SyncResult{}, fmt.Errorf("sync: service %d is nil", i)
+		}
+		cp[i] = s.DeepCopy()
+	}
+	r, err := call(ctx, e, func(ch chan<- messages.SyncReply) any { return &messages.Sync{Desired: cp, Reply: ch} })
+	if err != nil {
+		return SyncResult{}, fmt.Errorf("sync: %w", err)
+	}
+	return SyncResult{Upserted: r.Upserted, Deleted: r.Deleted}, r.Err
+}
+
+// RevNAT is one reverse-NAT entry.
+type RevNAT = messages.RevNAT
+
+func (e *Engine) revNAT(ctx context.Context, what string, build func(chan<- messages.RevNATReply) any) ([]RevNAT, error) {
+	r, err := call(ctx, e, build)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return r.Entries, r.Err
+}
+
+// RevNATAdd adds a standalone revNAT entry (service entries come with
+// their services).
+func (e *Engine) RevNATAdd(ctx context.Context, id lb.ServiceID, addr lb.L3n4Addr) error {
+	_, err := e.revNAT(ctx, "add revNAT", func(ch chan<- messages.RevNATReply) any {
+		return &messages.RevNATAdd{Entry: RevNAT{ID: id, Address: addr}, Reply: ch}
+	})
+	return err
+}
+
+// RevNATDelete deletes a standalone revNAT entry.
+func (e *Engine) RevNATDelete(ctx context.Context, id lb.ServiceID) error {
+	_, err := e.revNAT(ctx, "delete revNAT", func(ch chan<- messages.RevNATReply) any {
+		return &messages.RevNATDelete{ID: id, Reply: ch}
+	})
+	return err
+}
+
+// RevNATDeleteAll deletes every standalone revNAT entry.
+func (e *Engine) RevNATDeleteAll(ctx context.Context) error {
+	_, err := e.revNAT(ctx, "delete all revNAT", func(ch chan<- messages.RevNATReply) any {
+		return &messages.RevNATDeleteAll{Reply: ch}
+	})
+	return err
+}
+
+// RevNATGet returns the revNAT entry of id.
+func (e *Engine) RevNATGet(ctx context.Context, id lb.ServiceID) (RevNAT, error) {
+	es, err := e.revNAT(ctx, "get revNAT", func(ch chan<- messages.RevNATReply) any {
+		return &messages.RevNATGet{ID: id, Reply: ch}
+	})
+	if err != nil {
+		return RevNAT{}, err
+	}
+	return es[0], nil
+}
+
+// RevNATDump returns every revNAT entry sorted by ID.
+func (e *Engine) RevNATDump(ctx context.Context) ([]RevNAT, error) {
+	return e.revNAT(ctx, "dump revNAT", func(ch chan<- messages.RevNATReply) any {
+		return &messages.RevNATDump{Reply: ch}
+	})
+}
+
+// MapStats counts the entries written and deleted through one map.
+type MapStats struct {
+	Name       string
+	MaxEntries int
+	maps.Counters
+}
+
+// Stats are the engine's counters.
+type Stats struct {
+	messages.StatsReply
+	Maps []MapStats
+}
+
+// MapWrites is the total of entries written and deleted in every map.
+func (s Stats) MapWrites() uint64 {
+	var n uint64
+	for _, m := range s.Maps {
+		n += m.Updated + m.Deleted
+	}
+	return n
+}
+
+// Stats returns counts of services and backends, map writes by map, actor
+// restarts and the figures of the last restore.
+func (e *Engine) Stats(ctx context.Context) (Stats, error) {
+	r, err := call(ctx, e, func(ch chan<- messages.StatsReply) any { return &messages.Stats{Reply: ch} })
+	if err != nil {
+		return Stats{}, fmt.Errorf("stats: %w", err)
+	}
+	st := Stats{StatsReply: r}
+	for _, m := range []interface {
+		Name() string
+		MaxEntries() int
+		Counters() maps.Counters
+	}{e.maps.Service4, e.maps.Backend4, e.maps.RevNAT4, e.maps.Service6, e.maps.Backend6, e.maps.RevNAT6} {
+		st.Maps = append(st.Maps, MapStats{Name: m.Name(), MaxEntries: m.MaxEntries(), Counters: m.Counters()})
+	}
+	return st, nil
+}

@@ -1,0 +1,195 @@
+package actors
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sync/atomic"
+
+	"github.com/actorlb/actorlb/internal/idalloc"
+	lb "github.com/actorlb/actorlb/loadbalancer"
+	"github.com/actorlb/actorlb/messages"
+	"github.com/asynkron/protoactor-go/actor"
+)
+
+// allocatorActor owns the service and backend ID spaces. Its state lives
+// only in memory: after a restart it is empty until the supervisor sends
+// AllocRestore, built from the table.
+type allocatorActor struct {
+	svc *idalloc.Allocator[lb.L3n4Addr, lb.ServiceID]
+	be  *idalloc.Allocator[lb.L3n4Addr, lb.BackendID]
+	// restarted is set on every incarnation but the first: the state is
+	// gone, so requests wait (in arrival order) until AllocRestore.
+	restarted bool
+	waiting   []queued
+}
+
+type queued struct {
+	sender *actor.PID
+	msg    any
+}
+
+// newAllocatorProducer returns the allocator's producer; it counts
+// incarnations so that a restarted allocator knows it must be restored.
+func newAllocatorProducer() actor.Producer {
+	var incarnations atomic.Int64
+	return func() actor.Actor {
+		return &allocatorActor{
+			svc:       idalloc.New[lb.L3n4Addr, lb.ServiceID](lb.MaxServiceID),
+			be:        idalloc.New[lb.L3n4Addr, lb.BackendID](math.MaxUint32),
+			restarted: incarnations.Add(1) > 1,
+		}
+	}
+}
+
+func (a *allocatorActor) Receive(ctx actor.Context) {
+	msg := ctx.Message()
+	switch msg.(type) {
+	case *messages.AllocAcquire, *messages.AllocRelease, *messages.AllocUnhold, *messages.AllocReserve, *messages.AllocDrop:
+		if a.restarted {
+			a.waiting = append(a.waiting, queued{ctx.Sender(), msg})
+			return
+		}
+	case *messages.AllocRestore:
+		ctx.Respond(a.handle(msg))
+		a.restarted = false
+		for _, q := range a.waiting {
+			ctx.Send(q.sender, a.handle(q.msg))
+		}
+		a.waiting = nil
+		return
+	default:
+		return
+	}
+	ctx.Respond(a.handle(msg))
+}
+
+func (a *allocatorActor) handle(msg any) any {
+	switch m := msg.(type) {
+	case *messages.AllocAcquire:
+		return a.acquire(m)
+	case *messages.AllocRelease:
+		return a.release(m)
+	case *messages.AllocUnhold:
+		for _, id := range m.ServiceIDs {
+			a.svc.Unhold(id)
+		}
+		for _, id := range m.BackendIDs {
+			a.be.Unhold(id)
+		}
+		return &messages.AllocDone{ReqID: m.ReqID}
+	case *messages.AllocRestore:
+		return &messages.AllocDone{ReqID: m.ReqID, Err: a.restore(m)}
+	case *messages.AllocReserve:
+		err := a.svc.Restore(m.Key, m.ID)
+		if err != nil {
+			err = fmt.Errorf("%w: service ID %d: %v", ErrServiceIDInUse, m.ID, err)
+		}
+		return &messages.AllocDone{ReqID: m.ReqID, Err: err}
+	case *messages.AllocDrop:
+		return &messages.AllocDone{ReqID: m.ReqID, Err: a.svc.DropReservation(m.Key)}
+	}
+	return nil
+}
+
+// acquire is all or nothing: on any error, what it took is given back.
+func (a *allocatorActor) acquire(m *messages.AllocAcquire) *messages.AllocAcquired {
+	r := &messages.AllocAcquired{ReqID: m.ReqID}
+	if m.Service {
+		var err error
+		if m.WantID != 0 {
+			_, err = a.svc.AcquireID(m.Frontend, m.WantID)
+			r.ServiceID = m.WantID
+		} else {
+			r.ServiceID, _, err = a.svc.Acquire(m.Frontend)
+		}
+		if err != nil {
+			r.Err = serviceIDError(m, err)
+			return r
+		}
+	}
+	r.BackendIDs = make([]lb.BackendID, 0, len(m.Backends))
+	for _, k := range m.Backends {
+		id, _, err := a.be.Acquire(k)
+		if err != nil {
+			for _, k := range m.Backends[:len(r.BackendIDs)] {
+				a.be.Release(k)
+			}
+			if m.Service {
+				a.svc.Release(m.Frontend)
+			}
+			r.Err = fmt.Errorf("acquire backend ID for %s: %w", k, err)
+			r.BackendIDs = nil
+			return r
+		}
+		r.BackendIDs = append(r.BackendIDs, id)
+	}
+	return r
+}
+
+func serviceIDError(m *messages.AllocAcquire, err error) error {
+	var conflict *idalloc.ConflictError
+	var bound *idalloc.KeyBoundError
+	switch {
+	case errors.As(err, &conflict):
+		return fmt.Errorf("%w: service ID %d is already registered to %v", ErrServiceIDInUse, m.WantID, conflict.Key)
+	case errors.As(err, &bound):
+		return fmt.Errorf("%w: frontend %s is already registered with ID %d", ErrFrontendInUse, m.Frontend, bound.ID)
+	case errors.Is(err, idalloc.ErrIDSpaceExhausted):
+		return fmt.Errorf("acquire service ID for %s: %w", m.Frontend, ErrIDSpaceExhausted)
+	case errors.Is(err, idalloc.ErrIDHeld):
+		return fmt.Errorf("%w: service ID %d is still being released by its previous owner (retry)", ErrServiceIDInUse, m.WantID)
+	}
+	return fmt.Errorf("acquire service ID for %s: %w", m.Frontend, err)
+}
+
+func (a *allocatorActor) release(m *messages.AllocRelease) *messages.AllocReleased {
+	r := &messages.AllocReleased{ReqID: m.ReqID}
+	var errs []error
+	for _, k := range m.Backends {
+		id, freed, err := a.be.Release(k)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("release backend %s: %w", k, err))
+			continue
+		}
+		if freed {
+			_ = a.be.Hold(id)
+			r.FreedBackends = append(r.FreedBackends, id)
+		}
+	}
+	if m.Service {
+		id, freed, err := a.svc.Release(m.Frontend)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("release service %s: %w", m.Frontend, err))
+		} else if freed {
+			r.FreedService = id
+		}
+	}
+	r.Err = errors.Join(errs...)
+	return r
+}
+
+func (a *allocatorActor) restore(m *messages.AllocRestore) error {
+	a.svc = idalloc.New[lb.L3n4Addr, lb.ServiceID](lb.MaxServiceID)
+	a.be = idalloc.New[lb.L3n4Addr, lb.BackendID](math.MaxUint32)
+	var errs []error
+	for _, b := range m.Services {
+		errs = append(errs, bind(a.svc, b.Key, lb.ServiceID(b.ID), b.Refs))
+	}
+	for _, b := range m.Backends {
+		errs = append(errs, bind(a.be, b.Key, lb.BackendID(b.ID), b.Refs))
+	}
+	return errors.Join(errs...)
+}
+
+func bind[I idalloc.ID](a *idalloc.Allocator[lb.L3n4Addr, I], key lb.L3n4Addr, id I, refs int) error {
+	if err := a.Restore(key, id); err != nil {
+		return fmt.Errorf("restore %s -> %d: %w", key, id, err)
+	}
+	for range refs {
+		if _, _, err := a.Acquire(key); err != nil {
+			return fmt.Errorf("restore %s -> %d: %w", key, id, err)
+		}
+	}
+	return nil
+}

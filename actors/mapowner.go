@@ -1,0 +1,89 @@
+package actors
+
+import (
+	"fmt"
+
+	"github.com/actorlb/actorlb/maps"
+	"github.com/actorlb/actorlb/messages"
+	"github.com/asynkron/protoactor-go/actor"
+)
+
+// mapActor owns one service or backend map and its mirror. On every
+// (re)start it rebuilds the mirror from the map before it handles any
+// queued message.
+type mapActor[E comparable, K comparable] struct {
+	name   string
+	mirror *mirror[E, K]
+}
+
+func newServiceMapActor(m maps.ServiceMap) actor.Producer {
+	return func() actor.Actor {
+		return &mapActor[maps.ServiceEntry, maps.ServiceKey]{name: m.Name(), mirror: newMirror[maps.ServiceEntry, maps.ServiceKey](m, serviceKeyOf)}
+	}
+}
+
+func newBackendMapActor(m maps.BackendMap) actor.Producer {
+	return func() actor.Actor {
+		return &mapActor[maps.BackendEntry, uint32]{name: m.Name(), mirror: newMirror[maps.BackendEntry, uint32](m, backendKeyOf)}
+	}
+}
+
+func (a *mapActor[E, K]) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		if err := a.mirror.load(); err != nil {
+			// A map we cannot read: fail, so the supervisor restarts us.
+			panic(fmt.Errorf("%s: load mirror: %w", a.name, err))
+		}
+	case *messages.MapApply[E, K]:
+		w, d, err := a.mirror.apply(m.Writes, m.Deletes)
+		ctx.Respond(&messages.MapApplied{ReqID: m.ReqID, Written: w, Deleted: d, Err: err})
+	case *messages.MapDump:
+		ctx.Respond(&messages.MapDumped[E]{ReqID: m.ReqID, Entries: a.mirror.dump()})
+	}
+}
+
+// revNATActor owns both revNAT maps and their mirrors.
+type revNATActor struct {
+	v4, v6 *mirror[maps.RevNATEntry, uint16]
+}
+
+func newRevNATActor(m4, m6 maps.RevNATMap) actor.Producer {
+	return func() actor.Actor {
+		return &revNATActor{
+			v4: newMirror[maps.RevNATEntry, uint16](m4, revNATKeyOf),
+			v6: newMirror[maps.RevNATEntry, uint16](m6, revNATKeyOf),
+		}
+	}
+}
+
+func (a *revNATActor) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		if err := a.v4.load(); err != nil {
+			panic(fmt.Errorf("revnat: load mirror: %w", err))
+		}
+		if err := a.v6.load(); err != nil {
+			panic(fmt.Errorf("revnat: load mirror: %w", err))
+		}
+	case *messages.RevNATApply:
+		var w4, w6 []maps.RevNATEntry
+		for _, e := range m.Writes {
+			if maps.FamilyOf(e.Value.Address) == maps.IPv6 {
+				w6 = append(w6, e)
+			} else {
+				w4 = append(w4, e)
+			}
+		}
+		r := &messages.MapApplied{ReqID: m.ReqID}
+		w, d, err := a.v4.apply(w4, m.Deletes4)
+		r.Written, r.Deleted, r.Err = w, d, err
+		if err == nil {
+			w, d, err = a.v6.apply(w6, m.Deletes6)
+			r.Written, r.Deleted, r.Err = r.Written+w, r.Deleted+d, err
+		}
+		ctx.Respond(r)
+	case *messages.MapDump:
+		ctx.Respond(&messages.RevNATDumped{ReqID: m.ReqID, V4: a.v4.dump(), V6: a.v6.dump()})
+	}
+}

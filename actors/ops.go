@@ -1,0 +1,191 @@
+package actors
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/actorlb/actorlb/messages"
+	"github.com/asynkron/protoactor-go/actor"
+)
+
+// step is one stage of an operation: it sends requests (through
+// Supervisor.request) and the operation moves on when all are answered.
+type step struct {
+	name string
+	do   func(s *Supervisor, ctx actor.Context, o *op)
+}
+
+// op is one operation in flight: a list of steps, the requests of the
+// current step still unanswered, and what to run to roll back on failure.
+type op struct {
+	key      opKey // frontend queue it belongs to (zero: not queued)
+	queued   bool
+	start    func(s *Supervisor, ctx actor.Context, o *op) // builds steps when the op reaches the head of its queue
+	steps    []step
+	next     int
+	cur      string
+	pending  int
+	err      error
+	rollback func() []step // steps that undo a failed op; nil: nothing to undo
+	rolling  bool
+	rbErr    error
+	finish   func(s *Supervisor, err error)
+	done     bool
+	// IDs this op has taken from the allocator and not yet given back or
+	// put in the table: counted when a restarted allocator is restored.
+	svcHold *messages.AllocBinding
+	beHolds []messages.AllocBinding
+}
+
+type opKey struct {
+	fe  string
+	set bool
+}
+
+// fail records the first error of the op's current step.
+func (o *op) fail(err error) {
+	if err == nil {
+		return
+	}
+	if o.rolling {
+		o.rbErr = errors.Join(o.rbErr, fmt.Errorf("%s: %w", o.cur, err))
+		return
+	}
+	if o.err == nil {
+		o.err = fmt.Errorf("%s: %w", o.cur, err)
+	}
+}
+
+// pendingReq is a request sent to a child and not yet answered.
+type pendingReq struct {
+	op      *op
+	child   string
+	msg     any
+	tries   int
+	onReply func(reply any) error
+}
+
+// run starts an op: it runs at once unless another op of the same key is
+// ahead of it.
+func (s *Supervisor) run(ctx actor.Context, o *op) {
+	if o.key.set {
+		q := s.queues[o.key.fe]
+		s.queues[o.key.fe] = append(q, o)
+		o.queued = true
+		if len(q) > 0 {
+			return
+		}
+	}
+	s.begin(ctx, o)
+}
+
+func (s *Supervisor) begin(ctx actor.Context, o *op) {
+	s.inflight++
+	if o.start != nil {
+		o.start(s, ctx, o)
+	}
+	s.advance(ctx, o)
+}
+
+// advance runs steps until one is waiting for replies or the op is done.
+func (s *Supervisor) advance(ctx actor.Context, o *op) {
+	for !o.done && o.pending == 0 {
+		if o.err != nil && !o.rolling {
+			o.rolling = true
+			o.steps, o.next = nil, 0
+			if o.rollback != nil {
+				o.steps = o.rollback()
+			}
+		}
+		if o.next >= len(o.steps) {
+			s.complete(ctx, o)
+			return
+		}
+		st := o.steps[o.next]
+		o.next++
+		o.cur = st.name
+		st.do(s, ctx, o)
+	}
+}
+
+func (s *Supervisor) complete(ctx actor.Context, o *op) {
+	o.done = true
+	s.inflight--
+	err := o.err
+	if err != nil && o.rbErr != nil {
+		err = fmt.Errorf("%w; rollback failed: %v", err, o.rbErr)
+		s.log.WithError(o.rbErr).Warn("rollback failed; the next restore repairs the maps")
+	}
+	if o.finish != nil {
+		o.finish(s, err)
+	}
+	if o.queued {
+		q := s.queues[o.key.fe]
+		q = q[1:]
+		if len(q) == 0 {
+			delete(s.queues, o.key.fe)
+			return
+		}
+		s.queues[o.key.fe] = q
+		s.begin(ctx, q[0])
+	}
+}
+
+// request sends msg to a child for op o; onReply runs on the reply.
+func (s *Supervisor) request(ctx actor.Context, o *op, child string, reqID uint64, msg any, onReply func(reply any) error) {
+	o.pending++
+	s.reqs[reqID] = &pendingReq{op: o, child: child, msg: msg, onReply: onReply}
+	ctx.Request(s.children[child], msg)
+}
+
+func (s *Supervisor) newReqID() uint64 {
+	s.nextReq++
+	return s.nextReq
+}
+
+// onReply handles a child's reply to request id.
+func (s *Supervisor) onReply(ctx actor.Context, id uint64, reply any) {
+	p, ok := s.reqs[id]
+	if !ok {
+		return // a duplicate reply to a request that was resent
+	}
+	delete(s.reqs, id)
+	o := p.op
+	o.pending--
+	if p.onReply != nil {
+		o.fail(p.onReply(reply))
+	}
+	s.advance(ctx, o)
+}
+
+// failRequest answers a pending request with err (the child could not).
+func (s *Supervisor) failRequest(ctx actor.Context, id uint64, err error) {
+	p, ok := s.reqs[id]
+	if !ok {
+		return
+	}
+	delete(s.reqs, id)
+	p.op.pending--
+	p.op.fail(err)
+	s.advance(ctx, p.op)
+}
+
+func replyID(msg any) (uint64, error, bool) {
+	switch m := msg.(type) {
+	case *mapAppliedT:
+		return m.ReqID, m.Err, true
+	case *svcDumpedT:
+		return m.ReqID, m.Err, true
+	case *beDumpedT:
+		return m.ReqID, m.Err, true
+	case *revDumpedT:
+		return m.ReqID, m.Err, true
+	case *allocAcquiredT:
+		return m.ReqID, m.Err, true
+	case *allocReleasedT:
+		return m.ReqID, m.Err, true
+	case *allocDoneT:
+		return m.ReqID, m.Err, true
+	}
+	return 0, nil, false
+}

@@ -1,0 +1,304 @@
+package actors
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/actorlb/actorlb/internal/table"
+	lb "github.com/actorlb/actorlb/loadbalancer"
+	"github.com/actorlb/actorlb/maps"
+	"github.com/actorlb/actorlb/messages"
+	"github.com/asynkron/protoactor-go/actor"
+)
+
+func feKey(fe lb.L3n4Addr) opKey { return opKey{fe: fe.String(), set: true} }
+
+// slotKeys returns the service map keys of slots from..to of fe.
+func slotKeys(fe lb.L3n4Addr, from, to int) []maps.ServiceKey {
+	var out []maps.ServiceKey
+	for i := from; i <= to; i++ {
+		out = append(out, table.Key(fe, uint16(i)))
+	}
+	return out
+}
+
+// serviceWrites is slots 1..n then the master: make before break.
+func serviceWrites(svc *table.Service) []maps.ServiceEntry {
+	return append(table.Slots(svc), table.Master(svc))
+}
+
+// Step builders shared by upsert, delete and their rollbacks.
+
+func stepWriteService(name string, svc *table.Service, deleteTo int) step {
+	return step{name: name, do: func(s *Supervisor, ctx actor.Context, o *op) {
+		id := s.newReqID()
+		s.request(ctx, o, svcChild(svc.Family()), id, &messages.ServiceApply{
+			ReqID: id, Writes: serviceWrites(svc), Deletes: slotKeys(svc.Frontend(), table.SlotCount(svc)+1, deleteTo),
+		}, applied)
+	}}
+}
+
+func stepDeleteService(name string, svc *table.Service, slots int) step {
+	return step{name: name, do: func(s *Supervisor, ctx actor.Context, o *op) {
+		id := s.newReqID()
+		s.request(ctx, o, svcChild(svc.Family()), id, &messages.ServiceApply{
+			ReqID: id, Deletes: slotKeys(svc.Frontend(), 0, slots), // master first
+		}, applied)
+	}}
+}
+
+func stepWriteBackendsRevNAT(name string, svc *table.Service) step {
+	return step{name: name, do: func(s *Supervisor, ctx actor.Context, o *op) {
+		id := s.newReqID()
+		s.request(ctx, o, beChild(svc.Family()), id, &messages.BackendApply{ReqID: id, Writes: table.BackendEntries(svc)}, applied)
+		id = s.newReqID()
+		s.request(ctx, o, ChildRevNAT, id, &messages.RevNATApply{ReqID: id, Writes: []maps.RevNATEntry{table.RevNAT(svc)}}, applied)
+	}}
+}
+
+func stepDeleteRevNAT(name string, f maps.Family, sid lb.ServiceID) step {
+	return step{name: name, do: func(s *Supervisor, ctx actor.Context, o *op) {
+		id := s.newReqID()
+		m := &messages.RevNATApply{ReqID: id}
+		if f == maps.IPv6 {
+			m.Deletes6 = []uint16{uint16(sid)}
+		} else {
+			m.Deletes4 = []uint16{uint16(sid)}
+		}
+		s.request(ctx, o, ChildRevNAT, id, m, applied)
+	}}
+}
+
+// stepsRelease gives backend references (and the service ID when svc) back
+// to the allocator, deletes the backends that became unreferenced, then
+// lets their IDs be reused.
+func stepsRelease(f maps.Family, fe lb.L3n4Addr, svc bool, keys []lb.L3n4Addr) []step {
+	if len(keys) == 0 && !svc {
+		return nil
+	}
+	var freed []lb.BackendID
+	return []step{
+		{name: "release IDs", do: func(s *Supervisor, ctx actor.Context, o *op) {
+			id := s.newReqID()
+			s.request(ctx, o, ChildAllocator, id, &messages.AllocRelease{ReqID: id, Service: svc, Frontend: fe, Backends: keys}, func(r any) error {
+				rep := r.(*messages.AllocReleased)
+				freed = rep.FreedBackends
+				o.beHolds = nil
+				if svc {
+					o.svcHold = nil
+				}
+				return rep.Err
+			})
+		}},
+		{name: "delete backends", do: func(s *Supervisor, ctx actor.Context, o *op) {
+			if len(freed) == 0 {
+				return
+			}
+			ids := make([]uint32, len(freed))
+			for i, b := range freed {
+				ids[i] = uint32(b)
+			}
+			id := s.newReqID()
+			s.request(ctx, o, beChild(f), id, &messages.BackendApply{ReqID: id, Deletes: ids}, applied)
+		}},
+		{name: "reuse backend IDs", do: func(s *Supervisor, ctx actor.Context, o *op) {
+			if len(freed) == 0 {
+				return
+			}
+			id := s.newReqID()
+			s.request(ctx, o, ChildAllocator, id, &messages.AllocUnhold{ReqID: id, BackendIDs: freed}, done)
+		}},
+	}
+}
+
+func applied(r any) error { return r.(*messages.MapApplied).Err }
+func done(r any) error    { return r.(*messages.AllocDone).Err }
+
+// upsertOp builds the op for one service (already validated). reply gets
+// the outcome.
+func (s *Supervisor) upsertOp(spec *lb.Service, reply func(id lb.ServiceID, created bool, err error)) *op {
+	fe := spec.Frontend.L3n4Addr
+	o := &op{key: feKey(fe)}
+	var (
+		created bool
+		newSvc  *table.Service
+	)
+	o.finish = func(s *Supervisor, err error) {
+		if err != nil {
+			reply(0, false, fmt.Errorf("upsert service %s: %w", fe, err))
+			return
+		}
+		reply(newSvc.ID(), created, nil)
+	}
+	o.start = func(s *Supervisor, ctx actor.Context, o *op) {
+		var old *table.Service
+		if id, ok := s.byFE[fe]; ok {
+			old = s.services[id]
+		}
+		want := spec.Frontend.ID
+		if old != nil && want != 0 && want != old.ID() {
+			o.err = fmt.Errorf("%w: frontend %s is already registered with ID %d", ErrFrontendInUse, fe, old.ID())
+			return
+		}
+		if want != 0 {
+			if other, ok := s.services[want]; ok && other.Frontend() != fe {
+				o.err = fmt.Errorf("%w: service ID %d is already registered to %s", ErrServiceIDInUse, want, other.Frontend())
+				return
+			}
+			if addr, ok := s.standalone[want]; ok {
+				o.err = fmt.Errorf("%w: service ID %d is already registered to revNAT entry %s", ErrServiceIDInUse, want, addr.AddrPort())
+				return
+			}
+		}
+		newSvc = &table.Service{Spec: *spec.DeepCopy()}
+		table.SlotOrder(newSvc.Spec.Backends, nil)
+		newSvc.BackendIDs = make([]lb.BackendID, len(newSvc.Spec.Backends))
+		oldIDs := map[lb.L3n4Addr]lb.BackendID{}
+		oldBe := map[lb.L3n4Addr]lb.Backend{}
+		if old != nil {
+			newSvc.Spec.Frontend.ID = old.ID()
+			for i, b := range old.Spec.Backends {
+				oldIDs[table.BackendKey(b)] = old.BackendIDs[i]
+				oldBe[table.BackendKey(b)] = b
+			}
+		}
+		var acquire []lb.L3n4Addr
+		var acquireIdx []int
+		newKeys := map[lb.L3n4Addr]bool{}
+		for i, b := range newSvc.Spec.Backends {
+			k := table.BackendKey(b)
+			newKeys[k] = true
+			if ob, ok := oldBe[k]; ok {
+				if err := lb.ValidateStateTransition(ob.State, b.State); err != nil {
+					o.err = fmt.Errorf("backend %s: %w", b.AddrPort(), err)
+					return
+				}
+				newSvc.BackendIDs[i] = oldIDs[k]
+				continue
+			}
+			acquire = append(acquire, k)
+			acquireIdx = append(acquireIdx, i)
+		}
+		var removed []lb.L3n4Addr
+		if old != nil {
+			for _, b := range old.Spec.Backends {
+				if k := table.BackendKey(b); !newKeys[k] {
+					removed = append(removed, k)
+				}
+			}
+		}
+		created = old == nil
+		f := newSvc.Family()
+		oldSlots := 0
+		if old != nil {
+			oldSlots = table.SlotCount(old)
+		}
+		maxSlots := max(oldSlots, len(newSvc.Spec.Backends))
+
+		o.steps = []step{
+			{name: "acquire IDs", do: func(s *Supervisor, ctx actor.Context, o *op) {
+				if !created && len(acquire) == 0 {
+					return
+				}
+				id := s.newReqID()
+				s.request(ctx, o, ChildAllocator, id, &messages.AllocAcquire{
+					ReqID: id, Service: created, Frontend: fe, WantID: want, Backends: acquire,
+				}, func(r any) error {
+					rep := r.(*messages.AllocAcquired)
+					if rep.Err != nil {
+						return rep.Err
+					}
+					if created {
+						newSvc.Spec.Frontend.ID = rep.ServiceID
+						o.svcHold = &messages.AllocBinding{Key: fe, ID: uint64(rep.ServiceID), Refs: 1}
+					}
+					for j, i := range acquireIdx {
+						newSvc.BackendIDs[i] = rep.BackendIDs[j]
+						o.beHolds = append(o.beHolds, messages.AllocBinding{Key: acquire[j], ID: uint64(rep.BackendIDs[j]), Refs: 1})
+					}
+					return nil
+				})
+			}},
+			stepWriteBackendsRevNAT("write backends and revNAT", newSvc),
+			stepWriteService("write service", newSvc, maxSlots),
+			{name: "commit", do: func(s *Supervisor, ctx actor.Context, o *op) {
+				s.services[newSvc.ID()] = newSvc
+				s.byFE[fe] = newSvc.ID()
+				o.svcHold, o.beHolds = nil, nil
+				o.rollback = nil // past the point of no return
+			}},
+		}
+		o.steps = append(o.steps, stepsRelease(f, fe, false, removed)...)
+
+		o.rollback = func() []step {
+			acquiredKeys := make([]lb.L3n4Addr, len(o.beHolds))
+			for i, h := range o.beHolds {
+				acquiredKeys[i] = h.Key
+			}
+			if created {
+				if o.svcHold == nil {
+					return nil // nothing was acquired, so nothing was written
+				}
+				return append([]step{
+					stepDeleteService("roll back: delete service", newSvc, maxSlots),
+					stepDeleteRevNAT("roll back: delete revNAT", f, newSvc.ID()),
+				}, stepsRelease(f, fe, true, acquiredKeys)...)
+			}
+			return append([]step{
+				stepWriteBackendsRevNAT("roll back: write backends and revNAT", old),
+				stepWriteService("roll back: write service", old, maxSlots),
+			}, stepsRelease(f, fe, false, acquiredKeys)...)
+		}
+	}
+	return o
+}
+
+// deleteOp builds the op that deletes the service of fe (which must still
+// have ID want when the op starts, if want is set).
+func (s *Supervisor) deleteOp(fe lb.L3n4Addr, want lb.ServiceID, reply func(id lb.ServiceID, err error)) *op {
+	o := &op{key: feKey(fe)}
+	var old *table.Service
+	o.finish = func(s *Supervisor, err error) {
+		if err != nil {
+			what := fe.String()
+			if want != 0 {
+				what = strconv.Itoa(int(want))
+			}
+			reply(0, fmt.Errorf("delete service %s: %w", what, err))
+			return
+		}
+		reply(old.ID(), nil)
+	}
+	o.start = func(s *Supervisor, ctx actor.Context, o *op) {
+		id, ok := s.byFE[fe]
+		if !ok || (want != 0 && id != want) {
+			o.err = ErrServiceNotFound
+			return
+		}
+		old = s.services[id]
+		f := old.Family()
+		slots := table.SlotCount(old)
+		keys := make([]lb.L3n4Addr, len(old.Spec.Backends))
+		for i, b := range old.Spec.Backends {
+			keys[i] = table.BackendKey(b)
+		}
+		o.steps = []step{
+			stepDeleteService("delete service", old, slots),
+			{name: "commit", do: func(s *Supervisor, ctx actor.Context, o *op) {
+				delete(s.services, id)
+				delete(s.byFE, fe)
+				o.rollback = nil
+			}},
+		}
+		o.steps = append(o.steps, stepsRelease(f, fe, false, keys)...)
+		o.steps = append(o.steps, stepDeleteRevNAT("delete revNAT", f, id))
+		o.steps = append(o.steps, stepsRelease(f, fe, true, nil)...)
+		o.rollback = func() []step {
+			return []step{stepWriteService("roll back: write service", old, slots)}
+		}
+	}
+	return o
+}
+
+var errInvalidSync = errors.New("invalid sync")

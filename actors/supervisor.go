@@ -1,0 +1,378 @@
+package actors
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/actorlb/actorlb/internal/table"
+	lb "github.com/actorlb/actorlb/loadbalancer"
+	"github.com/actorlb/actorlb/maps"
+	"github.com/actorlb/actorlb/messages"
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/sirupsen/logrus"
+)
+
+type (
+	mapAppliedT    = messages.MapApplied
+	svcDumpedT     = messages.MapDumped[maps.ServiceEntry]
+	beDumpedT      = messages.MapDumped[maps.BackendEntry]
+	revDumpedT     = messages.RevNATDumped
+	allocAcquiredT = messages.AllocAcquired
+	allocReleasedT = messages.AllocReleased
+	allocDoneT     = messages.AllocDone
+)
+
+// Child names (PIDs are "<supervisor>/<name>").
+const (
+	ChildAllocator = "alloc"
+	ChildService4  = "svc4"
+	ChildService6  = "svc6"
+	ChildBackend4  = "be4"
+	ChildBackend6  = "be6"
+	ChildRevNAT    = "revnat"
+)
+
+// Children lists the child names.
+var Children = []string{ChildAllocator, ChildService4, ChildService6, ChildBackend4, ChildBackend6, ChildRevNAT}
+
+func svcChild(f maps.Family) string {
+	if f == maps.IPv6 {
+		return ChildService6
+	}
+	return ChildService4
+}
+
+func beChild(f maps.Family) string {
+	if f == maps.IPv6 {
+		return ChildBackend6
+	}
+	return ChildBackend4
+}
+
+// Config configures the supervisor.
+type Config struct {
+	Maps *maps.LBMaps
+	Log  *logrus.Entry
+	// Restore rebuilds the table from the maps at start; when false the
+	// maps are emptied instead.
+	Restore bool
+	// ChildMiddleware is added to every child (failure injection in tests).
+	ChildMiddleware []actor.ReceiverMiddleware
+	// MaxRestarts children may do within RestartWindow before they are
+	// stopped and respawned (default 10 in 10 s).
+	MaxRestarts   int
+	RestartWindow time.Duration
+	// MaxResends bounds how often a request lost in a child crash is sent
+	// again (default 3).
+	MaxResends int
+	// OnStopped runs when the supervisor has stopped with its children.
+	OnStopped func()
+}
+
+// Supervisor is the engine: it owns the table of services and coordinates
+// every operation with its children by messages.
+type Supervisor struct {
+	cfg      Config
+	log      *logrus.Entry
+	strategy actor.SupervisorStrategy
+	self     *actor.PID
+	children map[string]*actor.PID
+
+	services   map[lb.ServiceID]*table.Service
+	byFE       map[lb.L3n4Addr]lb.ServiceID
+	standalone map[lb.ServiceID]lb.L3n4Addr // revNAT entries without service
+
+	queues   map[string][]*op
+	reqs     map[uint64]*pendingReq
+	nextReq  uint64
+	inflight int
+	active   []*op
+
+	ready      bool
+	readyErr   error
+	waitReady  []chan<- error
+	deferred   []any
+	restore    messages.RestoreStats
+	restarts   map[string]int
+	resent     int
+	stopping   bool
+}
+
+// NewSupervisorProducer returns the producer of the supervisor actor: each
+// incarnation starts empty and restores from the maps.
+func NewSupervisorProducer(cfg Config) actor.Producer {
+	if cfg.Log == nil {
+		cfg.Log = logrus.NewEntry(logrus.StandardLogger())
+	}
+	if cfg.MaxRestarts == 0 {
+		cfg.MaxRestarts = 10
+	}
+	if cfg.RestartWindow == 0 {
+		cfg.RestartWindow = 10 * time.Second
+	}
+	if cfg.MaxResends == 0 {
+		cfg.MaxResends = 3
+	}
+	restarts := map[string]int{} // survives supervisor restarts; only ever touched by the current incarnation
+	return func() actor.Actor {
+		s := &Supervisor{
+			cfg:        cfg,
+			log:        cfg.Log.WithField("actor", "supervisor"),
+			children:   map[string]*actor.PID{},
+			services:   map[lb.ServiceID]*table.Service{},
+			byFE:       map[lb.L3n4Addr]lb.ServiceID{},
+			standalone: map[lb.ServiceID]lb.L3n4Addr{},
+			queues:     map[string][]*op{},
+			reqs:       map[uint64]*pendingReq{},
+			restarts:   restarts,
+		}
+		s.strategy = actor.NewOneForOneStrategy(cfg.MaxRestarts, cfg.RestartWindow, actor.DefaultDecider)
+		return s
+	}
+}
+
+// HandleFailure makes the supervisor the strategy of its children. It runs
+// on the supervisor's goroutine: it counts the failure, lets the
+// one-for-one strategy restart the child, then asks itself to resend the
+// request that was lost with the crash.
+func (s *Supervisor) HandleFailure(sys *actor.ActorSystem, sup actor.Supervisor, child *actor.PID, rs *actor.RestartStatistics, reason, message interface{}) {
+	name := childName(child)
+	s.restarts[name]++
+	s.log.WithFields(logrus.Fields{"child": name, "reason": fmt.Sprint(reason)}).Warn("child actor failed; restarting it")
+	failed := actor.UnwrapEnvelopeMessage(message)
+	s.strategy.HandleFailure(sys, sup, child, rs, reason, message)
+	sys.Root.Send(s.self, &childFailed{child: name, failed: failed})
+}
+
+type childFailed struct {
+	child  string
+	failed any
+}
+
+func childName(pid *actor.PID) string {
+	id := pid.GetId()
+	for i := len(id) - 1; i >= 0; i-- {
+		if id[i] == '/' {
+			return id[i+1:]
+		}
+	}
+	return id
+}
+
+// Receive dispatches lifecycle, edge and child messages.
+func (s *Supervisor) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		s.self = ctx.Self()
+		for _, name := range Children {
+			s.spawn(ctx, name)
+		}
+		s.startRestore(ctx)
+		return
+	case *actor.Restarting:
+		s.stopping = true
+		s.abortAll(fmt.Errorf("engine restarted while the operation was in flight; it was rolled back or completed by restore (check with Get): %w", ErrNotReady))
+		return
+	case *actor.Stopping:
+		s.stopping = true
+		s.abortAll(ErrStopped)
+		return
+	case *actor.Stopped:
+		if s.cfg.OnStopped != nil {
+			s.cfg.OnStopped()
+		}
+		return
+	case *actor.Terminated:
+		s.onTerminated(ctx, m)
+		return
+	case *childFailed:
+		s.onChildFailed(ctx, m)
+		return
+	}
+	if id, _, ok := replyID(ctx.Message()); ok {
+		s.onReply(ctx, id, ctx.Message())
+		return
+	}
+	s.handleEdge(ctx, ctx.Message())
+}
+
+func (s *Supervisor) props(name string) *actor.Props {
+	var producer actor.Producer
+	mp := s.cfg.Maps
+	switch name {
+	case ChildAllocator:
+		producer = newAllocatorProducer()
+	case ChildService4:
+		producer = newServiceMapActor(mp.Service4)
+	case ChildService6:
+		producer = newServiceMapActor(mp.Service6)
+	case ChildBackend4:
+		producer = newBackendMapActor(mp.Backend4)
+	case ChildBackend6:
+		producer = newBackendMapActor(mp.Backend6)
+	case ChildRevNAT:
+		producer = newRevNATActor(mp.RevNAT4, mp.RevNAT6)
+	}
+	return actor.PropsFromProducer(producer, actor.WithReceiverMiddleware(s.cfg.ChildMiddleware...))
+}
+
+func (s *Supervisor) spawn(ctx actor.Context, name string) {
+	pid, err := ctx.SpawnNamed(s.props(name), name)
+	if err != nil {
+		panic(fmt.Errorf("spawn %s: %w", name, err))
+	}
+	s.children[name] = pid
+}
+
+// onTerminated respawns a child that stopped for good (retries exhausted
+// or stopped from outside) and resends what it owed.
+func (s *Supervisor) onTerminated(ctx actor.Context, m *actor.Terminated) {
+	name := childName(m.Who)
+	if _, ok := s.children[name]; !ok || s.stopping {
+		return // children stop with us: do not respawn them
+	}
+	s.restarts[name]++
+	s.log.WithField("child", name).Warn("child actor stopped; respawning it")
+	s.spawn(ctx, name)
+	if name == ChildAllocator {
+		s.restoreAllocator(ctx)
+	}
+	for id, p := range s.reqs {
+		if p.child == name {
+			s.resend(ctx, id, p)
+		}
+	}
+}
+
+func (s *Supervisor) onChildFailed(ctx actor.Context, m *childFailed) {
+	if m.child == ChildAllocator {
+		s.restoreAllocator(ctx)
+	}
+	id, _, ok := requestID(m.failed)
+	if !ok {
+		return
+	}
+	if p, ok := s.reqs[id]; ok {
+		s.resend(ctx, id, p)
+	}
+}
+
+func (s *Supervisor) resend(ctx actor.Context, id uint64, p *pendingReq) {
+	p.tries++
+	if p.tries > s.cfg.MaxResends {
+		s.failRequest(ctx, id, fmt.Errorf("%s failed %d times on this request", p.child, p.tries))
+		return
+	}
+	s.resent++
+	ctx.Request(s.children[p.child], p.msg)
+}
+
+func requestID(msg any) (uint64, string, bool) {
+	switch m := msg.(type) {
+	case *messages.ServiceApply:
+		return m.ReqID, "", true
+	case *messages.BackendApply:
+		return m.ReqID, "", true
+	case *messages.RevNATApply:
+		return m.ReqID, "", true
+	case *messages.MapDump:
+		return m.ReqID, "", true
+	case *messages.AllocAcquire:
+		return m.ReqID, "", true
+	case *messages.AllocRelease:
+		return m.ReqID, "", true
+	case *messages.AllocUnhold:
+		return m.ReqID, "", true
+	case *messages.AllocRestore:
+		return m.ReqID, "", true
+	case *messages.AllocReserve:
+		return m.ReqID, "", true
+	case *messages.AllocDrop:
+		return m.ReqID, "", true
+	}
+	return 0, "", false
+}
+
+// abortAll answers every op in flight with err (the supervisor is going
+// away; restore will repair what they left).
+func (s *Supervisor) abortAll(err error) {
+	seen := map[*op]bool{}
+	for _, p := range s.reqs {
+		if !seen[p.op] && !p.op.done {
+			seen[p.op] = true
+			p.op.done = true
+			if p.op.finish != nil {
+				p.op.finish(s, err)
+			}
+		}
+	}
+	for _, q := range s.queues {
+		for _, o := range q {
+			if !seen[o] && !o.done {
+				seen[o] = true
+				o.done = true
+				if o.finish != nil {
+					o.finish(s, err)
+				}
+			}
+		}
+	}
+	for _, ch := range s.waitReady {
+		ch <- err
+	}
+	s.waitReady = nil
+	s.reqs = map[uint64]*pendingReq{}
+	s.queues = map[string][]*op{}
+}
+
+// allocBindings computes the allocator's state from the table: one
+// reference per service using a backend, standalone revNAT IDs reserved.
+func (s *Supervisor) allocBindings() (svcs, bes []messages.AllocBinding) {
+	refs := map[lb.L3n4Addr]int{}
+	ids := map[lb.L3n4Addr]lb.BackendID{}
+	for id, svc := range s.services {
+		svcs = append(svcs, messages.AllocBinding{Key: svc.Frontend(), ID: uint64(id), Refs: 1})
+		for i, b := range svc.Spec.Backends {
+			k := table.BackendKey(b)
+			refs[k]++
+			ids[k] = svc.BackendIDs[i]
+		}
+	}
+	for id, addr := range s.standalone {
+		svcs = append(svcs, messages.AllocBinding{Key: addr, ID: uint64(id)})
+	}
+	seen := map[*op]bool{}
+	for _, p := range s.reqs {
+		if seen[p.op] {
+			continue
+		}
+		seen[p.op] = true
+		if h := p.op.svcHold; h != nil {
+			svcs = append(svcs, *h)
+		}
+		for _, h := range p.op.beHolds {
+			refs[h.Key]++
+			ids[h.Key] = lb.BackendID(h.ID)
+		}
+	}
+	for k, n := range refs {
+		bes = append(bes, messages.AllocBinding{Key: k, ID: uint64(ids[k]), Refs: n})
+	}
+	return svcs, bes
+}
+
+// restoreAllocator sends a restarted allocator its state, rebuilt from the
+// table and the IDs held by ops in flight.
+func (s *Supervisor) restoreAllocator(ctx actor.Context) {
+	svcs, bes := s.allocBindings()
+	o := &op{finish: func(s *Supervisor, err error) {
+		if err != nil {
+			s.log.WithError(err).Error("restore allocator after restart")
+		}
+	}}
+	o.steps = []step{{name: "restore allocator", do: func(s *Supervisor, ctx actor.Context, o *op) {
+		id := s.newReqID()
+		s.request(ctx, o, ChildAllocator, id, &messages.AllocRestore{ReqID: id, Services: svcs, Backends: bes}, nil)
+	}}}
+	s.begin(ctx, o)
+}

@@ -1,0 +1,206 @@
+package table
+
+import (
+	"cmp"
+	"slices"
+
+	lb "github.com/actorlb/actorlb/loadbalancer"
+	"github.com/actorlb/actorlb/maps"
+)
+
+// Service is one service as the engine holds it: its spec, with
+// Frontend.ID set and Backends in slot order, and the backend IDs, parallel
+// to Spec.Backends.
+type Service struct {
+	Spec       lb.Service
+	BackendIDs []lb.BackendID
+}
+
+// ID returns the service ID.
+func (s *Service) ID() lb.ServiceID { return s.Spec.Frontend.ID }
+
+// Frontend returns the frontend address.
+func (s *Service) Frontend() lb.L3n4Addr { return s.Spec.Frontend.L3n4Addr }
+
+// Family returns the map family of the service.
+func (s *Service) Family() maps.Family { return FamilyOf(s.Frontend()) }
+
+// FamilyOf returns the map family an address belongs to.
+func FamilyOf(a lb.L3n4Addr) maps.Family {
+	if a.IsIPv6() {
+		return maps.IPv6
+	}
+	return maps.IPv4
+}
+
+// BackendKey is the identity of a backend across services: address, port
+// and protocol (scope plays no part). One key has one backend ID.
+func BackendKey(b lb.Backend) lb.L3n4Addr {
+	k := b.L3n4Addr
+	k.Scope = lb.ScopeExternal
+	return k
+}
+
+func stateRank(s lb.BackendState) int {
+	switch s {
+	case lb.BackendStateActive:
+		return 0
+	case lb.BackendStateTerminating:
+		return 1
+	case lb.BackendStateQuarantined:
+		return 2
+	}
+	return 3 // maintenance: no slot
+}
+
+// SlotOrder sorts backends into slot order, as upstream does: active, then
+// terminating, then quarantined (maintenance last: they get no slot); within
+// a state by address, port and protocol. ids, if not nil, is permuted along.
+func SlotOrder(bs []lb.Backend, ids []lb.BackendID) {
+	idx := make([]int, len(bs))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortStableFunc(idx, func(a, b int) int {
+		return cmp.Or(cmp.Compare(stateRank(bs[a].State), stateRank(bs[b].State)), bs[a].L3n4Addr.Compare(bs[b].L3n4Addr))
+	})
+	sortedB := make([]lb.Backend, len(bs))
+	for i, j := range idx {
+		sortedB[i] = bs[j]
+	}
+	copy(bs, sortedB)
+	if ids != nil {
+		sortedI := make([]lb.BackendID, len(ids))
+		for i, j := range idx {
+			sortedI[i] = ids[j]
+		}
+		copy(ids, sortedI)
+	}
+}
+
+// Counts returns the master's count and qcount for backends in slot order:
+// count is the number of active backends, or of terminating ones when none
+// is active; qcount the remaining slotted (non-maintenance) backends.
+func Counts(bs []lb.Backend) (count, qcount uint16) {
+	var active, term, quar int
+	for _, b := range bs {
+		switch b.State {
+		case lb.BackendStateActive:
+			active++
+		case lb.BackendStateTerminating:
+			term++
+		case lb.BackendStateQuarantined:
+			quar++
+		}
+	}
+	if active > 0 {
+		return uint16(active), uint16(term + quar)
+	}
+	return uint16(term), uint16(quar)
+}
+
+// Key returns the service map key of a frontend's slot.
+func Key(fe lb.L3n4Addr, slot uint16) maps.ServiceKey {
+	return maps.ServiceKey{Address: fe.Addr, Port: fe.Port, Slot: slot, Proto: uint8(fe.Protocol), Scope: uint8(fe.Scope)}
+}
+
+// Master returns the master (slot 0) entry of svc.
+func Master(svc *Service) maps.ServiceEntry {
+	count, qcount := Counts(svc.Spec.Backends)
+	flags, flags2 := svc.Spec.Flags()
+	return maps.ServiceEntry{
+		Key: Key(svc.Frontend(), 0),
+		Value: maps.ServiceValue{
+			BackendID:   svc.Spec.AffinityAlgo(),
+			Count:       count,
+			QCount:      qcount,
+			RevNATIndex: uint16(svc.ID()),
+			Flags:       flags,
+			Flags2:      flags2,
+		},
+	}
+}
+
+// Slots returns the entries of slots 1..count+qcount of svc.
+func Slots(svc *Service) []maps.ServiceEntry {
+	count, qcount := Counts(svc.Spec.Backends)
+	n := int(count) + int(qcount)
+	out := make([]maps.ServiceEntry, n)
+	for i := range n {
+		out[i] = maps.ServiceEntry{
+			Key:   Key(svc.Frontend(), uint16(i+1)),
+			Value: maps.ServiceValue{BackendID: uint32(svc.BackendIDs[i]), RevNATIndex: uint16(svc.ID())},
+		}
+	}
+	return out
+}
+
+// SlotCount is the number of slots (excluding the master) svc occupies.
+func SlotCount(svc *Service) int {
+	count, qcount := Counts(svc.Spec.Backends)
+	return int(count) + int(qcount)
+}
+
+// BackendEntry returns the backend map entry for b with id.
+func BackendEntry(b lb.Backend, id lb.BackendID) maps.BackendEntry {
+	return maps.BackendEntry{ID: uint32(id), Value: maps.BackendValue{
+		Address: b.Addr, Port: b.Port, Proto: uint8(b.Protocol), State: uint8(b.State),
+	}}
+}
+
+// BackendEntries returns the backend map entries of svc (maintenance
+// backends included: they keep their entry but get no slot).
+func BackendEntries(svc *Service) []maps.BackendEntry {
+	out := make([]maps.BackendEntry, len(svc.Spec.Backends))
+	for i, b := range svc.Spec.Backends {
+		out[i] = BackendEntry(b, svc.BackendIDs[i])
+	}
+	return out
+}
+
+// RevNAT returns the revNAT entry of svc.
+func RevNAT(svc *Service) maps.RevNATEntry {
+	fe := svc.Frontend()
+	return maps.RevNATEntry{ID: uint16(svc.ID()), Value: maps.RevNATValue{Address: fe.Addr, Port: fe.Port}}
+}
+
+// SpecFromMaster rebuilds the options of a service from its master entry:
+// type, traffic policies, session affinity and algorithm.
+func SpecFromMaster(fe lb.L3n4Addr, v maps.ServiceValue) lb.Service {
+	s := lb.Service{Frontend: lb.Frontend{L3n4Addr: fe, ID: lb.ServiceID(v.RevNATIndex)}}
+	switch {
+	case v.Flags2&lb.Flag2LocalRedirect != 0:
+		s.Type = lb.SVCTypeLocalRedirect
+	case v.Flags&lb.FlagLoadBalancer != 0:
+		s.Type = lb.SVCTypeLoadBalancer
+	case v.Flags&lb.FlagHostPort != 0:
+		s.Type = lb.SVCTypeHostPort
+	case v.Flags&lb.FlagNodePort != 0:
+		s.Type = lb.SVCTypeNodePort
+	case v.Flags&lb.FlagExternalIP != 0:
+		s.Type = lb.SVCTypeExternalIPs
+	}
+	s.ExtTrafficPolicyLocal = v.Flags&lb.FlagExtLocalScope != 0
+	s.IntTrafficPolicyLocal = v.Flags2&lb.Flag2IntLocalScope != 0
+	if v.Flags&lb.FlagAffinity != 0 {
+		s.SessionAffinity = true
+		s.SessionAffinityTimeout = v.BackendID & 0xFFFFFF
+	}
+	s.LBAlgorithm = lb.LBAlgorithm(v.BackendID >> 24)
+	return s
+}
+
+// FrontendFromKey returns the frontend address of a service map key.
+func FrontendFromKey(k maps.ServiceKey) lb.L3n4Addr {
+	return lb.L3n4Addr{Addr: k.Address.Unmap(), Port: k.Port, Protocol: lb.L4Type(k.Proto), Scope: lb.Scope(k.Scope)}
+}
+
+// BackendFromValue returns the backend described by a backend map value
+// (weight is not stored in the maps: it comes back as the default).
+func BackendFromValue(v maps.BackendValue) lb.Backend {
+	return lb.Backend{
+		L3n4Addr: lb.L3n4Addr{Addr: v.Address.Unmap(), Port: v.Port, Protocol: lb.L4Type(v.Proto)},
+		Weight:   lb.DefaultBackendWeight,
+		State:    lb.BackendState(v.State),
+	}
+}

@@ -1,0 +1,284 @@
+package messages
+
+import (
+	lb "github.com/actorlb/actorlb/loadbalancer"
+	"github.com/actorlb/actorlb/maps"
+)
+
+// ---- Engine (supervisor) operations, sent from the edge with a reply channel.
+// Reply channels are buffered (capacity 1): the supervisor never blocks on them.
+
+// Upsert creates or updates a service. Service.Frontend.ID 0 means allocate.
+type Upsert struct {
+	Service *lb.Service
+	Reply   chan<- UpsertReply
+}
+
+// UpsertReply answers Upsert.
+type UpsertReply struct {
+	ID      lb.ServiceID
+	Created bool
+	Err     error
+}
+
+// Delete removes the service with ID.
+type Delete struct {
+	ID    lb.ServiceID
+	Reply chan<- DeleteReply
+}
+
+// DeleteByFrontend removes the service with this frontend.
+type DeleteByFrontend struct {
+	Frontend lb.L3n4Addr
+	Reply    chan<- DeleteReply
+}
+
+// DeleteReply answers Delete and DeleteByFrontend.
+type DeleteReply struct {
+	ID  lb.ServiceID
+	Err error
+}
+
+// Get asks for one service.
+type Get struct {
+	ID    lb.ServiceID
+	Reply chan<- GetReply
+}
+
+// GetReply answers Get; Service is a copy owned by the receiver.
+type GetReply struct {
+	Service *lb.Service
+	Err     error
+}
+
+// List asks for every service, sorted by ID.
+type List struct {
+	Reply chan<- ListReply
+}
+
+// ListReply answers List; the services are copies owned by the receiver.
+type ListReply struct {
+	Services []*lb.Service
+	Err      error
+}
+
+// Sync makes the maps equal Desired: every service in it is upserted, every
+// other service and standalone revNAT entry deleted, in one step with
+// respect to other calls.
+type Sync struct {
+	Desired []*lb.Service
+	Reply   chan<- SyncReply
+}
+
+// SyncReply answers Sync.
+type SyncReply struct {
+	Upserted int
+	Deleted  int
+	Err      error
+}
+
+// RevNAT is one reverse-NAT entry as users see it.
+type RevNAT struct {
+	ID      lb.ServiceID
+	Address lb.L3n4Addr // address and port; protocol and scope unused
+	// Service is true when the entry belongs to a service (it is created
+	// and removed with it) rather than added on its own.
+	Service bool
+}
+
+// RevNATAdd adds a standalone revNAT entry.
+type RevNATAdd struct {
+	Entry RevNAT
+	Reply chan<- RevNATReply
+}
+
+// RevNATDelete deletes a standalone revNAT entry.
+type RevNATDelete struct {
+	ID    lb.ServiceID
+	Reply chan<- RevNATReply
+}
+
+// RevNATDeleteAll deletes every standalone revNAT entry (the entries of
+// services stay: they go with their service).
+type RevNATDeleteAll struct {
+	Reply chan<- RevNATReply
+}
+
+// RevNATGet asks for the entry of one ID.
+type RevNATGet struct {
+	ID    lb.ServiceID
+	Reply chan<- RevNATReply
+}
+
+// RevNATDump asks for every revNAT entry, sorted by ID.
+type RevNATDump struct {
+	Reply chan<- RevNATReply
+}
+
+// RevNATReply answers the RevNAT* requests.
+type RevNATReply struct {
+	Entries []RevNAT
+	Err     error
+}
+
+// Stats asks for the engine's counters.
+type Stats struct {
+	Reply chan<- StatsReply
+}
+
+// StatsReply answers Stats.
+type StatsReply struct {
+	Services       int
+	Backends       int
+	RevNAT         int
+	ActorRestarts  map[string]int
+	Restore        RestoreStats
+	Ready          bool
+	OpsInFlight    int
+	RequestsResent int
+}
+
+// RestoreStats describes the last restore from the pinned maps.
+type RestoreStats struct {
+	Services      int
+	Backends      int
+	OrphanRevNAT  int
+	Repairs       int
+	RepairsByKind map[string]int
+	Writes        int // map entries written or deleted to repair
+}
+
+// WaitReady asks to be told when the engine has restored and serves.
+type WaitReady struct {
+	Reply chan<- error
+}
+
+// ---- Supervisor -> map owners. Every request carries a ReqID the reply echoes.
+
+// MapApply writes then deletes entries of one map, in the given order.
+// Entries equal to what the map already holds are skipped.
+type MapApply[E, K any] struct {
+	ReqID   uint64
+	Writes  []E
+	Deletes []K
+}
+
+// MapApplied answers MapApply and RevNATApply.
+type MapApplied struct {
+	ReqID   uint64
+	Written int
+	Deleted int
+	Err     error
+}
+
+// MapDump asks a map owner for its entries.
+type MapDump struct {
+	ReqID uint64
+}
+
+// MapDumped answers MapDump.
+type MapDumped[E any] struct {
+	ReqID   uint64
+	Entries []E
+	Err     error
+}
+
+// Service and backend map requests.
+type (
+	ServiceApply = MapApply[maps.ServiceEntry, maps.ServiceKey]
+	BackendApply = MapApply[maps.BackendEntry, uint32]
+)
+
+// RevNATApply writes and deletes revNAT entries of both families.
+type RevNATApply struct {
+	ReqID    uint64
+	Writes   []maps.RevNATEntry // family from the address
+	Deletes4 []uint16
+	Deletes6 []uint16
+}
+
+// RevNATDumped answers MapDump sent to the revNAT owner.
+type RevNATDumped struct {
+	ReqID  uint64
+	V4, V6 []maps.RevNATEntry
+	Err    error
+}
+
+// ---- Supervisor -> allocator.
+
+// AllocAcquire takes IDs: a service ID for Frontend when Service is set
+// (WantID 0 = next free), and one backend ID reference per Backends key.
+// All or nothing.
+type AllocAcquire struct {
+	ReqID    uint64
+	Service  bool
+	Frontend lb.L3n4Addr
+	WantID   lb.ServiceID
+	Backends []lb.L3n4Addr
+}
+
+// AllocAcquired answers AllocAcquire; BackendIDs is parallel to Backends.
+type AllocAcquired struct {
+	ReqID      uint64
+	ServiceID  lb.ServiceID
+	BackendIDs []lb.BackendID
+	Err        error
+}
+
+// AllocRelease drops one reference per backend key and, when Service is
+// set, the service ID of Frontend. Freed IDs are held until AllocUnhold.
+type AllocRelease struct {
+	ReqID    uint64
+	Service  bool
+	Frontend lb.L3n4Addr
+	Backends []lb.L3n4Addr
+}
+
+// AllocReleased answers AllocRelease with the IDs that became free (held).
+type AllocReleased struct {
+	ReqID         uint64
+	FreedService  lb.ServiceID
+	FreedBackends []lb.BackendID
+	Err           error
+}
+
+// AllocUnhold makes held IDs reusable once their map entries are gone.
+type AllocUnhold struct {
+	ReqID      uint64
+	ServiceIDs []lb.ServiceID
+	BackendIDs []lb.BackendID
+}
+
+// AllocDone answers AllocUnhold and AllocRestore.
+type AllocDone struct {
+	ReqID uint64
+	Err   error
+}
+
+// AllocBinding is one restored binding.
+type AllocBinding struct {
+	Key  lb.L3n4Addr
+	ID   uint64
+	Refs int // 0 = reserved, not claimed
+}
+
+// AllocRestore replaces the allocator's state with these bindings.
+type AllocRestore struct {
+	ReqID    uint64
+	Services []AllocBinding
+	Backends []AllocBinding
+}
+
+// AllocReserve reserves ID for Key without claiming it (standalone revNAT
+// entries); AllocDrop frees such a reservation.
+type AllocReserve struct {
+	ReqID uint64
+	Key   lb.L3n4Addr
+	ID    lb.ServiceID
+}
+
+// AllocDrop frees the unclaimed reservation of Key.
+type AllocDrop struct {
+	ReqID uint64
+	Key   lb.L3n4Addr
+}
