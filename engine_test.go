@@ -2,12 +2,17 @@ package actorlb
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"net/netip"
 	"os"
+	"sort"
 	"testing"
 	"time"
 
 	"github.com/actorlb/actorlb/internal/testutil"
 	lb "github.com/actorlb/actorlb/loadbalancer"
+	"github.com/actorlb/actorlb/maps"
 	"github.com/sirupsen/logrus"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -97,3 +102,163 @@ func TestUpsertGetDelete(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, r4)
 }
+
+func TestUpsertErrors(t *testing.T) {
+	e := newEngine(t, "", Config{})
+	ctx := ctxT(t)
+	svc := mustService(t, "10.96.0.10:80", "10.0.1.5:8080")
+	svc.Frontend.ID = 7
+	id, created, err := e.Upsert(ctx, svc)
+	require.NoError(t, err)
+	require.True(t, created)
+	require.Equal(t, lb.ServiceID(7), id)
+
+	// Same again: updated, not created.
+	_, created, err = e.Upsert(ctx, svc)
+	require.NoError(t, err)
+	require.False(t, created)
+
+	other := mustService(t, "10.96.0.11:80", "10.0.1.5:8080")
+	other.Frontend.ID = 7
+	_, _, err = e.Upsert(ctx, other)
+	require.ErrorIs(t, err, ErrServiceIDInUse)
+	require.EqualError(t, err, "upsert service 10.96.0.11:80/TCP: service ID in use: service ID 7 is already registered to 10.96.0.10:80/TCP")
+
+	again := mustService(t, "10.96.0.10:80", "10.0.1.5:8080")
+	again.Frontend.ID = 8
+	_, _, err = e.Upsert(ctx, again)
+	require.ErrorIs(t, err, ErrFrontendInUse)
+	require.EqualError(t, err, "upsert service 10.96.0.10:80/TCP: frontend in use: frontend 10.96.0.10:80/TCP is already registered with ID 7")
+
+	bad := mustService(t, "10.96.0.12:80", "[fd00::1]:80")
+	_, _, err = e.Upsert(ctx, bad)
+	require.ErrorIs(t, err, lb.ErrInvalid)
+	require.ErrorContains(t, err, "backends[0].address")
+
+	// Terminating is final.
+	term := mustService(t, "10.96.0.10:80", "10.0.1.5:8080")
+	term.Backends[0].State = lb.BackendStateTerminating
+	_, _, err = e.Upsert(ctx, term)
+	require.NoError(t, err)
+	back := mustService(t, "10.96.0.10:80", "10.0.1.5:8080")
+	_, _, err = e.Upsert(ctx, back)
+	require.ErrorIs(t, err, lb.ErrInvalidStateTransition)
+
+	require.ErrorIs(t, e.Delete(ctx, 99), ErrServiceNotFound)
+	require.EqualError(t, e.Delete(ctx, 99), "delete service 99: service not found")
+	_, err = e.DeleteByFrontend(ctx, other.Frontend.L3n4Addr)
+	require.ErrorIs(t, err, ErrServiceNotFound)
+
+	// Nothing rejected touched a map: one service, one backend, one revNAT.
+	s4, err := e.Maps().Service4.Dump()
+	require.NoError(t, err)
+	require.Len(t, s4, 2)
+	b4, err := e.Maps().Backend4.Dump()
+	require.NoError(t, err)
+	require.Len(t, b4, 1)
+	require.Equal(t, uint8(lb.BackendStateTerminating), b4[0].Value.State)
+}
+
+func TestMapFullRollsBack(t *testing.T) {
+	e := newEngine(t, "", Config{MaxEntries: maps.Sizes{Services: 6}})
+	ctx := ctxT(t)
+	prev := mustService(t, "10.96.0.10:80", "10.0.1.1:80", "10.0.1.2:80")
+	id, _, err := e.Upsert(ctx, prev)
+	require.NoError(t, err)
+	before := dumpAll(t, e)
+	big := mustService(t, "10.96.0.10:80", "10.0.1.1:80", "10.0.1.2:80", "10.0.1.3:80", "10.0.1.4:80", "10.0.1.5:80", "10.0.1.6:80")
+	_, _, err = e.Upsert(ctx, big)
+	require.ErrorIs(t, err, ErrMapFull)
+	require.ErrorContains(t, err, "upsert service 10.96.0.10:80/TCP: write service: update lb4_services: map full")
+	require.Equal(t, before, dumpAll(t, e), "the previous version is intact")
+	got, err := e.Get(ctx, id)
+	require.NoError(t, err)
+	require.Len(t, got.Backends, 2)
+
+	// A new service that does not fit leaves nothing behind.
+	_, _, err = e.Upsert(ctx, mustService(t, "10.96.0.11:80", "10.0.2.1:80", "10.0.2.2:80", "10.0.2.3:80", "10.0.2.4:80"))
+	require.ErrorIs(t, err, ErrMapFull)
+	require.Equal(t, before, dumpAll(t, e))
+}
+
+// dumpAll renders every map as sorted lines.
+func dumpAll(tb testing.TB, e *Engine) []string {
+	tb.Helper()
+	var out []string
+	m := e.Maps()
+	for _, sm := range []maps.ServiceMap{m.Service4, m.Service6} {
+		es, err := sm.Dump()
+		require.NoError(tb, err)
+		for _, x := range es {
+			out = append(out, fmt.Sprintf("SVC %s %+v", x.Key, x.Value))
+		}
+	}
+	for _, bm := range []maps.BackendMap{m.Backend4, m.Backend6} {
+		es, err := bm.Dump()
+		require.NoError(tb, err)
+		for _, x := range es {
+			out = append(out, fmt.Sprintf("BE %d %s %+v", x.ID, netip.AddrPortFrom(x.Value.Address, x.Value.Port), x.Value))
+		}
+	}
+	for _, rm := range []maps.RevNATMap{m.RevNAT4, m.RevNAT6} {
+		es, err := rm.Dump()
+		require.NoError(tb, err)
+		for _, x := range es {
+			out = append(out, fmt.Sprintf("REV %d %s", x.ID, netip.AddrPortFrom(x.Value.Address, x.Value.Port)))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func TestRestoreKeepsIDsAndWritesNothing(t *testing.T) {
+	root := testutil.PinDir(t)
+	ctx := ctxT(t)
+	e1, err := New(ctx, Config{BPFRoot: root, Logger: quietLogger()})
+	require.NoError(t, err)
+	desired := []*lb.Service{
+		mustService(t, "10.96.0.10:53/udp", "10.0.1.5:53/udp", "10.0.1.6:53/udp"),
+		mustService(t, "[fd00::a]:443", "[fd00::1:5]:8443", "[fd00::1:6]:8443"),
+		mustService(t, "10.96.0.11:80", "10.0.1.5:8080", "10.0.1.7:8080", "10.0.1.6:8080"),
+	}
+	desired[2].Backends[1].State = lb.BackendStateTerminating
+	desired[2].Type = lb.SVCTypeNodePort
+	desired[2].SessionAffinity = true
+	desired[2].SessionAffinityTimeout = 600
+	_, err = e1.Sync(ctx, desired)
+	require.NoError(t, err)
+	require.NoError(t, e1.RevNATAdd(ctx, 100, lb.L3n4Addr{Addr: netip.MustParseAddr("10.96.1.1"), Port: 80}))
+	list1, err := e1.List(ctx)
+	require.NoError(t, err)
+	maps1 := dumpAll(t, e1)
+	require.NoError(t, e1.Close())
+
+	e2 := newEngine(t, root, Config{})
+	list2, err := e2.List(ctx)
+	require.NoError(t, err)
+	require.Equal(t, list1, list2, "same IDs, same slot order, same options")
+	st, err := e2.Stats(ctx)
+	require.NoError(t, err)
+	require.Zero(t, st.MapWrites(), "restore wrote nothing")
+	require.Zero(t, st.Restore.Repairs)
+	require.Equal(t, 3, st.Restore.Services)
+	require.Equal(t, 1, st.Restore.OrphanRevNAT)
+	rn, err := e2.RevNATGet(ctx, 100)
+	require.NoError(t, err)
+	require.False(t, rn.Service)
+
+	require.Equal(t, maps1, dumpAll(t, e2))
+
+	// Re-applying the same desired state writes nothing but the deletion of
+	// the standalone revNAT entry, which is not in it.
+	res, err := e2.Sync(ctx, desired)
+	require.NoError(t, err)
+	require.Equal(t, SyncResult{Upserted: 3}, res)
+	st, err = e2.Stats(ctx)
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), st.MapWrites())
+	_, err = e2.RevNATGet(ctx, 100)
+	require.ErrorIs(t, err, ErrRevNATNotFound)
+}
+
+func errorsIs(err, target error) bool { return errors.Is(err, target) }
