@@ -1,0 +1,155 @@
+package actorlb
+
+import (
+	"fmt"
+	"net/netip"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/actorlb/actorlb/actors"
+	"github.com/actorlb/actorlb/internal/testutil"
+	lb "github.com/actorlb/actorlb/loadbalancer"
+	"github.com/actorlb/actorlb/maps"
+	"github.com/actorlb/actorlb/messages"
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/stretchr/testify/require"
+)
+
+// crash panics in the named child on its n-th service write, before
+// handling it (the request is lost) or after (the write and the reply are
+// done, then the actor dies).
+func crash(child string, n int64, before bool) actor.ReceiverMiddleware {
+	var seen atomic.Int64
+	return func(next actor.ReceiverFunc) actor.ReceiverFunc {
+		return func(c actor.ReceiverContext, env *actor.MessageEnvelope) {
+			hit := false
+			if _, ok := env.Message.(*messages.ServiceApply); ok && c.Self().Id == "engine/"+child {
+				hit = seen.Add(1) == n
+			}
+			if hit && before {
+				panic(fmt.Errorf("injected crash in %s before write %d", child, n))
+			}
+			next(c, env)
+			if hit {
+				panic(fmt.Errorf("injected crash in %s after write %d", child, n))
+			}
+		}
+	}
+}
+
+func TestChildCrashAfterWrite(t *testing.T) {
+	e := newEngine(t, "", Config{ChildMiddleware: []actor.ReceiverMiddleware{crash(actors.ChildService4, 2, false)}})
+	ctx := ctxT(t)
+	id, _, err := e.Upsert(ctx, mustService(t, "10.96.0.10:80", "10.0.1.5:8080"))
+	require.NoError(t, err)
+	_, _, err = e.Upsert(ctx, mustService(t, "10.96.0.10:80", "10.0.1.5:8080", "10.0.1.6:8080"))
+	require.NoError(t, err)
+	// The restarted actor reloaded its mirror: the next write of the same
+	// state is skipped, a new one goes through.
+	_, _, err = e.Upsert(ctx, mustService(t, "10.96.0.10:80", "10.0.1.5:8080", "10.0.1.7:8080"))
+	require.NoError(t, err)
+	got, err := e.Get(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, "10.0.1.7:8080/TCP", got.Backends[1].String())
+	st, err := e.Stats(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, st.ActorRestarts[actors.ChildService4])
+	checkInvariants(t, e)
+}
+
+func TestChildCrashBeforeWriteIsResent(t *testing.T) {
+	e := newEngine(t, "", Config{ChildMiddleware: []actor.ReceiverMiddleware{crash(actors.ChildService4, 2, true)}})
+	ctx := ctxT(t)
+	id, _, err := e.Upsert(ctx, mustService(t, "10.96.0.10:80", "10.0.1.5:8080"))
+	require.NoError(t, err)
+	// The second service write crashes svc4 after writing; the request is
+	// resent to the restarted actor, whose mirror was reloaded from the map.
+	_, _, err = e.Upsert(ctx, mustService(t, "10.96.0.10:80", "10.0.1.5:8080", "10.0.1.6:8080"))
+	require.NoError(t, err)
+	got, err := e.Get(ctx, id)
+	require.NoError(t, err)
+	require.Len(t, got.Backends, 2)
+	st, err := e.Stats(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, st.ActorRestarts[actors.ChildService4])
+	require.Equal(t, 1, st.RequestsResent)
+	checkInvariants(t, e)
+}
+
+func TestStoppedChildIsRespawned(t *testing.T) {
+	e := newEngine(t, "", Config{})
+	ctx := ctxT(t)
+	_, _, err := e.Upsert(ctx, mustService(t, "10.96.0.10:80", "10.0.1.5:8080"))
+	require.NoError(t, err)
+	for _, child := range []string{actors.ChildBackend4, actors.ChildAllocator, actors.ChildRevNAT} {
+		e.sys.Root.Stop(actor.NewPID(e.sys.Address(), "engine/"+child))
+	}
+	// The allocator was rebuilt from the table: the next backend gets a new
+	// ID, the existing one keeps its own.
+	require.Eventually(t, func() bool {
+		st, err := e.Stats(ctx)
+		return err == nil && st.ActorRestarts[actors.ChildRevNAT] == 1 && st.ActorRestarts[actors.ChildAllocator] == 1
+	}, 5*time.Second, 10*time.Millisecond)
+	id2, _, err := e.Upsert(ctx, mustService(t, "10.96.0.11:80", "10.0.1.5:8080", "10.0.1.7:8080"))
+	require.NoError(t, err)
+	require.Equal(t, lb.ServiceID(2), id2, "service ID 1 stays taken")
+	b4, err := e.Maps().Backend4.Dump()
+	require.NoError(t, err)
+	require.Len(t, b4, 2, "the shared backend kept one ID")
+	checkInvariants(t, e)
+}
+
+// Entries written by hand before start are repaired by restore.
+func TestRestoreRepairsCorruptMaps(t *testing.T) {
+	root := testutil.PinDir(t)
+	lbm, err := maps.Open(maps.Config{Root: root})
+	require.NoError(t, err)
+	ip := netip.MustParseAddr
+	key := func(vip string, slot uint16) maps.ServiceKey {
+		return maps.ServiceKey{Address: ip(vip), Port: 80, Slot: slot, Proto: 6}
+	}
+	require.NoError(t, lbm.Backend4.Update([]maps.BackendEntry{
+		{ID: 1, Value: maps.BackendValue{Address: ip("10.0.1.5"), Port: 8080, Proto: 6}},
+		{ID: 2, Value: maps.BackendValue{Address: ip("10.0.1.5"), Port: 8080, Proto: 6}}, // duplicate address
+		{ID: 9, Value: maps.BackendValue{Address: ip("10.0.1.9"), Port: 8080, Proto: 6}}, // orphan
+	}))
+	require.NoError(t, lbm.Service4.Update([]maps.ServiceEntry{
+		// service 7: slot 2 points to missing backend 5, no revNAT
+		{Key: key("10.96.0.10", 0), Value: maps.ServiceValue{Count: 2, RevNATIndex: 7}},
+		{Key: key("10.96.0.10", 1), Value: maps.ServiceValue{BackendID: 1, RevNATIndex: 7}},
+		{Key: key("10.96.0.10", 2), Value: maps.ServiceValue{BackendID: 5, RevNATIndex: 7}},
+		// service 8 uses the duplicate backend ID 2
+		{Key: key("10.96.0.11", 0), Value: maps.ServiceValue{Count: 1, RevNATIndex: 8}},
+		{Key: key("10.96.0.11", 1), Value: maps.ServiceValue{BackendID: 2, RevNATIndex: 8}},
+		// 10.96.0.12 claims ID 8 too
+		{Key: key("10.96.0.12", 0), Value: maps.ServiceValue{Count: 1, RevNATIndex: 8}},
+		{Key: key("10.96.0.12", 1), Value: maps.ServiceValue{BackendID: 1, RevNATIndex: 8}},
+	}))
+	require.NoError(t, lbm.RevNAT4.Update([]maps.RevNATEntry{{ID: 8, Value: maps.RevNATValue{Address: ip("10.96.0.11"), Port: 80}}}))
+	require.NoError(t, lbm.Close())
+
+	e := newEngine(t, root, Config{})
+	ctx := ctxT(t)
+	st, err := e.Stats(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 2, st.Restore.Services)
+	require.Positive(t, st.Restore.Repairs)
+	for _, kind := range []string{"dangling-slot", "missing-revnat", "duplicate-backend", "orphan-backend", "duplicate-service-id"} {
+		require.Positive(t, st.Restore.RepairsByKind[kind], "repair %s counted: %v", kind, st.Restore.RepairsByKind)
+	}
+	checkInvariants(t, e)
+	list, err := e.List(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "10.96.0.10:80/TCP", list[0].Frontend.L3n4Addr.String())
+	require.Len(t, list[0].Backends, 1)
+	require.Equal(t, "10.96.0.11:80/TCP", list[1].Frontend.L3n4Addr.String())
+
+	// A second restart finds nothing left to repair and writes nothing.
+	require.NoError(t, e.Close())
+	e2 := newEngine(t, root, Config{})
+	st, err = e2.Stats(ctx)
+	require.NoError(t, err)
+	require.Zero(t, st.Restore.Repairs)
+	require.Zero(t, st.MapWrites())
+}
