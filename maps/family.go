@@ -178,7 +178,7 @@ var backend4Codec = codec[BackendEntry, uint32, [BackendKeySize]byte, [Backend4S
 		v, err := MarshalBackend4(e.Value)
 		return k, v, err
 	},
-	encodeKey: encodeBackendID,
+	encodeKey: rawBackendID,
 	decode: func(k [BackendKeySize]byte, v [Backend4Size]byte) BackendEntry {
 		return BackendEntry{ID: UnmarshalBackendKey(k), Value: UnmarshalBackend4(v)}
 	},
@@ -193,11 +193,16 @@ var backend6Codec = codec[BackendEntry, uint32, [BackendKeySize]byte, [Backend6S
 		v, err := MarshalBackend6(e.Value)
 		return k, v, err
 	},
-	encodeKey: encodeBackendID,
+	encodeKey: rawBackendID,
 	decode: func(k [BackendKeySize]byte, v [Backend6Size]byte) BackendEntry {
 		return BackendEntry{ID: UnmarshalBackendKey(k), Value: UnmarshalBackend6(v)}
 	},
 }
+
+// Keys of 0 are never written, but a map written by someone else may hold
+// one: delete and lookup accept it so restore can remove it.
+func rawBackendID(id uint32) ([BackendKeySize]byte, error) { return MarshalBackendKey(id), nil }
+func rawRevNATID(id uint16) ([RevNATKeySize]byte, error)   { return MarshalRevNATKey(id), nil }
 
 func encodeRevNATID(id uint16) ([RevNATKeySize]byte, error) {
 	if id == 0 {
@@ -215,7 +220,7 @@ var revNAT4Codec = codec[RevNATEntry, uint16, [RevNATKeySize]byte, [RevNAT4Size]
 		v, err := MarshalRevNAT4(e.Value)
 		return k, v, err
 	},
-	encodeKey: encodeRevNATID,
+	encodeKey: rawRevNATID,
 	decode: func(k [RevNATKeySize]byte, v [RevNAT4Size]byte) RevNATEntry {
 		return RevNATEntry{ID: UnmarshalRevNATKey(k), Value: UnmarshalRevNAT4(v)}
 	},
@@ -230,7 +235,7 @@ var revNAT6Codec = codec[RevNATEntry, uint16, [RevNATKeySize]byte, [RevNAT6Size]
 		v, err := MarshalRevNAT6(e.Value)
 		return k, v, err
 	},
-	encodeKey: encodeRevNATID,
+	encodeKey: rawRevNATID,
 	decode: func(k [RevNATKeySize]byte, v [RevNAT6Size]byte) RevNATEntry {
 		return RevNATEntry{ID: UnmarshalRevNATKey(k), Value: UnmarshalRevNAT6(v)}
 	},

@@ -309,3 +309,20 @@ func TestBpftoolShowsFieldNames(t *testing.T) {
 
 var _ = errors.Is
 var _ = rand.N[int]
+
+// A key 0 written by someone else can be looked up and deleted.
+func TestZeroKeysCanBeDeleted(t *testing.T) {
+	root := testutil.PinDir(t)
+	lb := openTest(t, Config{Root: root})
+	raw, err := ebpf.LoadPinnedMap(filepath.Join(root, Backend4Name), nil)
+	require.NoError(t, err)
+	defer raw.Close()
+	require.NoError(t, raw.Put(uint32(0), make([]byte, Backend4Size)))
+	_, ok, err := lb.Backend4.Lookup(0)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.NoError(t, lb.Backend4.Delete([]uint32{0}))
+	_, ok, err = lb.Backend4.Lookup(0)
+	require.NoError(t, err)
+	require.False(t, ok)
+}
