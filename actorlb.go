@@ -51,8 +51,9 @@ type Config struct {
 	CallTimeout time.Duration
 
 	// For tests: injected map faults and actor middleware.
-	Fault           maps.FaultFunc
-	ChildMiddleware []actor.ReceiverMiddleware
+	Fault                maps.FaultFunc
+	ChildMiddleware      []actor.ReceiverMiddleware
+	SupervisorMiddleware []actor.ReceiverMiddleware
 }
 
 // Engine is a running actorlb.
@@ -96,7 +97,8 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	props := actor.PropsFromProducer(actors.NewSupervisorProducer(actors.Config{
 		Maps: lbm, Log: e.log, Restore: !cfg.NoRestore, ChildMiddleware: cfg.ChildMiddleware,
 		OnStopped: func() { once.Do(func() { close(e.stopped) }) },
-	}), actor.WithGuardian(actor.NewOneForOneStrategy(5, 30*time.Second, actor.DefaultDecider)))
+	}), actor.WithGuardian(actor.NewOneForOneStrategy(5, 30*time.Second, actor.DefaultDecider)),
+		actor.WithReceiverMiddleware(cfg.SupervisorMiddleware...))
 	e.sup, err = e.sys.Root.SpawnNamed(props, "engine")
 	if err != nil {
 		lbm.Close()

@@ -153,3 +153,41 @@ func TestRestoreRepairsCorruptMaps(t *testing.T) {
 	require.Zero(t, st.Restore.Repairs)
 	require.Zero(t, st.MapWrites())
 }
+
+// crashSupervisorAfter panics in the supervisor once, after it has handled
+// the first message of type T.
+func crashSupervisorAfter[T any]() actor.ReceiverMiddleware {
+	var fired atomic.Bool
+	return func(next actor.ReceiverFunc) actor.ReceiverFunc {
+		return func(c actor.ReceiverContext, env *actor.MessageEnvelope) {
+			next(c, env)
+			if _, ok := env.Message.(T); ok && fired.CompareAndSwap(false, true) {
+				panic("injected supervisor crash")
+			}
+		}
+	}
+}
+
+func TestSupervisorRestartRebuildsTable(t *testing.T) {
+	e := newEngine(t, "", Config{SupervisorMiddleware: []actor.ReceiverMiddleware{crashSupervisorAfter[*messages.List]()}})
+	ctx := ctxT(t)
+	for i := range 3 {
+		_, _, err := e.Upsert(ctx, mustService(t, fmt.Sprintf("10.96.0.%d:80", i+1), "10.0.1.5:8080", fmt.Sprintf("10.0.1.%d:8080", i+10)))
+		require.NoError(t, err)
+	}
+	before, err := e.List(ctx) // answered, then the supervisor crashes
+	require.NoError(t, err)
+	after, err := e.List(ctx) // served by the new incarnation, after its restore
+	require.NoError(t, err)
+	require.Equal(t, before, after)
+	st, err := e.Stats(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, st.ActorRestarts[actors.SupervisorName])
+	require.Zero(t, st.Restore.Repairs)
+	require.Equal(t, 3, st.Restore.Services)
+	id, created, err := e.Upsert(ctx, mustService(t, "10.96.0.9:80", "10.0.1.5:8080"))
+	require.NoError(t, err)
+	require.True(t, created)
+	require.Equal(t, lb.ServiceID(4), id, "restored IDs stay taken")
+	checkInvariants(t, e)
+}

@@ -2,6 +2,7 @@ package actors
 
 import (
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/actorlb/actorlb/internal/table"
@@ -31,6 +32,9 @@ const (
 	ChildBackend6  = "be6"
 	ChildRevNAT    = "revnat"
 )
+
+// SupervisorName is the supervisor's key in the restart counts.
+const SupervisorName = "supervisor"
 
 // Children lists the child names.
 var Children = []string{ChildAllocator, ChildService4, ChildService6, ChildBackend4, ChildBackend6, ChildRevNAT}
@@ -114,7 +118,11 @@ func NewSupervisorProducer(cfg Config) actor.Producer {
 		cfg.MaxResends = 3
 	}
 	restarts := map[string]int{} // survives supervisor restarts; only ever touched by the current incarnation
+	var incarnations atomic.Int64
 	return func() actor.Actor {
+		if incarnations.Add(1) > 1 {
+			restarts[SupervisorName]++
+		}
 		s := &Supervisor{
 			cfg:        cfg,
 			log:        cfg.Log.WithField("actor", "supervisor"),
@@ -159,8 +167,16 @@ func childName(pid *actor.PID) string {
 	return id
 }
 
-// Receive dispatches lifecycle, edge and child messages.
+// Receive dispatches lifecycle, edge and child messages. If handling an
+// edge request panics, its caller is answered with an error before the
+// panic goes on to the guardian (which restarts the supervisor).
 func (s *Supervisor) Receive(ctx actor.Context) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.failEdge(ctx.Message(), fmt.Errorf("engine failed and restarts: %v", r))
+			panic(r)
+		}
+	}()
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		s.self = ctx.Self()
