@@ -83,10 +83,6 @@ func (s *Supervisor) install(r *table.Restored) {
 		s.services[svc.ID()] = svc
 		s.byFE[svc.Frontend()] = svc.ID()
 	}
-	for _, e := range r.OrphanRevNAT {
-		a := e.Value.Address.Unmap()
-		s.standalone[lb.ServiceID(e.ID)] = lb.L3n4Addr{Addr: a, Port: e.Value.Port}
-	}
 }
 
 func (s *Supervisor) recordRestore(r *table.Restored) {

@@ -89,6 +89,9 @@ const (
 	RepairDuplicateBackend RepairKind = "duplicate-backend"
 	// RepairOrphanBackend: a backend no slot refers to; it is deleted.
 	RepairOrphanBackend RepairKind = "orphan-backend"
+	// RepairOrphanRevNAT: a revNAT entry whose ID no service has; it is
+	// deleted.
+	RepairOrphanRevNAT RepairKind = "orphan-revnat"
 	// RepairInvalidEntry: an entry the engine never writes: a master with
 	// rev_nat_index 0 or an unknown protocol or scope (service removed), a
 	// master with flags or affinity/algorithm bits the engine would not set
@@ -124,10 +127,11 @@ type Restored struct {
 	// Services sorted by ID; Spec from SpecFromMaster, Backends and
 	// BackendIDs in slot order.
 	Services []*Service
-	// OrphanRevNAT are revNAT entries of IDs no service has. They are kept
-	// in the maps and reported here (the engine reserves their IDs; Sync or
-	// RevNATDelete removes them). Both families, v4 map first, by ID; the
-	// family is the one of the value's address.
+	// OrphanRevNAT are revNAT entries of IDs no service has: leftovers of
+	// a create or delete cut short by a crash, or standalone entries added
+	// with RevNATAdd before the restart. They are deleted (RevNATDeletes,
+	// RepairOrphanRevNAT) so that no ID leaks. Both families, v4 map first,
+	// by ID.
 	OrphanRevNAT []maps.RevNATEntry
 	// Fixes4 and Fixes6 are the writes of each family.
 	Fixes4, Fixes6 Fixes
@@ -649,6 +653,8 @@ func (rb *rebuild) reconcileRevNAT() {
 				continue
 			}
 			rb.out.OrphanRevNAT = append(rb.out.OrphanRevNAT, maps.RevNATEntry{ID: id, Value: v})
+			rb.repair(RepairOrphanRevNAT, fs.fam, id, "", 0, "revNAT entry %s of no service: deleted", addrPort(v))
+			fs.fixes.RevNATDeletes = append(fs.fixes.RevNATDeletes, id)
 		}
 	}
 }

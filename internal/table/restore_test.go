@@ -373,7 +373,7 @@ func checkRepaired(t *testing.T, d Dump, r *Restored) Dump {
 	assert.True(t, again.Fixes4.Empty(), "v4 fixes on the repaired maps: %+v", again.Fixes4)
 	assert.True(t, again.Fixes6.Empty(), "v6 fixes on the repaired maps: %+v", again.Fixes6)
 	assert.Equal(t, r.Services, again.Services, "services after repair")
-	assert.Equal(t, r.OrphanRevNAT, again.OrphanRevNAT, "orphan revNAT after repair")
+	assert.Empty(t, again.OrphanRevNAT, "orphan revNAT after repair")
 	return fixed
 }
 
@@ -590,10 +590,12 @@ func restoreCases() []restoreCase {
 			fixes4: Fixes{
 				SlotDeletes:    []maps.ServiceKey{k(fe2, 1), k(fe2, 2)},
 				BackendDeletes: []uint32{21, 22},
+				RevNATDeletes:  []uint16{2},
 			},
 			repairs: []Repair{
 				orphanRep(v4, 21, "10.0.2.1:80/TCP, active"),
 				orphanRep(v4, 22, "10.0.2.2:80/TCP, quarantined"),
+				rep(RepairOrphanRevNAT, v4, 2, "", 0, "revNAT entry 10.96.0.20:80 of no service: deleted"),
 				rep(RepairSlotsWithoutMaster, v4, 0, fe2, 0, "slots 1-2 without master: deleted"),
 			},
 			orphans:  []maps.RevNATEntry{rev(2, "10.96.0.20:80")},
@@ -784,11 +786,13 @@ func restoreCases() []restoreCase {
 				MasterDeletes:  []maps.ServiceKey{k(fe2, 0)},
 				SlotDeletes:    []maps.ServiceKey{k(fe2, 1), k(fe2, 2)},
 				BackendDeletes: []uint32{21, 22},
+				RevNATDeletes:  []uint16{2},
 			},
 			repairs: []Repair{
 				rep(RepairInvalidEntry, v4, 0, fe2, 0, "master has rev_nat_index 0: service removed"),
 				orphanRep(v4, 21, "10.0.2.1:80/TCP, active"),
 				orphanRep(v4, 22, "10.0.2.2:80/TCP, quarantined"),
+				rep(RepairOrphanRevNAT, v4, 2, "", 0, "revNAT entry 10.96.0.20:80 of no service: deleted"),
 			},
 			orphans:  []maps.RevNATEntry{rev(2, "10.96.0.20:80")},
 			services: withBackends(2),
@@ -931,8 +935,10 @@ func restoreCases() []restoreCase {
 			repairs: []Repair{rep(RepairSlotOrder, v4, 1, fe1, 0, "count/qcount 3/0 wrong for the slot states: now 2/1")},
 		},
 		{
-			name:    "orphan revNAT kept",
+			name:    "orphan revNAT deleted",
 			corrupt: func(d *Dump) { d.RevNAT6 = append(d.RevNAT6, rev(9, "[fd00::99]:80")) },
+			fixes6:  Fixes{RevNATDeletes: []uint16{9}},
+			repairs: []Repair{rep(RepairOrphanRevNAT, v6, 9, "", 0, "revNAT entry [fd00::99]:80 of no service: deleted")},
 			orphans: []maps.RevNATEntry{rev(9, "[fd00::99]:80")},
 		},
 	}
