@@ -62,7 +62,9 @@ type Engine struct {
 	log     *logrus.Entry
 	maps    *maps.LBMaps
 	sys     *actor.ActorSystem
+	keeper  *actor.PID
 	sup     *actor.PID
+	gate    *gate
 	stopped chan struct{}
 	close   sync.Once
 	closed  chan struct{}
@@ -85,7 +87,7 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	}
 	e := &Engine{
 		cfg: cfg, log: logrus.NewEntry(cfg.Logger), maps: lbm,
-		stopped: make(chan struct{}), closed: make(chan struct{}),
+		stopped: make(chan struct{}), closed: make(chan struct{}), gate: newGate(),
 	}
 	e.sys = actor.NewActorSystem(
 		actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
@@ -94,24 +96,20 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		actor.WithDeadLetterRequestLogging(false),
 	)
 	var once sync.Once
-	props := actor.PropsFromProducer(actors.NewSupervisorProducer(actors.Config{
+	props := actors.NewKeeperProps(actors.Config{
 		Maps: lbm, Log: e.log, Restore: !cfg.NoRestore, ChildMiddleware: cfg.ChildMiddleware,
-		OnStopped: func() { once.Do(func() { close(e.stopped) }) },
-	}), actor.WithGuardian(actor.NewOneForOneStrategy(5, 30*time.Second, actor.DefaultDecider)),
-		actor.WithReceiverMiddleware(cfg.SupervisorMiddleware...))
-	e.sup, err = e.sys.Root.SpawnNamed(props, "engine")
+		OnStopped:       func() { once.Do(func() { close(e.stopped) }) },
+		OnUp:            e.gate.setUp,
+		OnDown:          e.gate.setDown,
+		OnRestoreFailed: e.gate.fail,
+	}, cfg.SupervisorMiddleware...)
+	e.keeper, err = e.sys.Root.SpawnNamed(props, actors.KeeperName)
 	if err != nil {
 		lbm.Close()
-		return nil, fmt.Errorf("new engine: spawn supervisor: %w", err)
+		return nil, fmt.Errorf("new engine: spawn keeper: %w", err)
 	}
-	ready := make(chan error, 1)
-	e.sys.Root.Send(e.sup, &messages.WaitReady{Reply: ready})
-	select {
-	case err = <-ready:
-	case <-ctx.Done():
-		err = ctx.Err()
-	}
-	if err != nil {
+	e.sup = actor.NewPID(e.sys.Address(), actors.EnginePID)
+	if _, err := e.gate.wait(ctx); err != nil {
 		e.Close()
 		return nil, fmt.Errorf("new engine: %w", err)
 	}
@@ -127,7 +125,7 @@ func (e *Engine) Close() error {
 	var err error
 	e.close.Do(func() {
 		close(e.closed)
-		e.sys.Root.Poison(e.sup)
+		e.sys.Root.Poison(e.keeper)
 		select {
 		case <-e.stopped:
 		case <-time.After(10 * time.Second):
@@ -139,12 +137,18 @@ func (e *Engine) Close() error {
 	return err
 }
 
-// call sends a request with a reply channel and waits for the reply.
-func call[R any](ctx context.Context, e *Engine, build func(chan<- R) any) (R, error) {
-	var zero R
+// maxRetries bounds how often a call is sent again after the supervisor
+// went down while it was in flight.
+const maxRetries = 5
+
+// call sends a request with a reply channel and waits for the reply. If
+// the supervisor goes down before answering, it waits until the next
+// incarnation has restored and sends the request again; retried tells the
+// caller that an earlier attempt may have been applied.
+func call[R interface{ Error() error }](ctx context.Context, e *Engine, build func(chan<- R) any) (r R, retried bool, err error) {
 	select {
 	case <-e.closed:
-		return zero, ErrClosed
+		return r, false, ErrClosed
 	default:
 	}
 	if _, ok := ctx.Deadline(); !ok {
@@ -152,13 +156,27 @@ func call[R any](ctx context.Context, e *Engine, build func(chan<- R) any) (R, e
 		ctx, cancel = context.WithTimeout(ctx, e.cfg.CallTimeout)
 		defer cancel()
 	}
-	ch := make(chan R, 1)
-	e.sys.Root.Send(e.sup, build(ch))
-	select {
-	case r := <-ch:
-		return r, nil
-	case <-ctx.Done():
-		return zero, ctx.Err()
+	for attempt := 0; ; attempt++ {
+		down, err := e.gate.wait(ctx)
+		if err != nil {
+			return r, attempt > 0, err
+		}
+		ch := make(chan R, 1)
+		e.sys.Root.Send(e.sup, build(ch))
+		select {
+		case r = <-ch:
+			if !errors.Is(r.Error(), actors.ErrEngineRestarted) || attempt == maxRetries {
+				return r, attempt > 0, nil
+			}
+		case <-down:
+			if attempt == maxRetries {
+				return r, true, actors.ErrEngineRestarted
+			}
+		case <-e.closed:
+			return r, attempt > 0, ErrClosed
+		case <-ctx.Done():
+			return r, attempt > 0, ctx.Err()
+		}
 	}
 }
 
@@ -170,7 +188,7 @@ func (e *Engine) Upsert(ctx context.Context, svc *lb.Service) (lb.ServiceID, boo
 		return 0, false, fmt.Errorf("upsert service: %w", (&lb.Service{}).Validate())
 	}
 	svc = svc.DeepCopy()
-	r, err := call(ctx, e, func(ch chan<- messages.UpsertReply) any { return &messages.Upsert{Service: svc, Reply: ch} })
+	r, _, err := call(ctx, e, func(ch chan<- messages.UpsertReply) any { return &messages.Upsert{Service: svc, Reply: ch} })
 	if err != nil {
 		return 0, false, fmt.Errorf("upsert service %s: %w", svc.Frontend.L3n4Addr, err)
 	}
@@ -179,25 +197,31 @@ func (e *Engine) Upsert(ctx context.Context, svc *lb.Service) (lb.ServiceID, boo
 
 // Delete deletes the service with id.
 func (e *Engine) Delete(ctx context.Context, id lb.ServiceID) error {
-	r, err := call(ctx, e, func(ch chan<- messages.DeleteReply) any { return &messages.Delete{ID: id, Reply: ch} })
+	r, retried, err := call(ctx, e, func(ch chan<- messages.DeleteReply) any { return &messages.Delete{ID: id, Reply: ch} })
 	if err != nil {
 		return fmt.Errorf("delete service %d: %w", id, err)
+	}
+	if retried && errors.Is(r.Err, ErrServiceNotFound) {
+		return nil // an earlier attempt deleted it
 	}
 	return r.Err
 }
 
 // DeleteByFrontend deletes the service of fe and returns its ID.
 func (e *Engine) DeleteByFrontend(ctx context.Context, fe lb.L3n4Addr) (lb.ServiceID, error) {
-	r, err := call(ctx, e, func(ch chan<- messages.DeleteReply) any { return &messages.DeleteByFrontend{Frontend: fe, Reply: ch} })
+	r, retried, err := call(ctx, e, func(ch chan<- messages.DeleteReply) any { return &messages.DeleteByFrontend{Frontend: fe, Reply: ch} })
 	if err != nil {
 		return 0, fmt.Errorf("delete service %s: %w", fe, err)
+	}
+	if retried && errors.Is(r.Err, ErrServiceNotFound) {
+		return 0, nil // an earlier attempt deleted it
 	}
 	return r.ID, r.Err
 }
 
 // Get returns the service with id (backends in slot order).
 func (e *Engine) Get(ctx context.Context, id lb.ServiceID) (*lb.Service, error) {
-	r, err := call(ctx, e, func(ch chan<- messages.GetReply) any { return &messages.Get{ID: id, Reply: ch} })
+	r, _, err := call(ctx, e, func(ch chan<- messages.GetReply) any { return &messages.Get{ID: id, Reply: ch} })
 	if err != nil {
 		return nil, fmt.Errorf("get service %d: %w", id, err)
 	}
@@ -206,7 +230,7 @@ func (e *Engine) Get(ctx context.Context, id lb.ServiceID) (*lb.Service, error) 
 
 // List returns every service sorted by ID, backends in slot order.
 func (e *Engine) List(ctx context.Context) ([]*lb.Service, error) {
-	r, err := call(ctx, e, func(ch chan<- messages.ListReply) any { return &messages.List{Reply: ch} })
+	r, _, err := call(ctx, e, func(ch chan<- messages.ListReply) any { return &messages.List{Reply: ch} })
 	if err != nil {
 		return nil, fmt.Errorf("list services: %w", err)
 	}
@@ -230,7 +254,7 @@ func (e *Engine) Sync(ctx context.Context, desired []*lb.Service) (SyncResult, e
 		}
 		cp[i] = s.DeepCopy()
 	}
-	r, err := call(ctx, e, func(ch chan<- messages.SyncReply) any { return &messages.Sync{Desired: cp, Reply: ch} })
+	r, _, err := call(ctx, e, func(ch chan<- messages.SyncReply) any { return &messages.Sync{Desired: cp, Reply: ch} })
 	if err != nil {
 		return SyncResult{}, fmt.Errorf("sync: %w", err)
 	}
@@ -241,9 +265,12 @@ func (e *Engine) Sync(ctx context.Context, desired []*lb.Service) (SyncResult, e
 type RevNAT = messages.RevNAT
 
 func (e *Engine) revNAT(ctx context.Context, what string, build func(chan<- messages.RevNATReply) any) ([]RevNAT, error) {
-	r, err := call(ctx, e, build)
+	r, retried, err := call(ctx, e, build)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	if retried && what == "delete revNAT" && errors.Is(r.Err, ErrRevNATNotFound) {
+		return nil, nil // an earlier attempt deleted it
 	}
 	return r.Entries, r.Err
 }
@@ -316,7 +343,7 @@ func (s Stats) MapWrites() uint64 {
 // Stats returns counts of services and backends, map writes by map, actor
 // restarts and the figures of the last restore.
 func (e *Engine) Stats(ctx context.Context) (Stats, error) {
-	r, err := call(ctx, e, func(ch chan<- messages.StatsReply) any { return &messages.Stats{Reply: ch} })
+	r, _, err := call(ctx, e, func(ch chan<- messages.StatsReply) any { return &messages.Stats{Reply: ch} })
 	if err != nil {
 		return Stats{}, fmt.Errorf("stats: %w", err)
 	}

@@ -24,7 +24,7 @@ func crash(child string, n int64, before bool) actor.ReceiverMiddleware {
 	return func(next actor.ReceiverFunc) actor.ReceiverFunc {
 		return func(c actor.ReceiverContext, env *actor.MessageEnvelope) {
 			hit := false
-			if _, ok := env.Message.(*messages.ServiceApply); ok && c.Self().Id == "engine/"+child {
+			if _, ok := env.Message.(*messages.ServiceApply); ok && c.Self().Id == actors.EnginePID+"/"+child {
 				hit = seen.Add(1) == n
 			}
 			if hit && before {
@@ -83,7 +83,7 @@ func TestStoppedChildIsRespawned(t *testing.T) {
 	_, _, err := e.Upsert(ctx, mustService(t, "10.96.0.10:80", "10.0.1.5:8080"))
 	require.NoError(t, err)
 	for _, child := range []string{actors.ChildBackend4, actors.ChildAllocator, actors.ChildRevNAT} {
-		e.sys.Root.Stop(actor.NewPID(e.sys.Address(), "engine/"+child))
+		e.sys.Root.Stop(actor.NewPID(e.sys.Address(), actors.EnginePID+"/"+child))
 	}
 	// The allocator was rebuilt from the table: the next backend gets a new
 	// ID, the existing one keeps its own.
@@ -189,5 +189,32 @@ func TestSupervisorRestartRebuildsTable(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, created)
 	require.Equal(t, lb.ServiceID(4), id, "restored IDs stay taken")
+	checkInvariants(t, e)
+}
+
+// Stopping the supervisor from outside: the keeper spawns it again, it
+// restores, and calls made meanwhile are served by the new incarnation.
+func TestStoppedSupervisorIsRespawned(t *testing.T) {
+	e := newEngine(t, "", Config{})
+	ctx := ctxT(t)
+	for i := range 5 {
+		_, _, err := e.Upsert(ctx, mustService(t, fmt.Sprintf("10.96.0.%d:80", i+1), "10.0.1.5:8080"))
+		require.NoError(t, err)
+	}
+	before, err := e.List(ctx)
+	require.NoError(t, err)
+	e.sys.Root.Stop(e.sup)
+	// Calls during the gap wait for the new incarnation.
+	for i := range 5 {
+		_, _, err := e.Upsert(ctx, mustService(t, fmt.Sprintf("10.96.1.%d:80", i+1), "10.0.1.6:8080"))
+		require.NoError(t, err)
+	}
+	after, err := e.List(ctx)
+	require.NoError(t, err)
+	require.Equal(t, before, after[:5])
+	require.Len(t, after, 10)
+	st, err := e.Stats(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, st.ActorRestarts[actors.SupervisorName])
 	checkInvariants(t, e)
 }

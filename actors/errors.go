@@ -27,9 +27,8 @@ var (
 	// revNAT entry of a service: it is created and removed with its service.
 	ErrRevNATOwned = errors.New("revnat entry belongs to a service")
 
-	// ErrNotReady occurs when a call arrives while the engine restores.
-	ErrNotReady = errors.New("engine not ready")
-
-	// ErrStopped occurs when a call arrives after Close.
-	ErrStopped = errors.New("engine stopped")
+	// ErrEngineRestarted answers the calls in flight when the supervisor
+	// restarts or stops; the library API sends them again once the new
+	// incarnation has restored.
+	ErrEngineRestarted = errors.New("engine restarted while the operation was in flight")
 )

@@ -60,9 +60,11 @@ func (s *Supervisor) startRestore(ctx actor.Context) {
 		if err != nil {
 			s.readyErr = fmt.Errorf("restore: %w", err)
 			s.log.WithError(err).Error("restore from the pinned maps failed")
+			s.cfg.OnRestoreFailed(s.readyErr)
 		} else {
 			s.ready = true
 			s.recordRestore(r)
+			s.cfg.OnUp()
 		}
 		for _, ch := range s.waitReady {
 			ch <- s.readyErr

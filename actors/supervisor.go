@@ -69,8 +69,15 @@ type Config struct {
 	// MaxResends bounds how often a request lost in a child crash is sent
 	// again (default 3).
 	MaxResends int
-	// OnStopped runs when the supervisor has stopped with its children.
+	// OnStopped runs when the keeper has stopped with the whole tree.
 	OnStopped func()
+	// OnUp runs when an incarnation of the supervisor has restored and
+	// serves; OnDown when it stops serving (restart or stop). Calls in
+	// flight at OnDown may be lost: the edge sends them again.
+	OnUp, OnDown func()
+	// OnRestoreFailed runs when restore fails; the incarnation serves
+	// nothing and answers every call with err.
+	OnRestoreFailed func(err error)
 }
 
 // Supervisor is the engine: it owns the table of services and coordinates
@@ -116,6 +123,15 @@ func NewSupervisorProducer(cfg Config) actor.Producer {
 	}
 	if cfg.MaxResends == 0 {
 		cfg.MaxResends = 3
+	}
+	if cfg.OnUp == nil {
+		cfg.OnUp = func() {}
+	}
+	if cfg.OnDown == nil {
+		cfg.OnDown = func() {}
+	}
+	if cfg.OnRestoreFailed == nil {
+		cfg.OnRestoreFailed = func(error) {}
 	}
 	restarts := map[string]int{} // survives supervisor restarts; only ever touched by the current incarnation
 	var incarnations atomic.Int64
@@ -185,18 +201,10 @@ func (s *Supervisor) Receive(ctx actor.Context) {
 		}
 		s.startRestore(ctx)
 		return
-	case *actor.Restarting:
+	case *actor.Restarting, *actor.Stopping:
 		s.stopping = true
-		s.abortAll(fmt.Errorf("engine restarted while the operation was in flight; it was rolled back or completed by restore (check with Get): %w", ErrNotReady))
-		return
-	case *actor.Stopping:
-		s.stopping = true
-		s.abortAll(ErrStopped)
-		return
-	case *actor.Stopped:
-		if s.cfg.OnStopped != nil {
-			s.cfg.OnStopped()
-		}
+		s.cfg.OnDown()
+		s.abortAll(ErrEngineRestarted)
 		return
 	case *actor.Terminated:
 		s.onTerminated(ctx, m)

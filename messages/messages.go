@@ -282,3 +282,24 @@ type AllocDrop struct {
 	ReqID uint64
 	Key   lb.L3n4Addr
 }
+
+// Error returns the reply's error; every edge reply has one.
+func (r UpsertReply) Error() error { return r.Err }
+
+// Error returns the reply's error.
+func (r DeleteReply) Error() error { return r.Err }
+
+// Error returns the reply's error.
+func (r GetReply) Error() error { return r.Err }
+
+// Error returns the reply's error.
+func (r ListReply) Error() error { return r.Err }
+
+// Error returns the reply's error.
+func (r SyncReply) Error() error { return r.Err }
+
+// Error returns the reply's error.
+func (r RevNATReply) Error() error { return r.Err }
+
+// Error returns nil: Stats always answers.
+func (r StatsReply) Error() error { return nil }

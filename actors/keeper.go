@@ -1,0 +1,57 @@
+package actors
+
+import (
+	"github.com/asynkron/protoactor-go/actor"
+)
+
+// KeeperName and EngineName name the top-level keeper and its one child,
+// the supervisor: the supervisor's PID is "actorlb/engine".
+const (
+	KeeperName = "actorlb"
+	EngineName = "engine"
+	// EnginePID is the Id of the supervisor's PID.
+	EnginePID = KeeperName + "/" + EngineName
+)
+
+// keeper is the top-level actor. Its only child is the supervisor: it
+// restarts it when it fails (one-for-one) and spawns it again when it is
+// stopped from outside, so the engine always comes back and restores.
+type keeper struct {
+	props     *actor.Props
+	stopping  bool
+	onStopped func()
+}
+
+// NewKeeperProps returns the props of the keeper for a supervisor config;
+// supervisorMiddleware is added to the supervisor (failure injection).
+func NewKeeperProps(cfg Config, supervisorMiddleware ...actor.ReceiverMiddleware) *actor.Props {
+	onStopped := cfg.OnStopped
+	cfg.OnStopped = nil
+	supProps := actor.PropsFromProducer(NewSupervisorProducer(cfg), actor.WithReceiverMiddleware(supervisorMiddleware...))
+	return actor.PropsFromProducer(func() actor.Actor {
+		return &keeper{props: supProps, onStopped: onStopped}
+	}, actor.WithSupervisor(actor.NewOneForOneStrategy(cfg.MaxRestarts, cfg.RestartWindow, actor.DefaultDecider)))
+}
+
+func (k *keeper) Receive(ctx actor.Context) {
+	switch ctx.Message().(type) {
+	case *actor.Started:
+		k.spawn(ctx)
+	case *actor.Terminated:
+		if !k.stopping {
+			k.spawn(ctx)
+		}
+	case *actor.Stopping:
+		k.stopping = true
+	case *actor.Stopped:
+		if k.onStopped != nil {
+			k.onStopped()
+		}
+	}
+}
+
+func (k *keeper) spawn(ctx actor.Context) {
+	if _, err := ctx.SpawnNamed(k.props, EngineName); err != nil {
+		panic(err)
+	}
+}
