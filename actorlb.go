@@ -357,3 +357,29 @@ func (e *Engine) Stats(ctx context.Context) (Stats, error) {
 	}
 	return st, nil
 }
+
+// ActorNames lists the names StopActor takes.
+var ActorNames = append([]string{actors.SupervisorName}, actors.Children...)
+
+// StopActor stops one actor of the engine outright, as a crash would
+// (chaos testing and drills): its parent spawns it again, it rebuilds its
+// state from the maps, and requests it owed are sent again. name is one of
+// ActorNames.
+func (e *Engine) StopActor(name string) error {
+	id := ""
+	switch {
+	case name == actors.SupervisorName:
+		id = actors.EnginePID
+	default:
+		for _, c := range actors.Children {
+			if c == name {
+				id = actors.EnginePID + "/" + c
+			}
+		}
+	}
+	if id == "" {
+		return fmt.Errorf("stop actor: unknown actor %q (want one of %v)", name, ActorNames)
+	}
+	e.sys.Root.Stop(actor.NewPID(e.sys.Address(), id))
+	return nil
+}

@@ -1,6 +1,8 @@
 package actors
 
 import (
+	"time"
+
 	"github.com/asynkron/protoactor-go/actor"
 )
 
@@ -25,6 +27,12 @@ type keeper struct {
 // NewKeeperProps returns the props of the keeper for a supervisor config;
 // supervisorMiddleware is added to the supervisor (failure injection).
 func NewKeeperProps(cfg Config, supervisorMiddleware ...actor.ReceiverMiddleware) *actor.Props {
+	if cfg.MaxRestarts == 0 {
+		cfg.MaxRestarts = 10
+	}
+	if cfg.RestartWindow == 0 {
+		cfg.RestartWindow = 10 * time.Second
+	}
 	onStopped := cfg.OnStopped
 	cfg.OnStopped = nil
 	supProps := actor.PropsFromProducer(NewSupervisorProducer(cfg), actor.WithReceiverMiddleware(supervisorMiddleware...))

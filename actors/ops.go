@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/actorlb/actorlb/maps"
 	"github.com/actorlb/actorlb/messages"
 	"github.com/asynkron/protoactor-go/actor"
 )
@@ -13,6 +14,16 @@ import (
 type step struct {
 	name string
 	do   func(s *Supervisor, ctx actor.Context, o *op)
+	// retry is how often the step runs again after a transient failure
+	// (map writes are idempotent; a full map is not transient).
+	retry int
+}
+
+// mapRetries is the retry count of steps that write maps.
+const mapRetries = 3
+
+func transient(err error) bool {
+	return !errors.Is(err, maps.ErrMapFull) && !errors.Is(err, maps.ErrFamily)
 }
 
 // op is one operation in flight: a list of steps, the requests of the
@@ -26,6 +37,8 @@ type op struct {
 	cur      string
 	pending  int
 	err      error
+	stepErr  error         // first error of the current step
+	tries    int           // retries of the current step
 	rollback func() []step // steps that undo a failed op; nil: nothing to undo
 	rolling  bool
 	rbErr    error
@@ -44,16 +57,32 @@ type opKey struct {
 
 // fail records the first error of the op's current step.
 func (o *op) fail(err error) {
-	if err == nil {
-		return
+	if err != nil && o.stepErr == nil {
+		o.stepErr = err
 	}
+}
+
+// settle decides what a failed step means once all its replies are in:
+// run it again (transient, retries left) or fail the op (or its rollback).
+// It reports whether the step was started again.
+func (s *Supervisor) settle(ctx actor.Context, o *op) bool {
+	err := o.stepErr
+	o.stepErr = nil
+	if o.next > 0 && o.next <= len(o.steps) {
+		if st := o.steps[o.next-1]; o.tries < st.retry && transient(err) {
+			o.tries++
+			s.log.WithError(err).WithField("step", o.cur).Debug("retrying step")
+			st.do(s, ctx, o)
+			return true
+		}
+	}
+	err = fmt.Errorf("%s: %w", o.cur, err)
 	if o.rolling {
-		o.rbErr = errors.Join(o.rbErr, fmt.Errorf("%s: %w", o.cur, err))
-		return
+		o.rbErr = errors.Join(o.rbErr, err)
+	} else if o.err == nil {
+		o.err = err
 	}
-	if o.err == nil {
-		o.err = fmt.Errorf("%s: %w", o.cur, err)
-	}
+	return false
 }
 
 // pendingReq is a request sent to a child and not yet answered.
@@ -90,6 +119,9 @@ func (s *Supervisor) begin(ctx actor.Context, o *op) {
 // advance runs steps until one is waiting for replies or the op is done.
 func (s *Supervisor) advance(ctx actor.Context, o *op) {
 	for !o.done && o.pending == 0 {
+		if o.stepErr != nil && s.settle(ctx, o) {
+			continue
+		}
 		if o.err != nil && !o.rolling {
 			o.rolling = true
 			o.steps, o.next = nil, 0
@@ -104,6 +136,7 @@ func (s *Supervisor) advance(ctx actor.Context, o *op) {
 		st := o.steps[o.next]
 		o.next++
 		o.cur = st.name
+		o.tries = 0
 		st.do(s, ctx, o)
 	}
 }

@@ -126,7 +126,7 @@ func fixSteps(r *table.Restored, f maps.Family) []step {
 			}
 			id := s.newReqID()
 			s.request(ctx, o, svcChild(f), id, &messages.ServiceApply{ReqID: id, Writes: w, Deletes: d}, applied)
-		}}
+		}, retry: mapRetries}
 	}
 	rev := func(name string, w []maps.RevNATEntry, d []uint16) step {
 		return step{name: name, do: func(s *Supervisor, ctx actor.Context, o *op) {
@@ -141,7 +141,7 @@ func fixSteps(r *table.Restored, f maps.Family) []step {
 				m.Deletes4 = d
 			}
 			s.request(ctx, o, ChildRevNAT, id, m, applied)
-		}}
+		}, retry: mapRetries}
 	}
 	return []step{
 		rev("repair: write revNAT", fx.RevNATWrites, nil),
@@ -155,7 +155,7 @@ func fixSteps(r *table.Restored, f maps.Family) []step {
 			}
 			id := s.newReqID()
 			s.request(ctx, o, beChild(f), id, &messages.BackendApply{ReqID: id, Deletes: fx.BackendDeletes}, applied)
-		}},
+		}, retry: mapRetries},
 		rev("repair: delete revNAT", nil, fx.RevNATDeletes),
 	}
 }

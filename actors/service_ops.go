@@ -36,7 +36,7 @@ func stepWriteService(name string, svc *table.Service, deleteTo int) step {
 		s.request(ctx, o, svcChild(svc.Family()), id, &messages.ServiceApply{
 			ReqID: id, Writes: serviceWrites(svc), Deletes: slotKeys(svc.Frontend(), table.SlotCount(svc)+1, deleteTo),
 		}, applied)
-	}}
+	}, retry: mapRetries}
 }
 
 func stepDeleteService(name string, svc *table.Service, slots int) step {
@@ -45,7 +45,7 @@ func stepDeleteService(name string, svc *table.Service, slots int) step {
 		s.request(ctx, o, svcChild(svc.Family()), id, &messages.ServiceApply{
 			ReqID: id, Deletes: slotKeys(svc.Frontend(), 0, slots), // master first
 		}, applied)
-	}}
+	}, retry: mapRetries}
 }
 
 func stepWriteBackendsRevNAT(name string, svc *table.Service) step {
@@ -54,7 +54,7 @@ func stepWriteBackendsRevNAT(name string, svc *table.Service) step {
 		s.request(ctx, o, beChild(svc.Family()), id, &messages.BackendApply{ReqID: id, Writes: table.BackendEntries(svc)}, applied)
 		id = s.newReqID()
 		s.request(ctx, o, ChildRevNAT, id, &messages.RevNATApply{ReqID: id, Writes: []maps.RevNATEntry{table.RevNAT(svc)}}, applied)
-	}}
+	}, retry: mapRetries}
 }
 
 func stepDeleteRevNAT(name string, f maps.Family, sid lb.ServiceID) step {
@@ -67,7 +67,7 @@ func stepDeleteRevNAT(name string, f maps.Family, sid lb.ServiceID) step {
 			m.Deletes4 = []uint16{uint16(sid)}
 		}
 		s.request(ctx, o, ChildRevNAT, id, m, applied)
-	}}
+	}, retry: mapRetries}
 }
 
 // stepsRelease gives backend references (and the service ID when svc) back
@@ -101,7 +101,7 @@ func stepsRelease(f maps.Family, fe lb.L3n4Addr, svc bool, keys []lb.L3n4Addr) [
 			}
 			id := s.newReqID()
 			s.request(ctx, o, beChild(f), id, &messages.BackendApply{ReqID: id, Deletes: ids}, applied)
-		}},
+		}, retry: mapRetries},
 		{name: "reuse backend IDs", do: func(s *Supervisor, ctx actor.Context, o *op) {
 			if len(freed) == 0 {
 				return
