@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
@@ -19,7 +20,7 @@ type ebpfStore[K rawKey, V rawValue] struct {
 	mapName string
 	// batch is false when the kernel refused the batch API (or the caller
 	// asked for per-element operations); then every call goes per element.
-	batch bool
+	batch atomic.Bool
 }
 
 func (s *ebpfStore[K, V]) name() string    { return s.mapName }
@@ -30,7 +31,7 @@ func (s *ebpfStore[K, V]) update(keys []K, values []V) error {
 	if len(keys) == 0 {
 		return nil
 	}
-	if s.batch {
+	if s.batch.Load() {
 		n, err := s.m.BatchUpdate(keys, values, nil)
 		if err == nil {
 			return nil
@@ -38,7 +39,7 @@ func (s *ebpfStore[K, V]) update(keys []K, values []V) error {
 		if !errors.Is(err, ebpf.ErrNotSupported) {
 			return mapError(err, n, len(keys))
 		}
-		s.batch = false
+		s.batch.Store(false)
 	}
 	for i := range keys {
 		if err := s.m.Update(&keys[i], &values[i], ebpf.UpdateAny); err != nil {
@@ -49,7 +50,7 @@ func (s *ebpfStore[K, V]) update(keys []K, values []V) error {
 }
 
 func (s *ebpfStore[K, V]) delete(keys []K) error {
-	if s.batch {
+	if s.batch.Load() {
 		for rest := keys; len(rest) > 0; {
 			n, err := s.m.BatchDelete(rest, nil)
 			switch {
@@ -59,7 +60,7 @@ func (s *ebpfStore[K, V]) delete(keys []K) error {
 				// The kernel stops at the first missing key: skip it.
 				rest = rest[min(n+1, len(rest)):]
 			case errors.Is(err, ebpf.ErrNotSupported):
-				s.batch = false
+				s.batch.Store(false)
 				return s.delete(rest)
 			default:
 				return mapError(err, len(keys)-len(rest)+n, len(keys))
@@ -76,12 +77,12 @@ func (s *ebpfStore[K, V]) delete(keys []K) error {
 }
 
 func (s *ebpfStore[K, V]) dump() ([]K, []V, error) {
-	if s.batch {
+	if s.batch.Load() {
 		keys, values, err := s.dumpBatch()
 		if err == nil || !errors.Is(err, ebpf.ErrNotSupported) {
 			return keys, values, err
 		}
-		s.batch = false
+		s.batch.Store(false)
 	}
 	var (
 		keys   []K

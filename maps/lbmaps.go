@@ -212,7 +212,9 @@ func newMap[E, KT any, K, V comparable](o *opener, name string, fam Family, max 
 		if created {
 			o.lb.Created = append(o.lb.Created, name)
 		}
-		st = &ebpfStore[K, V]{m: m, mapName: name, batch: !o.cfg.NoBatch}
+		es := &ebpfStore[K, V]{m: m, mapName: name}
+		es.batch.Store(!o.cfg.NoBatch)
+		st = es
 	}
 	if o.cfg.Fault != nil {
 		st = &faultyStore[K, V]{store: st, fault: o.cfg.Fault}

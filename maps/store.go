@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -141,13 +142,13 @@ type FaultFunc func(mapName string, op Op, n uint64, entries int) error
 type faultyStore[K rawKey, V rawValue] struct {
 	store[K, V]
 	fault  FaultFunc
-	counts [OpLookup + 1]uint64 // only the owner calls, so no lock
+	counts [OpLookup + 1]atomic.Uint64 // readers may call alongside the owner
 }
 
 func (s *faultyStore[K, V]) check(op Op, entries int) error {
-	s.counts[op]++
-	if err := s.fault(s.name(), op, s.counts[op], entries); err != nil {
-		return fmt.Errorf("%s #%d: %w", op, s.counts[op], err)
+	n := s.counts[op].Add(1)
+	if err := s.fault(s.name(), op, n, entries); err != nil {
+		return fmt.Errorf("%s #%d: %w", op, n, err)
 	}
 	return nil
 }
