@@ -266,3 +266,46 @@ func TestRestoreKeepsIDsAndWritesNothing(t *testing.T) {
 }
 
 func errorsIs(err, target error) bool { return errors.Is(err, target) }
+
+// settle waits (bounded) until no operation is in flight, such as the
+// refreshes a backend state change queues for other services.
+func settle(tb testing.TB, e *Engine) {
+	tb.Helper()
+	require.Eventually(tb, func() bool {
+		st, err := e.Stats(ctxT(tb))
+		return err == nil && st.OpsInFlight == 0
+	}, 10*time.Second, 5*time.Millisecond, "operations still in flight")
+}
+
+// A backend has one state: changing it through one service changes it in
+// every service that uses it, maps included.
+func TestBackendStateIsSharedAcrossServices(t *testing.T) {
+	e := newEngine(t, "", Config{})
+	ctx := ctxT(t)
+	a := mustService(t, "10.96.0.10:80", "10.0.1.5:8080", "10.0.1.6:8080")
+	b := mustService(t, "10.96.0.11:80", "10.0.1.5:8080", "10.0.1.7:8080")
+	_, _, err := e.Upsert(ctx, a)
+	require.NoError(t, err)
+	idB, _, err := e.Upsert(ctx, b)
+	require.NoError(t, err)
+
+	a.Backends[0].State = lb.BackendStateTerminating // 10.0.1.5
+	_, _, err = e.Upsert(ctx, a)
+	require.NoError(t, err)
+	settle(t, e)
+	got, err := e.Get(ctx, idB)
+	require.NoError(t, err)
+	require.Equal(t, "10.0.1.7:8080/TCP", got.Backends[0].String(), "active first")
+	require.Equal(t, lb.BackendStateTerminating, got.Backends[1].State)
+	master, ok, err := e.Maps().Service4.Lookup(maps.ServiceKey{Address: netip.MustParseAddr("10.96.0.11"), Port: 80, Proto: 6})
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, uint16(1), master.Value.Count)
+	require.Equal(t, uint16(1), master.Value.QCount)
+	checkInvariants(t, e)
+
+	// Terminating is final for the backend, whichever service asks.
+	_, _, err = e.Upsert(ctx, b)
+	require.ErrorIs(t, err, lb.ErrInvalidStateTransition)
+	require.ErrorContains(t, err, "backend 10.0.1.5:8080")
+}

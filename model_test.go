@@ -96,9 +96,15 @@ func TestRandomOperationsAgainstModel(t *testing.T) {
 	e := newEngine(t, "", Config{})
 	seed := testutil.Seed(t)
 	const workers, opsPer = 8, 1000
-	pool := make([]lb.Backend, 40)
-	for i := range pool {
-		pool[i] = lb.Backend{L3n4Addr: lb.L3n4Addr{Addr: netip.AddrFrom4([4]byte{10, 0, 1, byte(i + 1)}), Port: 8080, Protocol: lb.TCP}, Weight: lb.DefaultBackendWeight}
+	// Each worker has its own backends (shared by its services): a backend
+	// has one state across services, so sharing across workers would make
+	// the outcome depend on their interleaving.
+	pools := make([][]lb.Backend, workers)
+	for w := range pools {
+		pools[w] = make([]lb.Backend, 20)
+		for i := range pools[w] {
+			pools[w][i] = lb.Backend{L3n4Addr: lb.L3n4Addr{Addr: netip.AddrFrom4([4]byte{10, 1, byte(w), byte(i + 1)}), Port: 8080, Protocol: lb.TCP}, Weight: lb.DefaultBackendWeight}
+		}
 	}
 	models := make([]map[string]*modelSvc, workers)
 	var wg sync.WaitGroup
@@ -110,7 +116,17 @@ func TestRandomOperationsAgainstModel(t *testing.T) {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(seed, uint64(w)))
 			model := models[w]
+			pool := pools[w]
 			ctx := ctxT(t)
+			// state of a backend used by any of this worker's services
+			stateOf := func(b string) (lb.BackendState, bool) {
+				for _, m := range model {
+					if st, ok := m.backends[b]; ok {
+						return st, true
+					}
+				}
+				return 0, false
+			}
 			fes := make([]lb.L3n4Addr, 6)
 			for i := range fes {
 				fes[i] = lb.L3n4Addr{Addr: netip.AddrFrom4([4]byte{10, 96, byte(w), byte(i + 1)}), Port: 80, Protocol: lb.TCP}
@@ -131,10 +147,7 @@ func TestRandomOperationsAgainstModel(t *testing.T) {
 						}
 						picked[i] = true
 						b := pool[i]
-						prev, had := lb.BackendState(0), false
-						if cur != nil {
-							prev, had = cur.backends[b.String()]
-						}
+						prev, had := stateOf(b.String())
 						switch {
 						case had && prev == lb.BackendStateTerminating:
 							b.State = lb.BackendStateTerminating
@@ -156,6 +169,13 @@ func TestRandomOperationsAgainstModel(t *testing.T) {
 						return
 					}
 					model[fe.String()] = &modelSvc{id: id, backends: next}
+					for _, m := range model { // one state per backend
+						for b := range m.backends {
+							if st, ok := next[b]; ok {
+								m.backends[b] = st
+							}
+						}
+					}
 				case r < 9: // delete
 					var err error
 					if rng.IntN(2) == 0 && cur != nil {
@@ -194,6 +214,7 @@ func TestRandomOperationsAgainstModel(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	settle(t, e)
 	// The engine, the maps and the merged model agree.
 	want := map[string]*modelSvc{}
 	for _, m := range models {

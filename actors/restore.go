@@ -82,8 +82,7 @@ func (s *Supervisor) startRestore(ctx actor.Context) {
 // install makes the restored services the table.
 func (s *Supervisor) install(r *table.Restored) {
 	for _, svc := range r.Services {
-		s.services[svc.ID()] = svc
-		s.byFE[svc.Frontend()] = svc.ID()
+		s.put(svc)
 	}
 }
 

@@ -169,11 +169,14 @@ func (s *Supervisor) upsertOp(spec *lb.Service, reply func(id lb.ServiceID, crea
 		for i, b := range newSvc.Spec.Backends {
 			k := table.BackendKey(b)
 			newKeys[k] = true
-			if ob, ok := oldBe[k]; ok {
-				if err := lb.ValidateStateTransition(ob.State, b.State); err != nil {
+			if cur, ok := s.backendState(k); ok {
+				// One state per backend, across services.
+				if err := lb.ValidateStateTransition(cur, b.State); err != nil {
 					o.err = fmt.Errorf("backend %s: %w", b.AddrPort(), err)
 					return
 				}
+			}
+			if _, ok := oldBe[k]; ok {
 				newSvc.BackendIDs[i] = oldIDs[k]
 				continue
 			}
@@ -223,8 +226,8 @@ func (s *Supervisor) upsertOp(spec *lb.Service, reply func(id lb.ServiceID, crea
 			stepWriteBackendsRevNAT("write backends and revNAT", newSvc),
 			stepWriteService("write service", newSvc, maxSlots),
 			{name: "commit", do: func(s *Supervisor, ctx actor.Context, o *op) {
-				s.services[newSvc.ID()] = newSvc
-				s.byFE[fe] = newSvc.ID()
+				s.put(newSvc)
+				s.propagateStates(ctx, newSvc)
 				o.svcHold, o.beHolds = nil, nil
 				o.rollback = nil // past the point of no return
 			}},
@@ -286,8 +289,7 @@ func (s *Supervisor) deleteOp(fe lb.L3n4Addr, want lb.ServiceID, reply func(id l
 		o.steps = []step{
 			stepDeleteService("delete service", old, slots),
 			{name: "commit", do: func(s *Supervisor, ctx actor.Context, o *op) {
-				delete(s.services, id)
-				delete(s.byFE, fe)
+				s.drop(old)
 				o.rollback = nil
 			}},
 		}

@@ -1,0 +1,117 @@
+package actors
+
+import (
+	"slices"
+
+	"github.com/actorlb/actorlb/internal/table"
+	lb "github.com/actorlb/actorlb/loadbalancer"
+	"github.com/asynkron/protoactor-go/actor"
+)
+
+// A backend has one state, whatever service refers to it: the backend map
+// holds one entry per backend. The supervisor keeps an index from backend
+// to the services using it, so that a state change made through one
+// service is applied to the others too (their slots are rewritten by a
+// refresh op queued on their own frontend).
+
+// put installs svc in the table and the backend index.
+func (s *Supervisor) put(svc *table.Service) {
+	if old, ok := s.services[svc.ID()]; ok {
+		s.unindex(old)
+	}
+	s.services[svc.ID()] = svc
+	s.byFE[svc.Frontend()] = svc.ID()
+	for _, b := range svc.Spec.Backends {
+		k := table.BackendKey(b)
+		s.users[k] = append(s.users[k], svc.ID())
+	}
+}
+
+// drop removes svc from the table and the backend index.
+func (s *Supervisor) drop(svc *table.Service) {
+	s.unindex(svc)
+	delete(s.services, svc.ID())
+	delete(s.byFE, svc.Frontend())
+}
+
+func (s *Supervisor) unindex(svc *table.Service) {
+	for _, b := range svc.Spec.Backends {
+		k := table.BackendKey(b)
+		ids := slices.DeleteFunc(s.users[k], func(id lb.ServiceID) bool { return id == svc.ID() })
+		if len(ids) == 0 {
+			delete(s.users, k)
+		} else {
+			s.users[k] = ids
+		}
+	}
+}
+
+// backendState returns the current state of a backend and whether any
+// service uses it.
+func (s *Supervisor) backendState(k lb.L3n4Addr) (lb.BackendState, bool) {
+	for _, id := range s.users[k] {
+		for _, b := range s.services[id].Spec.Backends {
+			if table.BackendKey(b) == k {
+				return b.State, true
+			}
+		}
+	}
+	return 0, false
+}
+
+// propagateStates gives every other service using a backend of svc the
+// state svc gives it, and queues a refresh of their maps.
+func (s *Supervisor) propagateStates(ctx actor.Context, svc *table.Service) {
+	states := make(map[lb.L3n4Addr]lb.BackendState, len(svc.Spec.Backends))
+	siblings := map[lb.ServiceID]bool{}
+	for _, b := range svc.Spec.Backends {
+		k := table.BackendKey(b)
+		states[k] = b.State
+		for _, id := range s.users[k] {
+			if id != svc.ID() {
+				siblings[id] = true
+			}
+		}
+	}
+	for id := range siblings {
+		sib := s.services[id]
+		var changed bool
+		next := &table.Service{Spec: *sib.Spec.DeepCopy(), BackendIDs: slices.Clone(sib.BackendIDs)}
+		for i, b := range next.Spec.Backends {
+			if st, ok := states[table.BackendKey(b)]; ok && st != b.State {
+				next.Spec.Backends[i].State = st
+				changed = true
+			}
+		}
+		if !changed {
+			continue
+		}
+		table.SlotOrder(next.Spec.Backends, next.BackendIDs)
+		s.put(next)
+		s.refreshes++
+		s.run(ctx, s.refreshOp(next.Frontend()))
+	}
+}
+
+// refreshOp rewrites the maps of the service of fe from the table (after
+// a backend state change made through another service).
+func (s *Supervisor) refreshOp(fe lb.L3n4Addr) *op {
+	o := &op{key: feKey(fe)}
+	o.finish = func(s *Supervisor, err error) {
+		if err != nil {
+			s.log.WithError(err).WithField("frontend", fe.String()).Warn("refresh after a backend state change failed; restore repairs it")
+		}
+	}
+	o.start = func(s *Supervisor, ctx actor.Context, o *op) {
+		id, ok := s.byFE[fe]
+		if !ok {
+			return // deleted meanwhile
+		}
+		svc := s.services[id]
+		o.steps = []step{
+			stepWriteBackendsRevNAT("refresh backends and revNAT", svc),
+			stepWriteService("refresh service", svc, table.SlotCount(svc)),
+		}
+	}
+	return o
+}
