@@ -179,6 +179,11 @@ func (a *allocatorActor) restore(m *messages.AllocRestore) error {
 	for _, b := range m.Backends {
 		errs = append(errs, bind(a.be, b.Key, lb.BackendID(b.ID), b.Refs))
 	}
+	for _, id := range m.Held {
+		if err := a.be.Hold(id); err != nil {
+			errs = append(errs, fmt.Errorf("restore: hold backend ID %d: %w", id, err))
+		}
+	}
 	return errors.Join(errs...)
 }
 

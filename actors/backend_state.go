@@ -46,17 +46,18 @@ func (s *Supervisor) unindex(svc *table.Service) {
 	}
 }
 
-// backendState returns the current state of a backend and whether any
-// service uses it.
-func (s *Supervisor) backendState(k lb.L3n4Addr) (lb.BackendState, bool) {
+// backendState returns the current state of a backend, its ID and
+// whether any service uses it.
+func (s *Supervisor) backendState(k lb.L3n4Addr) (lb.BackendState, lb.BackendID, bool) {
 	for _, id := range s.users[k] {
-		for _, b := range s.services[id].Spec.Backends {
+		svc := s.services[id]
+		for i, b := range svc.Spec.Backends {
 			if table.BackendKey(b) == k {
-				return b.State, true
+				return b.State, svc.BackendIDs[i], true
 			}
 		}
 	}
-	return 0, false
+	return 0, 0, false
 }
 
 // propagateStates gives every other service using a backend of svc the

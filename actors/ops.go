@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/maps"
 	"github.com/actorlb/actorlb/messages"
 	"github.com/asynkron/protoactor-go/actor"
@@ -48,6 +49,8 @@ type op struct {
 	// put in the table: counted when a restarted allocator is restored.
 	svcHold *messages.AllocBinding
 	beHolds []messages.AllocBinding
+	// freed backend IDs, held in the allocator until their entries are gone.
+	freed []lb.BackendID
 }
 
 type opKey struct {

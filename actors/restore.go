@@ -50,7 +50,7 @@ func (s *Supervisor) startRestore(ctx actor.Context) {
 			o.steps = append(o.steps, fixSteps(r, maps.IPv6)...)
 			o.steps = append(o.steps, step{name: "restore allocator", do: func(s *Supervisor, ctx actor.Context, o *op) {
 				s.install(r)
-				svcs, bes := s.allocBindings()
+				svcs, bes, _ := s.allocBindings()
 				id := s.newReqID()
 				s.request(ctx, o, ChildAllocator, id, &messages.AllocRestore{ReqID: id, Services: svcs, Backends: bes}, done)
 			}})

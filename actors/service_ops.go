@@ -57,6 +57,16 @@ func stepWriteBackendsRevNAT(name string, svc *table.Service) step {
 	}, retry: mapRetries}
 }
 
+func stepWriteBackends(name string, f maps.Family, es []maps.BackendEntry) step {
+	return step{name: name, do: func(s *Supervisor, ctx actor.Context, o *op) {
+		if len(es) == 0 {
+			return
+		}
+		id := s.newReqID()
+		s.request(ctx, o, beChild(f), id, &messages.BackendApply{ReqID: id, Writes: es}, applied)
+	}, retry: mapRetries}
+}
+
 func stepDeleteRevNAT(name string, f maps.Family, sid lb.ServiceID) step {
 	return step{name: name, do: func(s *Supervisor, ctx actor.Context, o *op) {
 		id := s.newReqID()
@@ -84,6 +94,7 @@ func stepsRelease(f maps.Family, fe lb.L3n4Addr, svc bool, keys []lb.L3n4Addr) [
 			s.request(ctx, o, ChildAllocator, id, &messages.AllocRelease{ReqID: id, Service: svc, Frontend: fe, Backends: keys}, func(r any) error {
 				rep := r.(*messages.AllocReleased)
 				freed = rep.FreedBackends
+				o.freed = freed
 				o.beHolds = nil
 				if svc {
 					o.svcHold = nil
@@ -107,7 +118,10 @@ func stepsRelease(f maps.Family, fe lb.L3n4Addr, svc bool, keys []lb.L3n4Addr) [
 				return
 			}
 			id := s.newReqID()
-			s.request(ctx, o, ChildAllocator, id, &messages.AllocUnhold{ReqID: id, BackendIDs: freed}, done)
+			s.request(ctx, o, ChildAllocator, id, &messages.AllocUnhold{ReqID: id, BackendIDs: freed}, func(r any) error {
+				o.freed = nil
+				return done(r)
+			})
 		}},
 	}
 }
@@ -165,15 +179,23 @@ func (s *Supervisor) upsertOp(spec *lb.Service, reply func(id lb.ServiceID, crea
 		}
 		var acquire []lb.L3n4Addr
 		var acquireIdx []int
+		var restoreShared []maps.BackendEntry
 		newKeys := map[lb.L3n4Addr]bool{}
 		for i, b := range newSvc.Spec.Backends {
 			k := table.BackendKey(b)
 			newKeys[k] = true
-			if cur, ok := s.backendState(k); ok {
+			if cur, id, ok := s.backendState(k); ok {
 				// One state per backend, across services.
 				if err := lb.ValidateStateTransition(cur, b.State); err != nil {
 					o.err = fmt.Errorf("backend %s: %w", b.AddrPort(), err)
 					return
+				}
+				if _, mine := oldBe[k]; !mine && cur != b.State {
+					// Written with the new state before the commit: a
+					// rollback must give the other services theirs back.
+					prev := b
+					prev.State = cur
+					restoreShared = append(restoreShared, table.BackendEntry(prev, id))
 				}
 			}
 			if _, ok := oldBe[k]; ok {
@@ -228,7 +250,12 @@ func (s *Supervisor) upsertOp(spec *lb.Service, reply func(id lb.ServiceID, crea
 			{name: "commit", do: func(s *Supervisor, ctx actor.Context, o *op) {
 				s.put(newSvc)
 				s.propagateStates(ctx, newSvc)
+				// The references of removed backends leave the table now
+				// but are held by this op until it releases them.
 				o.svcHold, o.beHolds = nil, nil
+				for _, k := range removed {
+					o.beHolds = append(o.beHolds, messages.AllocBinding{Key: k, ID: uint64(oldIDs[k]), Refs: 1})
+				}
 				o.rollback = nil // past the point of no return
 			}},
 		}
@@ -239,6 +266,7 @@ func (s *Supervisor) upsertOp(spec *lb.Service, reply func(id lb.ServiceID, crea
 			for i, h := range o.beHolds {
 				acquiredKeys[i] = h.Key
 			}
+			shared := stepWriteBackends("roll back: states of shared backends", f, restoreShared)
 			if created {
 				if o.svcHold == nil {
 					return nil // nothing was acquired, so nothing was written
@@ -246,10 +274,12 @@ func (s *Supervisor) upsertOp(spec *lb.Service, reply func(id lb.ServiceID, crea
 				return append([]step{
 					stepDeleteService("roll back: delete service", newSvc, maxSlots),
 					stepDeleteRevNAT("roll back: delete revNAT", f, newSvc.ID()),
+					shared,
 				}, stepsRelease(f, fe, true, acquiredKeys)...)
 			}
 			return append([]step{
 				stepWriteBackendsRevNAT("roll back: write backends and revNAT", old),
+				shared,
 				stepWriteService("roll back: write service", old, maxSlots),
 			}, stepsRelease(f, fe, false, acquiredKeys)...)
 		}
@@ -290,6 +320,11 @@ func (s *Supervisor) deleteOp(fe lb.L3n4Addr, want lb.ServiceID, reply func(id l
 			stepDeleteService("delete service", old, slots),
 			{name: "commit", do: func(s *Supervisor, ctx actor.Context, o *op) {
 				s.drop(old)
+				// Until released, the op holds the service's references.
+				o.svcHold = &messages.AllocBinding{Key: fe, ID: uint64(id), Refs: 1}
+				for i, k := range keys {
+					o.beHolds = append(o.beHolds, messages.AllocBinding{Key: k, ID: uint64(old.BackendIDs[i]), Refs: 1})
+				}
 				o.rollback = nil
 			}},
 		}

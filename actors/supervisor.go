@@ -2,6 +2,7 @@ package actors
 
 import (
 	"fmt"
+	"runtime/debug"
 	"sync/atomic"
 	"time"
 
@@ -192,6 +193,8 @@ func childName(pid *actor.PID) string {
 func (s *Supervisor) Receive(ctx actor.Context) {
 	defer func() {
 		if r := recover(); r != nil {
+			s.log.WithField("panic", fmt.Sprint(r)).WithField("message", fmt.Sprintf("%T", ctx.Message())).
+				Error("supervisor failed; it restarts and restores from the maps\n" + string(debug.Stack()))
 			s.failEdge(ctx.Message(), fmt.Errorf("engine failed and restarts: %v", r))
 			panic(r)
 		}
@@ -354,7 +357,7 @@ func (s *Supervisor) abortAll(err error) {
 
 // allocBindings computes the allocator's state from the table: one
 // reference per service using a backend, standalone revNAT IDs reserved.
-func (s *Supervisor) allocBindings() (svcs, bes []messages.AllocBinding) {
+func (s *Supervisor) allocBindings() (svcs, bes []messages.AllocBinding, held []lb.BackendID) {
 	refs := map[lb.L3n4Addr]int{}
 	ids := map[lb.L3n4Addr]lb.BackendID{}
 	for id, svc := range s.services {
@@ -381,17 +384,18 @@ func (s *Supervisor) allocBindings() (svcs, bes []messages.AllocBinding) {
 			refs[h.Key]++
 			ids[h.Key] = lb.BackendID(h.ID)
 		}
+		held = append(held, p.op.freed...)
 	}
 	for k, n := range refs {
 		bes = append(bes, messages.AllocBinding{Key: k, ID: uint64(ids[k]), Refs: n})
 	}
-	return svcs, bes
+	return svcs, bes, held
 }
 
 // restoreAllocator sends a restarted allocator its state, rebuilt from the
 // table and the IDs held by ops in flight.
 func (s *Supervisor) restoreAllocator(ctx actor.Context) {
-	svcs, bes := s.allocBindings()
+	svcs, bes, held := s.allocBindings()
 	o := &op{finish: func(s *Supervisor, err error) {
 		if err != nil {
 			s.log.WithError(err).Error("restore allocator after restart")
@@ -399,7 +403,7 @@ func (s *Supervisor) restoreAllocator(ctx actor.Context) {
 	}}
 	o.steps = []step{{name: "restore allocator", do: func(s *Supervisor, ctx actor.Context, o *op) {
 		id := s.newReqID()
-		s.request(ctx, o, ChildAllocator, id, &messages.AllocRestore{ReqID: id, Services: svcs, Backends: bes}, nil)
+		s.request(ctx, o, ChildAllocator, id, &messages.AllocRestore{ReqID: id, Services: svcs, Backends: bes, Held: held}, nil)
 	}}}
 	s.begin(ctx, o)
 }

@@ -267,6 +267,9 @@ type AllocRestore struct {
 	ReqID    uint64
 	Services []AllocBinding
 	Backends []AllocBinding
+	// Held backend IDs are free but not reusable yet (their entries are
+	// being deleted).
+	Held []lb.BackendID
 }
 
 // AllocReserve reserves ID for Key without claiming it (standalone revNAT
