@@ -218,6 +218,11 @@ func (s *Supervisor) Receive(ctx actor.Context) {
 	case *childFailed:
 		s.onChildFailed(ctx, m)
 		return
+	case *childStopped:
+		if !s.stopping {
+			s.onChildStopped(ctx, m.child)
+		}
+		return
 	}
 	if id, _, ok := replyID(ctx.Message()); ok {
 		s.onReply(ctx, id, ctx.Message())
@@ -254,13 +259,23 @@ func (s *Supervisor) spawn(ctx actor.Context, name string) {
 	s.children[name] = pid
 }
 
-// onTerminated respawns a child that stopped for good (retries exhausted
-// or stopped from outside) and resends what it owed.
+// onTerminated learns that a child stopped for good (retries exhausted or
+// stopped from outside). Terminated is a system message: it overtakes the
+// replies the child sent before it stopped, which are still queued. So the
+// respawn is done by a message to self, handled after those replies.
 func (s *Supervisor) onTerminated(ctx actor.Context, m *actor.Terminated) {
 	name := childName(m.Who)
 	if _, ok := s.children[name]; !ok || s.stopping {
 		return // children stop with us: do not respawn them
 	}
+	ctx.Send(ctx.Self(), &childStopped{child: name})
+}
+
+type childStopped struct{ child string }
+
+// onChildStopped respawns a stopped child, restores the allocator from the
+// table if it was the allocator, and resends what the child owed.
+func (s *Supervisor) onChildStopped(ctx actor.Context, name string) {
 	s.restarts[name]++
 	s.log.WithField("child", name).Warn("child actor stopped; respawning it")
 	s.spawn(ctx, name)
@@ -287,7 +302,18 @@ func (s *Supervisor) onChildFailed(ctx actor.Context, m *childFailed) {
 	}
 }
 
+// superseded reports whether a lost request must not be sent again: an
+// allocator snapshot is replaced by the fresh one sent after the crash.
+func superseded(msg any) bool {
+	_, ok := msg.(*messages.AllocRestore)
+	return ok
+}
+
 func (s *Supervisor) resend(ctx actor.Context, id uint64, p *pendingReq) {
+	if superseded(p.msg) {
+		s.onReply(ctx, id, &messages.AllocDone{ReqID: id})
+		return
+	}
 	p.tries++
 	if p.tries > s.cfg.MaxResends {
 		s.failRequest(ctx, id, fmt.Errorf("%s failed %d times on this request", p.child, p.tries))

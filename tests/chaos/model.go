@@ -25,6 +25,29 @@ type ModelService struct {
 // NewModel returns an empty model.
 func NewModel() *Model { return &Model{Services: map[string]ModelService{}} }
 
+// State returns the state of a backend used by any service of the model.
+func (m *Model) State(b string) (lb.BackendState, bool) {
+	for _, s := range m.Services {
+		if st, ok := s.Backends[b]; ok {
+			return st, true
+		}
+	}
+	return 0, false
+}
+
+// Set records an acknowledged version of fe; its backends' states apply
+// to every service using them (one state per backend).
+func (m *Model) Set(fe string, s ModelService) {
+	m.Services[fe] = s
+	for _, o := range m.Services {
+		for b := range o.Backends {
+			if st, ok := s.Backends[b]; ok {
+				o.Backends[b] = st
+			}
+		}
+	}
+}
+
 // FromService renders svc the way the model holds it.
 func FromService(svc *lb.Service) ModelService {
 	m := ModelService{ID: svc.Frontend.ID, Backends: map[string]lb.BackendState{}}

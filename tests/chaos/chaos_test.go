@@ -1,0 +1,474 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"maps"
+	"math/rand/v2"
+	"net/netip"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/actorlb/actorlb"
+	"github.com/actorlb/actorlb/actors"
+	"github.com/actorlb/actorlb/internal/testutil"
+	lb "github.com/actorlb/actorlb/loadbalancer"
+	lbmaps "github.com/actorlb/actorlb/maps"
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/sirupsen/logrus"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/actor.NewThrottleWithLogger.func1.1"),
+		goleak.IgnoreTopFunction("time.Sleep"),
+	)
+}
+
+// killPlan arms one-shot panics in named actors, before or after they
+// handle their next message.
+type killPlan struct {
+	mu    sync.Mutex
+	armed map[string]bool // actor PID Id -> panic after (true) or before (false)
+	fired atomic.Int64
+}
+
+func (p *killPlan) arm(id string, after bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.armed[id] = after
+}
+
+func (p *killPlan) take(id string) (armed, after bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	after, armed = p.armed[id]
+	delete(p.armed, id)
+	return armed, after
+}
+
+func (p *killPlan) middleware() actor.ReceiverMiddleware {
+	return func(next actor.ReceiverFunc) actor.ReceiverFunc {
+		return func(c actor.ReceiverContext, env *actor.MessageEnvelope) {
+			switch env.Message.(type) {
+			case actor.SystemMessage, actor.AutoReceiveMessage:
+				next(c, env) // never inject into lifecycle messages
+				return
+			}
+			armed, after := p.take(c.Self().Id)
+			if armed && !after {
+				p.fired.Add(1)
+				panic(fmt.Sprintf("chaos: kill %s before %T", c.Self().Id, env.Message))
+			}
+			next(c, env)
+			if armed {
+				p.fired.Add(1)
+				panic(fmt.Sprintf("chaos: kill %s after %T", c.Self().Id, env.Message))
+			}
+		}
+	}
+}
+
+// faults fails about one map update or delete in rate with EBUSY or
+// ENOMEM, decided by a hash of the seed and the call, so a seed replays.
+func faults(seed uint64, rate uint64, count *atomic.Int64) lbmaps.FaultFunc {
+	return func(name string, op lbmaps.Op, n uint64, entries int) error {
+		if op != lbmaps.OpUpdate && op != lbmaps.OpDelete {
+			return nil
+		}
+		h := fnv.New64a()
+		fmt.Fprintf(h, "%d/%s/%d/%d", seed, name, op, n)
+		v := h.Sum64()
+		if v%rate != 0 {
+			return nil
+		}
+		count.Add(1)
+		if v&1 == 0 {
+			return syscall.EBUSY
+		}
+		return syscall.ENOMEM
+	}
+}
+
+type config struct {
+	clients, ops int
+	killEvery    int64
+	faultRate    uint64
+}
+
+func configFromEnv(t *testing.T) config {
+	c := config{clients: 8, ops: 10000, killEvery: 50, faultRate: 400}
+	if v := os.Getenv("CHAOS_OPS"); v != "" {
+		n, err := strconv.Atoi(v)
+		require.NoError(t, err, "CHAOS_OPS")
+		c.ops = n
+	}
+	return c
+}
+
+// TestChaos is scenario (a) and (e): concurrent clients, an actor killed
+// about every 50 operations (every actor type, the supervisor included, by
+// panic before or after a message or by stop), map writes failing, and a
+// datapath-like reader walking the maps all along.
+func TestChaos(t *testing.T) {
+	cfg := configFromEnv(t)
+	seed := testutil.Seed(t)
+	root := testutil.PinDir(t)
+	plan := &killPlan{armed: map[string]bool{}}
+	var faultCount atomic.Int64
+	log := logrus.New()
+	log.SetLevel(logrus.ErrorLevel)
+	if lvl, err := logrus.ParseLevel(os.Getenv("CHAOS_LOG")); err == nil {
+		log.SetLevel(lvl)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	e, err := actorlb.New(ctx, actorlb.Config{
+		BPFRoot: root, Logger: log, CallTimeout: 20 * time.Second,
+		Fault:                faults(seed, cfg.faultRate, &faultCount),
+		ChildMiddleware:      []actor.ReceiverMiddleware{plan.middleware()},
+		SupervisorMiddleware: []actor.ReceiverMiddleware{plan.middleware()},
+	})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, e.Close()) }()
+
+	reader := startReader(t, e.Maps())
+
+	// Each client has its own 48 backends, shared by its services (a
+	// backend has one state across services, so backends shared between
+	// clients would make outcomes depend on their interleaving).
+	pools := make([][]lb.Backend, cfg.clients)
+	for c := range pools {
+		pools[c] = make([]lb.Backend, 48)
+		for i := range pools[c] {
+			addr := netip.AddrFrom4([4]byte{10, 1, byte(c), byte(i + 1)})
+			if c%2 == 1 { // odd clients use IPv6
+				addr = netip.AddrFrom16([16]byte{0xfd, 0, 1, 0, 14: byte(c), 15: byte(i + 1)})
+			}
+			pools[c][i] = lb.Backend{L3n4Addr: lb.L3n4Addr{Addr: addr, Port: 8080, Protocol: lb.TCP}, Weight: lb.DefaultBackendWeight}
+		}
+	}
+	var (
+		models   = make([]*Model, cfg.clients)
+		syncMu   sync.RWMutex // sync takes every client's frontends: it runs alone
+		opCount  atomic.Int64
+		kills    atomic.Int64
+		stops    atomic.Int64
+		errCount atomic.Int64
+		wg       sync.WaitGroup
+		failures = make(chan error, cfg.clients)
+	)
+	victims := actorlb.ActorNames
+	kill := func(rng *rand.Rand) {
+		name := victims[rng.IntN(len(victims))]
+		id := actors.EnginePID
+		if name != actors.SupervisorName {
+			id += "/" + name
+		}
+		switch rng.IntN(3) {
+		case 0:
+			require.NoError(t, e.StopActor(name))
+			stops.Add(1)
+		default:
+			plan.arm(id, rng.IntN(2) == 0)
+		}
+		kills.Add(1)
+	}
+	for c := range cfg.clients {
+		models[c] = NewModel()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(seed, uint64(c)+1))
+			if err := runClient(ctx, e, c, rng, pools, models, &syncMu, cfg.ops/cfg.clients, func() {
+				if opCount.Add(1)%cfg.killEvery == 0 {
+					kill(rng)
+				}
+			}, &errCount); err != nil {
+				failures <- fmt.Errorf("client %d: %w (TEST_SEED=%d)", c, err, seed)
+			}
+		}()
+	}
+	wg.Wait()
+	close(failures)
+	for err := range failures {
+		t.Error(err)
+	}
+	reader.stop(t)
+	if t.Failed() {
+		return
+	}
+
+	// Every armed kill fired or is still pending; disarm and settle.
+	plan.mu.Lock()
+	plan.armed = map[string]bool{}
+	plan.mu.Unlock()
+
+	require.Eventually(t, func() bool {
+		st, err := e.Stats(ctx)
+		return err == nil && st.OpsInFlight == 0
+	}, 20*time.Second, 10*time.Millisecond, "operations in flight after the clients stopped")
+	want := NewModel()
+	for _, m := range models {
+		for k, v := range m.Services {
+			want.Services[k] = v
+		}
+	}
+	list, err := e.List(ctx)
+	require.NoError(t, err)
+	require.Empty(t, want.Diff(list), "engine vs model (TEST_SEED=%d)", seed)
+	requireMapsEqual(t, e, list)
+	st, err := e.Stats(ctx)
+	require.NoError(t, err)
+	t.Logf("chaos: %d ops, %d kills (%d stops, %d panics fired), %d map faults, %d op errors, %d reader walks, restarts %v, resent %d",
+		opCount.Load(), kills.Load(), stops.Load(), plan.fired.Load(), faultCount.Load(), errCount.Load(), reader.walks.Load(), st.ActorRestarts, st.RequestsResent)
+	require.Positive(t, plan.fired.Load()+stops.Load())
+}
+
+// runClient runs n random operations on the client's own frontends and
+// keeps its model; sync (rare) covers every client's frontends.
+func runClient(ctx context.Context, e *actorlb.Engine, c int, rng *rand.Rand, pools [][]lb.Backend, models []*Model, syncMu *sync.RWMutex, n int, tick func(), errCount *atomic.Int64) error {
+	model := models[c]
+	fes := make([]lb.L3n4Addr, 12)
+	for i := range fes {
+		addr := netip.AddrFrom4([4]byte{10, 96, byte(c), byte(i + 1)})
+		if c%2 == 1 {
+			addr = netip.AddrFrom16([16]byte{0xfd, 0, 0x96, 0, 14: byte(c), 15: byte(i + 1)})
+		}
+		fes[i] = lb.L3n4Addr{Addr: addr, Port: 80, Protocol: lb.TCP}
+	}
+	for i := range n {
+		tick()
+		fe := fes[rng.IntN(len(fes))]
+		r := rng.IntN(100)
+		if r == 0 {
+			if err := runSync(ctx, e, rng, pools, models, syncMu, errCount); err != nil {
+				return fmt.Errorf("op %d sync: %w", i, err)
+			}
+			continue
+		}
+		syncMu.RLock()
+		var err error
+		if r < 75 {
+			err = upsert(ctx, e, model, randomService(rng, fe, pools[c], model), errCount)
+		} else {
+			err = del(ctx, e, model, fe, rng.IntN(2) == 0, errCount)
+		}
+		syncMu.RUnlock()
+		if err != nil {
+			return fmt.Errorf("op %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// randomService draws 1..32 backends; states follow the allowed
+// transitions from each backend's current state.
+func randomService(rng *rand.Rand, fe lb.L3n4Addr, pool []lb.Backend, model *Model) *lb.Service {
+	svc := &lb.Service{Frontend: lb.Frontend{L3n4Addr: fe}}
+	n := 1 + rng.IntN(32)
+	for _, i := range rng.Perm(len(pool))[:n] {
+		b := pool[i]
+		prev, had := model.State(b.String())
+		switch {
+		case had && prev == lb.BackendStateTerminating:
+			b.State = prev
+		case had:
+			b.State = []lb.BackendState{lb.BackendStateActive, lb.BackendStateQuarantined}[rng.IntN(2)]
+		default:
+			b.State = []lb.BackendState{lb.BackendStateActive, lb.BackendStateActive, lb.BackendStateTerminating}[rng.IntN(3)]
+		}
+		svc.Backends = append(svc.Backends, b)
+	}
+	return svc
+}
+
+// current reads what the engine holds for fe (nil: absent).
+func current(ctx context.Context, e *actorlb.Engine, fe lb.L3n4Addr) (*lb.Service, error) {
+	list, err := e.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range list {
+		if s.Frontend.L3n4Addr == fe {
+			return s, nil
+		}
+	}
+	return nil, nil
+}
+
+func upsert(ctx context.Context, e *actorlb.Engine, model *Model, svc *lb.Service, errCount *atomic.Int64) error {
+	fe := svc.Frontend.L3n4Addr.String()
+	old, had := model.Services[fe]
+	id, created, err := e.Upsert(ctx, svc)
+	next := FromService(svc)
+	if err == nil {
+		if had && (created || id != old.ID) {
+			return fmt.Errorf("upsert %s: created=%v id=%d, model had id %d", fe, created, id, old.ID)
+		}
+		next.ID = id
+		model.Set(fe, next)
+		return nil
+	}
+	errCount.Add(1)
+	// An error: the service must be exactly the old version or the new.
+	got, gerr := current(ctx, e, svc.Frontend.L3n4Addr)
+	if gerr != nil {
+		return fmt.Errorf("upsert %s failed (%v), then list: %w", fe, err, gerr)
+	}
+	switch {
+	case got == nil && !had:
+		return nil
+	case got != nil && had && FromService(got).Equal(old):
+		return nil
+	case got != nil && FromService(got).Equal(next):
+		next.ID = got.Frontend.ID
+		model.Set(fe, next)
+		return nil
+	}
+	return fmt.Errorf("upsert %s failed (%v) and left neither the old nor the new version: got %v", fe, err, got)
+}
+
+func del(ctx context.Context, e *actorlb.Engine, model *Model, fe lb.L3n4Addr, byID bool, errCount *atomic.Int64) error {
+	old, had := model.Services[fe.String()]
+	var err error
+	if byID && had {
+		err = e.Delete(ctx, old.ID)
+	} else {
+		_, err = e.DeleteByFrontend(ctx, fe)
+	}
+	switch {
+	case !had && (err == nil || errors.Is(err, actorlb.ErrServiceNotFound)):
+		// nil: the call was sent again after an engine restart and
+		// reports success because the service is gone.
+		return nil
+	case !had:
+		return fmt.Errorf("delete of absent %s: %v", fe, err)
+	case err == nil:
+		delete(model.Services, fe.String())
+		return nil
+	}
+	errCount.Add(1)
+	got, gerr := current(ctx, e, fe)
+	if gerr != nil {
+		return gerr
+	}
+	if got == nil {
+		delete(model.Services, fe.String())
+		return nil
+	}
+	if FromService(got).Equal(old) {
+		return nil
+	}
+	return fmt.Errorf("delete %s failed (%v) and left a changed service %s", fe, err, FromService(got))
+}
+
+// runSync replaces everything with a variation of the union of all models.
+func runSync(ctx context.Context, e *actorlb.Engine, rng *rand.Rand, pools [][]lb.Backend, models []*Model, syncMu *sync.RWMutex, errCount *atomic.Int64) error {
+	syncMu.Lock()
+	defer syncMu.Unlock()
+	var desired []*lb.Service
+	type owner struct {
+		m  *Model
+		fe string
+	}
+	var owners []owner
+	for c, m := range models {
+		// One version per backend across the client's desired services:
+		// draw each backend's next state once.
+		next := map[string]lb.BackendState{}
+		for _, fe := range slices.Sorted(maps.Keys(m.Services)) {
+			if rng.IntN(4) == 0 {
+				continue // dropped by this sync
+			}
+			a, err := lb.ParseL3n4Addr(fe)
+			if err != nil {
+				return err
+			}
+			svc := randomService(rng, a, pools[c], m)
+			for i, b := range svc.Backends {
+				if st, ok := next[b.String()]; ok {
+					svc.Backends[i].State = st
+				} else {
+					next[b.String()] = b.State
+				}
+			}
+			desired = append(desired, svc)
+			owners = append(owners, owner{m, fe})
+		}
+	}
+	_, err := e.Sync(ctx, desired)
+	list, lerr := e.List(ctx)
+	if lerr != nil {
+		return lerr
+	}
+	got := map[string]*lb.Service{}
+	for _, s := range list {
+		got[s.Frontend.L3n4Addr.String()] = s
+	}
+	if err != nil {
+		errCount.Add(1)
+		// Each service must be its old version or its new one (absent
+		// for one the sync drops), nothing in between.
+		next := map[string]*lb.Service{}
+		for i, d := range desired {
+			next[owners[i].fe] = d
+		}
+		for _, m := range models {
+			for fe, old := range m.Services {
+				g, d := got[fe], next[fe]
+				// States may have moved with other services of the same
+				// sync (one state per backend), so compare backend sets.
+				switch {
+				case g == nil && d == nil:
+					delete(m.Services, fe)
+				case g != nil && sameSet(FromService(g), old):
+					m.Services[fe] = FromService(g)
+				case g != nil && d != nil && sameSet(FromService(g), FromService(d)):
+					m.Services[fe] = FromService(g)
+				default:
+					return fmt.Errorf("sync failed (%v) and left %s neither old (%s) nor new", err, fe, old)
+				}
+			}
+		}
+		return nil
+	}
+	if len(list) != len(desired) {
+		return fmt.Errorf("sync succeeded but the engine holds %d services, desired %d", len(list), len(desired))
+	}
+	for _, m := range models {
+		m.Services = map[string]ModelService{}
+	}
+	for i, d := range desired {
+		g := got[owners[i].fe]
+		if g == nil {
+			return fmt.Errorf("sync succeeded without %s", owners[i].fe)
+		}
+		ms := FromService(d)
+		ms.ID = g.Frontend.ID
+		owners[i].m.Services[owners[i].fe] = ms
+	}
+	return nil
+}
+
+func sameSet(a, b ModelService) bool {
+	if len(a.Backends) != len(b.Backends) {
+		return false
+	}
+	for k := range a.Backends {
+		if _, ok := b.Backends[k]; !ok {
+			return false
+		}
+	}
+	return true
+}
