@@ -1,8 +1,40 @@
-// Package bpf holds actorlb's datapath programs (socket load balancing at
-// the cgroup hooks) with their generated Go bindings and objects.
+// Package bpf is actorlb's datapath: a socket load balancer made of eight
+// BPF programs at the cgroup socket-address hooks (connect4/6, sendmsg4/6,
+// recvmsg4/6, getpeername4/6), their C source (socklb.c), the objects and
+// Go bindings generated from it by bpf2go (committed, so building needs no
+// clang; regenerate with `go generate ./bpf`), and the loader that attaches
+// them.
 //
-// Lifecycle: the loader attaches programs through pinned links, so they
-// outlive the agent process.
+// What the programs do: on connect (TCP, connected UDP) and on an
+// unconnected UDP send to a service frontend, they look up the master entry
+// of (VIP, port, protocol) in actorlb's service map, falling back to
+// protocol "any"; pick one of its count active slots at random; read the
+// backend and rewrite the destination to it. They remember, per socket
+// cookie, which VIP each backend stands for (lb4_reverse_sk, lb6_reverse_sk,
+// LRU), so that recvmsg (the source of a UDP reply) and getpeername show the
+// VIP while the service's revNAT entry still names it. IPv4-mapped IPv6
+// destinations (::ffff:a.b.c.d) use the IPv4 maps. Terminating backends get
+// new connections only when no backend is active (the master counts them
+// only then); quarantined and maintenance backends never do. A slot or
+// backend that vanishes mid-lookup (the engine deletes old slots after
+// writing the new master) is retried. Every program returns 1: the call
+// always proceeds, translated or not. Session affinity, Maglev, source
+// ranges and NodePort on node addresses are not implemented: every service
+// is served by random selection.
 //
-// Error contract: load and attach errors name the program and the hook.
+// Lifecycle: Attach loads the programs on the maps pinned under the bpffs
+// root (it never creates LB maps: they are the engine's) and attaches them
+// through BPF links pinned in <root>/links, so they keep running after the
+// process exits and across agent restarts. A second Attach updates the
+// pinned links to the new programs in place (no gap for connections) or,
+// for another cgroup, moves them. Detach removes them; Status reports them.
+// Attach and Detach serialize on a lock of <root>/links.
+//
+// Error contract: errors are prefixed with the operation ("attach socket
+// lb: ", "detach socket lb: ", "socket lb status: ") and name the hook and
+// program, map or path concerned. errors.Is reports ErrMapsNotPinned (no LB
+// maps under the root), ErrIncompatible (a pinned map of another shape),
+// ErrNoCgroup2 and ErrNotCgroup2 (no cgroup v2, or a path that is not a
+// cgroup v2 directory) and ErrLinkNotSupported (kernel without cgroup BPF
+// links, before 5.7). A verifier rejection is returned with its log.
 package bpf

@@ -1,0 +1,12 @@
+package bpf
+
+// The objects and their Go bindings (socklb_bpfel.go, socklb_bpfel.o) are
+// generated from socklb.c and committed, so building actorlb needs no clang.
+// Regenerate with `go generate ./bpf` (or `make generate`); it needs clang
+// (Debian/Ubuntu: apt-get install clang llvm) and nothing else: the kernel
+// definitions the program uses are in include/socklb_uapi.h.
+//
+// Only little-endian objects are generated: actorlb's map layouts are
+// written in little-endian host order (see package maps).
+
+//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -go-package bpf -target bpfel -no-global-types socklb socklb.c -- -O2 -g -Wall -Werror -I./include

@@ -1,0 +1,664 @@
+// SPDX-License-Identifier: Apache-2.0
+//go:build ignore
+
+/*
+ * actorlb socket load balancer.
+ *
+ * Programs at the cgroup socket-address hooks translate a service VIP into
+ * one of its backends when a socket connects (TCP, connected UDP) or sends
+ * an unconnected UDP datagram, and translate the backend back into the VIP
+ * when the application asks who it talks to (getpeername) or where a UDP
+ * datagram came from (recvmsg).
+ *
+ * The service, backend and revNAT maps are actorlb's own, written by its
+ * engine with the upstream layouts (docs: reference/lb-map-layouts.md). The
+ * loader never lets these definitions create maps: it hands the pinned ones
+ * in. Only lb4_reverse_sk and lb6_reverse_sk belong to the datapath.
+ *
+ * Every program returns 1: the call always proceeds, translated or not.
+ */
+
+#include "include/socklb_uapi.h"
+
+char __license[] SEC("license") = "Dual BSD/GPL";
+
+#define SYS_PROCEED 1
+
+/* Service map scope byte. */
+#define LB_SCOPE_EXT 0
+#define LB_SCOPE_INT 1
+
+/* flags2 bit of a master entry with a second (internal) backend set. */
+#define SVC_FLAG2_TWO_SCOPES (1 << 5)
+
+/* Backend states (lb4_backend.flags). */
+#define BE_STATE_ACTIVE 0
+#define BE_STATE_TERMINATING 1
+
+/* How many times a selection is retried when the maps change under it
+ * (a slot or backend deleted between reading the master and reading it). */
+#define LB_SELECT_ATTEMPTS 4
+
+union v6addr {
+	__u8 addr[16];
+	__u32 p[4];
+};
+
+/* Service map key (lb4_key, 12 bytes). */
+struct lb4_key {
+	__be32 address;
+	__be16 dport;
+	__u16 backend_slot;
+	__u8 proto;
+	__u8 scope;
+	__u8 pad[2];
+};
+
+/* Service map key (lb6_key, 24 bytes). */
+struct lb6_key {
+	union v6addr address;
+	__be16 dport;
+	__u16 backend_slot;
+	__u8 proto;
+	__u8 scope;
+	__u8 pad[2];
+};
+
+/* Service map value (lb4_service = lb6_service, 12 bytes). */
+struct lb_service {
+	__u32 backend_id; /* slot: backend ID; master: affinity | algorithm */
+	__u16 count;      /* master: active slots */
+	__be16 rev_nat_index;
+	__u8 flags;
+	__u8 flags2;
+	__u16 qcount;
+};
+
+/* Backend map value (lb4_backend, 12 bytes). */
+struct lb4_backend {
+	__be32 address;
+	__be16 port;
+	__u8 proto;
+	__u8 flags; /* state */
+	__u16 cluster_id;
+	__u8 zone;
+	__u8 pad;
+};
+
+/* Backend map value (lb6_backend, 24 bytes). */
+struct lb6_backend {
+	union v6addr address;
+	__be16 port;
+	__u8 proto;
+	__u8 flags; /* state */
+	__u16 cluster_id;
+	__u8 zone;
+	__u8 pad;
+};
+
+/* revNAT map value (lb4_reverse_nat, packed, 6 bytes). */
+struct lb4_reverse_nat {
+	__be32 address;
+	__be16 port;
+} __attribute__((packed));
+
+/* revNAT map value (lb6_reverse_nat, packed, 18 bytes). */
+struct lb6_reverse_nat {
+	union v6addr address;
+	__be16 port;
+} __attribute__((packed));
+
+/* Socket reverse map: {socket cookie, backend} -> {VIP, service ID}. */
+struct sk4_rev_key {
+	__u64 cookie;
+	__be32 address;
+	__be16 port;
+	__u16 pad;
+};
+
+struct sk4_rev_value {
+	__be32 address;
+	__be16 port;
+	__be16 rev_nat_index;
+};
+
+struct sk6_rev_key {
+	__u64 cookie;
+	union v6addr address;
+	__be16 port;
+	__u16 pad;
+	__u32 pad2;
+};
+
+struct sk6_rev_value {
+	union v6addr address;
+	__be16 port;
+	__be16 rev_nat_index;
+};
+
+/* actorlb's maps: max_entries here is a placeholder, the loader uses the
+ * pinned maps' own. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct lb4_key);
+	__type(value, struct lb_service);
+	__uint(max_entries, 65536);
+} lb4_services SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u32);
+	__type(value, struct lb4_backend);
+	__uint(max_entries, 65536);
+} lb4_backends SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __be16);
+	__type(value, struct lb4_reverse_nat);
+	__uint(max_entries, 65536);
+} lb4_reverse_nat SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct lb6_key);
+	__type(value, struct lb_service);
+	__uint(max_entries, 65536);
+} lb6_services SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u32);
+	__type(value, struct lb6_backend);
+	__uint(max_entries, 65536);
+} lb6_backends SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __be16);
+	__type(value, struct lb6_reverse_nat);
+	__uint(max_entries, 65536);
+} lb6_reverse_nat SEC(".maps");
+
+/* The datapath's own maps, pinned next to actorlb's by the loader. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct sk4_rev_key);
+	__type(value, struct sk4_rev_value);
+	__uint(max_entries, 65536);
+} lb4_reverse_sk SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct sk6_rev_key);
+	__type(value, struct sk6_rev_value);
+	__uint(max_entries, 65536);
+} lb6_reverse_sk SEC(".maps");
+
+static __always_inline bool is_v4_mapped(const struct bpf_sock_addr *ctx)
+{
+	return ctx->user_ip6[0] == 0 && ctx->user_ip6[1] == 0 &&
+	       ctx->user_ip6[2] == bpf_htonl(0x0000ffff);
+}
+
+/* ---- IPv4 ---- */
+
+/* lb4_master finds the master entry of key's frontend: the exact protocol
+ * first, then "any" (0); for a service with two backend sets, the internal
+ * one (socket LB serves traffic from inside the node). It leaves key's
+ * proto and scope at the entry found. */
+static __always_inline const struct lb_service *lb4_master(struct lb4_key *key, __u8 proto)
+{
+	const struct lb_service *svc, *isvc;
+
+	key->backend_slot = 0;
+	key->scope = LB_SCOPE_EXT;
+	key->proto = proto;
+	svc = bpf_map_lookup_elem(&lb4_services, key);
+	if (!svc && proto != 0) {
+		key->proto = 0;
+		svc = bpf_map_lookup_elem(&lb4_services, key);
+	}
+	if (svc && (svc->flags2 & SVC_FLAG2_TWO_SCOPES)) {
+		key->scope = LB_SCOPE_INT;
+		isvc = bpf_map_lookup_elem(&lb4_services, key);
+		if (isvc)
+			svc = isvc;
+		else
+			key->scope = LB_SCOPE_EXT;
+	}
+	return svc;
+}
+
+/* lb4_select picks a random backend among the master's count active slots.
+ * A slot or backend that vanished between the reads (the engine deletes old
+ * slots and backends after writing the new master) is retried; a backend
+ * that is not active (only terminating ones are counted when no backend is
+ * active, and a state change is written before the slots) is used only if
+ * no active one turns up. Returns 0 and fills be and rev_nat on success. */
+static __always_inline int lb4_select(__be32 vip, __be16 vport, __u8 proto,
+				      struct lb4_backend *be, __be16 *rev_nat)
+{
+	struct lb4_key key = {};
+	struct lb4_backend fallback = {};
+	__be16 fallback_rev = 0;
+	bool have_fallback = false;
+	int i;
+
+	key.address = vip;
+	key.dport = vport;
+
+#pragma unroll
+	for (i = 0; i < LB_SELECT_ATTEMPTS; i++) {
+		const struct lb_service *svc, *slot;
+		const struct lb4_backend *b;
+		__u32 backend_id;
+		__u16 count;
+		__be16 rev;
+
+		svc = lb4_master(&key, proto);
+		if (!svc)
+			return -1;
+		count = svc->count;
+		rev = svc->rev_nat_index;
+		if (count == 0)
+			break;
+		key.backend_slot = (bpf_get_prandom_u32() % count) + 1;
+		slot = bpf_map_lookup_elem(&lb4_services, &key);
+		if (!slot)
+			continue;
+		backend_id = slot->backend_id;
+		if (backend_id == 0)
+			continue;
+		b = bpf_map_lookup_elem(&lb4_backends, &backend_id);
+		if (!b)
+			continue;
+		if (b->flags == BE_STATE_ACTIVE) {
+			*be = *b;
+			*rev_nat = rev;
+			return 0;
+		}
+		if (b->flags == BE_STATE_TERMINATING && !have_fallback) {
+			fallback = *b;
+			fallback_rev = rev;
+			have_fallback = true;
+		}
+	}
+	if (!have_fallback)
+		return -1;
+	*be = fallback;
+	*rev_nat = fallback_rev;
+	return 0;
+}
+
+/* sk4_remember records, for the socket, which VIP a backend stands for. */
+static __always_inline void sk4_remember(void *ctx, __be32 backend, __be16 bport,
+					 __be32 vip, __be16 vport, __be16 rev_nat)
+{
+	struct sk4_rev_key key = {
+		.cookie = bpf_get_socket_cookie(ctx),
+		.address = backend,
+		.port = bport,
+	};
+	struct sk4_rev_value val = {
+		.address = vip,
+		.port = vport,
+		.rev_nat_index = rev_nat,
+	};
+	const struct sk4_rev_value *old;
+
+	old = bpf_map_lookup_elem(&lb4_reverse_sk, &key);
+	if (old && old->address == val.address && old->port == val.port &&
+	    old->rev_nat_index == val.rev_nat_index)
+		return;
+	bpf_map_update_elem(&lb4_reverse_sk, &key, &val, BPF_ANY);
+}
+
+/* sk4_fwd translates *addr:*port in place if it is a service frontend. */
+static __always_inline void sk4_fwd(void *ctx, __u8 proto, __be32 *addr, __be16 *port)
+{
+	struct lb4_backend be;
+	__be16 rev_nat;
+
+	if (lb4_select(*addr, *port, proto, &be, &rev_nat))
+		return;
+	sk4_remember(ctx, be.address, be.port, *addr, *port, rev_nat);
+	*addr = be.address;
+	*port = be.port;
+}
+
+/* sk4_rev translates a backend *addr:*port back into the VIP the socket
+ * reached it by, if the service still has that VIP. */
+static __always_inline void sk4_rev(void *ctx, __be32 *addr, __be16 *port)
+{
+	struct sk4_rev_key key = {
+		.cookie = bpf_get_socket_cookie(ctx),
+		.address = *addr,
+		.port = *port,
+	};
+	const struct sk4_rev_value *val;
+	const struct lb4_reverse_nat *rn;
+	__be16 idx;
+
+	val = bpf_map_lookup_elem(&lb4_reverse_sk, &key);
+	if (!val)
+		return;
+	idx = val->rev_nat_index;
+	rn = bpf_map_lookup_elem(&lb4_reverse_nat, &idx);
+	if (!rn || rn->address != val->address || rn->port != val->port) {
+		/* The service is gone (or its ID now names another one). */
+		bpf_map_delete_elem(&lb4_reverse_sk, &key);
+		return;
+	}
+	*addr = val->address;
+	*port = val->port;
+}
+
+static __always_inline void sock4_fwd(struct bpf_sock_addr *ctx)
+{
+	__be32 addr = ctx->user_ip4;
+	__be16 port = (__be16)ctx->user_port;
+	__be32 oaddr = addr;
+	__be16 oport = port;
+
+	sk4_fwd(ctx, (__u8)ctx->protocol, &addr, &port);
+	if (addr != oaddr || port != oport) {
+		ctx->user_ip4 = addr;
+		ctx->user_port = (__u32)port;
+	}
+}
+
+static __always_inline void sock4_rev(struct bpf_sock_addr *ctx)
+{
+	__be32 addr = ctx->user_ip4;
+	__be16 port = (__be16)ctx->user_port;
+	__be32 oaddr = addr;
+	__be16 oport = port;
+
+	sk4_rev(ctx, &addr, &port);
+	if (addr != oaddr || port != oport) {
+		ctx->user_ip4 = addr;
+		ctx->user_port = (__u32)port;
+	}
+}
+
+SEC("cgroup/connect4")
+int sock4_connect(struct bpf_sock_addr *ctx)
+{
+	sock4_fwd(ctx);
+	return SYS_PROCEED;
+}
+
+SEC("cgroup/sendmsg4")
+int sock4_sendmsg(struct bpf_sock_addr *ctx)
+{
+	sock4_fwd(ctx);
+	return SYS_PROCEED;
+}
+
+SEC("cgroup/recvmsg4")
+int sock4_recvmsg(struct bpf_sock_addr *ctx)
+{
+	sock4_rev(ctx);
+	return SYS_PROCEED;
+}
+
+SEC("cgroup/getpeername4")
+int sock4_getpeername(struct bpf_sock_addr *ctx)
+{
+	sock4_rev(ctx);
+	return SYS_PROCEED;
+}
+
+/* ---- IPv6 ---- */
+
+static __always_inline bool v6_equal(const union v6addr *a, const union v6addr *b)
+{
+	return a->p[0] == b->p[0] && a->p[1] == b->p[1] && a->p[2] == b->p[2] && a->p[3] == b->p[3];
+}
+
+static __always_inline void v6_copy(union v6addr *dst, const union v6addr *src)
+{
+	dst->p[0] = src->p[0];
+	dst->p[1] = src->p[1];
+	dst->p[2] = src->p[2];
+	dst->p[3] = src->p[3];
+}
+
+static __always_inline const struct lb_service *lb6_master(struct lb6_key *key, __u8 proto)
+{
+	const struct lb_service *svc, *isvc;
+
+	key->backend_slot = 0;
+	key->scope = LB_SCOPE_EXT;
+	key->proto = proto;
+	svc = bpf_map_lookup_elem(&lb6_services, key);
+	if (!svc && proto != 0) {
+		key->proto = 0;
+		svc = bpf_map_lookup_elem(&lb6_services, key);
+	}
+	if (svc && (svc->flags2 & SVC_FLAG2_TWO_SCOPES)) {
+		key->scope = LB_SCOPE_INT;
+		isvc = bpf_map_lookup_elem(&lb6_services, key);
+		if (isvc)
+			svc = isvc;
+		else
+			key->scope = LB_SCOPE_EXT;
+	}
+	return svc;
+}
+
+/* lb6_select is lb4_select for IPv6 (same rules, same retries). */
+static __always_inline int lb6_select(const union v6addr *vip, __be16 vport, __u8 proto,
+				      struct lb6_backend *be, __be16 *rev_nat)
+{
+	struct lb6_key key = {};
+	struct lb6_backend fallback = {};
+	__be16 fallback_rev = 0;
+	bool have_fallback = false;
+	int i;
+
+	v6_copy(&key.address, vip);
+	key.dport = vport;
+
+#pragma unroll
+	for (i = 0; i < LB_SELECT_ATTEMPTS; i++) {
+		const struct lb_service *svc, *slot;
+		const struct lb6_backend *b;
+		__u32 backend_id;
+		__u16 count;
+		__be16 rev;
+
+		svc = lb6_master(&key, proto);
+		if (!svc)
+			return -1;
+		count = svc->count;
+		rev = svc->rev_nat_index;
+		if (count == 0)
+			break;
+		key.backend_slot = (bpf_get_prandom_u32() % count) + 1;
+		slot = bpf_map_lookup_elem(&lb6_services, &key);
+		if (!slot)
+			continue;
+		backend_id = slot->backend_id;
+		if (backend_id == 0)
+			continue;
+		b = bpf_map_lookup_elem(&lb6_backends, &backend_id);
+		if (!b)
+			continue;
+		if (b->flags == BE_STATE_ACTIVE) {
+			*be = *b;
+			*rev_nat = rev;
+			return 0;
+		}
+		if (b->flags == BE_STATE_TERMINATING && !have_fallback) {
+			fallback = *b;
+			fallback_rev = rev;
+			have_fallback = true;
+		}
+	}
+	if (!have_fallback)
+		return -1;
+	*be = fallback;
+	*rev_nat = fallback_rev;
+	return 0;
+}
+
+static __always_inline void sk6_remember(void *ctx, const union v6addr *backend, __be16 bport,
+					 const union v6addr *vip, __be16 vport, __be16 rev_nat)
+{
+	struct sk6_rev_key key = {};
+	struct sk6_rev_value val = {};
+	const struct sk6_rev_value *old;
+
+	key.cookie = bpf_get_socket_cookie(ctx);
+	v6_copy(&key.address, backend);
+	key.port = bport;
+	v6_copy(&val.address, vip);
+	val.port = vport;
+	val.rev_nat_index = rev_nat;
+
+	old = bpf_map_lookup_elem(&lb6_reverse_sk, &key);
+	if (old && v6_equal(&old->address, &val.address) && old->port == val.port &&
+	    old->rev_nat_index == val.rev_nat_index)
+		return;
+	bpf_map_update_elem(&lb6_reverse_sk, &key, &val, BPF_ANY);
+}
+
+static __always_inline void sk6_fwd(void *ctx, __u8 proto, union v6addr *addr, __be16 *port)
+{
+	struct lb6_backend be;
+	__be16 rev_nat;
+
+	if (lb6_select(addr, *port, proto, &be, &rev_nat))
+		return;
+	sk6_remember(ctx, &be.address, be.port, addr, *port, rev_nat);
+	v6_copy(addr, &be.address);
+	*port = be.port;
+}
+
+static __always_inline void sk6_rev(void *ctx, union v6addr *addr, __be16 *port)
+{
+	struct sk6_rev_key key = {};
+	const struct sk6_rev_value *val;
+	const struct lb6_reverse_nat *rn;
+	union v6addr rn_addr = {};
+	__be16 idx;
+
+	key.cookie = bpf_get_socket_cookie(ctx);
+	v6_copy(&key.address, addr);
+	key.port = *port;
+
+	val = bpf_map_lookup_elem(&lb6_reverse_sk, &key);
+	if (!val)
+		return;
+	idx = val->rev_nat_index;
+	rn = bpf_map_lookup_elem(&lb6_reverse_nat, &idx);
+	if (rn)
+		__builtin_memcpy(&rn_addr, rn, sizeof(rn_addr)); /* address is at offset 0 */
+	if (!rn || !v6_equal(&rn_addr, &val->address) || rn->port != val->port) {
+		bpf_map_delete_elem(&lb6_reverse_sk, &key);
+		return;
+	}
+	v6_copy(addr, &val->address);
+	*port = val->port;
+}
+
+/* An IPv6 socket may name an IPv4 destination as ::ffff:a.b.c.d; such a
+ * destination is an IPv4 service and is looked up in the IPv4 maps. */
+
+static __always_inline void sock6_fwd(struct bpf_sock_addr *ctx)
+{
+	__be16 port = (__be16)ctx->user_port;
+	__be16 oport = port;
+
+	if (is_v4_mapped(ctx)) {
+		__be32 addr = ctx->user_ip6[3];
+		__be32 oaddr = addr;
+
+		sk4_fwd(ctx, (__u8)ctx->protocol, &addr, &port);
+		if (addr != oaddr || port != oport) {
+			ctx->user_ip6[3] = addr;
+			ctx->user_port = (__u32)port;
+		}
+		return;
+	}
+
+	union v6addr addr, orig;
+
+	addr.p[0] = ctx->user_ip6[0];
+	addr.p[1] = ctx->user_ip6[1];
+	addr.p[2] = ctx->user_ip6[2];
+	addr.p[3] = ctx->user_ip6[3];
+	v6_copy(&orig, &addr);
+	sk6_fwd(ctx, (__u8)ctx->protocol, &addr, &port);
+	if (!v6_equal(&addr, &orig) || port != oport) {
+		ctx->user_ip6[0] = addr.p[0];
+		ctx->user_ip6[1] = addr.p[1];
+		ctx->user_ip6[2] = addr.p[2];
+		ctx->user_ip6[3] = addr.p[3];
+		ctx->user_port = (__u32)port;
+	}
+}
+
+static __always_inline void sock6_rev(struct bpf_sock_addr *ctx)
+{
+	__be16 port = (__be16)ctx->user_port;
+	__be16 oport = port;
+
+	if (is_v4_mapped(ctx)) {
+		__be32 addr = ctx->user_ip6[3];
+		__be32 oaddr = addr;
+
+		sk4_rev(ctx, &addr, &port);
+		if (addr != oaddr || port != oport) {
+			ctx->user_ip6[3] = addr;
+			ctx->user_port = (__u32)port;
+		}
+		return;
+	}
+
+	union v6addr addr, orig;
+
+	addr.p[0] = ctx->user_ip6[0];
+	addr.p[1] = ctx->user_ip6[1];
+	addr.p[2] = ctx->user_ip6[2];
+	addr.p[3] = ctx->user_ip6[3];
+	v6_copy(&orig, &addr);
+	sk6_rev(ctx, &addr, &port);
+	if (!v6_equal(&addr, &orig) || port != oport) {
+		ctx->user_ip6[0] = addr.p[0];
+		ctx->user_ip6[1] = addr.p[1];
+		ctx->user_ip6[2] = addr.p[2];
+		ctx->user_ip6[3] = addr.p[3];
+		ctx->user_port = (__u32)port;
+	}
+}
+
+SEC("cgroup/connect6")
+int sock6_connect(struct bpf_sock_addr *ctx)
+{
+	sock6_fwd(ctx);
+	return SYS_PROCEED;
+}
+
+SEC("cgroup/sendmsg6")
+int sock6_sendmsg(struct bpf_sock_addr *ctx)
+{
+	sock6_fwd(ctx);
+	return SYS_PROCEED;
+}
+
+SEC("cgroup/recvmsg6")
+int sock6_recvmsg(struct bpf_sock_addr *ctx)
+{
+	sock6_rev(ctx);
+	return SYS_PROCEED;
+}
+
+SEC("cgroup/getpeername6")
+int sock6_getpeername(struct bpf_sock_addr *ctx)
+{
+	sock6_rev(ctx);
+	return SYS_PROCEED;
+}
