@@ -21,8 +21,11 @@ run: build
 test: lint
 	$(GO) test $(TEST_FLAGS) ./...
 
+# Benchmarks (as root, real maps): Go micro-benchmarks, the socket-LB
+# connect rate, then the engine harness, which writes bench-results.json.
 bench: build
-	$(GO) test -run '^$$' -bench . -benchmem ./...
+	$(GO) test -run '^$$' -bench . -benchmem ./maps ./internal/... ./tests/datapath
+	$(GO) run ./tests/bench --out bench-results.json
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

@@ -1,0 +1,482 @@
+// Command bench measures actorlb against real pinned BPF maps and writes
+// bench-results.json. Every machine-dependent figure is also given as a
+// ratio against a floor measured in the same run: a plain loop writing the
+// same map entries, one bpf() update per entry with pre-marshalled keys and
+// values, and the same with BatchUpdate.
+//
+// Run it as root: go run ./tests/bench (or make bench).
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+	"unsafe"
+
+	"github.com/actorlb/actorlb"
+	"github.com/actorlb/actorlb/internal/bpffs"
+	"github.com/actorlb/actorlb/internal/table"
+	lb "github.com/actorlb/actorlb/loadbalancer"
+	"github.com/actorlb/actorlb/maps"
+	"github.com/cilium/ebpf"
+	"github.com/sirupsen/logrus"
+	"github.com/spf13/pflag"
+)
+
+// Row is one figure of bench-results.json.
+type Row struct {
+	Scenario string  `json:"scenario"`
+	Metric   string  `json:"metric"`
+	Value    float64 `json:"value"`
+	Unit     string  `json:"unit"`
+}
+
+type results struct{ rows []Row }
+
+func (r *results) add(scenario, metric string, v float64, unit string) {
+	r.rows = append(r.rows, Row{scenario, metric, v, unit})
+}
+
+func main() {
+	out := pflag.String("out", "bench-results.json", "where to write the JSON rows")
+	bulkN := pflag.Int("bulk-services", 10000, "services in the bulk, latency, restore and memory scenarios (10 backends each)")
+	insertN := pflag.Int("insert-services", 50000, "services in the insert/delete scenario (1 backend each)")
+	callers := pflag.Int("callers", 8, "concurrent callers in the bulk scenario")
+	pflag.Parse()
+	if err := run(*out, *bulkN, *insertN, *callers); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(out string, bulkN, insertN, callers int) error {
+	if err := bpffs.Ensure(bpffs.DefaultMount); err != nil {
+		return err
+	}
+	root, err := os.MkdirTemp(bpffs.DefaultMount, "actorlb-bench-")
+	if err != nil {
+		return fmt.Errorf("pin dir: %w (run as root)", err)
+	}
+	defer os.RemoveAll(root)
+	var res results
+	sizes := maps.Sizes{Services: 1 << 18, Backends: 1 << 18, RevNAT: 1 << 17}
+	log := logrus.New()
+	log.SetLevel(logrus.WarnLevel)
+
+	bulk := bulkServices(bulkN, 10)
+	// Floors: the same entries the bulk scenario writes, straight to maps.
+	putFloor, batchFloor, err := floors(root, sizes, bulk)
+	if err != nil {
+		return err
+	}
+	res.add("floor", "put_services_per_s", float64(bulkN)/putFloor.Seconds(), "services/s")
+	res.add("floor", "batch_services_per_s", float64(bulkN)/batchFloor.Seconds(), "services/s")
+
+	// Bulk, with the latency probe running alongside.
+	engRoot := root + "/engine"
+	ctx := context.Background()
+	e, err := actorlb.New(ctx, actorlb.Config{BPFRoot: engRoot, MaxEntries: sizes, Logger: log})
+	if err != nil {
+		return err
+	}
+	var before runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	lat := startLatencyProbe(e)
+	start := time.Now()
+	if err := upsertAll(ctx, e, bulk, callers); err != nil {
+		return err
+	}
+	bulkTime := time.Since(start)
+	probe := lat.stop()
+	rate := float64(bulkN) / bulkTime.Seconds()
+	res.add("bulk-10k-x10", "services_per_s", rate, "services/s")
+	res.add("bulk-10k-x10", "ratio_to_put_floor", putFloor.Seconds()/bulkTime.Seconds(), "x")
+	res.add("bulk-10k-x10", "ratio_to_batch_floor", batchFloor.Seconds()/bulkTime.Seconds(), "x")
+	res.add("upsert-latency", "p50_us_library", probe.p(50), "us")
+	res.add("upsert-latency", "p99_us_library", probe.p(99), "us")
+	res.add("upsert-latency", "max_us_library", probe.p(100), "us")
+	res.add("upsert-latency", "samples_library", float64(len(probe.samples)), "count")
+
+	var after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	res.add("memory-10k-x10", "retained_bytes_per_service", float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/float64(bulkN), "bytes")
+	if err := e.Close(); err != nil {
+		return err
+	}
+
+	// Restore on the maps the bulk scenario left.
+	dumpTime, err := batchDumpTime(engRoot, sizes)
+	if err != nil {
+		return err
+	}
+	start = time.Now()
+	e, err = actorlb.New(ctx, actorlb.Config{BPFRoot: engRoot, MaxEntries: sizes, Logger: log})
+	if err != nil {
+		return err
+	}
+	ready := time.Since(start)
+	st, err := e.Stats(ctx)
+	if err != nil {
+		return err
+	}
+	res.add("restore-10k-x10", "ready_ms", float64(ready.Microseconds())/1000, "ms")
+	res.add("restore-10k-x10", "batch_dump_ms", float64(dumpTime.Microseconds())/1000, "ms")
+	res.add("restore-10k-x10", "ratio_to_batch_dump", ready.Seconds()/dumpTime.Seconds(), "x")
+	res.add("restore-10k-x10", "map_writes", float64(st.MapWrites()), "entries")
+	res.add("restore-10k-x10", "services", float64(st.Restore.Services), "count")
+	if err := e.Close(); err != nil {
+		return err
+	}
+	if err := maps.Remove(engRoot); err != nil {
+		return err
+	}
+
+	// Upstream-comparable: insert then delete single-backend services.
+	if err := insertDelete(&res, root+"/insert", sizes, insertN, callers, log); err != nil {
+		return err
+	}
+
+	print(res.rows)
+	b, err := json.MarshalIndent(res.rows, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(out, append(b, '\n'), 0o644)
+}
+
+func print(rows []Row) {
+	w := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "scenario\tmetric\tvalue\tunit")
+	for _, r := range rows {
+		fmt.Fprintf(w, "%s\t%s\t%.4g\t%s\n", r.Scenario, r.Metric, r.Value, r.Unit)
+	}
+	w.Flush()
+}
+
+// bulkServices makes n services with k backends each (backends unique).
+func bulkServices(n, k int) []*lb.Service {
+	out := make([]*lb.Service, n)
+	for i := range n {
+		svc := &lb.Service{Frontend: lb.Frontend{L3n4Addr: lb.L3n4Addr{
+			Addr: netip.AddrFrom4([4]byte{10, 96, byte(i >> 8), byte(i)}), Port: 80, Protocol: lb.TCP,
+		}}}
+		for j := range k {
+			b := i*k + j
+			svc.Backends = append(svc.Backends, lb.Backend{L3n4Addr: lb.L3n4Addr{
+				Addr: netip.AddrFrom4([4]byte{10, byte(1 + b>>16), byte(b >> 8), byte(b)}), Port: 8080, Protocol: lb.TCP,
+			}, Weight: lb.DefaultBackendWeight})
+		}
+		out[i] = svc
+	}
+	return out
+}
+
+// entries returns the raw map contents the engine writes for svcs
+// (service IDs and backend IDs assigned in order).
+func entries(svcs []*lb.Service) (svc []maps.ServiceEntry, be []maps.BackendEntry, rev []maps.RevNATEntry) {
+	var beID lb.BackendID
+	for i, s := range svcs {
+		t := &table.Service{Spec: *s}
+		t.Spec.Frontend.ID = lb.ServiceID(i%65535 + 1)
+		for range s.Backends {
+			beID++
+			t.BackendIDs = append(t.BackendIDs, beID)
+		}
+		be = append(be, table.BackendEntries(t)...)
+		svc = append(svc, table.Slots(t)...)
+		svc = append(svc, table.Master(t))
+		rev = append(rev, table.RevNAT(t))
+	}
+	return svc, be, rev
+}
+
+type rawMap struct {
+	m    *ebpf.Map
+	keys [][]byte
+	vals [][]byte
+}
+
+// floors writes the bulk scenario's entries to fresh pinned maps twice:
+// once with one update per entry, once with one BatchUpdate per map.
+func floors(root string, sizes maps.Sizes, svcs []*lb.Service) (put, batch time.Duration, err error) {
+	svc, be, rev := entries(svcs)
+	var raws []rawMap
+	for pass := range 2 {
+		dir := fmt.Sprintf("%s/floor%d", root, pass)
+		lbm, err := maps.Open(maps.Config{Root: dir, MaxEntries: sizes})
+		if err != nil {
+			return 0, 0, err
+		}
+		lbm.Close()
+		raws = raws[:0]
+		bk, bv := marshalBackends(be)
+		sk, sv := marshalServices(svc)
+		rk, rv := marshalRevNAT(rev)
+		for _, x := range []struct {
+			name string
+			k, v [][]byte
+		}{{maps.Backend4Name, bk, bv}, {maps.Service4Name, sk, sv}, {maps.RevNAT4Name, rk, rv}} {
+			m, err := ebpf.LoadPinnedMap(dir+"/"+x.name, nil)
+			if err != nil {
+				return 0, 0, err
+			}
+			raws = append(raws, rawMap{m, x.k, x.v})
+		}
+		start := time.Now()
+		for _, r := range raws {
+			if pass == 0 {
+				for i := range r.keys {
+					if err := r.m.Put(r.keys[i], r.vals[i]); err != nil {
+						return 0, 0, err
+					}
+				}
+			} else if err := batchPut(r); err != nil {
+				return 0, 0, err
+			}
+		}
+		d := time.Since(start)
+		for _, r := range raws {
+			r.m.Close()
+		}
+		if pass == 0 {
+			put = d
+		} else {
+			batch = d
+		}
+		if err := maps.Remove(dir); err != nil {
+			return 0, 0, err
+		}
+	}
+	return put, batch, nil
+}
+
+func batchPut(r rawMap) error {
+	ks := slices.Concat(r.keys...)
+	vs := slices.Concat(r.vals...)
+	n := len(r.keys)
+	ksz, vsz := len(r.keys[0]), len(r.vals[0])
+	// BatchUpdate wants slices of fixed-size elements: hand it byte arrays.
+	switch {
+	case ksz == 4 && vsz == 12:
+		_, err := r.m.BatchUpdate(asArrays[[4]byte](ks, n), asArrays[[12]byte](vs, n), nil)
+		return err
+	case ksz == 12 && vsz == 12:
+		_, err := r.m.BatchUpdate(asArrays[[12]byte](ks, n), asArrays[[12]byte](vs, n), nil)
+		return err
+	case ksz == 2 && vsz == 6:
+		_, err := r.m.BatchUpdate(asArrays[[2]byte](ks, n), asArrays[[6]byte](vs, n), nil)
+		return err
+	}
+	return errors.New("batch floor: unexpected sizes")
+}
+
+func asArrays[T any](b []byte, n int) []T {
+	out := make([]T, n)
+	sz := len(b) / n
+	for i := range out {
+		copy(unsafe.Slice((*byte)(unsafe.Pointer(&out[i])), sz), b[i*sz:(i+1)*sz])
+	}
+	return out
+}
+
+func marshalServices(es []maps.ServiceEntry) (k, v [][]byte) {
+	for _, e := range es {
+		kb, _ := maps.MarshalService4Key(e.Key)
+		vb := maps.MarshalServiceValue(e.Value)
+		k, v = append(k, kb[:]), append(v, vb[:])
+	}
+	return k, v
+}
+
+func marshalBackends(es []maps.BackendEntry) (k, v [][]byte) {
+	for _, e := range es {
+		kb := maps.MarshalBackendKey(e.ID)
+		vb, _ := maps.MarshalBackend4(e.Value)
+		k, v = append(k, kb[:]), append(v, vb[:])
+	}
+	return k, v
+}
+
+func marshalRevNAT(es []maps.RevNATEntry) (k, v [][]byte) {
+	for _, e := range es {
+		kb := maps.MarshalRevNATKey(e.ID)
+		vb, _ := maps.MarshalRevNAT4(e.Value)
+		k, v = append(k, kb[:]), append(v, vb[:])
+	}
+	return k, v
+}
+
+// batchDumpTime is the raw batched dump of the six maps at root.
+func batchDumpTime(root string, sizes maps.Sizes) (time.Duration, error) {
+	lbm, err := maps.Open(maps.Config{Root: root, MaxEntries: sizes})
+	if err != nil {
+		return 0, err
+	}
+	defer lbm.Close()
+	start := time.Now()
+	for _, f := range []maps.Family{maps.IPv4, maps.IPv6} {
+		if _, err := lbm.Services(f).Dump(); err != nil {
+			return 0, err
+		}
+		if _, err := lbm.Backends(f).Dump(); err != nil {
+			return 0, err
+		}
+		if _, err := lbm.RevNAT(f).Dump(); err != nil {
+			return 0, err
+		}
+	}
+	return time.Since(start), nil
+}
+
+func upsertAll(ctx context.Context, e *actorlb.Engine, svcs []*lb.Service, callers int) error {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, callers)
+	for range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(svcs) {
+					return
+				}
+				if _, _, err := e.Upsert(ctx, svcs[i]); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+func deleteAll(ctx context.Context, e *actorlb.Engine, svcs []*lb.Service, callers int) error {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, callers)
+	for range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(svcs) {
+					return
+				}
+				if _, err := e.DeleteByFrontend(ctx, svcs[i].Frontend.L3n4Addr); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+func insertDelete(res *results, root string, sizes maps.Sizes, n, callers int, log *logrus.Logger) error {
+	ctx := context.Background()
+	svcs := make([]*lb.Service, n)
+	for i := range n {
+		svcs[i] = &lb.Service{
+			Frontend: lb.Frontend{L3n4Addr: lb.L3n4Addr{Addr: netip.AddrFrom4([4]byte{10, 97, byte(i >> 8), byte(i)}), Port: uint16(80 + i>>16), Protocol: lb.TCP}},
+			Backends: []lb.Backend{{L3n4Addr: lb.L3n4Addr{Addr: netip.AddrFrom4([4]byte{10, 2, byte(i >> 8), byte(i)}), Port: uint16(8080 + i>>16), Protocol: lb.TCP}, Weight: lb.DefaultBackendWeight}},
+		}
+	}
+	e, err := actorlb.New(ctx, actorlb.Config{BPFRoot: root, MaxEntries: sizes, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	start := time.Now()
+	if err := upsertAll(ctx, e, svcs, callers); err != nil {
+		return err
+	}
+	ins := time.Since(start)
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	start = time.Now()
+	if err := deleteAll(ctx, e, svcs, callers); err != nil {
+		return err
+	}
+	del := time.Since(start)
+	res.add("insert-50k-x1", "services_per_s", float64(n)/ins.Seconds(), "services/s")
+	res.add("insert-50k-x1", "delete_services_per_s", float64(n)/del.Seconds(), "services/s")
+	res.add("insert-50k-x1", "retained_bytes_per_service", float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/float64(n), "bytes")
+	return nil
+}
+
+// latencyProbe upserts one 10-backend service in a loop and records how
+// long each call takes.
+type latencyProbe struct {
+	done    chan struct{}
+	wg      sync.WaitGroup
+	samples []time.Duration
+}
+
+func startLatencyProbe(e *actorlb.Engine) *latencyProbe {
+	p := &latencyProbe{done: make(chan struct{})}
+	svc := bulkServices(1, 10)[0]
+	svc.Frontend.Addr = netip.MustParseAddr("10.95.0.1")
+	for i := range svc.Backends {
+		svc.Backends[i].Addr = netip.AddrFrom4([4]byte{10, 94, 0, byte(i + 1)})
+	}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		ctx := context.Background()
+		for i := 0; i < 1_000_000; i++ {
+			select {
+			case <-p.done:
+				return
+			default:
+			}
+			// Alternate two backend sets so that every call writes.
+			s := svc.DeepCopy()
+			if i%2 == 1 {
+				s.Backends = s.Backends[:9]
+			}
+			t := time.Now()
+			if _, _, err := e.Upsert(ctx, s); err != nil {
+				return
+			}
+			p.samples = append(p.samples, time.Since(t))
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	return p
+}
+
+func (p *latencyProbe) stop() *latencyProbe {
+	close(p.done)
+	p.wg.Wait()
+	slices.Sort(p.samples)
+	return p
+}
+
+// p returns the q-th percentile in microseconds.
+func (p *latencyProbe) p(q float64) float64 {
+	if len(p.samples) == 0 {
+		return 0
+	}
+	i := int(q / 100 * float64(len(p.samples)-1))
+	return float64(p.samples[i].Nanoseconds()) / 1000
+}
