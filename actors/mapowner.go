@@ -14,7 +14,20 @@ import (
 type mapActor[E comparable, K comparable] struct {
 	name   string
 	mirror *mirror[E, K]
+	// Requests wait here until a flush message, sent to self when the
+	// first arrives, comes back: everything queued meanwhile goes to the
+	// kernel in one batch.
+	buf      []pendingApply[E, K]
+	flushing bool
 }
+
+type pendingApply[E, K any] struct {
+	sender *actor.PID
+	req    *messages.MapApply[E, K]
+}
+
+// flushMsg tells a map owner to write what it has buffered.
+type flushMsg struct{}
 
 func newServiceMapActor(m maps.ServiceMap) actor.Producer {
 	return func() actor.Actor {
@@ -36,10 +49,53 @@ func (a *mapActor[E, K]) Receive(ctx actor.Context) {
 			panic(fmt.Errorf("%s: load mirror: %w", a.name, err))
 		}
 	case *messages.MapApply[E, K]:
-		w, d, err := a.mirror.apply(m.Writes, m.Deletes)
-		ctx.Respond(&messages.MapApplied{ReqID: m.ReqID, Written: w, Deleted: d, Err: err})
+		a.buf = append(a.buf, pendingApply[E, K]{ctx.Sender(), m})
+		if !a.flushing {
+			a.flushing = true
+			ctx.Send(ctx.Self(), &flushMsg{})
+		}
+	case *flushMsg:
+		a.flushing = false
+		a.flush(ctx)
 	case *messages.MapDump:
+		a.flush(ctx) // a dump sees every write queued before it
 		ctx.Respond(&messages.MapDumped[E]{ReqID: m.ReqID, Entries: a.mirror.dump()})
+	}
+}
+
+// flush applies the buffered requests in arrival order as one batch: all
+// their writes, then all their deletes. Requests in flight together come
+// from operations on different frontends (the supervisor runs one
+// operation per frontend at a time), so this order is safe: writes first
+// keep make-before-break. If the batch fails, each request is applied on
+// its own so that each gets its own answer.
+func (a *mapActor[E, K]) flush(ctx actor.Context) {
+	buf := a.buf
+	a.buf = nil
+	switch len(buf) {
+	case 0:
+		return
+	case 1:
+		m := buf[0].req
+		w, d, err := a.mirror.apply(m.Writes, m.Deletes)
+		ctx.Send(buf[0].sender, &messages.MapApplied{ReqID: m.ReqID, Written: w, Deleted: d, Err: err})
+		return
+	}
+	var ws []E
+	var ds []K
+	for _, p := range buf {
+		ws = append(ws, p.req.Writes...)
+		ds = append(ds, p.req.Deletes...)
+	}
+	if _, _, err := a.mirror.apply(ws, ds); err == nil {
+		for _, p := range buf {
+			ctx.Send(p.sender, &messages.MapApplied{ReqID: p.req.ReqID})
+		}
+		return
+	}
+	for _, p := range buf {
+		w, d, err := a.mirror.apply(p.req.Writes, p.req.Deletes)
+		ctx.Send(p.sender, &messages.MapApplied{ReqID: p.req.ReqID, Written: w, Deleted: d, Err: err})
 	}
 }
 

@@ -293,13 +293,35 @@ func (s *Supervisor) onChildFailed(ctx actor.Context, m *childFailed) {
 	if m.child == ChildAllocator {
 		s.restoreAllocator(ctx)
 	}
-	id, _, ok := requestID(m.failed)
-	if !ok {
+	// Every request the child owed is sent again: the one it failed on
+	// (counted against its retries) and those it had buffered or queued
+	// (map owners buffer requests until they flush; resending is
+	// idempotent, and a second reply is ignored).
+	failedID, _, _ := requestID(m.failed)
+	for id, p := range s.reqs {
+		if p.child != m.child {
+			continue
+		}
+		switch {
+		case id == failedID:
+			s.resend(ctx, id, p)
+		case m.child != ChildAllocator:
+			// Map owners only: their requests are idempotent. The
+			// allocator's are not (a second acquire takes a second
+			// reference); its queued requests survive the restart.
+			s.resendFree(ctx, id, p)
+		}
+	}
+}
+
+// resendFree sends a request again without counting a try.
+func (s *Supervisor) resendFree(ctx actor.Context, id uint64, p *pendingReq) {
+	if superseded(p.msg) {
+		s.onReply(ctx, id, &messages.AllocDone{ReqID: id})
 		return
 	}
-	if p, ok := s.reqs[id]; ok {
-		s.resend(ctx, id, p)
-	}
+	s.resent++
+	ctx.Request(s.children[p.child], p.msg)
 }
 
 // superseded reports whether a lost request must not be sent again: an

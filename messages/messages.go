@@ -163,7 +163,9 @@ type MapApply[E, K any] struct {
 	Deletes []K
 }
 
-// MapApplied answers MapApply and RevNATApply.
+// MapApplied answers MapApply and RevNATApply. Written and Deleted count
+// the entries that reached the map for this request (0 when it was written
+// in one batch with others).
 type MapApplied struct {
 	ReqID   uint64
 	Written int

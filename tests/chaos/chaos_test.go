@@ -185,7 +185,9 @@ func TestChaos(t *testing.T) {
 		kills.Add(1)
 	}
 	for c := range cfg.clients {
-		models[c] = NewModel()
+		models[c] = NewModel() // all before any client runs: syncs read every model
+	}
+	for c := range cfg.clients {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
