@@ -1,0 +1,208 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	lb "github.com/actorlb/actorlb/loadbalancer"
+)
+
+// DefaultSocket is where the agent listens unless told otherwise.
+const DefaultSocket = "/var/run/actorlb/actorlb.sock"
+
+// DefaultHost is the client's default -H: the agent's default socket.
+const DefaultHost = "unix://" + DefaultSocket
+
+// DefaultClientTimeout bounds one request of the client (more than the
+// server's DefaultCallTimeout).
+const DefaultClientTimeout = 45 * time.Second
+
+// Client talks to an agent's API. It is safe for concurrent use.
+type Client struct {
+	host string
+	base string
+	http *http.Client
+}
+
+// ParseHost checks a -H value: unix:///PATH (or an absolute PATH) for the
+// agent's socket, or http://HOST:PORT. It returns the network ("unix" or
+// "tcp") and the address to dial.
+func ParseHost(host string) (network, addr string, err error) {
+	switch {
+	case strings.HasPrefix(host, "unix://"):
+		p := strings.TrimPrefix(host, "unix://")
+		if !strings.HasPrefix(p, "/") {
+			return "", "", fmt.Errorf("invalid host %q: want unix:///ABSOLUTE/PATH (three slashes)", host)
+		}
+		return "unix", p, nil
+	case strings.HasPrefix(host, "/"):
+		return "unix", host, nil
+	case strings.HasPrefix(host, "http://"):
+		u, err := url.Parse(host)
+		if err != nil || u.Host == "" || u.Port() == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil {
+			return "", "", fmt.Errorf("invalid host %q: want http://IP:PORT", host)
+		}
+		return "tcp", u.Host, nil
+	}
+	return "", "", fmt.Errorf("invalid host %q: want unix:///PATH or http://IP:PORT", host)
+}
+
+// NewClient returns a client for the agent at host (see ParseHost; ""
+// means DefaultHost).
+func NewClient(host string) (*Client, error) {
+	if host == "" {
+		host = DefaultHost
+	}
+	network, addr, err := ParseHost(host)
+	if err != nil {
+		return nil, fmt.Errorf("new api client: %w", err)
+	}
+	dialer := &net.Dialer{Timeout: 5 * time.Second}
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return dialer.DialContext(ctx, network, addr)
+		},
+		MaxIdleConnsPerHost: 4,
+		IdleConnTimeout:     30 * time.Second,
+	}
+	base := "http://actorlb"
+	if network == "tcp" {
+		base = "http://" + addr
+	}
+	return &Client{host: host, base: base, http: &http.Client{Transport: tr, Timeout: DefaultClientTimeout}}, nil
+}
+
+// Host returns the host the client talks to.
+func (c *Client) Host() string { return c.host }
+
+// URL returns the URL of path on the agent, for raw requests with
+// HTTPClient.
+func (c *Client) URL(path string) string { return c.base + path }
+
+// HTTPClient returns the HTTP client that dials the agent.
+func (c *Client) HTTPClient() *http.Client { return c.http }
+
+// Close closes idle connections.
+func (c *Client) Close() { c.http.CloseIdleConnections() }
+
+// do sends a request and decodes a 2xx JSON answer into out (if not nil).
+// It returns the status code.
+func (c *Client) do(ctx context.Context, what, method, path string, in, out any) (int, error) {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return 0, fmt.Errorf("%s: encode request: %w", what, err)
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.URL(path), body)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", what, err)
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w at %s: %v (is the agent running? start it with 'actorlb agent', or point -H at it)", what, ErrUnreachable, c.host, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
+	if err != nil {
+		return resp.StatusCode, fmt.Errorf("%s: read answer: %w", what, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		se := &StatusError{Code: resp.StatusCode}
+		var msg string
+		if json.Unmarshal(data, &msg) == nil {
+			se.Message = msg
+		} else {
+			se.Message = strings.TrimSpace(string(data))
+		}
+		// Some answers (503 from healthz) carry a document; decode it too.
+		if out != nil && resp.StatusCode == http.StatusServiceUnavailable {
+			_ = json.Unmarshal(data, out)
+		}
+		return resp.StatusCode, fmt.Errorf("%s: %w", what, se)
+	}
+	if out != nil && len(data) > 0 {
+		if err := json.Unmarshal(data, out); err != nil {
+			return resp.StatusCode, fmt.Errorf("%s: decode answer: %w", what, err)
+		}
+	}
+	return resp.StatusCode, nil
+}
+
+// ListServices returns every service, sorted by ID.
+func (c *Client) ListServices(ctx context.Context) ([]*Service, error) {
+	var out []*Service
+	_, err := c.do(ctx, "list services", http.MethodGet, "/v1/service", nil, &out)
+	return out, err
+}
+
+// GetService returns the service with id; errors.Is(err, ErrNotFound)
+// when there is none.
+func (c *Client) GetService(ctx context.Context, id lb.ServiceID) (*Service, error) {
+	var out Service
+	if _, err := c.do(ctx, "get service "+id.String(), http.MethodGet, "/v1/service/"+id.String(), nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// PutService creates or updates the service with id and returns it as
+// stored, and whether it was created.
+func (c *Client) PutService(ctx context.Context, id lb.ServiceID, spec *ServiceSpec) (*Service, bool, error) {
+	var out Service
+	code, err := c.do(ctx, "put service "+id.String(), http.MethodPut, "/v1/service/"+id.String(), spec, &out)
+	if err != nil {
+		return nil, false, err
+	}
+	return &out, code == http.StatusCreated, nil
+}
+
+// DeleteService deletes the service with id; errors.Is(err, ErrNotFound)
+// when there is none.
+func (c *Client) DeleteService(ctx context.Context, id lb.ServiceID) error {
+	_, err := c.do(ctx, "delete service "+strconv.Itoa(int(id)), http.MethodDelete, "/v1/service/"+id.String(), nil, nil)
+	return err
+}
+
+// RevNAT returns every revNAT entry, sorted by ID.
+func (c *Client) RevNAT(ctx context.Context) ([]RevNATEntry, error) {
+	var out []RevNATEntry
+	_, err := c.do(ctx, "list revNAT", http.MethodGet, "/v1/lb/revnat", nil, &out)
+	return out, err
+}
+
+// Maps returns the decoded content of the six maps.
+func (c *Client) Maps(ctx context.Context) (*MapsDump, error) {
+	var out MapsDump
+	if _, err := c.do(ctx, "dump maps", http.MethodGet, "/v1/lb/maps", nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Health returns the agent's status. When the agent answers 503 it returns
+// the status it sent with an error matching ErrUnavailable.
+func (c *Client) Health(ctx context.Context) (*Status, error) {
+	var out Status
+	_, err := c.do(ctx, "health", http.MethodGet, "/v1/healthz", nil, &out)
+	if err != nil && !errors.Is(err, ErrUnavailable) {
+		return nil, err
+	}
+	return &out, err
+}

@@ -1,0 +1,286 @@
+package api
+
+import (
+	"cmp"
+	"errors"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/actorlb/actorlb/internal/table"
+	lb "github.com/actorlb/actorlb/loadbalancer"
+	"github.com/actorlb/actorlb/maps"
+)
+
+// Traffic policies of ServiceFlags.
+const (
+	PolicyCluster = "Cluster"
+	PolicyLocal   = "Local"
+)
+
+// jsonPath renames a loadbalancer.ValidationError field to the JSON path
+// of the ServiceSpec field it comes from.
+func jsonPath(field string) string {
+	switch {
+	case field == "frontend":
+		return "frontend-address.ip"
+	case strings.HasPrefix(field, "frontend."):
+		return "frontend-address." + strings.TrimPrefix(field, "frontend.")
+	case strings.HasPrefix(field, "backends"):
+		p := "backend-addresses" + strings.TrimPrefix(field, "backends")
+		if strings.HasSuffix(p, ".address") {
+			p = strings.TrimSuffix(p, ".address") + ".ip"
+		}
+		return p
+	case field == "type":
+		return "flags.type"
+	case field == "session-affinity-timeout":
+		return "flags.sessionAffinityTimeout"
+	case field == "lb-algorithm":
+		return "flags.lbAlgorithm"
+	}
+	return field
+}
+
+// fieldError turns err (a *lb.ValidationError from a parser or validator)
+// into a *FieldError at path; path "" renames the error's own field.
+func fieldError(path string, err error) error {
+	var ve *lb.ValidationError
+	if !errors.As(err, &ve) {
+		return &FieldError{Path: path, Reason: err.Error()}
+	}
+	if path == "" {
+		path = jsonPath(ve.Field)
+	}
+	return &FieldError{Path: path, Value: ve.Value, Reason: ve.Reason}
+}
+
+func parseIP(path, s string) (netip.Addr, error) {
+	if s == "" {
+		return netip.Addr{}, &FieldError{Path: path, Reason: "IP address is required"}
+	}
+	if strings.Contains(s, "%") {
+		return netip.Addr{}, &FieldError{Path: path, Value: s, Reason: "IP address must not have a zone"}
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Addr{}, &FieldError{Path: path, Value: s, Reason: "not an IP address"}
+	}
+	return a.Unmap(), nil
+}
+
+func parsePolicy(path, s string) (bool, error) {
+	switch {
+	case s == "" || strings.EqualFold(s, PolicyCluster):
+		return false, nil
+	case strings.EqualFold(s, PolicyLocal):
+		return true, nil
+	}
+	return false, &FieldError{Path: path, Value: s, Reason: "must be Cluster or Local"}
+}
+
+// ToService converts spec, for the service with ID id, into a validated
+// loadbalancer.Service. A non-zero spec.ID must equal id. Errors are
+// *FieldError naming the JSON path.
+func ToService(id lb.ServiceID, spec *ServiceSpec) (*lb.Service, error) {
+	if spec.ID != 0 && spec.ID != int64(id) {
+		return nil, &FieldError{Path: "id", Value: strconv.FormatInt(spec.ID, 10),
+			Reason: "does not match the service ID " + id.String() + " in the path"}
+	}
+	fe := spec.FrontendAddress
+	if fe == nil {
+		return nil, &FieldError{Path: "frontend-address", Reason: "required"}
+	}
+	svc := &lb.Service{Frontend: lb.Frontend{ID: id}}
+	addr, err := parseIP("frontend-address.ip", fe.IP)
+	if err != nil {
+		return nil, err
+	}
+	proto := lb.TCP
+	if fe.Protocol != "" {
+		if proto, err = lb.ParseL4Type(fe.Protocol); err != nil {
+			return nil, fieldError("frontend-address.protocol", err)
+		}
+	}
+	scope := lb.ScopeExternal
+	if fe.Scope != "" {
+		if scope, err = lb.ParseScope(fe.Scope); err != nil {
+			return nil, fieldError("frontend-address.scope", err)
+		}
+	}
+	svc.Frontend.L3n4Addr = lb.NewL3n4Addr(addr, fe.Port, proto, scope)
+
+	for i, b := range spec.BackendAddresses {
+		path := "backend-addresses[" + strconv.Itoa(i) + "]"
+		a, err := parseIP(path+".ip", b.IP)
+		if err != nil {
+			return nil, err
+		}
+		be := lb.Backend{L3n4Addr: lb.NewL3n4Addr(a, b.Port, proto, lb.ScopeExternal), Weight: lb.DefaultBackendWeight}
+		if b.Weight != nil {
+			be.Weight = *b.Weight
+		}
+		if be.State, err = lb.ParseBackendState(b.State); err != nil {
+			return nil, fieldError(path+".state", err)
+		}
+		svc.Backends = append(svc.Backends, be)
+	}
+
+	if f := spec.Flags; f != nil {
+		if svc.Type, err = lb.ParseServiceType(f.Type); err != nil {
+			return nil, fieldError("flags.type", err)
+		}
+		ext, err := parsePolicy("flags.extTrafficPolicy", f.ExtTrafficPolicy)
+		if err != nil {
+			return nil, err
+		}
+		legacy, err := parsePolicy("flags.trafficPolicy", f.TrafficPolicy)
+		if err != nil {
+			return nil, err
+		}
+		if f.TrafficPolicy != "" && f.ExtTrafficPolicy != "" && legacy != ext {
+			return nil, &FieldError{Path: "flags.trafficPolicy", Value: f.TrafficPolicy,
+				Reason: "disagrees with flags.extTrafficPolicy " + strconv.Quote(f.ExtTrafficPolicy) + " (give one of them)"}
+		}
+		svc.ExtTrafficPolicyLocal = ext || legacy
+		if svc.IntTrafficPolicyLocal, err = parsePolicy("flags.intTrafficPolicy", f.IntTrafficPolicy); err != nil {
+			return nil, err
+		}
+		svc.SessionAffinity = f.SessionAffinity
+		svc.SessionAffinityTimeout = f.SessionAffinityTimeout
+		if f.SessionAffinityTimeout != 0 && !f.SessionAffinity {
+			return nil, &FieldError{Path: "flags.sessionAffinityTimeout", Value: strconv.FormatUint(uint64(f.SessionAffinityTimeout), 10),
+				Reason: "needs flags.sessionAffinity true"}
+		}
+		if svc.SessionAffinity && svc.SessionAffinityTimeout == 0 {
+			// What the master entry holds, and so what a restore reads back.
+			svc.SessionAffinityTimeout = lb.DefaultSessionAffinityTimeout
+		}
+		if svc.LBAlgorithm, err = lb.ParseLBAlgorithm(f.LBAlgorithm); err != nil {
+			return nil, fieldError("flags.lbAlgorithm", err)
+		}
+	}
+	if err := svc.Validate(); err != nil {
+		return nil, fieldError("", err)
+	}
+	return svc, nil
+}
+
+func policyName(local bool) string {
+	if local {
+		return PolicyLocal
+	}
+	return PolicyCluster
+}
+
+// FromService converts an engine service into its ServiceSpec.
+func FromService(svc *lb.Service) *ServiceSpec {
+	fe := svc.Frontend
+	spec := &ServiceSpec{
+		ID: int64(fe.ID),
+		FrontendAddress: &FrontendAddress{
+			IP: fe.Addr.String(), Port: fe.Port,
+			Protocol: strings.ToLower(fe.Protocol.String()), Scope: fe.Scope.String(),
+		},
+		BackendAddresses: make([]BackendAddress, len(svc.Backends)),
+		Flags: &ServiceFlags{
+			Type:                   svc.Type.String(),
+			TrafficPolicy:          policyName(svc.ExtTrafficPolicyLocal),
+			ExtTrafficPolicy:       policyName(svc.ExtTrafficPolicyLocal),
+			IntTrafficPolicy:       policyName(svc.IntTrafficPolicyLocal),
+			SessionAffinity:        svc.SessionAffinity,
+			SessionAffinityTimeout: svc.SessionAffinityTimeout,
+			LBAlgorithm:            svc.LBAlgorithm.String(),
+		},
+	}
+	for i, b := range svc.Backends {
+		w := b.Weight
+		spec.BackendAddresses[i] = BackendAddress{IP: b.Addr.String(), Port: b.Port, Weight: &w, State: b.State.String()}
+	}
+	return spec
+}
+
+// NewService wraps the spec of an engine service with its status.
+func NewService(svc *lb.Service) *Service {
+	spec := FromService(svc)
+	return &Service{Spec: spec, Status: &ServiceStatus{Realized: FromService(svc)}}
+}
+
+func compareServiceKey(a, b maps.ServiceKey) int {
+	return cmp.Or(a.Address.Compare(b.Address), cmp.Compare(a.Port, b.Port), cmp.Compare(a.Proto, b.Proto),
+		cmp.Compare(a.Scope, b.Scope), cmp.Compare(a.Slot, b.Slot))
+}
+
+func serviceEntries(es []maps.ServiceEntry) []ServiceMapEntry {
+	es = slices.Clone(es)
+	slices.SortFunc(es, func(a, b maps.ServiceEntry) int { return compareServiceKey(a.Key, b.Key) })
+	out := make([]ServiceMapEntry, len(es))
+	for i, e := range es {
+		k, v := e.Key, e.Value
+		out[i] = ServiceMapEntry{
+			Key: ServiceMapKey{Address: k.Address.Unmap().String(), Dport: k.Port, BackendSlot: k.Slot, Proto: k.Proto, Scope: k.Scope},
+			Value: ServiceMapValue{BackendID: v.BackendID, Count: v.Count, RevNATIndex: v.RevNATIndex,
+				Flags: v.Flags, Flags2: v.Flags2, QCount: v.QCount},
+		}
+	}
+	return out
+}
+
+func backendEntries(es []maps.BackendEntry) []BackendMapEntry {
+	es = slices.Clone(es)
+	slices.SortFunc(es, func(a, b maps.BackendEntry) int { return cmp.Compare(a.ID, b.ID) })
+	out := make([]BackendMapEntry, len(es))
+	for i, e := range es {
+		v := e.Value
+		out[i] = BackendMapEntry{ID: e.ID, Value: BackendMapValue{Address: v.Address.Unmap().String(), Port: v.Port,
+			Proto: v.Proto, Flags: v.State, ClusterID: v.ClusterID, Zone: v.Zone}}
+	}
+	return out
+}
+
+func revNATEntries(es []maps.RevNATEntry) []RevNATMapEntry {
+	es = slices.Clone(es)
+	slices.SortFunc(es, func(a, b maps.RevNATEntry) int { return cmp.Compare(a.ID, b.ID) })
+	out := make([]RevNATMapEntry, len(es))
+	for i, e := range es {
+		out[i] = RevNATMapEntry{ID: e.ID, Value: RevNATMapValue{Address: e.Value.Address.Unmap().String(), Port: e.Value.Port}}
+	}
+	return out
+}
+
+// NewMapsDump converts the entries read from the maps pinned under root
+// into a MapsDump (every list non-nil and sorted).
+func NewMapsDump(root string, d table.Dump) *MapsDump {
+	return &MapsDump{
+		Root:      root,
+		Services4: serviceEntries(d.Services4),
+		Backends4: backendEntries(d.Backends4),
+		RevNAT4:   revNATEntries(d.RevNAT4),
+		Services6: serviceEntries(d.Services6),
+		Backends6: backendEntries(d.Backends6),
+		RevNAT6:   revNATEntries(d.RevNAT6),
+	}
+}
+
+// RevNATFromDump lists the revNAT entries of both families sorted by ID;
+// an entry belongs to a service when a master of its family has its ID.
+func RevNATFromDump(d table.Dump) []RevNATEntry {
+	out := []RevNATEntry{}
+	for _, fam := range []struct {
+		svcs []maps.ServiceEntry
+		revs []maps.RevNATEntry
+	}{{d.Services4, d.RevNAT4}, {d.Services6, d.RevNAT6}} {
+		owned := map[uint16]bool{}
+		for _, e := range fam.svcs {
+			if e.Key.Slot == 0 {
+				owned[e.Value.RevNATIndex] = true
+			}
+		}
+		for _, e := range fam.revs {
+			out = append(out, RevNATEntry{ID: e.ID, IP: e.Value.Address.Unmap().String(), Port: e.Value.Port, Service: owned[e.ID]})
+		}
+	}
+	slices.SortStableFunc(out, func(a, b RevNATEntry) int { return cmp.Compare(a.ID, b.ID) })
+	return out
+}

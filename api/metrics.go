@@ -1,0 +1,148 @@
+package api
+
+import (
+	"context"
+	"maps"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/actorlb/actorlb/actors"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Operation results, the "result" label of actorlb_operations_total.
+const (
+	ResultOK       = "ok"
+	ResultInvalid  = "invalid"
+	ResultNotFound = "not_found"
+	ResultError    = "error"
+)
+
+func resultOf(code int) string {
+	switch {
+	case code < 400:
+		return ResultOK
+	case code == http.StatusNotFound:
+		return ResultNotFound
+	case isInvalidCode(code) || code == http.StatusMethodNotAllowed:
+		return ResultInvalid
+	}
+	return ResultError
+}
+
+// metrics holds the agent's Prometheus registry: operation counters and
+// latencies observed by the handlers, and a collector that reads the
+// engine's figures at every scrape.
+type metrics struct {
+	reg     *prometheus.Registry
+	ops     *prometheus.CounterVec
+	latency *prometheus.HistogramVec
+}
+
+func newMetrics(s *Server) *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		ops: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "actorlb_operations_total",
+			Help: "API operations by kind (service_put, service_delete, ...) and result (ok, invalid, not_found, error).",
+		}, []string{"operation", "result"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "actorlb_operation_duration_seconds",
+			Help:    "Latency of API operations, from request to answer, by kind.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10), // 100µs .. 26s
+		}, []string{"operation"}),
+	}
+	m.reg.MustRegister(m.ops, m.latency, &engineCollector{s: s},
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+func (m *metrics) observe(op string, code int, d time.Duration) {
+	m.ops.WithLabelValues(op, resultOf(code)).Inc()
+	m.latency.WithLabelValues(op).Observe(d.Seconds())
+}
+
+func (m *metrics) handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+}
+
+var (
+	descUp             = prometheus.NewDesc("actorlb_up", "1 when the engine has restored and serves, 0 otherwise.", nil, nil)
+	descServices       = prometheus.NewDesc("actorlb_services", "Services in the engine's table.", nil, nil)
+	descBackends       = prometheus.NewDesc("actorlb_backends", "Backends referenced by at least one service.", nil, nil)
+	descRevNAT         = prometheus.NewDesc("actorlb_revnat_entries", "Reverse-NAT entries (of services and standalone).", nil, nil)
+	descMapEntries     = prometheus.NewDesc("actorlb_map_entries", "Entries in each BPF map.", []string{"map"}, nil)
+	descMapMax         = prometheus.NewDesc("actorlb_map_max_entries", "Capacity of each BPF map.", []string{"map"}, nil)
+	descMapFill        = prometheus.NewDesc("actorlb_map_fill_ratio", "Entries divided by capacity, per BPF map.", []string{"map"}, nil)
+	descMapWrites      = prometheus.NewDesc("actorlb_map_writes_total", "Entries written (op=update) and deleted (op=delete) per BPF map since start.", []string{"map", "op"}, nil)
+	descRestarts       = prometheus.NewDesc("actorlb_actor_restarts_total", "Restarts of each actor since start.", []string{"actor"}, nil)
+	descInFlight       = prometheus.NewDesc("actorlb_operations_in_flight", "Engine operations in flight.", nil, nil)
+	descRestoreSvcs    = prometheus.NewDesc("actorlb_restore_services", "Services restored from the pinned maps at start.", nil, nil)
+	descRestoreBes     = prometheus.NewDesc("actorlb_restore_backends", "Backends restored from the pinned maps at start.", nil, nil)
+	descRestoreOrphans = prometheus.NewDesc("actorlb_restore_orphan_revnat", "Standalone revNAT entries found at restore.", nil, nil)
+	descRestoreRepairs = prometheus.NewDesc("actorlb_restore_repairs", "Inconsistencies repaired at restore, by kind.", []string{"kind"}, nil)
+	descRestoreWrites  = prometheus.NewDesc("actorlb_restore_writes", "Map entries written or deleted by the restore's repairs.", nil, nil)
+)
+
+// engineCollector reads the engine's stats and the maps' fill at scrape
+// time.
+type engineCollector struct{ s *Server }
+
+func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descUp, descServices, descBackends, descRevNAT, descMapEntries, descMapMax, descMapFill,
+		descMapWrites, descRestarts, descInFlight, descRestoreSvcs, descRestoreBes, descRestoreOrphans, descRestoreRepairs, descRestoreWrites} {
+		ch <- d
+	}
+}
+
+func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.s.callTimeout)
+	defer cancel()
+	st, err := c.s.status(ctx)
+	up := 0.0
+	if err == nil && st.Ready {
+		up = 1
+	}
+	ch <- prometheus.MustNewConstMetric(descUp, prometheus.GaugeValue, up)
+	if err != nil {
+		return
+	}
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	counter := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
+	}
+	gauge(descServices, float64(st.Services))
+	gauge(descBackends, float64(st.Backends))
+	gauge(descRevNAT, float64(st.RevNAT))
+	gauge(descInFlight, float64(st.OpsInFlight))
+	for _, m := range st.Maps {
+		gauge(descMapEntries, float64(m.Entries), m.Name)
+		gauge(descMapMax, float64(m.MaxEntries), m.Name)
+		gauge(descMapFill, m.Fill, m.Name)
+		counter(descMapWrites, float64(m.Updated), m.Name, "update")
+		counter(descMapWrites, float64(m.Deleted), m.Name, "delete")
+	}
+	restarts := map[string]int{}
+	for _, name := range actors.Children {
+		restarts[name] = 0 // every actor has a series, even before its first restart
+	}
+	for name, n := range st.ActorRestarts {
+		restarts[name] = n
+	}
+	for _, name := range slices.Sorted(maps.Keys(restarts)) {
+		counter(descRestarts, float64(restarts[name]), name)
+	}
+	r := st.Restore
+	gauge(descRestoreSvcs, float64(r.Services))
+	gauge(descRestoreBes, float64(r.Backends))
+	gauge(descRestoreOrphans, float64(r.OrphanRevNAT))
+	gauge(descRestoreWrites, float64(r.Writes))
+	for _, kind := range slices.Sorted(maps.Keys(r.RepairsByKind)) {
+		gauge(descRestoreRepairs, float64(r.RepairsByKind[kind]), kind)
+	}
+}

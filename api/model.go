@@ -1,0 +1,204 @@
+package api
+
+// The wire types of the REST API. ServiceSpec, FrontendAddress,
+// BackendAddress, Service and ServiceStatus follow the upstream v1 service
+// API (field names and JSON spelling); the other types are actorlb's
+// extensions. openapi.json documents every field.
+
+// FrontendAddress is the L4 address of a service.
+type FrontendAddress struct {
+	// IP is an IPv4 or IPv6 address ("0.0.0.0" or "::" for the surrogate
+	// NodePort frontend).
+	IP string `json:"ip"`
+	// Port is 1..65535.
+	Port uint16 `json:"port"`
+	// Protocol is tcp, udp, sctp or any (case-insensitive); empty means tcp.
+	Protocol string `json:"protocol,omitempty"`
+	// Scope is external or internal; empty means external.
+	Scope string `json:"scope,omitempty"`
+}
+
+// BackendAddress is one backend of a service. Its protocol is the
+// frontend's.
+type BackendAddress struct {
+	IP   string `json:"ip"`
+	Port uint16 `json:"port"`
+	// Weight is 0..65535; nil means 100. It is not stored in the BPF maps:
+	// after an agent restart every weight reads 100.
+	Weight *uint16 `json:"weight,omitempty"`
+	// State is active, terminating, quarantined or maintenance; empty means
+	// active.
+	State string `json:"state,omitempty"`
+}
+
+// ServiceFlags are the options of a service.
+type ServiceFlags struct {
+	// Type is ClusterIP (default), NodePort, ExternalIPs, LoadBalancer,
+	// HostPort or LocalRedirect.
+	Type string `json:"type,omitempty"`
+	// TrafficPolicy is the upstream v1.6 name of ExtTrafficPolicy: Cluster
+	// (default) or Local. If both are given they must agree.
+	TrafficPolicy string `json:"trafficPolicy,omitempty"`
+	// ExtTrafficPolicy is Cluster (default) or Local.
+	ExtTrafficPolicy string `json:"extTrafficPolicy,omitempty"`
+	// IntTrafficPolicy is Cluster (default) or Local.
+	IntTrafficPolicy string `json:"intTrafficPolicy,omitempty"`
+	// SessionAffinity turns on client affinity; SessionAffinityTimeout is
+	// its timeout in seconds (0: 10800).
+	SessionAffinity        bool   `json:"sessionAffinity,omitempty"`
+	SessionAffinityTimeout uint32 `json:"sessionAffinityTimeout,omitempty"`
+	// LBAlgorithm is default, random or maglev.
+	LBAlgorithm string `json:"lbAlgorithm,omitempty"`
+}
+
+// ServiceSpec is the configuration of a service.
+type ServiceSpec struct {
+	// ID is the service ID, 1..65535. In a PUT it may be left out (0); if
+	// given it must equal the ID in the path.
+	ID int64 `json:"id,omitempty"`
+	// FrontendAddress is required.
+	FrontendAddress *FrontendAddress `json:"frontend-address"`
+	// BackendAddresses may be empty.
+	BackendAddresses []BackendAddress `json:"backend-addresses"`
+	Flags            *ServiceFlags    `json:"flags,omitempty"`
+}
+
+// ServiceStatus is what the maps hold for a service.
+type ServiceStatus struct {
+	Realized *ServiceSpec `json:"realized"`
+}
+
+// Service is a service with its realized state. The agent answers a write
+// only once the maps hold it, so Realized equals Spec; backends are in slot
+// order (active, terminating, quarantined, then maintenance).
+type Service struct {
+	Spec   *ServiceSpec   `json:"spec"`
+	Status *ServiceStatus `json:"status"`
+}
+
+// RevNATEntry is one reverse-NAT entry.
+type RevNATEntry struct {
+	ID   uint16 `json:"id"`
+	IP   string `json:"ip"`
+	Port uint16 `json:"port"`
+	// Service is true when the entry belongs to a service: it was created
+	// with it and is deleted with it.
+	Service bool `json:"service"`
+}
+
+// MapsDump is the raw content of the six BPF maps, decoded, with the field
+// names of the datapath's C structs. Every list is sorted: services by
+// frontend then slot, backends and revNAT entries by ID.
+type MapsDump struct {
+	// Root is the bpffs directory the maps are pinned in ("" in a dry run).
+	Root      string            `json:"root"`
+	Services4 []ServiceMapEntry `json:"lb4_services"`
+	Backends4 []BackendMapEntry `json:"lb4_backends"`
+	RevNAT4   []RevNATMapEntry  `json:"lb4_reverse_nat"`
+	Services6 []ServiceMapEntry `json:"lb6_services"`
+	Backends6 []BackendMapEntry `json:"lb6_backends"`
+	RevNAT6   []RevNATMapEntry  `json:"lb6_reverse_nat"`
+}
+
+// ServiceMapEntry is one lb4_services / lb6_services entry.
+type ServiceMapEntry struct {
+	Key   ServiceMapKey   `json:"key"`
+	Value ServiceMapValue `json:"value"`
+}
+
+// ServiceMapKey is lb4_key / lb6_key.
+type ServiceMapKey struct {
+	Address     string `json:"address"`
+	Dport       uint16 `json:"dport"`
+	BackendSlot uint16 `json:"backend_slot"`
+	Proto       uint8  `json:"proto"`
+	Scope       uint8  `json:"scope"`
+}
+
+// ServiceMapValue is lb4_service / lb6_service.
+type ServiceMapValue struct {
+	BackendID   uint32 `json:"backend_id"`
+	Count       uint16 `json:"count"`
+	RevNATIndex uint16 `json:"rev_nat_index"`
+	Flags       uint8  `json:"flags"`
+	Flags2      uint8  `json:"flags2"`
+	QCount      uint16 `json:"qcount"`
+}
+
+// BackendMapEntry is one lb4_backends / lb6_backends entry.
+type BackendMapEntry struct {
+	ID    uint32          `json:"id"`
+	Value BackendMapValue `json:"value"`
+}
+
+// BackendMapValue is lb4_backend / lb6_backend; Flags is the state.
+type BackendMapValue struct {
+	Address   string `json:"address"`
+	Port      uint16 `json:"port"`
+	Proto     uint8  `json:"proto"`
+	Flags     uint8  `json:"flags"`
+	ClusterID uint16 `json:"cluster_id"`
+	Zone      uint8  `json:"zone"`
+}
+
+// RevNATMapEntry is one lb4_reverse_nat / lb6_reverse_nat entry.
+type RevNATMapEntry struct {
+	ID    uint16         `json:"id"`
+	Value RevNATMapValue `json:"value"`
+}
+
+// RevNATMapValue is lb4_reverse_nat / lb6_reverse_nat.
+type RevNATMapValue struct {
+	Address string `json:"address"`
+	Port    uint16 `json:"port"`
+}
+
+// Status is the agent's health and figures (GET /v1/healthz).
+type Status struct {
+	// State is Ok when the engine serves, Failure otherwise (503).
+	State string `json:"state"`
+	// Msg says why the state is not Ok.
+	Msg   string `json:"msg,omitempty"`
+	Ready bool   `json:"ready"`
+	// Uptime of the agent in seconds.
+	UptimeSeconds float64 `json:"uptime-seconds"`
+	// BPFRoot is where the maps are pinned ("" in a dry run).
+	BPFRoot string `json:"bpf-root"`
+	DryRun  bool   `json:"dry-run"`
+	// Listen lists the addresses the API is served on (unix:///path,
+	// http://IP:PORT).
+	Listen   []string `json:"listen"`
+	Services int      `json:"services"`
+	Backends int      `json:"backends"`
+	RevNAT   int      `json:"revnat"`
+	// Maps holds each map's entries and fill.
+	Maps []MapStatus `json:"maps"`
+	// Restore holds the figures of the restore at start.
+	Restore RestoreStatus `json:"restore"`
+	// ActorRestarts counts restarts per actor.
+	ActorRestarts map[string]int `json:"actor-restarts"`
+	OpsInFlight   int            `json:"ops-in-flight"`
+}
+
+// MapStatus is the fill of one map.
+type MapStatus struct {
+	Name       string  `json:"name"`
+	Entries    int     `json:"entries"`
+	MaxEntries int     `json:"max-entries"`
+	Fill       float64 `json:"fill"`
+	// Updated and Deleted count the entries written and deleted since the
+	// agent started.
+	Updated uint64 `json:"updated"`
+	Deleted uint64 `json:"deleted"`
+}
+
+// RestoreStatus are the figures of the restore from the pinned maps.
+type RestoreStatus struct {
+	Services      int            `json:"services"`
+	Backends      int            `json:"backends"`
+	OrphanRevNAT  int            `json:"orphan-revnat"`
+	Repairs       int            `json:"repairs"`
+	RepairsByKind map[string]int `json:"repairs-by-kind"`
+	// Writes is the number of map entries written or deleted to repair.
+	Writes int `json:"writes"`
+}

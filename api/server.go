@@ -1,0 +1,566 @@
+package api
+
+import (
+	"cmp"
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/actorlb/actorlb"
+	"github.com/actorlb/actorlb/internal/verify"
+	lb "github.com/actorlb/actorlb/loadbalancer"
+	"github.com/actorlb/actorlb/maps"
+	"github.com/sirupsen/logrus"
+)
+
+// Engine is what the server forwards to; *actorlb.Engine implements it.
+type Engine interface {
+	Upsert(ctx context.Context, svc *lb.Service) (lb.ServiceID, bool, error)
+	Delete(ctx context.Context, id lb.ServiceID) error
+	Get(ctx context.Context, id lb.ServiceID) (*lb.Service, error)
+	List(ctx context.Context) ([]*lb.Service, error)
+	RevNATDump(ctx context.Context) ([]actorlb.RevNAT, error)
+	Stats(ctx context.Context) (actorlb.Stats, error)
+	Maps() *maps.LBMaps
+}
+
+var _ Engine = (*actorlb.Engine)(nil)
+
+// Limits and timeouts of the server.
+const (
+	// DefaultMaxBodyBytes bounds a request body (1 MiB: some 15000
+	// backends); a larger one gets 413 and is not read further.
+	DefaultMaxBodyBytes = 1 << 20
+	// DefaultCallTimeout bounds each engine call a request makes.
+	DefaultCallTimeout = 30 * time.Second
+	// Server timeouts: headers must arrive within ReadHeaderTimeout, the
+	// whole request within ReadTimeout, and the answer must be written
+	// within WriteTimeout (more than DefaultCallTimeout); an idle
+	// keep-alive connection is closed after IdleTimeout.
+	ReadHeaderTimeout = 10 * time.Second
+	ReadTimeout       = 60 * time.Second
+	WriteTimeout      = 2 * DefaultCallTimeout
+	IdleTimeout       = 2 * time.Minute
+	MaxHeaderBytes    = 64 << 10
+)
+
+// Config configures a Server.
+type Config struct {
+	// Engine serves every call (required).
+	Engine Engine
+	// Log receives request logs at debug level and failures at error
+	// level (logrus.StandardLogger if nil).
+	Log *logrus.Entry
+	// BPFRoot is where the maps are pinned; DryRun says they are in memory.
+	BPFRoot string
+	DryRun  bool
+	// MaxBodyBytes bounds request bodies (DefaultMaxBodyBytes if 0).
+	MaxBodyBytes int64
+	// CallTimeout bounds engine calls (DefaultCallTimeout if 0).
+	CallTimeout time.Duration
+}
+
+// Server is the REST shim: every request becomes engine calls.
+type Server struct {
+	engine      Engine
+	log         *logrus.Entry
+	root        string
+	dryRun      bool
+	maxBody     int64
+	callTimeout time.Duration
+	started     time.Time
+	metrics     *metrics
+	http        *http.Server
+	closing     atomic.Bool
+
+	mu     sync.Mutex
+	listen []string
+}
+
+//go:embed openapi.json
+var openAPI []byte
+
+// OpenAPI returns the OpenAPI document of the API (served at
+// /v1/openapi.json).
+func OpenAPI() []byte { return slices.Clone(openAPI) }
+
+// NewServer returns a server for cfg.Engine; call Serve to serve it.
+func NewServer(cfg Config) (*Server, error) {
+	if cfg.Engine == nil {
+		return nil, errors.New("new api server: no engine")
+	}
+	if cfg.Log == nil {
+		cfg.Log = logrus.NewEntry(logrus.StandardLogger())
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.CallTimeout <= 0 {
+		cfg.CallTimeout = DefaultCallTimeout
+	}
+	s := &Server{
+		engine: cfg.Engine, log: cfg.Log.WithField("component", "api"), root: cfg.BPFRoot, dryRun: cfg.DryRun,
+		maxBody: cfg.MaxBodyBytes, callTimeout: cfg.CallTimeout, started: time.Now(),
+	}
+	if s.dryRun {
+		s.root = ""
+	}
+	s.metrics = newMetrics(s)
+	s.http = &http.Server{
+		Handler:           s.Handler(),
+		ReadHeaderTimeout: ReadHeaderTimeout,
+		ReadTimeout:       ReadTimeout,
+		WriteTimeout:      WriteTimeout,
+		IdleTimeout:       IdleTimeout,
+		MaxHeaderBytes:    MaxHeaderBytes,
+	}
+	return s, nil
+}
+
+// Serve serves the API on l until Shutdown; it may be called for several
+// listeners at once. It returns nil after Shutdown.
+func (s *Server) Serve(l net.Listener) error {
+	s.mu.Lock()
+	s.listen = append(s.listen, ListenURL(l.Addr()))
+	s.mu.Unlock()
+	if err := s.http.Serve(l); !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve api on %s: %w", ListenURL(l.Addr()), err)
+	}
+	return nil
+}
+
+// ListenURL returns the client's -H form of a listener address:
+// unix:///path or http://IP:PORT.
+func ListenURL(a net.Addr) string {
+	if a.Network() == "unix" {
+		return "unix://" + a.String()
+	}
+	return "http://" + a.String()
+}
+
+// Shutdown marks the agent unavailable (healthz answers 503), stops
+// accepting connections and waits for requests in flight until ctx ends.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.closing.Store(true)
+	if err := s.http.Shutdown(ctx); err != nil {
+		return fmt.Errorf("shut down api: %w", err)
+	}
+	return nil
+}
+
+// reply is what a handler answers: a status code and either a body to
+// encode as JSON or an error whose message becomes a JSON string. A handler
+// that wrote its answer itself sets written.
+type reply struct {
+	code    int
+	body    any
+	err     error
+	written bool
+}
+
+type handler func(w http.ResponseWriter, r *http.Request) reply
+
+// routeTable lists every path and method the server answers, with the
+// operation name used in metrics and logs.
+var routeTable = []struct{ path, method, op string }{
+	{"/v1/service", "GET", "service_list"},
+	{"/v1/service/{id}", "GET", "service_get"},
+	{"/v1/service/{id}", "PUT", "service_put"},
+	{"/v1/service/{id}", "DELETE", "service_delete"},
+	{"/v1/lb/revnat", "GET", "revnat_list"},
+	{"/v1/lb/maps", "GET", "maps_dump"},
+	{"/v1/healthz", "GET", "healthz"},
+	{"/v1/openapi.json", "GET", "openapi"},
+	{"/metrics", "GET", "metrics"},
+}
+
+// Routes lists every path and its methods, sorted (for the OpenAPI
+// consistency test).
+func Routes() map[string][]string {
+	out := map[string][]string{}
+	for _, r := range routeTable {
+		out[r.path] = append(out[r.path], r.method)
+	}
+	for _, ms := range out {
+		slices.Sort(ms)
+	}
+	return out
+}
+
+// route is one path with a handler and an operation name per method.
+type route struct {
+	path    string
+	methods map[string]handler
+	ops     map[string]string
+}
+
+// Handler returns the API's HTTP handler.
+func (s *Server) Handler() http.Handler {
+	metricsHandler := s.metrics.handler()
+	byOp := map[string]handler{
+		"service_list":   s.listServices,
+		"service_get":    s.getService,
+		"service_put":    s.putService,
+		"service_delete": s.deleteService,
+		"revnat_list":    s.listRevNAT,
+		"maps_dump":      s.dumpMaps,
+		"healthz":        s.healthz,
+		"openapi":        s.openAPI,
+		"metrics": func(w http.ResponseWriter, r *http.Request) reply {
+			metricsHandler.ServeHTTP(w, r)
+			return reply{written: true}
+		},
+	}
+	routes := map[string]*route{}
+	var paths []string
+	for _, rt := range routeTable {
+		r := routes[rt.path]
+		if r == nil {
+			r = &route{path: rt.path, methods: map[string]handler{}, ops: map[string]string{}}
+			routes[rt.path] = r
+			paths = append(paths, rt.path)
+		}
+		h, ok := byOp[rt.op]
+		if !ok {
+			panic("api: no handler for operation " + rt.op) // caught by every test
+		}
+		r.methods[rt.method] = h
+		r.ops[rt.method] = rt.op
+	}
+	mux := http.NewServeMux()
+	for _, p := range paths {
+		mux.Handle(p, s.dispatch(*routes[p]))
+	}
+	mux.Handle("/", s.dispatch(route{path: "/"}))
+	return mux
+}
+
+// statusRecorder remembers the status code a handler wrote itself.
+type statusRecorder struct {
+	http.ResponseWriter
+	code int
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	if r.code == 0 {
+		r.code = code
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *statusRecorder) Write(b []byte) (int, error) {
+	if r.code == 0 {
+		r.code = http.StatusOK
+	}
+	return r.ResponseWriter.Write(b)
+}
+
+func (s *Server) dispatch(rt route) http.Handler {
+	var allowed []string
+	for m := range rt.methods {
+		allowed = append(allowed, m)
+	}
+	slices.Sort(allowed)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		defer func() {
+			// No panic reaches a client as a dropped connection.
+			if p := recover(); p != nil {
+				s.log.WithFields(logrus.Fields{"method": r.Method, "path": r.URL.Path, "panic": fmt.Sprint(p)}).Error("api handler panicked")
+				writeError(w, http.StatusInternalServerError, fmt.Errorf("internal error: %v (this is a bug; please report it)", p))
+			}
+		}()
+		h, ok := rt.methods[r.Method]
+		var rep reply
+		switch {
+		case rt.path == "/":
+			rep = reply{code: http.StatusNotFound, err: fmt.Errorf("no such path %s (see /v1/openapi.json)", r.URL.Path)}
+		case !ok:
+			w.Header().Set("Allow", strings.Join(allowed, ", "))
+			rep = reply{code: http.StatusMethodNotAllowed, err: fmt.Errorf("method %s not allowed on %s (allowed: %s)", r.Method, r.URL.Path, strings.Join(allowed, ", "))}
+		default:
+			rec := &statusRecorder{ResponseWriter: w}
+			rep = h(rec, r)
+			if rep.written {
+				rep.code = rec.code
+			}
+		}
+		switch {
+		case rep.written:
+		case rep.err != nil:
+			writeError(w, rep.code, rep.err)
+		default:
+			writeJSON(w, rep.code, rep.body)
+		}
+		d := time.Since(start)
+		if op, ok := rt.ops[r.Method]; ok {
+			s.metrics.observe(op, rep.code, d)
+		}
+		fields := logrus.Fields{"method": r.Method, "path": r.URL.Path, "status": rep.code, "duration": d.Round(time.Microsecond)}
+		switch {
+		case rep.code >= 500 && rep.code != http.StatusServiceUnavailable:
+			s.log.WithFields(fields).WithError(rep.err).Error("api request failed")
+		case rep.err != nil:
+			s.log.WithFields(fields).WithError(rep.err).Debug("api request refused")
+		default:
+			s.log.WithFields(fields).Debug("api request")
+		}
+	})
+}
+
+func writeJSON(w http.ResponseWriter, code int, body any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	if body != nil {
+		_ = json.NewEncoder(w).Encode(body)
+	}
+}
+
+// writeError writes err's message as a JSON string, as upstream does.
+func writeError(w http.ResponseWriter, code int, err error) {
+	writeJSON(w, code, err.Error())
+}
+
+func (s *Server) ctx(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.Context(), s.callTimeout)
+}
+
+// statusOfPath is the status code of an invalid field of a ServiceSpec.
+func statusOfPath(path string) int {
+	switch {
+	case path == "id" || path == "frontend-address" || strings.HasPrefix(path, "frontend-address."):
+		return StatusInvalidFrontend
+	case strings.HasPrefix(path, "backend-addresses"):
+		return StatusInvalidBackend
+	}
+	return http.StatusBadRequest
+}
+
+// invalid answers a *FieldError with the status of its path.
+func invalid(err error) reply {
+	var fe *FieldError
+	if errors.As(err, &fe) {
+		return reply{code: statusOfPath(fe.Path), err: err}
+	}
+	return reply{code: http.StatusBadRequest, err: err}
+}
+
+// engineError maps an engine error to a status code.
+func engineError(err error, notFound int) reply {
+	var ve *lb.ValidationError
+	switch {
+	case errors.Is(err, actorlb.ErrServiceNotFound) && notFound != 0:
+		return reply{code: notFound, err: err}
+	case errors.Is(err, lb.ErrInvalidStateTransition):
+		return reply{code: StatusInvalidBackend, err: err}
+	case errors.As(err, &ve) && ve.IsFrontend():
+		return reply{code: StatusInvalidFrontend, err: err}
+	case errors.As(err, &ve) && ve.IsBackend():
+		return reply{code: StatusInvalidBackend, err: err}
+	case errors.As(err, &ve):
+		return reply{code: http.StatusBadRequest, err: err}
+	case errors.Is(err, actorlb.ErrServiceIDInUse), errors.Is(err, actorlb.ErrFrontendInUse):
+		return reply{code: StatusInvalidFrontend, err: err}
+	}
+	return reply{code: http.StatusInternalServerError, err: err}
+}
+
+// pathID parses the {id} of the path.
+func pathID(r *http.Request) (lb.ServiceID, error) {
+	id, err := lb.ParseServiceID(r.PathValue("id"))
+	if err != nil {
+		return 0, fieldError("id", err)
+	}
+	return id, nil
+}
+
+func (s *Server) listServices(_ http.ResponseWriter, r *http.Request) reply {
+	ctx, cancel := s.ctx(r)
+	defer cancel()
+	svcs, err := s.engine.List(ctx)
+	if err != nil {
+		return engineError(err, 0)
+	}
+	out := make([]*Service, len(svcs))
+	for i, svc := range svcs {
+		out[i] = NewService(svc)
+	}
+	return reply{code: http.StatusOK, body: out}
+}
+
+func (s *Server) getService(_ http.ResponseWriter, r *http.Request) reply {
+	id, err := pathID(r)
+	if err != nil {
+		return reply{code: http.StatusBadRequest, err: err}
+	}
+	ctx, cancel := s.ctx(r)
+	defer cancel()
+	svc, err := s.engine.Get(ctx, id)
+	if err != nil {
+		return engineError(err, http.StatusNotFound)
+	}
+	return reply{code: http.StatusOK, body: NewService(svc)}
+}
+
+func (s *Server) putService(w http.ResponseWriter, r *http.Request) reply {
+	id, err := pathID(r)
+	if err != nil {
+		return reply{code: StatusInvalidFrontend, err: err}
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return reply{code: http.StatusRequestEntityTooLarge, err: &FieldError{Reason: fmt.Sprintf("larger than %d bytes", tooBig.Limit)}}
+		}
+		return reply{code: http.StatusBadRequest, err: &FieldError{Reason: "read: " + err.Error()}}
+	}
+	var spec ServiceSpec
+	if err := decodeStrict(body, &spec); err != nil {
+		return invalid(err)
+	}
+	svc, err := ToService(id, &spec)
+	if err != nil {
+		return invalid(err)
+	}
+	ctx, cancel := s.ctx(r)
+	defer cancel()
+	_, created, err := s.engine.Upsert(ctx, svc)
+	if err != nil {
+		return engineError(err, 0)
+	}
+	code := http.StatusOK
+	if created {
+		code = http.StatusCreated
+	}
+	s.log.WithFields(logrus.Fields{"id": id, "frontend": svc.Frontend.L3n4Addr.String(), "backends": len(svc.Backends), "created": created}).Debug("service upserted")
+	got, err := s.engine.Get(ctx, id)
+	if err != nil {
+		// Deleted by a concurrent call already: answer with what was written.
+		got = svc
+	}
+	return reply{code: code, body: NewService(got)}
+}
+
+func (s *Server) deleteService(_ http.ResponseWriter, r *http.Request) reply {
+	id, err := pathID(r)
+	if err != nil {
+		return reply{code: http.StatusBadRequest, err: err}
+	}
+	ctx, cancel := s.ctx(r)
+	defer cancel()
+	if err := s.engine.Delete(ctx, id); err != nil {
+		return engineError(err, http.StatusNotFound)
+	}
+	s.log.WithField("id", id).Debug("service deleted")
+	return reply{code: http.StatusOK}
+}
+
+func (s *Server) listRevNAT(_ http.ResponseWriter, r *http.Request) reply {
+	ctx, cancel := s.ctx(r)
+	defer cancel()
+	es, err := s.engine.RevNATDump(ctx)
+	if err != nil {
+		return engineError(err, 0)
+	}
+	out := make([]RevNATEntry, len(es))
+	for i, e := range es {
+		out[i] = RevNATEntry{ID: uint16(e.ID), IP: e.Address.Addr.String(), Port: e.Address.Port, Service: e.Service}
+	}
+	return reply{code: http.StatusOK, body: out}
+}
+
+func (s *Server) dumpMaps(_ http.ResponseWriter, _ *http.Request) reply {
+	d, err := verify.Dump(s.engine.Maps())
+	if err != nil {
+		return reply{code: http.StatusInternalServerError, err: err}
+	}
+	return reply{code: http.StatusOK, body: NewMapsDump(s.root, d)}
+}
+
+func (s *Server) openAPI(w http.ResponseWriter, _ *http.Request) reply {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(openAPI)
+	return reply{written: true}
+}
+
+// status gathers the agent's figures: engine stats and the fill of every
+// map.
+func (s *Server) status(ctx context.Context) (*Status, error) {
+	st, err := s.engine.Stats(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	listen := slices.Clone(s.listen)
+	s.mu.Unlock()
+	// Unix sockets first, whatever order the listeners started in.
+	rank := func(u string) int {
+		if strings.HasPrefix(u, "unix:") {
+			return 0
+		}
+		return 1
+	}
+	slices.SortFunc(listen, func(a, b string) int { return cmp.Or(cmp.Compare(rank(a), rank(b)), cmp.Compare(a, b)) })
+	out := &Status{
+		State: "Ok", Ready: st.Ready, UptimeSeconds: time.Since(s.started).Seconds(),
+		BPFRoot: s.root, DryRun: s.dryRun, Listen: listen,
+		Services: st.Services, Backends: st.Backends, RevNAT: st.RevNAT,
+		Restore: RestoreStatus{
+			Services: st.Restore.Services, Backends: st.Restore.Backends, OrphanRevNAT: st.Restore.OrphanRevNAT,
+			Repairs: st.Restore.Repairs, RepairsByKind: st.Restore.RepairsByKind, Writes: st.Restore.Writes,
+		},
+		ActorRestarts: st.ActorRestarts, OpsInFlight: st.OpsInFlight,
+	}
+	if out.Restore.RepairsByKind == nil {
+		out.Restore.RepairsByKind = map[string]int{}
+	}
+	if out.ActorRestarts == nil {
+		out.ActorRestarts = map[string]int{}
+	}
+	d, err := verify.Dump(s.engine.Maps())
+	if err != nil {
+		return nil, err
+	}
+	counts := map[string]int{
+		maps.Service4Name: len(d.Services4), maps.Backend4Name: len(d.Backends4), maps.RevNAT4Name: len(d.RevNAT4),
+		maps.Service6Name: len(d.Services6), maps.Backend6Name: len(d.Backends6), maps.RevNAT6Name: len(d.RevNAT6),
+	}
+	for _, m := range st.Maps {
+		ms := MapStatus{Name: m.Name, Entries: counts[m.Name], MaxEntries: m.MaxEntries, Updated: m.Updated, Deleted: m.Deleted}
+		if m.MaxEntries > 0 {
+			ms.Fill = float64(ms.Entries) / float64(m.MaxEntries)
+		}
+		out.Maps = append(out.Maps, ms)
+	}
+	return out, nil
+}
+
+func (s *Server) healthz(_ http.ResponseWriter, r *http.Request) reply {
+	ctx, cancel := s.ctx(r)
+	defer cancel()
+	st, err := s.status(ctx)
+	if err != nil {
+		return reply{code: http.StatusServiceUnavailable, body: &Status{State: "Failure", Msg: err.Error()}}
+	}
+	switch {
+	case s.closing.Load():
+		st.State, st.Msg = "Failure", "shutting down"
+	case !st.Ready:
+		st.State, st.Msg = "Failure", "engine restoring from the maps"
+	default:
+		return reply{code: http.StatusOK, body: st}
+	}
+	return reply{code: http.StatusServiceUnavailable, body: st}
+}

@@ -1,0 +1,119 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/actorlb/actorlb"
+	lb "github.com/actorlb/actorlb/loadbalancer"
+	"github.com/actorlb/actorlb/maps"
+	"github.com/sirupsen/logrus"
+	"github.com/stretchr/testify/require"
+)
+
+// failingEngine answers every call with err (or panics with it). It tests
+// the mapping of engine errors to status codes, which a real engine cannot
+// be made to produce at will; the end-to-end tests in tests/agent drive a
+// real one.
+type failingEngine struct {
+	err   error
+	panic bool
+	// deadline records whether every call had a deadline.
+	noDeadline bool
+}
+
+func (f *failingEngine) fail(ctx context.Context) error {
+	if _, ok := ctx.Deadline(); !ok {
+		f.noDeadline = true
+	}
+	if f.panic {
+		panic(f.err)
+	}
+	return f.err
+}
+
+func (f *failingEngine) Upsert(ctx context.Context, _ *lb.Service) (lb.ServiceID, bool, error) {
+	return 0, false, f.fail(ctx)
+}
+func (f *failingEngine) Delete(ctx context.Context, _ lb.ServiceID) error { return f.fail(ctx) }
+func (f *failingEngine) Get(ctx context.Context, _ lb.ServiceID) (*lb.Service, error) {
+	return nil, f.fail(ctx)
+}
+func (f *failingEngine) List(ctx context.Context) ([]*lb.Service, error) { return nil, f.fail(ctx) }
+func (f *failingEngine) RevNATDump(ctx context.Context) ([]actorlb.RevNAT, error) {
+	return nil, f.fail(ctx)
+}
+func (f *failingEngine) Stats(ctx context.Context) (actorlb.Stats, error) {
+	return actorlb.Stats{}, f.fail(ctx)
+}
+func (f *failingEngine) Maps() *maps.LBMaps { return nil }
+
+func TestEngineErrorsToStatus(t *testing.T) {
+	put := `{"frontend-address": {"ip": "10.96.0.10", "port": 80}, "backend-addresses": [{"ip": "10.0.1.5", "port": 8080}]}`
+	transition := &lb.ValidationError{Field: "state", Value: "active", Reason: "cannot change from terminating to active", Err: lb.ErrInvalidStateTransition}
+	cases := []struct {
+		method, path, body string
+		err                error
+		code               int
+	}{
+		{"PUT", "/v1/service/1", put, fmt.Errorf("upsert service: write service: %w", actorlb.ErrMapFull), 500},
+		{"PUT", "/v1/service/1", put, fmt.Errorf("upsert service: %w", actorlb.ErrIDSpaceExhausted), 500},
+		{"PUT", "/v1/service/1", put, fmt.Errorf("upsert service: %w: x", actorlb.ErrServiceIDInUse), 460},
+		{"PUT", "/v1/service/1", put, fmt.Errorf("upsert service: %w: x", actorlb.ErrFrontendInUse), 460},
+		{"PUT", "/v1/service/1", put, fmt.Errorf("upsert service: backend 10.0.1.5:8080: %w", transition), 461},
+		{"PUT", "/v1/service/1", put, fmt.Errorf("upsert service: %w", &lb.ValidationError{Field: "frontend.port"}), 460},
+		{"PUT", "/v1/service/1", put, fmt.Errorf("upsert service: %w", &lb.ValidationError{Field: "backends[0].port"}), 461},
+		{"PUT", "/v1/service/1", put, fmt.Errorf("upsert service: %w", &lb.ValidationError{Field: "type"}), 400},
+		{"PUT", "/v1/service/1", put, context.DeadlineExceeded, 500},
+		{"GET", "/v1/service/1", "", fmt.Errorf("get service 1: %w", actorlb.ErrServiceNotFound), 404},
+		{"GET", "/v1/service/1", "", actorlb.ErrClosed, 500},
+		{"DELETE", "/v1/service/1", "", fmt.Errorf("delete service 1: %w", actorlb.ErrServiceNotFound), 404},
+		{"DELETE", "/v1/service/1", "", fmt.Errorf("delete service 1: delete service: %w", maps.ErrInjected), 500},
+		{"GET", "/v1/service", "", actorlb.ErrClosed, 500},
+		{"GET", "/v1/lb/revnat", "", actorlb.ErrClosed, 500},
+		{"GET", "/v1/healthz", "", actorlb.ErrClosed, 503},
+	}
+	for _, tc := range cases {
+		t.Run(fmt.Sprintf("%s %s %v", tc.method, tc.path, tc.err), func(t *testing.T) {
+			eng := &failingEngine{err: tc.err}
+			log := logrus.New()
+			log.SetOutput(io.Discard)
+			s, err := NewServer(Config{Engine: eng, Log: logrus.NewEntry(log), CallTimeout: time.Minute})
+			require.NoError(t, err)
+			rec := httptest.NewRecorder()
+			s.Handler().ServeHTTP(rec, httptest.NewRequest(tc.method, tc.path, strings.NewReader(tc.body)))
+			require.Equal(t, tc.code, rec.Code, rec.Body.String())
+			require.False(t, eng.noDeadline, "every engine call has a deadline")
+			if tc.path == "/v1/healthz" {
+				var st Status
+				require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &st))
+				require.Equal(t, "Failure", st.State)
+				require.Equal(t, tc.err.Error(), st.Msg)
+				return
+			}
+			var msg string
+			require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &msg))
+			require.Equal(t, tc.err.Error(), msg)
+		})
+	}
+}
+
+func TestHandlerPanicIs500(t *testing.T) {
+	eng := &failingEngine{err: errors.New("boom"), panic: true}
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	s, err := NewServer(Config{Engine: eng, Log: logrus.NewEntry(log)})
+	require.NoError(t, err)
+	rec := httptest.NewRecorder()
+	s.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/v1/service", nil))
+	require.Equal(t, http.StatusInternalServerError, rec.Code)
+	require.JSONEq(t, `"internal error: boom (this is a bug; please report it)"`, rec.Body.String())
+}

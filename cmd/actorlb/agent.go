@@ -1,0 +1,362 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/actorlb/actorlb"
+	"github.com/actorlb/actorlb/api"
+	"github.com/actorlb/actorlb/internal/bpffs"
+	"github.com/actorlb/actorlb/maps"
+	"github.com/sirupsen/logrus"
+	"github.com/spf13/pflag"
+	"golang.org/x/sys/unix"
+)
+
+// Agent errors.
+var (
+	// errInUse occurs when another agent holds the socket or the maps.
+	errInUse = errors.New("in use by another agent")
+	// errRemote occurs when --api-addr is not a loopback address and
+	// --api-allow-remote is not given.
+	errRemote = errors.New("not a loopback address")
+)
+
+// shutdownTimeout bounds how long requests in flight may take once the
+// agent is told to stop.
+const shutdownTimeout = 10 * time.Second
+
+func agentCommand() *command {
+	return &command{
+		use:   "agent [flags]",
+		short: "run the agent: restore the pinned maps and serve the API",
+		long: `Opens (or creates) the service, backend and revNAT maps pinned under
+--bpf-root, restores the services they hold (same IDs; no map writes when the
+maps are consistent, every inconsistency repaired and counted), then serves
+the REST API on the unix socket --socket (mode 0660) and, if --api-addr is
+given, on a loopback TCP address. It prints one line when it is ready, tells
+systemd (NOTIFY_SOCKET) the same, and runs until SIGINT or SIGTERM; the maps
+stay pinned when it stops, so the datapath keeps working and the next start
+restores them.
+
+One agent per --bpf-root and per --socket: a second one is refused. A socket
+file left behind by an agent that died is replaced; any other file is not.`,
+		examples: `  actorlb agent                                    # as root: maps in /sys/fs/bpf/actorlb
+  actorlb agent --api-addr 127.0.0.1:8080          # also serve the API on loopback TCP
+  actorlb agent --dry-run --socket /tmp/alb.sock   # no privileges: in-memory maps
+  actorlb agent --restore=false                    # start empty: delete what the maps hold
+  actorlb agent --log-level debug --log-format json`,
+		flags: func(fs *pflag.FlagSet) {
+			fs.String("bpf-root", maps.DefaultRoot, "bpffs directory the maps are pinned in (bpffs is mounted at /sys/fs/bpf if missing)")
+			fs.String("socket", api.DefaultSocket, "unix socket of the API (created with mode 0660)")
+			fs.String("api-addr", "", "also serve the API on this TCP address, IP:PORT (loopback only unless --api-allow-remote; port 0 picks one)")
+			fs.Bool("api-allow-remote", false, "allow a non-loopback --api-addr (the API has no authentication: anyone who reaches it controls the load balancer)")
+			fs.Int("map-max", maps.DefaultMaxEntries, "max entries of each service, backend and revNAT map")
+			fs.Bool("restore", true, "rebuild state from the pinned maps at start (false: empty them)")
+			fs.Bool("recreate-maps", false, "replace pinned maps whose shape differs from the configured one (their entries are lost)")
+			fs.Bool("dry-run", false, "use in-memory maps: no kernel, no privileges, nothing pinned")
+			fs.String("log-level", "info", "log level: trace, debug, info, warn or error")
+			fs.String("log-format", "text", "log format: text or json")
+		},
+		run: runAgent,
+	}
+}
+
+type agentConfig struct {
+	root, socket, apiAddr          string
+	allowRemote, restore, recreate bool
+	dryRun                         bool
+	mapMax                         int
+	log                            *logrus.Logger
+	stdout                         io.Writer
+	sizes                          maps.Sizes
+}
+
+func agentFlags(e *env) (*agentConfig, error) {
+	fs := e.fs
+	c := &agentConfig{stdout: e.stdout}
+	c.root, _ = fs.GetString("bpf-root")
+	c.socket, _ = fs.GetString("socket")
+	c.apiAddr, _ = fs.GetString("api-addr")
+	c.allowRemote, _ = fs.GetBool("api-allow-remote")
+	c.mapMax, _ = fs.GetInt("map-max")
+	c.restore, _ = fs.GetBool("restore")
+	c.recreate, _ = fs.GetBool("recreate-maps")
+	c.dryRun, _ = fs.GetBool("dry-run")
+	level, _ := fs.GetString("log-level")
+	format, _ := fs.GetString("log-format")
+
+	c.log = logrus.New()
+	c.log.SetOutput(e.stderr)
+	lvl, err := logrus.ParseLevel(level)
+	if err != nil {
+		return nil, fmt.Errorf("invalid --log-level %q: want trace, debug, info, warn or error", level)
+	}
+	c.log.SetLevel(lvl)
+	switch format {
+	case "text":
+	case "json":
+		c.log.SetFormatter(&logrus.JSONFormatter{})
+	default:
+		return nil, fmt.Errorf("invalid --log-format %q: want text or json", format)
+	}
+	if c.mapMax < 1 || c.mapMax > 1<<24 {
+		return nil, fmt.Errorf("invalid --map-max %d: must be between 1 and %d", c.mapMax, 1<<24)
+	}
+	c.sizes = maps.Sizes{Services: c.mapMax, Backends: c.mapMax, RevNAT: c.mapMax}
+	if c.socket == "" {
+		return nil, errors.New("invalid --socket \"\": want the path of the API's unix socket")
+	}
+	if c.socket, err = filepath.Abs(c.socket); err != nil {
+		return nil, fmt.Errorf("invalid --socket: %w", err)
+	}
+	if len(c.socket) > 104 {
+		return nil, fmt.Errorf("invalid --socket %s: longer than 104 bytes, the limit of a unix socket path (pick a shorter one)", c.socket)
+	}
+	if c.apiAddr != "" {
+		if err := checkAPIAddr(c.apiAddr, c.allowRemote); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// checkAPIAddr refuses an --api-addr that is not IP:PORT or localhost:PORT,
+// or that is not loopback without allowRemote.
+func checkAPIAddr(addr string, allowRemote bool) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || port == "" {
+		return fmt.Errorf("invalid --api-addr %q: want IP:PORT, like 127.0.0.1:8080", addr)
+	}
+	if host == "localhost" {
+		return nil
+	}
+	ip, err := netip.ParseAddr(host)
+	if host != "" && err != nil {
+		return fmt.Errorf("invalid --api-addr %q: the host must be an IP address or localhost", addr)
+	}
+	if (host == "" || !ip.IsLoopback()) && !allowRemote {
+		return fmt.Errorf("refusing --api-addr %s: %w (the API has no authentication; use 127.0.0.1 or [::1], or pass --api-allow-remote to serve it on other addresses anyway)", addr, errRemote)
+	}
+	return nil
+}
+
+func runAgent(ctx context.Context, e *env, args []string) error {
+	if err := wantArgs("agent", args, 0, "only flags"); err != nil {
+		return err
+	}
+	c, err := agentFlags(e)
+	if err != nil {
+		return &usageError{err}
+	}
+	if err := agent(ctx, c); err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	return nil
+}
+
+// lockFile takes an exclusive, non-blocking flock on path (a directory, or
+// a file created if missing) on behalf of the flag's value. The lock goes
+// with the process.
+func lockFile(path string, create bool, flag, value string) (*os.File, error) {
+	flags := os.O_RDONLY
+	if create {
+		flags |= os.O_CREATE
+	}
+	f, err := os.OpenFile(path, flags, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%s %s: %w (stop it first, or pick another %s)", flag, value, errInUse, flag)
+		}
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	return f, nil
+}
+
+// prepareSocket makes path free for a new socket: a socket file that
+// nothing listens on is removed; anything else is refused.
+func prepareSocket(path string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("create socket directory: %w (run as root or pass --socket)", err)
+	}
+	fi, err := os.Lstat(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("check socket %s: %w", path, err)
+	case fi.Mode().Type() != os.ModeSocket:
+		return fmt.Errorf("refusing to replace %s: it is not a socket (remove it, or pick another --socket)", path)
+	}
+	conn, err := net.DialTimeout("unix", path, time.Second)
+	if err == nil {
+		conn.Close()
+		return fmt.Errorf("socket %s: %w: something listens on it (stop it first, or pick another --socket)", path, errInUse)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove stale socket %s: %w", path, err)
+	}
+	return nil
+}
+
+// listenUnix listens on path with mode 0660 from the start (no window in
+// which the socket is more open).
+func listenUnix(path string) (net.Listener, error) {
+	old := unix.Umask(0o117)
+	l, err := net.Listen("unix", path)
+	unix.Umask(old)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", path, err)
+	}
+	if err := os.Chmod(path, 0o660); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("chmod %s: %w", path, err)
+	}
+	return l, nil
+}
+
+// sdNotify tells systemd (Type=notify) about the agent's state; it does
+// nothing without NOTIFY_SOCKET.
+func sdNotify(state string) error {
+	addr := os.Getenv("NOTIFY_SOCKET")
+	if addr == "" {
+		return nil
+	}
+	if strings.HasPrefix(addr, "@") {
+		addr = "\x00" + addr[1:]
+	}
+	conn, err := net.DialUnix("unixgram", nil, &net.UnixAddr{Name: addr, Net: "unixgram"})
+	if err != nil {
+		return fmt.Errorf("notify systemd: %w", err)
+	}
+	defer conn.Close()
+	if _, err := conn.Write([]byte(state)); err != nil {
+		return fmt.Errorf("notify systemd: %w", err)
+	}
+	return nil
+}
+
+func agent(ctx context.Context, c *agentConfig) error {
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	log := c.log
+
+	// One agent per socket: the lock beside the socket makes replacing a
+	// stale socket file safe.
+	if err := os.MkdirAll(filepath.Dir(c.socket), 0o755); err != nil {
+		return fmt.Errorf("create socket directory: %w (run as root or pass --socket)", err)
+	}
+	sockLock, err := lockFile(c.socket+".lock", true, "--socket", c.socket)
+	if err != nil {
+		return err
+	}
+	defer sockLock.Close()
+	if err := prepareSocket(c.socket); err != nil {
+		return err
+	}
+	// One agent per set of maps: two would overwrite each other's entries.
+	if !c.dryRun {
+		if err := bpffs.Ensure(c.root); err != nil {
+			return err
+		}
+		rootLock, err := lockFile(c.root, false, "--bpf-root", c.root)
+		if err != nil {
+			return err
+		}
+		defer rootLock.Close()
+	}
+
+	engine, err := actorlb.New(ctx, actorlb.Config{
+		BPFRoot: c.root, MaxEntries: c.sizes, RecreateMaps: c.recreate, NoRestore: !c.restore, InMemory: c.dryRun, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	defer engine.Close()
+	st, err := engine.Stats(ctx)
+	if err != nil {
+		return err
+	}
+
+	srv, err := api.NewServer(api.Config{Engine: engine, Log: logrus.NewEntry(log), BPFRoot: engine.Maps().Root, DryRun: c.dryRun})
+	if err != nil {
+		return err
+	}
+	listeners := []net.Listener{}
+	defer func() {
+		for _, l := range listeners {
+			l.Close()
+		}
+	}()
+	ul, err := listenUnix(c.socket)
+	if err != nil {
+		return err
+	}
+	listeners = append(listeners, ul)
+	if c.apiAddr != "" {
+		tl, err := net.Listen("tcp", c.apiAddr)
+		if err != nil {
+			return fmt.Errorf("listen on --api-addr %s: %w", c.apiAddr, err)
+		}
+		listeners = append(listeners, tl)
+		if ap, err := netip.ParseAddrPort(tl.Addr().String()); err == nil && !ap.Addr().IsLoopback() && !c.allowRemote {
+			return fmt.Errorf("refusing --api-addr %s: it resolved to %s, %w (use 127.0.0.1, or pass --api-allow-remote)", c.apiAddr, ap, errRemote)
+		}
+	}
+	serveErr := make(chan error, len(listeners))
+	var where []string
+	for _, l := range listeners {
+		where = append(where, api.ListenURL(l.Addr()))
+		go func() { serveErr <- srv.Serve(l) }()
+	}
+
+	mapsAt := engine.Maps().Root
+	if c.dryRun {
+		mapsAt = "memory (dry run)"
+	}
+	r := st.Restore
+	fmt.Fprintf(c.stdout, "actorlb agent ready: API on %s; maps in %s; restored %s, %s, %s, %s (%s); stop with Ctrl-C\n",
+		strings.Join(where, " and "), mapsAt,
+		plural(r.Services, "service", "services"), plural(r.Backends, "backend", "backends"),
+		plural(r.OrphanRevNAT, "standalone revNAT entry", "standalone revNAT entries"),
+		plural(r.Repairs, "repair", "repairs"), plural(r.Writes, "map write", "map writes"))
+	if err := sdNotify("READY=1"); err != nil {
+		log.WithError(err).Warn("could not tell systemd the agent is ready")
+	}
+
+	var failed error
+	select {
+	case <-ctx.Done():
+		stop() // a second signal ends the process at once
+		log.Info("shutting down; maps stay pinned")
+	case failed = <-serveErr:
+		log.WithError(failed).Error("api server failed; shutting down")
+	}
+	_ = sdNotify("STOPPING=1")
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	shutErr := srv.Shutdown(sctx)
+	closeErr := engine.Close()
+	if err := os.Remove(c.socket); err != nil && !errors.Is(err, os.ErrNotExist) {
+		log.WithError(err).Warn("could not remove the socket")
+	}
+	if err := errors.Join(failed, shutErr, closeErr); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.stdout, "actorlb agent stopped; maps stay pinned in %s\n", mapsAt)
+	return nil
+}

@@ -1,0 +1,292 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"io"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/actorlb/actorlb/api"
+	"github.com/actorlb/actorlb/internal/table"
+	"github.com/actorlb/actorlb/internal/verify"
+	lb "github.com/actorlb/actorlb/loadbalancer"
+	"github.com/actorlb/actorlb/maps"
+	"github.com/spf13/pflag"
+)
+
+func bpfFlags(fs *pflag.FlagSet) {
+	fs.String("bpf-root", maps.DefaultRoot, "bpffs directory the agent pins the maps in")
+	outputFlag(fs)
+}
+
+func (e *env) dumpPinned() (string, table.Dump, error) {
+	root, _ := e.fs.GetString("bpf-root")
+	d, err := verify.DumpPinned(root)
+	return root, d, err
+}
+
+func bpfListCommand() *command {
+	return &command{
+		use:   "bpf lb list [flags]",
+		short: "list the service map as the datapath sees it",
+		long: `Reads the service, backend and revNAT maps pinned under --bpf-root directly
+(read-only; no agent needed) and lists every frontend with its master entry
+(slot 0: service ID, type, count) and its slots, each with the backend
+address it points to. With -o json it prints the raw entries of all six maps,
+decoded, with the field names of the datapath's C structs.`,
+		examples: `  actorlb bpf lb list
+  actorlb bpf lb list --bpf-root /sys/fs/bpf/test
+  actorlb bpf lb list -o json | jq '.lb4_services'`,
+		flags: bpfFlags,
+		run: func(_ context.Context, e *env, args []string) error {
+			if err := wantArgs("bpf lb list", args, 0, "no arguments"); err != nil {
+				return err
+			}
+			out, err := e.output()
+			if err != nil {
+				return err
+			}
+			root, d, err := e.dumpPinned()
+			if err != nil {
+				return err
+			}
+			if out == outJSON {
+				return writeJSON(e.stdout, api.NewMapsDump(root, d))
+			}
+			return printServiceMaps(e.stdout, d)
+		},
+	}
+}
+
+// masterFlags describes a master entry's options as the agent would.
+func masterFlags(fe lb.L3n4Addr, v maps.ServiceValue) string {
+	spec := table.SpecFromMaster(fe, v)
+	parts := []string{spec.Type.String()}
+	if spec.ExtTrafficPolicyLocal {
+		parts = append(parts, "ext-local")
+	}
+	if spec.IntTrafficPolicyLocal {
+		parts = append(parts, "int-local")
+	}
+	if spec.SessionAffinity {
+		parts = append(parts, fmt.Sprintf("affinity %ds", spec.SessionAffinityTimeout))
+	}
+	if spec.LBAlgorithm != lb.LBAlgDefault {
+		parts = append(parts, spec.LBAlgorithm.String())
+	}
+	if v.Flags&lb.FlagRoutable == 0 {
+		parts = append(parts, "non-routable")
+	}
+	return strings.Join(parts, ", ")
+}
+
+func printServiceMaps(w io.Writer, d table.Dump) error {
+	tw := newTable(w)
+	fmt.Fprintln(tw, "SERVICE ADDRESS\tBACKEND ADDRESS (REVNAT_ID) (SLOT)")
+	for _, fam := range []struct {
+		svcs []maps.ServiceEntry
+		bes  []maps.BackendEntry
+	}{{d.Services4, d.Backends4}, {d.Services6, d.Backends6}} {
+		bes := map[uint32]maps.BackendValue{}
+		for _, b := range fam.bes {
+			bes[b.ID] = b.Value
+		}
+		es := slices.Clone(fam.svcs)
+		slices.SortFunc(es, func(a, b maps.ServiceEntry) int {
+			ka, kb := a.Key, b.Key
+			return cmp.Or(ka.Address.Compare(kb.Address), cmp.Compare(ka.Port, kb.Port), cmp.Compare(ka.Proto, kb.Proto),
+				cmp.Compare(ka.Scope, kb.Scope), cmp.Compare(ka.Slot, kb.Slot))
+		})
+		var last maps.ServiceKey
+		for i, e := range es {
+			k := e.Key
+			k.Slot = 0
+			fe := table.FrontendFromKey(k)
+			first := ""
+			if i == 0 || k != last {
+				first = fe.String()
+			}
+			last = k
+			v := e.Value
+			if e.Key.Slot == 0 {
+				fmt.Fprintf(tw, "%s\t%s (%d) (0) [%s; count %d, qcount %d]\n", first, zeroAddr(fe.Addr), v.RevNATIndex,
+					masterFlags(fe, v), v.Count, v.QCount)
+				continue
+			}
+			be, ok := bes[v.BackendID]
+			target := fmt.Sprintf("backend %d (missing)", v.BackendID)
+			if ok {
+				b := table.BackendFromValue(be)
+				target = b.AddrPort().String() + "/" + b.Protocol.String()
+				if b.State != lb.BackendStateActive {
+					target += " " + b.State.String()
+				}
+			}
+			fmt.Fprintf(tw, "%s\t%s (%d) (%d)\n", first, target, v.RevNATIndex, e.Key.Slot)
+		}
+	}
+	return tw.Flush()
+}
+
+func zeroAddr(a netip.Addr) string {
+	if a.Is6() {
+		return "[::]:0"
+	}
+	return "0.0.0.0:0"
+}
+
+func bpfRevNATListCommand() *command {
+	return &command{
+		use:   "bpf lb revnat list [flags]",
+		short: "list the reverse-NAT maps",
+		long: `Reads lb4_reverse_nat and lb6_reverse_nat pinned under --bpf-root directly
+(read-only; no agent needed) and lists every entry: the service ID, the
+frontend address replies are rewritten to, and whether a service with that
+ID exists in the service map (owner "service") or the entry stands alone.`,
+		examples: `  actorlb bpf lb revnat list
+  actorlb bpf lb revnat list -o json`,
+		flags: bpfFlags,
+		run: func(_ context.Context, e *env, args []string) error {
+			if err := wantArgs("bpf lb revnat list", args, 0, "no arguments"); err != nil {
+				return err
+			}
+			out, err := e.output()
+			if err != nil {
+				return err
+			}
+			_, d, err := e.dumpPinned()
+			if err != nil {
+				return err
+			}
+			entries := api.RevNATFromDump(d)
+			if out == outJSON {
+				return writeJSON(e.stdout, entries)
+			}
+			tw := newTable(e.stdout)
+			fmt.Fprintln(tw, "ID\tFRONTEND ADDRESS\tOWNER")
+			for _, r := range entries {
+				owner := "standalone"
+				if r.Service {
+					owner = "service"
+				}
+				fmt.Fprintf(tw, "%d\t%s\t%s\n", r.ID, hostPort(r.IP, r.Port), owner)
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+// verifyTries and verifyPause: a violation must be seen in every one of
+// verifyTries reads, verifyPause apart, to be reported, so that an agent
+// writing while verify reads does not cause false alarms.
+const (
+	verifyTries = 3
+	verifyPause = 200 * time.Millisecond
+)
+
+// violationJSON is a violation in verify's JSON output.
+type violationJSON struct {
+	Invariant int    `json:"invariant"`
+	Kind      string `json:"kind"`
+	Family    string `json:"family"`
+	ServiceID uint16 `json:"service-id,omitempty"`
+	Frontend  string `json:"frontend,omitempty"`
+	BackendID uint32 `json:"backend-id,omitempty"`
+	Detail    string `json:"detail"`
+}
+
+func bpfVerifyCommand() *command {
+	return &command{
+		use:   "bpf lb verify [flags]",
+		short: "check the invariants of the pinned maps",
+		long: `Reads the maps pinned under --bpf-root directly (read-only; no agent needed)
+and checks the invariants the datapath relies on:
+  1. every master with count n has slots 1..n (+qcount), and no other slots;
+  2. every slot points to a backend in its family's backend map;
+  3. every service has a revNAT entry with its ID and frontend address;
+  4. no two frontends share a service ID, no backend address has two IDs,
+     no backend ID is in both families, no backend is unreferenced
+     (backends in maintenance have no slot and are exempt).
+It prints each violation and exits 1 if there is any. A violation must be
+seen in 3 reads, 200ms apart, so that writes of a running agent do not give
+false alarms. The agent repairs every violation at its next start.`,
+		examples: `  actorlb bpf lb verify
+  actorlb bpf lb verify --bpf-root /sys/fs/bpf/test -o json`,
+		flags: bpfFlags,
+		run: func(ctx context.Context, e *env, args []string) error {
+			if err := wantArgs("bpf lb verify", args, 0, "no arguments"); err != nil {
+				return err
+			}
+			out, err := e.output()
+			if err != nil {
+				return err
+			}
+			var (
+				d       table.Dump
+				persist []verify.Violation
+			)
+			for try := 1; try <= verifyTries; try++ {
+				if try > 1 {
+					select {
+					case <-ctx.Done():
+						return ctx.Err()
+					case <-time.After(verifyPause):
+					}
+				}
+				if _, d, err = e.dumpPinned(); err != nil {
+					return err
+				}
+				vs := verify.Check(d)
+				if try == 1 {
+					persist = vs
+				} else {
+					persist = slices.DeleteFunc(persist, func(v verify.Violation) bool { return !slices.Contains(vs, v) })
+				}
+				if len(persist) == 0 {
+					break
+				}
+			}
+			masters := 0
+			for _, s := range append(slices.Clone(d.Services4), d.Services6...) {
+				if s.Key.Slot == 0 {
+					masters++
+				}
+			}
+			summary := fmt.Sprintf("%s, %s, %s",
+				plural(masters, "service", "services"),
+				plural(len(d.Backends4)+len(d.Backends6), "backend", "backends"),
+				plural(len(d.RevNAT4)+len(d.RevNAT6), "revNAT entry", "revNAT entries"))
+			if out == outJSON {
+				vj := []violationJSON{}
+				for _, v := range persist {
+					vj = append(vj, violationJSON{Invariant: v.Invariant(), Kind: string(v.Kind), Family: v.Family.String(),
+						ServiceID: uint16(v.ServiceID), Frontend: v.Frontend, BackendID: uint32(v.BackendID), Detail: v.Detail})
+				}
+				if err := writeJSON(e.stdout, struct {
+					OK         bool            `json:"ok"`
+					Summary    string          `json:"summary"`
+					Violations []violationJSON `json:"violations"`
+				}{len(persist) == 0, summary, vj}); err != nil {
+					return err
+				}
+			} else {
+				for _, v := range persist {
+					fmt.Fprintln(e.stdout, v.String())
+				}
+				if len(persist) == 0 {
+					fmt.Fprintf(e.stdout, "OK: %s; invariants 1-4 hold\n", summary)
+				}
+			}
+			if len(persist) > 0 {
+				fmt.Fprintf(e.stderr, "actorlb: %s of the map invariants in %s (the agent repairs them at its next start)\n",
+					plural(len(persist), "violation", "violations"), summary)
+				return errSilent
+			}
+			return nil
+		},
+	}
+}

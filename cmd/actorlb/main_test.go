@@ -1,0 +1,131 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/actorlb/actorlb/api"
+	"github.com/spf13/pflag"
+	"github.com/stretchr/testify/require"
+)
+
+func TestCheckAPIAddr(t *testing.T) {
+	for _, addr := range []string{"127.0.0.1:8080", "127.0.0.2:0", "[::1]:80", "localhost:9000"} {
+		require.NoError(t, checkAPIAddr(addr, false), addr)
+	}
+	for _, addr := range []string{"0.0.0.0:80", ":80", "[::]:80", "10.0.0.1:80", "[fd00::1]:80"} {
+		err := checkAPIAddr(addr, false)
+		require.ErrorIs(t, err, errRemote, addr)
+		require.NoError(t, checkAPIAddr(addr, true), addr)
+	}
+	for _, addr := range []string{"80", "127.0.0.1", "host.example:80", "127.0.0.1:"} {
+		err := checkAPIAddr(addr, true)
+		require.Error(t, err, addr)
+		require.Contains(t, err.Error(), "invalid --api-addr", addr)
+	}
+}
+
+func updateFlags(t *testing.T, args ...string) *pflag.FlagSet {
+	t.Helper()
+	fs := pflag.NewFlagSet("update", pflag.ContinueOnError)
+	serviceUpdateCommand().flags(fs)
+	require.NoError(t, fs.Parse(args))
+	return fs
+}
+
+func TestSpecFromFlags(t *testing.T) {
+	id, spec, err := specFromFlags(updateFlags(t, "--id", "7", "--frontend", "[fd00::a]:53/udp/internal",
+		"--backends", "[fd00::1]:53,[fd00::2]:53/udp", "--weights", "0,65535", "--states", "active,Terminating", "--type", "nodeport"))
+	require.NoError(t, err)
+	require.EqualValues(t, 7, id)
+	w0, w1 := uint16(0), uint16(65535)
+	require.Equal(t, &api.ServiceSpec{
+		ID:              7,
+		FrontendAddress: &api.FrontendAddress{IP: "fd00::a", Port: 53, Protocol: "udp", Scope: "internal"},
+		BackendAddresses: []api.BackendAddress{
+			{IP: "fd00::1", Port: 53, Weight: &w0, State: "active"},
+			{IP: "fd00::2", Port: 53, Weight: &w1, State: "terminating"},
+		},
+		Flags: &api.ServiceFlags{Type: "nodeport"},
+	}, spec)
+	svc, err := api.ToService(id, spec)
+	require.NoError(t, err, "the agent accepts what the CLI builds")
+	require.Equal(t, "[fd00::a]:53/UDP/internal", svc.Frontend.L3n4Addr.String())
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--frontend", "10.0.0.1:80"}, "--id and --frontend are required"},
+		{[]string{"--id", "1"}, "--id and --frontend are required"},
+		{[]string{"--id", "x", "--frontend", "10.0.0.1:80"}, `--id: invalid id "x": not a decimal number`},
+		{[]string{"--id", "1", "--frontend", "10.0.0.1"}, `--frontend: invalid address "10.0.0.1": missing port`},
+		{[]string{"--id", "1", "--frontend", "10.0.0.1:80", "--backends", "10.0.0.2"}, `--backends: invalid backend "10.0.0.2": missing port`},
+		{[]string{"--id", "1", "--frontend", "10.0.0.1:80", "--backends", "10.0.0.2:1", "--weights", "70000"}, `--weights: invalid weight "70000": weight must be between 0 and 65535`},
+		{[]string{"--id", "1", "--frontend", "10.0.0.1:80", "--backends", "10.0.0.2:1", "--weights", "heavy"}, `--weights: invalid weight "heavy": not a decimal number`},
+		{[]string{"--id", "1", "--frontend", "10.0.0.1:80", "--backends", "10.0.0.2:1", "--states", "a,b"}, "--states has 2 values for 1 backends (give one per backend)"},
+		{[]string{"--id", "1", "--frontend", "10.0.0.1:80", "--type", "Headless"}, `--type: invalid type "Headless": must be one of ClusterIP, NodePort, ExternalIPs, LoadBalancer, HostPort, LocalRedirect`},
+	} {
+		_, _, err := specFromFlags(updateFlags(t, tc.args...))
+		require.EqualError(t, err, tc.want, "%v", tc.args)
+	}
+}
+
+func TestPrepareSocket(t *testing.T) {
+	dir, err := os.MkdirTemp("", "alb")
+	require.NoError(t, err)
+	defer os.RemoveAll(dir)
+
+	path := filepath.Join(dir, "sub", "s.sock")
+	require.NoError(t, prepareSocket(path), "a missing socket and directory are fine")
+	require.DirExists(t, filepath.Dir(path))
+
+	l, err := net.Listen("unix", path)
+	require.NoError(t, err)
+	err = prepareSocket(path)
+	require.ErrorIs(t, err, errInUse)
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	require.NoError(t, l.Close())
+	require.FileExists(t, path)
+	require.NoError(t, prepareSocket(path), "a stale socket is removed")
+	require.NoFileExists(t, path)
+
+	require.NoError(t, os.WriteFile(path, nil, 0o600))
+	err = prepareSocket(path)
+	require.ErrorContains(t, err, "it is not a socket")
+	require.FileExists(t, path)
+}
+
+func TestLockFile(t *testing.T) {
+	dir := t.TempDir()
+	f, err := lockFile(filepath.Join(dir, "x.lock"), true, "--socket", "x")
+	require.NoError(t, err)
+	_, err = lockFile(filepath.Join(dir, "x.lock"), true, "--socket", "x")
+	require.ErrorIs(t, err, errInUse)
+	require.NoError(t, f.Close())
+	f, err = lockFile(filepath.Join(dir, "x.lock"), true, "--socket", "x")
+	require.NoError(t, err, "the lock goes with its holder")
+	f.Close()
+}
+
+func TestRunExitCodes(t *testing.T) {
+	var out, errOut bytes.Buffer
+	require.Equal(t, 0, run([]string{"--help"}, &out, &errOut))
+	require.Contains(t, out.String(), "Commands:")
+	out.Reset()
+	require.Equal(t, 0, run([]string{"service", "update", "--help"}, &out, &errOut))
+	require.Contains(t, out.String(), "Examples:\n  actorlb service update --id 1 --frontend 10.96.0.10:80 --backends 10.0.1.5:8080")
+	require.Equal(t, 2, run([]string{"service", "nope"}, &out, &errOut))
+	require.Equal(t, 2, run([]string{"service", "get"}, &out, &errOut))
+	require.Contains(t, errOut.String(), "service get: want one service ID, got 0 arguments")
+	errOut.Reset()
+	require.Equal(t, 1, run([]string{"status", "-H", "unix:///nonexistent/actorlb.sock"}, &out, &errOut))
+	require.True(t, strings.HasPrefix(errOut.String(), "actorlb: health: agent unreachable"), errOut.String())
+	var ue *usageError
+	require.True(t, errors.As(dispatch([]string{"bpf", "lb", "list", "-o", "xml", "--bpf-root", "/nonexistent"}, &out, &errOut), &ue))
+}

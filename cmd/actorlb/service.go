@@ -1,0 +1,369 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"strconv"
+	"strings"
+
+	"github.com/actorlb/actorlb/api"
+	lb "github.com/actorlb/actorlb/loadbalancer"
+	"github.com/spf13/pflag"
+)
+
+func clientFlags(fs *pflag.FlagSet) {
+	hostFlag(fs)
+	outputFlag(fs)
+}
+
+func serviceListCommand() *command {
+	return &command{
+		use:   "service list [flags]",
+		short: "list every service with its backends",
+		long: `Lists the services the agent holds, sorted by ID, with their frontend,
+type and backends in slot order (active, terminating, quarantined, then
+maintenance). Needs a running agent (see -H).`,
+		examples: `  actorlb service list
+  actorlb service list -o json | jq '.[].spec.id'
+  actorlb service list -H http://127.0.0.1:8080`,
+		flags: clientFlags,
+		run: func(ctx context.Context, e *env, args []string) error {
+			if err := wantArgs("service list", args, 0, "no arguments"); err != nil {
+				return err
+			}
+			out, err := e.output()
+			if err != nil {
+				return err
+			}
+			c, err := e.client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			svcs, err := c.ListServices(ctx)
+			if err != nil {
+				return err
+			}
+			if out == outJSON {
+				return writeJSON(e.stdout, svcs)
+			}
+			return printServices(e.stdout, svcs)
+		},
+	}
+}
+
+func serviceGetCommand() *command {
+	return &command{
+		use:   "service get ID [flags]",
+		short: "show one service",
+		long: `Shows the service with ID (1..65535): frontend, type, traffic policies and
+backends in slot order. Exits 1 if there is no such service.`,
+		examples: `  actorlb service get 1
+  actorlb service get 1 -o json`,
+		flags: clientFlags,
+		run: func(ctx context.Context, e *env, args []string) error {
+			if err := wantArgs("service get", args, 1, "one service ID"); err != nil {
+				return err
+			}
+			id, err := lb.ParseServiceID(args[0])
+			if err != nil {
+				return &usageError{fmt.Errorf("service get: %w", err)}
+			}
+			out, err := e.output()
+			if err != nil {
+				return err
+			}
+			c, err := e.client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			svc, err := c.GetService(ctx, id)
+			if err != nil {
+				if errors.Is(err, api.ErrNotFound) {
+					return fmt.Errorf("service %d not found (list them with 'actorlb service list')", id)
+				}
+				return err
+			}
+			if out == outJSON {
+				return writeJSON(e.stdout, svc)
+			}
+			return printServices(e.stdout, []*api.Service{svc})
+		},
+	}
+}
+
+// frontendString formats a FrontendAddress as lb.L3n4Addr.String does.
+func frontendString(fe *api.FrontendAddress) string {
+	if fe == nil {
+		return "-"
+	}
+	addr, _ := netip.ParseAddr(fe.IP)
+	proto, _ := lb.ParseL4Type(fe.Protocol)
+	scope, _ := lb.ParseScope(fe.Scope)
+	return lb.NewL3n4Addr(addr, fe.Port, proto, scope).String()
+}
+
+func hostPort(ip string, port uint16) string {
+	if strings.Contains(ip, ":") {
+		return "[" + ip + "]:" + strconv.Itoa(int(port))
+	}
+	return ip + ":" + strconv.Itoa(int(port))
+}
+
+func serviceOptions(f *api.ServiceFlags) string {
+	if f == nil {
+		return "ClusterIP"
+	}
+	parts := []string{f.Type}
+	if f.ExtTrafficPolicy == api.PolicyLocal {
+		parts = append(parts, "ext-local")
+	}
+	if f.IntTrafficPolicy == api.PolicyLocal {
+		parts = append(parts, "int-local")
+	}
+	if f.SessionAffinity {
+		parts = append(parts, fmt.Sprintf("affinity %ds", f.SessionAffinityTimeout))
+	}
+	if f.LBAlgorithm != "" && f.LBAlgorithm != lb.LBAlgDefault.String() {
+		parts = append(parts, f.LBAlgorithm)
+	}
+	return strings.Join(parts, ", ")
+}
+
+func printServices(w io.Writer, svcs []*api.Service) error {
+	tw := newTable(w)
+	fmt.Fprintln(tw, "ID\tFRONTEND\tTYPE\tBACKEND")
+	for _, s := range svcs {
+		spec := s.Spec
+		head := fmt.Sprintf("%d\t%s\t%s\t", spec.ID, frontendString(spec.FrontendAddress), serviceOptions(spec.Flags))
+		if len(spec.BackendAddresses) == 0 {
+			fmt.Fprintln(tw, head+"(none)")
+			continue
+		}
+		for i, b := range spec.BackendAddresses {
+			weight := "100"
+			if b.Weight != nil {
+				weight = strconv.Itoa(int(*b.Weight))
+			}
+			line := fmt.Sprintf("%d => %s (%s, weight %s)", i+1, hostPort(b.IP, b.Port), b.State, weight)
+			if i == 0 {
+				fmt.Fprintln(tw, head+line)
+			} else {
+				fmt.Fprintln(tw, "\t\t\t"+line)
+			}
+		}
+	}
+	return tw.Flush()
+}
+
+func serviceUpdateCommand() *command {
+	return &command{
+		use:   "service update --id ID --frontend ADDR [--backends ADDR[,ADDR...]] [flags]",
+		short: "create or update a service",
+		long: `Creates the service with --id, or updates it: its frontend, backends and
+options are replaced by the ones given. Addresses are IP:PORT[/PROTOCOL[/SCOPE]]
+(IPv6 in brackets; protocol tcp, udp, sctp or any, tcp by default; scope
+external or internal). Backends take the frontend's protocol and give no
+scope. --weights and --states, if given, have one value per backend, in the
+order of --backends.
+
+A frontend keeps its ID: to give it another one, delete the service first.
+Nothing is changed when the agent refuses the request.`,
+		examples: `  actorlb service update --id 1 --frontend 10.96.0.10:80 --backends 10.0.1.5:8080
+  actorlb service update --id 2 --frontend 10.96.0.53:53/udp --backends 10.0.1.7:53,10.0.1.8:53
+  actorlb service update --id 3 --frontend [fd00::a]:443 --backends [fd00::1]:8443,[fd00::2]:8443 --weights 100,50
+  actorlb service update --id 1 --frontend 10.96.0.10:80 --backends 10.0.1.5:8080,10.0.1.6:8080 --states active,terminating
+  actorlb service update --id 4 --frontend 0.0.0.0:30080 --backends 10.0.1.5:8080 --type NodePort`,
+		flags: func(fs *pflag.FlagSet) {
+			fs.String("id", "", "service ID, 1..65535 (required)")
+			fs.String("frontend", "", "frontend address IP:PORT[/PROTOCOL[/SCOPE]] (required)")
+			fs.StringSlice("backends", nil, "backend addresses IP:PORT, comma-separated or repeated")
+			fs.StringSlice("weights", nil, "backend weights 0..65535, one per backend (default 100 each)")
+			fs.StringSlice("states", nil, "backend states active, terminating, quarantined or maintenance, one per backend (default active)")
+			fs.String("type", "ClusterIP", "service type: ClusterIP, NodePort, ExternalIPs, LoadBalancer, HostPort or LocalRedirect")
+			clientFlags(fs)
+		},
+		run: runServiceUpdate,
+	}
+}
+
+// specFromFlags builds the ServiceSpec of service update's flags.
+func specFromFlags(fs *pflag.FlagSet) (lb.ServiceID, *api.ServiceSpec, error) {
+	idStr, _ := fs.GetString("id")
+	feStr, _ := fs.GetString("frontend")
+	backends, _ := fs.GetStringSlice("backends")
+	weights, _ := fs.GetStringSlice("weights")
+	states, _ := fs.GetStringSlice("states")
+	typ, _ := fs.GetString("type")
+	if idStr == "" || feStr == "" {
+		return 0, nil, errors.New("--id and --frontend are required")
+	}
+	id, err := lb.ParseServiceID(idStr)
+	if err != nil {
+		return 0, nil, fmt.Errorf("--id: %w", err)
+	}
+	fe, err := lb.ParseL3n4Addr(feStr)
+	if err != nil {
+		return 0, nil, fmt.Errorf("--frontend: %w", err)
+	}
+	if len(weights) > 0 && len(weights) != len(backends) {
+		return 0, nil, fmt.Errorf("--weights has %d values for %d backends (give one per backend)", len(weights), len(backends))
+	}
+	if len(states) > 0 && len(states) != len(backends) {
+		return 0, nil, fmt.Errorf("--states has %d values for %d backends (give one per backend)", len(states), len(backends))
+	}
+	if _, err := lb.ParseServiceType(typ); err != nil {
+		return 0, nil, fmt.Errorf("--type: %w", err)
+	}
+	spec := &api.ServiceSpec{
+		ID: int64(id),
+		FrontendAddress: &api.FrontendAddress{IP: fe.Addr.String(), Port: fe.Port,
+			Protocol: strings.ToLower(fe.Protocol.String()), Scope: fe.Scope.String()},
+		BackendAddresses: []api.BackendAddress{},
+		Flags:            &api.ServiceFlags{Type: typ},
+	}
+	for i, s := range backends {
+		be, err := lb.ParseBackend(s)
+		if err != nil {
+			return 0, nil, fmt.Errorf("--backends: %w", err)
+		}
+		if strings.Contains(s, "/") && be.Protocol != fe.Protocol {
+			return 0, nil, fmt.Errorf("--backends %s: protocol %s differs from the frontend's %s (backends take the frontend's protocol; leave it out)",
+				s, be.Protocol, fe.Protocol)
+		}
+		b := api.BackendAddress{IP: be.Addr.String(), Port: be.Port}
+		if len(weights) > 0 {
+			n, err := strconv.ParseInt(weights[i], 10, 64)
+			if err != nil {
+				return 0, nil, fmt.Errorf("--weights: invalid weight %q: not a decimal number", weights[i])
+			}
+			w, err := lb.NewBackendWeight(n)
+			if err != nil {
+				return 0, nil, fmt.Errorf("--weights: %w", err)
+			}
+			b.Weight = &w
+		}
+		if len(states) > 0 {
+			st, err := lb.ParseBackendState(states[i])
+			if err != nil {
+				return 0, nil, fmt.Errorf("--states: %w", err)
+			}
+			b.State = st.String()
+		}
+		spec.BackendAddresses = append(spec.BackendAddresses, b)
+	}
+	return id, spec, nil
+}
+
+func runServiceUpdate(ctx context.Context, e *env, args []string) error {
+	if err := wantArgs("service update", args, 0, "only flags"); err != nil {
+		return err
+	}
+	id, spec, err := specFromFlags(e.fs)
+	if err != nil {
+		return &usageError{fmt.Errorf("service update: %w (run 'actorlb service update --help')", err)}
+	}
+	out, err := e.output()
+	if err != nil {
+		return err
+	}
+	c, err := e.client()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	svc, created, err := c.PutService(ctx, id, spec)
+	if err != nil {
+		return err
+	}
+	if out == outJSON {
+		return writeJSON(e.stdout, struct {
+			Created bool         `json:"created"`
+			Service *api.Service `json:"service"`
+		}{created, svc})
+	}
+	verb := "Updated"
+	if created {
+		verb = "Created"
+	}
+	fmt.Fprintf(e.stdout, "%s service %d: %s with %s\n", verb, id, frontendString(svc.Spec.FrontendAddress),
+		plural(len(svc.Spec.BackendAddresses), "backend", "backends"))
+	return nil
+}
+
+func serviceDeleteCommand() *command {
+	return &command{
+		use:   "service delete (ID | --all) [flags]",
+		short: "delete one service or all of them",
+		long: `Deletes the service with ID, or with --all every service: its master and
+slots, the backends no other service uses and its revNAT entry. Exits 1 if
+there is no service with ID.`,
+		examples: `  actorlb service delete 1
+  actorlb service delete --all`,
+		flags: func(fs *pflag.FlagSet) {
+			fs.Bool("all", false, "delete every service")
+			clientFlags(fs)
+		},
+		run: func(ctx context.Context, e *env, args []string) error {
+			all, _ := e.fs.GetBool("all")
+			if all && len(args) > 0 || !all && len(args) != 1 {
+				return &usageError{errors.New("service delete: give one service ID or --all (run 'actorlb service delete --help')")}
+			}
+			out, err := e.output()
+			if err != nil {
+				return err
+			}
+			var ids []lb.ServiceID
+			if !all {
+				id, err := lb.ParseServiceID(args[0])
+				if err != nil {
+					return &usageError{fmt.Errorf("service delete: %w", err)}
+				}
+				ids = append(ids, id)
+			}
+			c, err := e.client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			if all {
+				svcs, err := c.ListServices(ctx)
+				if err != nil {
+					return err
+				}
+				for _, s := range svcs {
+					ids = append(ids, lb.ServiceID(s.Spec.ID))
+				}
+			}
+			deleted := []lb.ServiceID{}
+			for _, id := range ids {
+				err := c.DeleteService(ctx, id)
+				switch {
+				case err == nil:
+					deleted = append(deleted, id)
+				case errors.Is(err, api.ErrNotFound) && all:
+					// Deleted meanwhile by someone else: nothing to do.
+				case errors.Is(err, api.ErrNotFound):
+					return fmt.Errorf("service %d not found (list them with 'actorlb service list')", id)
+				default:
+					return err
+				}
+			}
+			if out == outJSON {
+				return writeJSON(e.stdout, struct {
+					Deleted []lb.ServiceID `json:"deleted"`
+				}{deleted})
+			}
+			if all {
+				fmt.Fprintf(e.stdout, "Deleted %s\n", plural(len(deleted), "service", "services"))
+			} else {
+				fmt.Fprintf(e.stdout, "Deleted service %d\n", deleted[0])
+			}
+			return nil
+		},
+	}
+}

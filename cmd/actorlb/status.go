@@ -1,0 +1,102 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/actorlb/actorlb/api"
+)
+
+func statusCommand() *command {
+	return &command{
+		use:   "status [flags]",
+		short: "show the agent's health, counts, map fill and restore figures",
+		long: `Asks the agent (see -H) for its health: whether it has restored and serves,
+where it listens, how many services, backends and revNAT entries it holds,
+how full each BPF map is, what the restore at start found and repaired, and
+how often each actor restarted. Exits 1 if the agent is not ready or cannot
+be reached.`,
+		examples: `  actorlb status
+  actorlb status -o json | jq '.maps'`,
+		flags: clientFlags,
+		run: func(ctx context.Context, e *env, args []string) error {
+			if err := wantArgs("status", args, 0, "no arguments"); err != nil {
+				return err
+			}
+			out, err := e.output()
+			if err != nil {
+				return err
+			}
+			c, err := e.client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			st, err := c.Health(ctx)
+			if st == nil {
+				return err
+			}
+			if out == outJSON {
+				if werr := writeJSON(e.stdout, st); werr != nil {
+					return werr
+				}
+			} else {
+				printStatus(e, st)
+			}
+			if errors.Is(err, api.ErrUnavailable) {
+				return fmt.Errorf("agent not ready: %s", st.Msg)
+			}
+			return err
+		},
+	}
+}
+
+func printStatus(e *env, st *api.Status) {
+	w := e.stdout
+	ready := "ready"
+	if !st.Ready {
+		ready = "not ready"
+	}
+	health := st.State
+	if st.Msg != "" {
+		health += ": " + st.Msg
+	}
+	fmt.Fprintf(w, "Agent:          %s (%s), up %s\n", health, ready, (time.Duration(st.UptimeSeconds) * time.Second).String())
+	fmt.Fprintf(w, "Listening:      %s\n", strings.Join(st.Listen, ", "))
+	mapsAt := st.BPFRoot
+	if st.DryRun {
+		mapsAt = "in memory (dry run)"
+	}
+	fmt.Fprintf(w, "Maps:           %s\n", mapsAt)
+	fmt.Fprintf(w, "Services:       %d   Backends: %d   RevNAT entries: %d   Operations in flight: %d\n",
+		st.Services, st.Backends, st.RevNAT, st.OpsInFlight)
+	r := st.Restore
+	fmt.Fprintf(w, "Restored:       %s, %s, %s; %s (%s)\n",
+		plural(r.Services, "service", "services"), plural(r.Backends, "backend", "backends"),
+		plural(r.OrphanRevNAT, "standalone revNAT entry", "standalone revNAT entries"),
+		plural(r.Repairs, "repair", "repairs"), plural(r.Writes, "map write", "map writes"))
+	for _, k := range slices.Sorted(maps.Keys(r.RepairsByKind)) {
+		fmt.Fprintf(w, "                  %s: %d\n", k, r.RepairsByKind[k])
+	}
+	var restarts []string
+	for _, k := range slices.Sorted(maps.Keys(st.ActorRestarts)) {
+		if n := st.ActorRestarts[k]; n > 0 {
+			restarts = append(restarts, fmt.Sprintf("%s %d", k, n))
+		}
+	}
+	if len(restarts) == 0 {
+		restarts = []string{"none"}
+	}
+	fmt.Fprintf(w, "Actor restarts: %s\n\n", strings.Join(restarts, ", "))
+	tw := newTable(w)
+	fmt.Fprintln(tw, "MAP\tENTRIES\tMAX\tFILL\tWRITTEN\tDELETED")
+	for _, m := range st.Maps {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.2f%%\t%d\t%d\n", m.Name, m.Entries, m.MaxEntries, 100*m.Fill, m.Updated, m.Deleted)
+	}
+	tw.Flush()
+}

@@ -1,0 +1,17 @@
+// Package verify checks the invariants of ARCHITECTURE.md (1-4) on the
+// entries of the six LB maps, and reads those entries from an open LBMaps
+// or, read-only, from the maps pinned under a bpffs directory.
+//
+// Check is a pure function over a table.Dump: it reports every violation it
+// finds, each naming its invariant, its kind, and the service and backend it
+// concerns, in a deterministic order. It never repairs anything; restore
+// (internal/table.Rebuild) does that.
+//
+// Lifecycle: stateless. DumpPinned opens the pinned maps read-only and
+// closes them before it returns; it never creates or changes a map.
+//
+// Error contract: Check cannot fail. Dump and DumpPinned return errors
+// prefixed with the operation; DumpPinned's wrap ErrNotPinned when a map is
+// not pinned under the directory and maps.ErrIncompatible when a pinned map
+// does not have the layout of actorlb's maps.
+package verify

@@ -1,0 +1,5 @@
+//go:build race
+
+package agent_test
+
+const raceEnabled = true
