@@ -178,6 +178,8 @@ type Status struct {
 	// ActorRestarts counts restarts per actor.
 	ActorRestarts map[string]int `json:"actor-restarts"`
 	OpsInFlight   int            `json:"ops-in-flight"`
+	// SocketLB says what socket-LB datapath is attached ("" if unknown).
+	SocketLB string `json:"socket-lb,omitempty"`
 }
 
 // MapStatus is the fill of one map.

@@ -68,6 +68,9 @@ type Config struct {
 	MaxBodyBytes int64
 	// CallTimeout bounds engine calls (DefaultCallTimeout if 0).
 	CallTimeout time.Duration
+	// SocketLB, if set, says what datapath is attached (one line for
+	// /v1/healthz and `actorlb status`).
+	SocketLB func() string
 }
 
 // Server is the REST shim: every request becomes engine calls.
@@ -78,6 +81,7 @@ type Server struct {
 	dryRun      bool
 	maxBody     int64
 	callTimeout time.Duration
+	socketLB    func() string
 	started     time.Time
 	metrics     *metrics
 	http        *http.Server
@@ -110,7 +114,7 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	s := &Server{
 		engine: cfg.Engine, log: cfg.Log.WithField("component", "api"), root: cfg.BPFRoot, dryRun: cfg.DryRun,
-		maxBody: cfg.MaxBodyBytes, callTimeout: cfg.CallTimeout, started: time.Now(),
+		maxBody: cfg.MaxBodyBytes, callTimeout: cfg.CallTimeout, socketLB: cfg.SocketLB, started: time.Now(),
 	}
 	if s.dryRun {
 		s.root = ""
@@ -522,6 +526,9 @@ func (s *Server) status(ctx context.Context) (*Status, error) {
 			Repairs: st.Restore.Repairs, RepairsByKind: st.Restore.RepairsByKind, Writes: st.Restore.Writes,
 		},
 		ActorRestarts: st.ActorRestarts, OpsInFlight: st.OpsInFlight,
+	}
+	if s.socketLB != nil {
+		out.SocketLB = s.socketLB()
 	}
 	if out.Restore.RepairsByKind == nil {
 		out.Restore.RepairsByKind = map[string]int{}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/actorlb/actorlb"
 	"github.com/actorlb/actorlb/api"
+	"github.com/actorlb/actorlb/bpf"
 	"github.com/actorlb/actorlb/internal/bpffs"
 	"github.com/actorlb/actorlb/maps"
 	"github.com/sirupsen/logrus"
@@ -67,6 +68,8 @@ file left behind by an agent that died is replaced; any other file is not.`,
 			fs.Bool("dry-run", false, "use in-memory maps: no kernel, no privileges, nothing pinned")
 			fs.String("log-level", "info", "log level: trace, debug, info, warn or error")
 			fs.String("log-format", "text", "log format: text or json")
+			fs.Bool("socket-lb", os.Geteuid() == 0, "load-balance connections of local processes to service VIPs with the socket-LB BPF programs (cgroup connect/sendmsg/recvmsg/getpeername hooks); their links are pinned under --bpf-root/links so they keep working across agent restarts; default on when running as root; false leaves whatever is attached alone")
+			fs.String("socket-lb-cgroup", "", "cgroup v2 directory the socket-LB programs attach to (default: the root of the cgroup2 mount, i.e. every process)")
 		},
 		run: runAgent,
 	}
@@ -75,7 +78,8 @@ file left behind by an agent that died is replaced; any other file is not.`,
 type agentConfig struct {
 	root, socket, apiAddr          string
 	allowRemote, restore, recreate bool
-	dryRun                         bool
+	dryRun, socketLB               bool
+	socketLBCgroup                 string
 	mapMax                         int
 	log                            *logrus.Logger
 	stdout                         io.Writer
@@ -93,6 +97,8 @@ func agentFlags(e *env) (*agentConfig, error) {
 	c.restore, _ = fs.GetBool("restore")
 	c.recreate, _ = fs.GetBool("recreate-maps")
 	c.dryRun, _ = fs.GetBool("dry-run")
+	c.socketLB, _ = fs.GetBool("socket-lb")
+	c.socketLBCgroup, _ = fs.GetString("socket-lb-cgroup")
 	level, _ := fs.GetString("log-level")
 	format, _ := fs.GetString("log-format")
 
@@ -292,7 +298,25 @@ func agent(ctx context.Context, c *agentConfig) error {
 		return err
 	}
 
-	srv, err := api.NewServer(api.Config{Engine: engine, Log: logrus.NewEntry(log), BPFRoot: engine.Maps().Root, DryRun: c.dryRun})
+	var socketLB func() string
+	if c.socketLB && !c.dryRun {
+		info, err := bpf.Attach(bpf.Config{Root: engine.Maps().Root, Cgroup: c.socketLBCgroup})
+		if err != nil {
+			return fmt.Errorf("agent: %w (run with --socket-lb=false to go without the datapath)", err)
+		}
+		log.Info(info.Summary())
+	}
+	if !c.dryRun {
+		root := engine.Maps().Root
+		socketLB = func() string {
+			st, err := bpf.Status(root)
+			if err != nil {
+				return "socket LB: " + err.Error()
+			}
+			return st.Summary()
+		}
+	}
+	srv, err := api.NewServer(api.Config{Engine: engine, Log: logrus.NewEntry(log), BPFRoot: engine.Maps().Root, DryRun: c.dryRun, SocketLB: socketLB})
 	if err != nil {
 		return err
 	}
@@ -332,7 +356,7 @@ func agent(ctx context.Context, c *agentConfig) error {
 	fmt.Fprintf(c.stdout, "actorlb agent ready: API on %s; maps in %s; restored %s, %s, %s, %s (%s); stop with Ctrl-C\n",
 		strings.Join(where, " and "), mapsAt,
 		plural(r.Services, "service", "services"), plural(r.Backends, "backend", "backends"),
-		plural(r.OrphanRevNAT, "standalone revNAT entry", "standalone revNAT entries"),
+		plural(r.OrphanRevNAT, "orphan revNAT entry deleted", "orphan revNAT entries deleted"),
 		plural(r.Repairs, "repair", "repairs"), plural(r.Writes, "map write", "map writes"))
 	if err := sdNotify("READY=1"); err != nil {
 		log.WithError(err).Warn("could not tell systemd the agent is ready")

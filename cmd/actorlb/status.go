@@ -73,12 +73,15 @@ func printStatus(e *env, st *api.Status) {
 		mapsAt = "in memory (dry run)"
 	}
 	fmt.Fprintf(w, "Maps:           %s\n", mapsAt)
+	if st.SocketLB != "" {
+		fmt.Fprintf(w, "Datapath:       %s\n", st.SocketLB)
+	}
 	fmt.Fprintf(w, "Services:       %d   Backends: %d   RevNAT entries: %d   Operations in flight: %d\n",
 		st.Services, st.Backends, st.RevNAT, st.OpsInFlight)
 	r := st.Restore
 	fmt.Fprintf(w, "Restored:       %s, %s, %s; %s (%s)\n",
 		plural(r.Services, "service", "services"), plural(r.Backends, "backend", "backends"),
-		plural(r.OrphanRevNAT, "standalone revNAT entry", "standalone revNAT entries"),
+		plural(r.OrphanRevNAT, "orphan revNAT entry deleted", "orphan revNAT entries deleted"),
 		plural(r.Repairs, "repair", "repairs"), plural(r.Writes, "map write", "map writes"))
 	for _, k := range slices.Sorted(maps.Keys(r.RepairsByKind)) {
 		fmt.Fprintf(w, "                  %s: %d\n", k, r.RepairsByKind[k])

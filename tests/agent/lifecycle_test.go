@@ -21,7 +21,7 @@ import (
 // exit code and stderr.
 func runAgentToExit(t *testing.T, args ...string) (int, string) {
 	t.Helper()
-	r := runCLI(t, append([]string{"agent"}, args...)...)
+	r := runCLI(t, append([]string{"agent", "--socket-lb=false"}, args...)...)
 	require.NotContains(t, r.stdout, "ready", "the agent must not start")
 	return r.code, r.stderr
 }
@@ -49,7 +49,7 @@ func TestRestartRestoresAndVerifyRepairs(t *testing.T) {
 
 	// A warm restart restores the same IDs and writes nothing.
 	b := startAgent(t, root)
-	require.Contains(t, b.stdout.String(), "restored 2 services, 2 backends, 0 standalone revNAT entries, 0 repairs (0 map writes)")
+	require.Contains(t, b.stdout.String(), "restored 2 services, 2 backends, 0 orphan revNAT entries deleted, 0 repairs (0 map writes)")
 	svc, err := b.client.GetService(ctxT(t), 2)
 	require.NoError(t, err)
 	require.Equal(t, "10.96.0.11", svc.Spec.FrontendAddress.IP)
@@ -91,7 +91,7 @@ func TestRestartRestoresAndVerifyRepairs(t *testing.T) {
 
 	// The next start repairs; verify passes again.
 	c := startAgent(t, root)
-	require.Regexp(t, `restored 2 services, 1 backend, 0 standalone revNAT entries, [1-9]\d* repairs \([1-9]\d* map writes\)`, c.stdout.String())
+	require.Regexp(t, `restored 2 services, 1 backend, 0 orphan revNAT entries deleted, [1-9]\d* repairs \([1-9]\d* map writes\)`, c.stdout.String())
 	requireOK(t, c.bpf(t, "verify"))
 	st, err = c.client.Health(ctxT(t))
 	require.NoError(t, err)

@@ -133,7 +133,8 @@ func startAgent(t testing.TB, root string, extra ...string) *agent {
 func launch(t testing.TB, root, socket string, extra ...string) *agent {
 	t.Helper()
 	a := &agent{root: root, socket: socket, stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
-	args := append([]string{"agent", "--bpf-root", root, "--socket", socket}, extra...)
+	// --socket-lb=false: test agents must not attach to the host's cgroup.
+	args := append([]string{"agent", "--bpf-root", root, "--socket", socket, "--socket-lb=false"}, extra...)
 	a.cmd = exec.Command(binary, args...)
 	a.cmd.Env = childEnv()
 	a.cmd.Stdout, a.cmd.Stderr = a.stdout, a.stderr
