@@ -7,7 +7,7 @@ BPF_ROOT ?= /sys/fs/bpf/actorlb
 # Test flags: -race everywhere; CI sets ACTORLB_REQUIRE_PRIVILEGED=1.
 TEST_FLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: all build run test bench lint generate clean
+.PHONY: all build run test bench chaos lint generate clean
 
 all: build
 
@@ -26,6 +26,11 @@ test: lint
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem ./maps ./internal/... ./tests/datapath
 	$(GO) run ./tests/bench --out bench-results.json
+
+# A long chaos soak (the seed is printed; TEST_SEED=... replays it).
+CHAOS_OPS ?= 100000
+chaos:
+	CHAOS_OPS=$(CHAOS_OPS) $(GO) test -race -count=1 -timeout 60m -run TestChaos -v ./tests/chaos 2>&1 | grep -v 'level=' | tail -20
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

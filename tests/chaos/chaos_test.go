@@ -131,7 +131,7 @@ func TestChaos(t *testing.T) {
 	if lvl, err := logrus.ParseLevel(os.Getenv("CHAOS_LOG")); err == nil {
 		log.SetLevel(lvl)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute+time.Duration(cfg.ops)*20*time.Millisecond)
 	defer cancel()
 	e, err := actorlb.New(ctx, actorlb.Config{
 		BPFRoot: root, Logger: log, CallTimeout: 20 * time.Second,
