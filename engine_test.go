@@ -309,3 +309,15 @@ func TestBackendStateIsSharedAcrossServices(t *testing.T) {
 	require.ErrorIs(t, err, lb.ErrInvalidStateTransition)
 	require.ErrorContains(t, err, "backend 10.0.1.5:8080")
 }
+
+func TestSessionAffinityDefaultTimeoutIsStored(t *testing.T) {
+	e := newEngine(t, "", Config{})
+	ctx := ctxT(t)
+	svc := mustService(t, "10.96.0.10:80", "10.0.1.5:8080")
+	svc.SessionAffinity = true
+	id, _, err := e.Upsert(ctx, svc)
+	require.NoError(t, err)
+	got, err := e.Get(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, lb.DefaultSessionAffinityTimeout, got.SessionAffinityTimeout)
+}

@@ -166,6 +166,11 @@ func (s *Supervisor) upsertOp(spec *lb.Service, reply func(id lb.ServiceID, crea
 			}
 		}
 		newSvc = &table.Service{Spec: *spec.DeepCopy()}
+		if newSvc.Spec.SessionAffinity && newSvc.Spec.SessionAffinityTimeout == 0 {
+			// What the master slot holds, so Get answers the same before
+			// and after a restart.
+			newSvc.Spec.SessionAffinityTimeout = lb.DefaultSessionAffinityTimeout
+		}
 		table.SlotOrder(newSvc.Spec.Backends, nil)
 		newSvc.BackendIDs = make([]lb.BackendID, len(newSvc.Spec.Backends))
 		oldIDs := map[lb.L3n4Addr]lb.BackendID{}
