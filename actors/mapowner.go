@@ -99,9 +99,17 @@ func (a *mapActor[E, K]) flush(ctx actor.Context) {
 	}
 }
 
-// revNATActor owns both revNAT maps and their mirrors.
+// revNATActor owns both revNAT maps and their mirrors. Like the other map
+// owners it writes the requests queued in its mailbox in one batch.
 type revNATActor struct {
-	v4, v6 *mirror[maps.RevNATEntry, uint16]
+	v4, v6   *mirror[maps.RevNATEntry, uint16]
+	buf      []pendingRevNAT
+	flushing bool
+}
+
+type pendingRevNAT struct {
+	sender *actor.PID
+	req    *messages.RevNATApply
 }
 
 func newRevNATActor(m4, m6 maps.RevNATMap) actor.Producer {
@@ -123,23 +131,62 @@ func (a *revNATActor) Receive(ctx actor.Context) {
 			panic(fmt.Errorf("revnat: load mirror: %w", err))
 		}
 	case *messages.RevNATApply:
-		var w4, w6 []maps.RevNATEntry
-		for _, e := range m.Writes {
-			if maps.FamilyOf(e.Value.Address) == maps.IPv6 {
-				w6 = append(w6, e)
-			} else {
-				w4 = append(w4, e)
-			}
+		a.buf = append(a.buf, pendingRevNAT{ctx.Sender(), m})
+		if !a.flushing {
+			a.flushing = true
+			ctx.Send(ctx.Self(), &flushMsg{})
 		}
-		r := &messages.MapApplied{ReqID: m.ReqID}
-		w, d, err := a.v4.apply(w4, m.Deletes4)
-		r.Written, r.Deleted, r.Err = w, d, err
-		if err == nil {
-			w, d, err = a.v6.apply(w6, m.Deletes6)
-			r.Written, r.Deleted, r.Err = r.Written+w, r.Deleted+d, err
-		}
-		ctx.Respond(r)
+	case *flushMsg:
+		a.flushing = false
+		a.flush(ctx)
 	case *messages.MapDump:
+		a.flush(ctx)
 		ctx.Respond(&messages.RevNATDumped{ReqID: m.ReqID, V4: a.v4.dump(), V6: a.v6.dump()})
+	}
+}
+
+// apply writes then deletes one request's (or a merged batch's) entries.
+func (a *revNATActor) apply(writes []maps.RevNATEntry, del4, del6 []uint16) (int, int, error) {
+	var w4, w6 []maps.RevNATEntry
+	for _, e := range writes {
+		if maps.FamilyOf(e.Value.Address) == maps.IPv6 {
+			w6 = append(w6, e)
+		} else {
+			w4 = append(w4, e)
+		}
+	}
+	w, d, err := a.v4.apply(w4, del4)
+	if err != nil {
+		return w, d, err
+	}
+	w2, d2, err := a.v6.apply(w6, del6)
+	return w + w2, d + d2, err
+}
+
+// flush applies the buffered requests as one batch (see mapActor.flush).
+func (a *revNATActor) flush(ctx actor.Context) {
+	buf := a.buf
+	a.buf = nil
+	if len(buf) == 0 {
+		return
+	}
+	if len(buf) > 1 {
+		var ws []maps.RevNATEntry
+		var d4, d6 []uint16
+		for _, p := range buf {
+			ws = append(ws, p.req.Writes...)
+			d4 = append(d4, p.req.Deletes4...)
+			d6 = append(d6, p.req.Deletes6...)
+		}
+		if _, _, err := a.apply(ws, d4, d6); err == nil {
+			for _, p := range buf {
+				ctx.Send(p.sender, &messages.MapApplied{ReqID: p.req.ReqID})
+			}
+			return
+		}
+	}
+	for _, p := range buf {
+		w, d, err := a.apply(p.req.Writes, p.req.Deletes4, p.req.Deletes6)
+		ctx.Send(p.sender, &messages.MapApplied{ReqID: p.req.ReqID, Written: w, Deleted: d, Err: err})
 	}
 }

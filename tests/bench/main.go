@@ -15,6 +15,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -51,8 +52,22 @@ func main() {
 	bulkN := pflag.Int("bulk-services", 10000, "services in the bulk, latency, restore and memory scenarios (10 backends each)")
 	insertN := pflag.Int("insert-services", 50000, "services in the insert/delete scenario (1 backend each)")
 	callers := pflag.Int("callers", 8, "concurrent callers in the bulk scenario")
+	cpuProfile := pflag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	pflag.Parse()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	if err := run(*out, *bulkN, *insertN, *callers); err != nil {
+		pprof.StopCPUProfile()
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
