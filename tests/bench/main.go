@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"runtime"
@@ -24,6 +25,7 @@ import (
 	"unsafe"
 
 	"github.com/actorlb/actorlb"
+	"github.com/actorlb/actorlb/api"
 	"github.com/actorlb/actorlb/internal/bpffs"
 	"github.com/actorlb/actorlb/internal/table"
 	lb "github.com/actorlb/actorlb/loadbalancer"
@@ -106,13 +108,28 @@ func run(out string, bulkN, insertN, callers int) error {
 	var before runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
+	sockDir, err := os.MkdirTemp("", "actorlb-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(sockDir)
+	srv, client, err := serveREST(e, sockDir+"/s.sock", log)
+	if err != nil {
+		return err
+	}
 	lat := startLatencyProbe(e)
+	restLat := startRESTProbe(client)
 	start := time.Now()
 	if err := upsertAll(ctx, e, bulk, callers); err != nil {
 		return err
 	}
 	bulkTime := time.Since(start)
 	probe := lat.stop()
+	restProbe := restLat.stop()
+	client.Close()
+	if err := srv.Shutdown(ctx); err != nil {
+		return err
+	}
 	rate := float64(bulkN) / bulkTime.Seconds()
 	res.add("bulk-10k-x10", "services_per_s", rate, "services/s")
 	res.add("bulk-10k-x10", "ratio_to_put_floor", putFloor.Seconds()/bulkTime.Seconds(), "x")
@@ -121,6 +138,10 @@ func run(out string, bulkN, insertN, callers int) error {
 	res.add("upsert-latency", "p99_us_library", probe.p(99), "us")
 	res.add("upsert-latency", "max_us_library", probe.p(100), "us")
 	res.add("upsert-latency", "samples_library", float64(len(probe.samples)), "count")
+	res.add("upsert-latency", "p50_us_rest", restProbe.p(50), "us")
+	res.add("upsert-latency", "p99_us_rest", restProbe.p(99), "us")
+	res.add("upsert-latency", "max_us_rest", restProbe.p(100), "us")
+	res.add("upsert-latency", "samples_rest", float64(len(restProbe.samples)), "count")
 
 	var after runtime.MemStats
 	runtime.GC()
@@ -494,4 +515,54 @@ func (p *latencyProbe) p(q float64) float64 {
 	}
 	i := int(q / 100 * float64(len(p.samples)-1))
 	return float64(p.samples[i].Nanoseconds()) / 1000
+}
+
+// serveREST serves the API for e on a unix socket and returns a client.
+func serveREST(e *actorlb.Engine, socket string, log *logrus.Logger) (*api.Server, *api.Client, error) {
+	srv, err := api.NewServer(api.Config{Engine: e, Log: logrus.NewEntry(log), BPFRoot: e.Maps().Root})
+	if err != nil {
+		return nil, nil, err
+	}
+	l, err := net.Listen("unix", socket)
+	if err != nil {
+		return nil, nil, err
+	}
+	go srv.Serve(l)
+	c, err := api.NewClient("unix://" + socket)
+	if err != nil {
+		return nil, nil, err
+	}
+	return srv, c, nil
+}
+
+// startRESTProbe does what startLatencyProbe does, through PUT
+// /v1/service/{id} on the agent's API.
+func startRESTProbe(c *api.Client) *latencyProbe {
+	p := &latencyProbe{done: make(chan struct{})}
+	spec := func(n int) *api.ServiceSpec {
+		s := &api.ServiceSpec{ID: 65000, FrontendAddress: &api.FrontendAddress{IP: "10.95.0.2", Port: 80}}
+		for i := range n {
+			s.BackendAddresses = append(s.BackendAddresses, api.BackendAddress{IP: fmt.Sprintf("10.94.1.%d", i+1), Port: 8080})
+		}
+		return s
+	}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		ctx := context.Background()
+		for i := 0; i < 1_000_000; i++ {
+			select {
+			case <-p.done:
+				return
+			default:
+			}
+			t := time.Now()
+			if _, _, err := c.PutService(ctx, 65000, spec(10-i%2)); err != nil {
+				return
+			}
+			p.samples = append(p.samples, time.Since(t))
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	return p
 }
