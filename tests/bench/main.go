@@ -375,7 +375,8 @@ func batchDumpTime(root string, sizes maps.Sizes) (time.Duration, error) {
 	return time.Since(start), nil
 }
 
-func upsertAll(ctx context.Context, e *actorlb.Engine, svcs []*lb.Service, callers int) error {
+// forAll runs do on every service from callers goroutines.
+func forAll(svcs []*lb.Service, callers int, do func(*lb.Service) error) error {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, callers)
@@ -388,7 +389,7 @@ func upsertAll(ctx context.Context, e *actorlb.Engine, svcs []*lb.Service, calle
 				if i >= len(svcs) {
 					return
 				}
-				if _, _, err := e.Upsert(ctx, svcs[i]); err != nil {
+				if err := do(svcs[i]); err != nil {
 					errs <- err
 					return
 				}
@@ -400,29 +401,18 @@ func upsertAll(ctx context.Context, e *actorlb.Engine, svcs []*lb.Service, calle
 	return <-errs
 }
 
+func upsertAll(ctx context.Context, e *actorlb.Engine, svcs []*lb.Service, callers int) error {
+	return forAll(svcs, callers, func(s *lb.Service) error {
+		_, _, err := e.Upsert(ctx, s)
+		return err
+	})
+}
+
 func deleteAll(ctx context.Context, e *actorlb.Engine, svcs []*lb.Service, callers int) error {
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, callers)
-	for range callers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= len(svcs) {
-					return
-				}
-				if _, err := e.DeleteByFrontend(ctx, svcs[i].Frontend.L3n4Addr); err != nil {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	return <-errs
+	return forAll(svcs, callers, func(s *lb.Service) error {
+		_, err := e.DeleteByFrontend(ctx, s.Frontend.L3n4Addr)
+		return err
+	})
 }
 
 func insertDelete(res *results, root string, sizes maps.Sizes, n, callers int, log *logrus.Logger) error {
