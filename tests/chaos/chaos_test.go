@@ -20,6 +20,7 @@ import (
 	"github.com/actorlb/actorlb"
 	"github.com/actorlb/actorlb/actors"
 	"github.com/actorlb/actorlb/internal/testutil"
+	"github.com/actorlb/actorlb/internal/verify"
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	lbmaps "github.com/actorlb/actorlb/maps"
 	"github.com/asynkron/protoactor-go/actor"
@@ -230,6 +231,9 @@ func TestChaos(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, want.Diff(list), "engine vs model (TEST_SEED=%d)", seed)
 	requireMapsEqual(t, e, list)
+	d, err := verify.Dump(e.Maps())
+	require.NoError(t, err)
+	require.Empty(t, verify.Check(d), "invariants 1-4 (what actorlb bpf lb verify checks)")
 	st, err := e.Stats(ctx)
 	require.NoError(t, err)
 	t.Logf("chaos: %d ops, %d kills (%d stops, %d panics fired), %d map faults, %d op errors, %d reader walks, restarts %v, resent %d",
