@@ -314,9 +314,19 @@ func current(ctx context.Context, e *actorlb.Engine, fe lb.L3n4Addr) (*lb.Servic
 }
 
 func upsert(ctx context.Context, e *actorlb.Engine, model *Model, svc *lb.Service, errCount *atomic.Int64) error {
+	return upsertChecked(ctx, e, model, svc, errCount, nil)
+}
+
+// upsertChecked is upsert with a check on the error of a failed call.
+func upsertChecked(ctx context.Context, e *actorlb.Engine, model *Model, svc *lb.Service, errCount *atomic.Int64, checkErr func(error) error) error {
 	fe := svc.Frontend.L3n4Addr.String()
 	old, had := model.Services[fe]
 	id, created, err := e.Upsert(ctx, svc)
+	if err != nil && checkErr != nil {
+		if cerr := checkErr(err); cerr != nil {
+			return cerr
+		}
+	}
 	next := FromService(svc)
 	if err == nil {
 		if had && (created || id != old.ID) {
