@@ -90,14 +90,14 @@ func (s *Supervisor) propagateStates(ctx actor.Context, svc *table.Service) {
 		table.SlotOrder(next.Spec.Backends, next.BackendIDs)
 		s.put(next)
 		s.refreshes++
-		s.run(ctx, s.refreshOp(next.Frontend()))
+		s.run(ctx, s.refreshOp(next.Frontend(), next.Spec.Backends))
 	}
 }
 
 // refreshOp rewrites the maps of the service of fe from the table (after
 // a backend state change made through another service).
-func (s *Supervisor) refreshOp(fe lb.L3n4Addr) *op {
-	o := &op{key: feKey(fe)}
+func (s *Supervisor) refreshOp(fe lb.L3n4Addr, bs []lb.Backend) *op {
+	o := &op{keys: opKeys(fe, bs)}
 	o.finish = func(s *Supervisor, err error) {
 		if err != nil {
 			s.log.WithError(err).WithField("frontend", fe.String()).Warn("refresh after a backend state change failed; restore repairs it")

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/actorlb/actorlb/internal/table"
 	lb "github.com/actorlb/actorlb/loadbalancer"
@@ -219,11 +220,13 @@ func (s *Supervisor) sync(ctx actor.Context, m *messages.Sync) {
 		}
 	}
 	for key := range s.queues {
-		if fe, err := lb.ParseL3n4Addr(key); err == nil {
-			if _, ok := desired[fe]; !ok && !slices.Contains(stale, fe) {
-				if _, known := s.byFE[fe]; !known {
-					stale = append(stale, fe)
-				}
+		fe, err := lb.ParseL3n4Addr(strings.TrimPrefix(key, "fe:"))
+		if !strings.HasPrefix(key, "fe:") || err != nil {
+			continue
+		}
+		if _, ok := desired[fe]; !ok && !slices.Contains(stale, fe) {
+			if _, known := s.byFE[fe]; !known {
+				stale = append(stale, fe)
 			}
 		}
 	}

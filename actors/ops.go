@@ -30,8 +30,11 @@ func transient(err error) bool {
 // op is one operation in flight: a list of steps, the requests of the
 // current step still unanswered, and what to run to roll back on failure.
 type op struct {
-	key      opKey // frontend queue it belongs to (zero: not queued)
-	queued   bool
+	// keys are the queues the op waits in: its frontend and the backends
+	// whose state it writes. It runs when it heads all of them, so ops on
+	// one frontend, and ops writing one backend, apply in arrival order.
+	keys    []string
+	blocked int // queues where another op is ahead
 	start    func(s *Supervisor, ctx actor.Context, o *op) // builds steps when the op reaches the head of its queue
 	steps    []step
 	next     int
@@ -53,9 +56,23 @@ type op struct {
 	freed []lb.BackendID
 }
 
-type opKey struct {
-	fe  string
-	set bool
+// feKey and beKey name the queues of a frontend and of a backend.
+func feKey(fe lb.L3n4Addr) string { return "fe:" + fe.String() }
+func beKey(b lb.L3n4Addr) string  { return "be:" + b.String() }
+
+// opKeys are the queues of an op on fe writing backends bs.
+func opKeys(fe lb.L3n4Addr, bs []lb.Backend) []string {
+	keys := []string{feKey(fe)}
+	seen := map[lb.L3n4Addr]bool{}
+	for _, b := range bs {
+		k := b.L3n4Addr
+		k.Scope = lb.ScopeExternal
+		if !seen[k] {
+			seen[k] = true
+			keys = append(keys, beKey(k))
+		}
+	}
+	return keys
 }
 
 // fail records the first error of the op's current step.
@@ -97,18 +114,20 @@ type pendingReq struct {
 	onReply func(reply any) error
 }
 
-// run starts an op: it runs at once unless another op of the same key is
-// ahead of it.
+// run starts an op: it runs at once unless another op is ahead of it in
+// one of its queues. Ops enter all their queues at once, in arrival order,
+// so waiting for several queues cannot deadlock.
 func (s *Supervisor) run(ctx actor.Context, o *op) {
-	if o.key.set {
-		q := s.queues[o.key.fe]
-		s.queues[o.key.fe] = append(q, o)
-		o.queued = true
+	for _, k := range o.keys {
+		q := s.queues[k]
+		s.queues[k] = append(q, o)
 		if len(q) > 0 {
-			return
+			o.blocked++
 		}
 	}
-	s.begin(ctx, o)
+	if o.blocked == 0 {
+		s.begin(ctx, o)
+	}
 }
 
 func (s *Supervisor) begin(ctx actor.Context, o *op) {
@@ -155,15 +174,18 @@ func (s *Supervisor) complete(ctx actor.Context, o *op) {
 	if o.finish != nil {
 		o.finish(s, err)
 	}
-	if o.queued {
-		q := s.queues[o.key.fe]
-		q = q[1:]
+	for _, k := range o.keys {
+		q := s.queues[k][1:] // o heads every queue it ran from
 		if len(q) == 0 {
-			delete(s.queues, o.key.fe)
-			return
+			delete(s.queues, k)
+			continue
 		}
-		s.queues[o.key.fe] = q
-		s.begin(ctx, q[0])
+		s.queues[k] = q
+		h := q[0]
+		h.blocked--
+		if h.blocked == 0 {
+			s.begin(ctx, h)
+		}
 	}
 }
 

@@ -217,10 +217,7 @@ func TestChaos(t *testing.T) {
 	plan.armed = map[string]bool{}
 	plan.mu.Unlock()
 
-	require.Eventually(t, func() bool {
-		st, err := e.Stats(ctx)
-		return err == nil && st.OpsInFlight == 0
-	}, 20*time.Second, 10*time.Millisecond, "operations in flight after the clients stopped")
+	settle(t, e)
 	want := NewModel()
 	for _, m := range models {
 		for k, v := range m.Services {

@@ -60,6 +60,7 @@ func TestMapFullMidUpsert(t *testing.T) {
 			full++
 		}
 	}
+	settle(t, e)
 	reader.stop(t)
 	require.Positive(t, full, "the map never filled up: the scenario tested nothing")
 	t.Logf("%d of 300 upserts hit the full map and were rolled back", full)
@@ -131,4 +132,14 @@ func TestCorruptedMapsAreRepaired(t *testing.T) {
 	d, err = verify.Dump(e.Maps())
 	require.NoError(t, err)
 	require.Empty(t, verify.Check(d))
+}
+
+// settle waits (bounded) until no operation is in flight, such as the
+// refreshes a backend state change queues for other services.
+func settle(t *testing.T, e *actorlb.Engine) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		st, err := e.Stats(context.Background())
+		return err == nil && st.OpsInFlight == 0
+	}, 20*time.Second, 10*time.Millisecond, "operations in flight")
 }
