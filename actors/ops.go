@@ -33,8 +33,8 @@ type op struct {
 	// keys are the queues the op waits in: its frontend and the backends
 	// whose state it writes. It runs when it heads all of them, so ops on
 	// one frontend, and ops writing one backend, apply in arrival order.
-	keys    []string
-	blocked int // queues where another op is ahead
+	keys     []string
+	blocked  int                                           // queues where another op is ahead
 	start    func(s *Supervisor, ctx actor.Context, o *op) // builds steps when the op reaches the head of its queue
 	steps    []step
 	next     int

@@ -13,7 +13,6 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 )
 
-
 // slotKeys returns the service map keys of slots from..to of fe.
 func slotKeys(fe lb.L3n4Addr, from, to int) []maps.ServiceKey {
 	var out []maps.ServiceKey
