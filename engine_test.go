@@ -321,3 +321,46 @@ func TestSessionAffinityDefaultTimeoutIsStored(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, lb.DefaultSessionAffinityTimeout, got.SessionAffinityTimeout)
 }
+
+// Two services sharing a backend change its state concurrently: whatever
+// the order, both services and the backend map end with one state, and a
+// change that comes after terminating is refused.
+func TestConcurrentStateChangesOnASharedBackend(t *testing.T) {
+	e := newEngine(t, "", Config{})
+	ctx := ctxT(t)
+	for round := range 30 {
+		be := fmt.Sprintf("10.0.%d.5:8080", round+1)
+		a := mustService(t, "10.96.0.10:80", be)
+		b := mustService(t, "10.96.0.11:80", be)
+		_, _, err := e.Upsert(ctx, a)
+		require.NoError(t, err)
+		_, _, err = e.Upsert(ctx, b)
+		require.NoError(t, err)
+		a.Backends[0].State = lb.BackendStateTerminating
+		b.Backends[0].State = lb.BackendStateQuarantined
+		errA, errB := make(chan error, 1), make(chan error, 1)
+		go func() { _, _, err := e.Upsert(ctx, a); errA <- err }()
+		go func() { _, _, err := e.Upsert(ctx, b); errB <- err }()
+		e1, e2 := <-errA, <-errB
+		if e2 != nil {
+			require.ErrorIs(t, e2, lb.ErrInvalidStateTransition, "round %d", round)
+		}
+		settle(t, e)
+		list, err := e.List(ctx)
+		require.NoError(t, err)
+		require.Len(t, list, 2)
+		st := list[0].Backends[0].State
+		require.Equal(t, st, list[1].Backends[0].State, "round %d: one state per backend", round)
+		// Either order ends terminating: terminating then quarantined is
+		// refused, quarantined then terminating is allowed.
+		require.Equal(t, lb.BackendStateTerminating, st, "round %d (errors: %v, %v)", round, e1, e2)
+		require.NoError(t, e1, "round %d: active or quarantined to terminating is allowed", round)
+		b4, err := e.Maps().Backend4.Dump()
+		require.NoError(t, err)
+		require.Len(t, b4, 1)
+		require.Equal(t, uint8(st), b4[0].Value.State, "round %d: the map holds it", round)
+		checkInvariants(t, e)
+		_, err = e.Sync(ctx, nil)
+		require.NoError(t, err)
+	}
+}
