@@ -76,14 +76,14 @@ file left behind by an agent that died is replaced; any other file is not.`,
 }
 
 type agentConfig struct {
-	root, socket, apiAddr          string
-	allowRemote, restore, recreate bool
-	dryRun, socketLB               bool
-	socketLBCgroup                 string
-	mapMax                         int
-	log                            *logrus.Logger
-	stdout                         io.Writer
-	sizes                          maps.Sizes
+	root, socket, apiAddr           string
+	allowRemote, restore, recreate  bool
+	dryRun, socketLB, socketLBAsked bool
+	socketLBCgroup                  string
+	mapMax                          int
+	log                             *logrus.Logger
+	stdout                          io.Writer
+	sizes                           maps.Sizes
 }
 
 func agentFlags(e *env) (*agentConfig, error) {
@@ -98,6 +98,7 @@ func agentFlags(e *env) (*agentConfig, error) {
 	c.recreate, _ = fs.GetBool("recreate-maps")
 	c.dryRun, _ = fs.GetBool("dry-run")
 	c.socketLB, _ = fs.GetBool("socket-lb")
+	c.socketLBAsked = fs.Changed("socket-lb")
 	c.socketLBCgroup, _ = fs.GetString("socket-lb-cgroup")
 	level, _ := fs.GetString("log-level")
 	format, _ := fs.GetString("log-format")
@@ -301,10 +302,15 @@ func agent(ctx context.Context, c *agentConfig) error {
 	var socketLB func() string
 	if c.socketLB && !c.dryRun {
 		info, err := bpf.Attach(bpf.Config{Root: engine.Maps().Root, Cgroup: c.socketLBCgroup})
-		if err != nil {
-			return fmt.Errorf("agent: %w (run with --socket-lb=false to go without the datapath)", err)
+		switch {
+		case err != nil && c.socketLBAsked:
+			return fmt.Errorf("%w (run with --socket-lb=false to go without the datapath)", err)
+		case err != nil:
+			// On by default only: serve the control plane anyway.
+			log.WithError(err).Warn("socket LB not attached; the maps are served without actorlb's datapath (pass --socket-lb to make this fatal, --socket-lb=false to silence it)")
+		default:
+			log.Info(info.Summary())
 		}
-		log.Info(info.Summary())
 	}
 	if !c.dryRun {
 		root := engine.Maps().Root
