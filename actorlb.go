@@ -25,6 +25,9 @@ var (
 	ErrRevNATNotFound   = actors.ErrRevNATNotFound
 	ErrRevNATOwned      = actors.ErrRevNATOwned
 	ErrMapFull          = maps.ErrMapFull
+	// ErrEngineRestarted occurs when the engine restarted while a call was
+	// in flight more often than the call is sent again (5 times).
+	ErrEngineRestarted = actors.ErrEngineRestarted
 	// ErrClosed occurs when a method is called after Close.
 	ErrClosed = errors.New("engine closed")
 )

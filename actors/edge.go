@@ -15,15 +15,8 @@ import (
 
 // handleEdge serves the requests of the library API. Before restore has
 // finished they wait (in arrival order); after a failed restore they fail.
+// (The library learns readiness from Config.OnUp, not by asking.)
 func (s *Supervisor) handleEdge(ctx actor.Context, msg any) {
-	if w, ok := msg.(*messages.WaitReady); ok {
-		if s.ready || s.readyErr != nil {
-			w.Reply <- s.readyErr
-		} else {
-			s.waitReady = append(s.waitReady, w.Reply)
-		}
-		return
-	}
 	if !s.ready {
 		if s.readyErr != nil {
 			s.failEdge(msg, s.readyErr)

@@ -66,10 +66,6 @@ func (s *Supervisor) startRestore(ctx actor.Context) {
 			s.recordRestore(r)
 			s.cfg.OnUp()
 		}
-		for _, ch := range s.waitReady {
-			ch <- s.readyErr
-		}
-		s.waitReady = nil
 		deferred := s.deferred
 		s.deferred = nil
 		for _, m := range deferred {

@@ -104,7 +104,6 @@ type Supervisor struct {
 
 	ready     bool
 	readyErr  error
-	waitReady []chan<- error
 	deferred  []any
 	restore   messages.RestoreStats
 	restarts  map[string]int
@@ -395,10 +394,6 @@ func (s *Supervisor) abortAll(err error) {
 			}
 		}
 	}
-	for _, ch := range s.waitReady {
-		ch <- err
-	}
-	s.waitReady = nil
 	s.reqs = map[uint64]*pendingReq{}
 	s.queues = map[string][]*op{}
 }

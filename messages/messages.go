@@ -148,11 +148,6 @@ type RestoreStats struct {
 	Writes        int // map entries written or deleted to repair
 }
 
-// WaitReady asks to be told when the engine has restored and serves.
-type WaitReady struct {
-	Reply chan<- error
-}
-
 // ---- Supervisor -> map owners. Every request carries a ReqID the reply echoes.
 
 // MapApply writes then deletes entries of one map, in the given order.
