@@ -102,13 +102,13 @@ type Supervisor struct {
 	inflight int
 	active   []*op
 
-	ready     bool
-	readyErr  error
-	deferred  []any
-	restore   messages.RestoreStats
-	restarts  map[string]int
-	resent    int
-	stopping  bool
+	ready    bool
+	readyErr error
+	deferred []any
+	restore  messages.RestoreStats
+	restarts map[string]int
+	resent   int
+	stopping bool
 }
 
 // NewSupervisorProducer returns the producer of the supervisor actor: each
