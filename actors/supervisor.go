@@ -401,8 +401,13 @@ func (s *Supervisor) abortAll(err error) {
 // allocBindings computes the allocator's state from the table: one
 // reference per service using a backend, standalone revNAT IDs reserved.
 func (s *Supervisor) allocBindings() (svcs, bes []messages.AllocBinding, held []lb.BackendID) {
-	refs := map[lb.L3n4Addr]int{}
-	ids := map[lb.L3n4Addr]lb.BackendID{}
+	n := 0
+	for _, svc := range s.services {
+		n += len(svc.BackendIDs)
+	}
+	refs := make(map[lb.L3n4Addr]int, n)
+	ids := make(map[lb.L3n4Addr]lb.BackendID, n)
+	svcs = make([]messages.AllocBinding, 0, len(s.services)+len(s.standalone))
 	for id, svc := range s.services {
 		svcs = append(svcs, messages.AllocBinding{Key: svc.Frontend(), ID: uint64(id), Refs: 1})
 		for i, b := range svc.Spec.Backends {

@@ -264,7 +264,10 @@ func (rb *rebuild) loadRevNAT(d Dump) {
 			}
 		}
 		slices.SortFunc(es, func(a, b maps.RevNATEntry) int {
-			return cmp.Or(cmp.Compare(a.ID, b.ID), compareRevNAT(a.Value, b.Value))
+			if c := cmp.Compare(a.ID, b.ID); c != 0 {
+				return c // the value is compared only for a repeated ID (cmp.Or would compare it every time)
+			}
+			return compareRevNAT(a.Value, b.Value)
 		})
 		es = slices.CompactFunc(es, func(a, b maps.RevNATEntry) bool { return a.ID == b.ID })
 		fs.revnat = make(map[uint16]maps.RevNATValue, len(es))
@@ -279,6 +282,7 @@ func (rb *rebuild) loadRevNAT(d Dump) {
 // duplicate backend addresses.
 func (rb *rebuild) loadBackends(d Dump) {
 	in := [2][]maps.BackendEntry{d.Backends4, d.Backends6}
+	var ids [2][]uint32 // valid backend IDs of each family, sorted
 	for i, fs := range rb.fam {
 		es := slices.Clone(in[i])
 		if fs.fam == maps.IPv4 {
@@ -287,11 +291,15 @@ func (rb *rebuild) loadBackends(d Dump) {
 			}
 		}
 		slices.SortFunc(es, func(a, b maps.BackendEntry) int {
-			return cmp.Or(cmp.Compare(a.ID, b.ID), compareBackend(a.Value, b.Value))
+			if c := cmp.Compare(a.ID, b.ID); c != 0 {
+				return c
+			}
+			return compareBackend(a.Value, b.Value)
 		})
 		es = slices.CompactFunc(es, func(a, b maps.BackendEntry) bool { return a.ID == b.ID })
 		fs.backends = make(map[uint32]maps.BackendValue, len(es))
 		fs.alias = make(map[uint32]uint32)
+		ids[i] = make([]uint32, 0, len(es))
 		for _, e := range es {
 			if reason := invalidBackend(fs.fam, e); reason != "" {
 				rb.repair(RepairInvalidEntry, fs.fam, 0, "", e.ID, "backend %d %s: deleted", e.ID, reason)
@@ -299,21 +307,24 @@ func (rb *rebuild) loadBackends(d Dump) {
 				continue
 			}
 			fs.backends[e.ID] = e.Value
+			ids[i] = append(ids[i], e.ID) // sorted: es is
 		}
 	}
 
 	v4, v6 := rb.fam[0], rb.fam[1]
-	for _, id := range sortedKeys(v6.backends) {
-		if _, ok := v4.backends[id]; ok {
-			rb.repair(RepairInvalidEntry, v6.fam, 0, "", id, "backend %d is also in the ipv4 backend map: deleted here", id)
-			delete(v6.backends, id)
-			v6.fixes.BackendDeletes = append(v6.fixes.BackendDeletes, id)
+	ids[1] = slices.DeleteFunc(ids[1], func(id uint32) bool {
+		if _, ok := v4.backends[id]; !ok {
+			return false
 		}
-	}
+		rb.repair(RepairInvalidEntry, v6.fam, 0, "", id, "backend %d is also in the ipv4 backend map: deleted here", id)
+		delete(v6.backends, id)
+		v6.fixes.BackendDeletes = append(v6.fixes.BackendDeletes, id)
+		return true
+	})
 
-	for _, fs := range rb.fam {
+	for i, fs := range rb.fam {
 		byKey := make(map[lb.L3n4Addr]uint32, len(fs.backends))
-		for _, id := range sortedKeys(fs.backends) {
+		for _, id := range ids[i] { // by ID: the lowest of duplicates is kept
 			k := BackendKey(BackendFromValue(fs.backends[id]))
 			kept, dup := byKey[k]
 			if !dup {
@@ -354,7 +365,10 @@ func (rb *rebuild) loadServices(d Dump) {
 			}
 		}
 		slices.SortFunc(es, func(a, b maps.ServiceEntry) int {
-			return cmp.Or(compareKey(a.Key, b.Key), compareServiceValue(a.Value, b.Value))
+			if c := compareKey(a.Key, b.Key); c != 0 {
+				return c
+			}
+			return compareServiceValue(a.Value, b.Value)
 		})
 		es = slices.CompactFunc(es, func(a, b maps.ServiceEntry) bool { return a.Key == b.Key })
 
@@ -456,14 +470,14 @@ type slotted struct {
 func (rb *rebuild) rebuildService(fs *famState, g *group) {
 	m := g.master
 	n := int(m.Count) + int(m.QCount)
-	var list []slotted
+	list := make([]slotted, 0, min(n, len(g.slots)))
 	var missing []int
 	dropped := false
 	type first struct {
 		slot int
 		orig uint32 // backend ID of that slot before rewriting duplicates
 	}
-	seen := make(map[uint32]first)
+	seen := make(map[uint32]first, len(list))
 	for s := 1; s <= n; s++ {
 		v, ok := g.slots[uint16(s)]
 		if s > 0xFFFF || !ok {
@@ -527,9 +541,13 @@ func (rb *rebuild) rebuildService(fs *famState, g *group) {
 		rb.svcRepair(RepairExtraSlot, fs, g, 0, "%s beyond count+qcount %d: deleted", plural("slot", len(extra), slotList(extra)), n)
 	}
 
-	sorted := slices.Clone(list)
-	slices.SortStableFunc(sorted, func(a, b slotted) int { return cmp.Compare(stateRank(a.b.State), stateRank(b.b.State)) })
-	reordered := !slices.Equal(sorted, list)
+	byRank := func(a, b slotted) int { return cmp.Compare(stateRank(a.b.State), stateRank(b.b.State)) }
+	sorted, reordered := list, false
+	if !slices.IsSortedFunc(list, byRank) { // the common case needs no copy
+		sorted = slices.Clone(list)
+		slices.SortStableFunc(sorted, byRank)
+		reordered = true
+	}
 
 	svc := &Service{Spec: SpecFromMaster(g.fe, m)}
 	if !svc.Spec.LBAlgorithm.IsValid() {
@@ -538,9 +556,12 @@ func (rb *rebuild) rebuildService(fs *famState, g *group) {
 	if svc.Spec.SessionAffinity && svc.Spec.SessionAffinityTimeout == 0 {
 		svc.Spec.SessionAffinityTimeout = lb.DefaultSessionAffinityTimeout
 	}
-	for _, sl := range sorted {
-		svc.Spec.Backends = append(svc.Spec.Backends, sl.b)
-		svc.BackendIDs = append(svc.BackendIDs, sl.id)
+	if len(sorted) > 0 { // a service without backends keeps nil slices
+		svc.Spec.Backends = make([]lb.Backend, len(sorted))
+		svc.BackendIDs = make([]lb.BackendID, len(sorted))
+		for i, sl := range sorted {
+			svc.Spec.Backends[i], svc.BackendIDs[i] = sl.b, sl.id
+		}
 	}
 	g.svc = svc
 
@@ -740,7 +761,10 @@ func addrPort(v maps.RevNATValue) string {
 // compareKey orders service keys by frontend (address, port, protocol,
 // scope), then slot.
 func compareKey(a, b maps.ServiceKey) int {
-	return cmp.Or(a.Address.Compare(b.Address), cmp.Compare(a.Port, b.Port), cmp.Compare(a.Proto, b.Proto),
+	if c := a.Address.Compare(b.Address); c != 0 {
+		return c
+	}
+	return cmp.Or(cmp.Compare(a.Port, b.Port), cmp.Compare(a.Proto, b.Proto),
 		cmp.Compare(a.Scope, b.Scope), cmp.Compare(a.Slot, b.Slot))
 }
 
@@ -750,7 +774,10 @@ func compareServiceValue(a, b maps.ServiceValue) int {
 }
 
 func compareBackend(a, b maps.BackendValue) int {
-	return cmp.Or(a.Address.Compare(b.Address), cmp.Compare(a.Port, b.Port), cmp.Compare(a.Proto, b.Proto),
+	if c := a.Address.Compare(b.Address); c != 0 {
+		return c
+	}
+	return cmp.Or(cmp.Compare(a.Port, b.Port), cmp.Compare(a.Proto, b.Proto),
 		cmp.Compare(a.State, b.State), cmp.Compare(a.ClusterID, b.ClusterID), cmp.Compare(a.Zone, b.Zone))
 }
 
