@@ -11,9 +11,9 @@ import (
 // mapActor owns one service or backend map and its mirror. On every
 // (re)start it rebuilds the mirror from the map before it handles any
 // queued message.
-type mapActor[E comparable, K comparable] struct {
+type mapActor[E, K, V comparable] struct {
 	name   string
-	mirror *mirror[E, K]
+	mirror *mirror[E, K, V]
 	// Requests wait here until a flush message, sent to self when the
 	// first arrives, comes back: everything queued meanwhile goes to the
 	// kernel in one batch.
@@ -31,17 +31,17 @@ type flushMsg struct{}
 
 func newServiceMapActor(m maps.ServiceMap) actor.Producer {
 	return func() actor.Actor {
-		return &mapActor[maps.ServiceEntry, maps.ServiceKey]{name: m.Name(), mirror: newMirror[maps.ServiceEntry, maps.ServiceKey](m, serviceKeyOf)}
+		return &mapActor[maps.ServiceEntry, maps.ServiceKey, maps.ServiceValue]{name: m.Name(), mirror: newMirror(m, splitService, joinService)}
 	}
 }
 
 func newBackendMapActor(m maps.BackendMap) actor.Producer {
 	return func() actor.Actor {
-		return &mapActor[maps.BackendEntry, uint32]{name: m.Name(), mirror: newMirror[maps.BackendEntry, uint32](m, backendKeyOf)}
+		return &mapActor[maps.BackendEntry, uint32, maps.BackendValue]{name: m.Name(), mirror: newMirror(m, splitBackend, joinBackend)}
 	}
 }
 
-func (a *mapActor[E, K]) Receive(ctx actor.Context) {
+func (a *mapActor[E, K, V]) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		if err := a.mirror.load(); err != nil {
@@ -69,7 +69,7 @@ func (a *mapActor[E, K]) Receive(ctx actor.Context) {
 // operation per frontend at a time), so this order is safe: writes first
 // keep make-before-break. If the batch fails, each request is applied on
 // its own so that each gets its own answer.
-func (a *mapActor[E, K]) flush(ctx actor.Context) {
+func (a *mapActor[E, K, V]) flush(ctx actor.Context) {
 	buf := a.buf
 	a.buf = nil
 	switch len(buf) {
@@ -102,7 +102,7 @@ func (a *mapActor[E, K]) flush(ctx actor.Context) {
 // revNATActor owns both revNAT maps and their mirrors. Like the other map
 // owners it writes the requests queued in its mailbox in one batch.
 type revNATActor struct {
-	v4, v6   *mirror[maps.RevNATEntry, uint16]
+	v4, v6   *mirror[maps.RevNATEntry, uint16, maps.RevNATValue]
 	buf      []pendingRevNAT
 	flushing bool
 }
@@ -115,8 +115,8 @@ type pendingRevNAT struct {
 func newRevNATActor(m4, m6 maps.RevNATMap) actor.Producer {
 	return func() actor.Actor {
 		return &revNATActor{
-			v4: newMirror[maps.RevNATEntry, uint16](m4, revNATKeyOf),
-			v6: newMirror[maps.RevNATEntry, uint16](m6, revNATKeyOf),
+			v4: newMirror(maps.Map[maps.RevNATEntry, uint16](m4), splitRevNAT, joinRevNAT),
+			v6: newMirror(maps.Map[maps.RevNATEntry, uint16](m6), splitRevNAT, joinRevNAT),
 		}
 	}
 }

@@ -9,25 +9,28 @@ import (
 // mirror is the pure core of a map owner: one map and an in-memory copy of
 // its entries, so that writes of unchanged entries and deletes of absent
 // keys never reach the kernel. Not safe for concurrent use: its actor owns it.
-type mirror[E comparable, K comparable] struct {
+// It keeps values only (the key is the map's key), to save memory.
+type mirror[E, K, V comparable] struct {
 	m       maps.Map[E, K]
-	keyOf   func(E) K
-	entries map[K]E
+	split   func(E) (K, V)
+	join    func(K, V) E
+	entries map[K]V
 }
 
-func newMirror[E comparable, K comparable](m maps.Map[E, K], keyOf func(E) K) *mirror[E, K] {
-	return &mirror[E, K]{m: m, keyOf: keyOf, entries: map[K]E{}}
+func newMirror[E, K, V comparable](m maps.Map[E, K], split func(E) (K, V), join func(K, V) E) *mirror[E, K, V] {
+	return &mirror[E, K, V]{m: m, split: split, join: join, entries: map[K]V{}}
 }
 
 // load replaces the mirror with the map's contents.
-func (o *mirror[E, K]) load() error {
+func (o *mirror[E, K, V]) load() error {
 	es, err := o.m.Dump()
 	if err != nil {
 		return err
 	}
-	o.entries = make(map[K]E, len(es))
+	o.entries = make(map[K]V, len(es))
 	for _, e := range es {
-		o.entries[o.keyOf(e)] = e
+		k, v := o.split(e)
+		o.entries[k] = v
 	}
 	return nil
 }
@@ -35,10 +38,11 @@ func (o *mirror[E, K]) load() error {
 // apply writes the entries that differ, in order, then deletes the keys
 // present, in order. After a failed write the mirror is reloaded from the
 // map, which may hold a prefix of the writes.
-func (o *mirror[E, K]) apply(writes []E, deletes []K) (written, deleted int, err error) {
+func (o *mirror[E, K, V]) apply(writes []E, deletes []K) (written, deleted int, err error) {
 	var ws []E
 	for _, e := range writes {
-		if cur, ok := o.entries[o.keyOf(e)]; !ok || cur != e {
+		k, v := o.split(e)
+		if cur, ok := o.entries[k]; !ok || cur != v {
 			ws = append(ws, e)
 		}
 	}
@@ -50,7 +54,8 @@ func (o *mirror[E, K]) apply(writes []E, deletes []K) (written, deleted int, err
 			return 0, 0, err
 		}
 		for _, e := range ws {
-			o.entries[o.keyOf(e)] = e
+			k, v := o.split(e)
+			o.entries[k] = v
 		}
 	}
 	var ds []K
@@ -74,14 +79,25 @@ func (o *mirror[E, K]) apply(writes []E, deletes []K) (written, deleted int, err
 }
 
 // dump returns a copy of the mirror's entries.
-func (o *mirror[E, K]) dump() []E {
+func (o *mirror[E, K, V]) dump() []E {
 	out := make([]E, 0, len(o.entries))
-	for _, e := range o.entries {
-		out = append(out, e)
+	for k, v := range o.entries {
+		out = append(out, o.join(k, v))
 	}
 	return out
 }
 
-func serviceKeyOf(e maps.ServiceEntry) maps.ServiceKey { return e.Key }
-func backendKeyOf(e maps.BackendEntry) uint32          { return e.ID }
-func revNATKeyOf(e maps.RevNATEntry) uint16            { return e.ID }
+// Splitting entries into key and value, and back.
+
+func splitService(e maps.ServiceEntry) (maps.ServiceKey, maps.ServiceValue) { return e.Key, e.Value }
+func joinService(k maps.ServiceKey, v maps.ServiceValue) maps.ServiceEntry {
+	return maps.ServiceEntry{Key: k, Value: v}
+}
+func splitBackend(e maps.BackendEntry) (uint32, maps.BackendValue) { return e.ID, e.Value }
+func joinBackend(k uint32, v maps.BackendValue) maps.BackendEntry {
+	return maps.BackendEntry{ID: k, Value: v}
+}
+func splitRevNAT(e maps.RevNATEntry) (uint16, maps.RevNATValue) { return e.ID, e.Value }
+func joinRevNAT(k uint16, v maps.RevNATValue) maps.RevNATEntry {
+	return maps.RevNATEntry{ID: k, Value: v}
+}

@@ -178,6 +178,11 @@ func (s *Supervisor) complete(ctx actor.Context, o *op) {
 		q := s.queues[k][1:] // o heads every queue it ran from
 		if len(q) == 0 {
 			delete(s.queues, k)
+			if len(s.queues) == 0 {
+				// Go maps never shrink: a burst (a large Sync queues an op
+				// per service and backend) would keep its table for good.
+				s.queues = map[string][]*op{}
+			}
 			continue
 		}
 		s.queues[k] = q
