@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/netip"
 	"sync/atomic"
 
 	"github.com/actorlb/actorlb/internal/idalloc"
@@ -17,7 +18,7 @@ import (
 // AllocRestore, built from the table.
 type allocatorActor struct {
 	svc *idalloc.Allocator[lb.L3n4Addr, lb.ServiceID]
-	be  *idalloc.Allocator[lb.L3n4Addr, lb.BackendID]
+	be  *idalloc.Allocator[backendKey, lb.BackendID]
 	// restarted is set on every incarnation but the first: the state is
 	// gone, so requests wait (in arrival order) until AllocRestore.
 	restarted bool
@@ -36,7 +37,7 @@ func newAllocatorProducer() actor.Producer {
 	return func() actor.Actor {
 		return &allocatorActor{
 			svc:       idalloc.New[lb.L3n4Addr, lb.ServiceID](lb.MaxServiceID),
-			be:        idalloc.New[lb.L3n4Addr, lb.BackendID](math.MaxUint32),
+			be:        idalloc.New[backendKey, lb.BackendID](math.MaxUint32),
 			restarted: incarnations.Add(1) > 1,
 		}
 	}
@@ -110,10 +111,10 @@ func (a *allocatorActor) acquire(m *messages.AllocAcquire) *messages.AllocAcquir
 	}
 	r.BackendIDs = make([]lb.BackendID, 0, len(m.Backends))
 	for _, k := range m.Backends {
-		id, _, err := a.be.Acquire(k)
+		id, _, err := a.be.Acquire(compactKey(k))
 		if err != nil {
 			for _, k := range m.Backends[:len(r.BackendIDs)] {
-				a.be.Release(k)
+				a.be.Release(compactKey(k))
 			}
 			if m.Service {
 				a.svc.Release(m.Frontend)
@@ -147,7 +148,7 @@ func (a *allocatorActor) release(m *messages.AllocRelease) *messages.AllocReleas
 	r := &messages.AllocReleased{ReqID: m.ReqID}
 	var errs []error
 	for _, k := range m.Backends {
-		id, freed, err := a.be.Release(k)
+		id, freed, err := a.be.Release(compactKey(k))
 		if err != nil {
 			errs = append(errs, fmt.Errorf("release backend %s: %w", k, err))
 			continue
@@ -171,13 +172,13 @@ func (a *allocatorActor) release(m *messages.AllocRelease) *messages.AllocReleas
 
 func (a *allocatorActor) restore(m *messages.AllocRestore) error {
 	a.svc = idalloc.New[lb.L3n4Addr, lb.ServiceID](lb.MaxServiceID)
-	a.be = idalloc.New[lb.L3n4Addr, lb.BackendID](math.MaxUint32)
+	a.be = idalloc.New[backendKey, lb.BackendID](math.MaxUint32)
 	var errs []error
 	for _, b := range m.Services {
 		errs = append(errs, bind(a.svc, b.Key, lb.ServiceID(b.ID), b.Refs))
 	}
 	for _, b := range m.Backends {
-		errs = append(errs, bind(a.be, b.Key, lb.BackendID(b.ID), b.Refs))
+		errs = append(errs, bind(a.be, compactKey(b.Key), lb.BackendID(b.ID), b.Refs))
 	}
 	for _, id := range m.Held {
 		if err := a.be.Hold(id); err != nil {
@@ -187,14 +188,33 @@ func (a *allocatorActor) restore(m *messages.AllocRestore) error {
 	return errors.Join(errs...)
 }
 
-func bind[I idalloc.ID](a *idalloc.Allocator[lb.L3n4Addr, I], key lb.L3n4Addr, id I, refs int) error {
+func bind[K comparable, I idalloc.ID](a *idalloc.Allocator[K, I], key K, id I, refs int) error {
 	if err := a.Restore(key, id); err != nil {
-		return fmt.Errorf("restore %s -> %d: %w", key, id, err)
+		return fmt.Errorf("restore %v -> %d: %w", key, id, err)
 	}
 	for range refs {
 		if _, _, err := a.Acquire(key); err != nil {
-			return fmt.Errorf("restore %s -> %d: %w", key, id, err)
+			return fmt.Errorf("restore %v -> %d: %w", key, id, err)
 		}
 	}
 	return nil
+}
+
+// backendKey is a backend's identity in the allocator: 20 bytes and no
+// pointer, where lb.L3n4Addr takes 32 with one (the allocator holds two
+// entries per backend, so this is most of its memory).
+type backendKey struct {
+	addr  [16]byte
+	port  uint16
+	proto lb.L4Type
+}
+
+func compactKey(a lb.L3n4Addr) backendKey {
+	return backendKey{addr: a.Addr.As16(), port: a.Port, proto: a.Protocol}
+}
+
+// String prints the address as the user wrote it (for error messages).
+func (k backendKey) String() string {
+	addr := netip.AddrFrom16(k.addr).Unmap()
+	return lb.L3n4Addr{Addr: addr, Port: k.port, Protocol: k.proto}.String()
 }

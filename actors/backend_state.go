@@ -14,6 +14,47 @@ import (
 // service is applied to the others too (their slots are rewritten by a
 // refresh op queued on their own frontend).
 
+// users is the set of services using one backend; most backends have
+// exactly one, which needs no allocation.
+type users struct {
+	one  lb.ServiceID // 0: empty
+	more []lb.ServiceID
+}
+
+func (u *users) add(id lb.ServiceID) {
+	if u.one == 0 {
+		u.one = id
+		return
+	}
+	u.more = append(u.more, id)
+}
+
+// remove drops id and reports whether the set is now empty.
+func (u *users) remove(id lb.ServiceID) bool {
+	switch {
+	case u.one == id && len(u.more) > 0:
+		u.one = u.more[len(u.more)-1]
+		u.more = u.more[:len(u.more)-1]
+	case u.one == id:
+		u.one = 0
+	default:
+		u.more = slices.DeleteFunc(u.more, func(x lb.ServiceID) bool { return x == id })
+	}
+	return u.one == 0
+}
+
+// all yields every service ID of the set.
+func (u users) all(yield func(lb.ServiceID) bool) {
+	if u.one == 0 || !yield(u.one) {
+		return
+	}
+	for _, id := range u.more {
+		if !yield(id) {
+			return
+		}
+	}
+}
+
 // put installs svc in the table and the backend index.
 func (s *Supervisor) put(svc *table.Service) {
 	if old, ok := s.services[svc.ID()]; ok {
@@ -22,8 +63,10 @@ func (s *Supervisor) put(svc *table.Service) {
 	s.services[svc.ID()] = svc
 	s.byFE[svc.Frontend()] = svc.ID()
 	for _, b := range svc.Spec.Backends {
-		k := table.BackendKey(b)
-		s.users[k] = append(s.users[k], svc.ID())
+		k := compactKey(table.BackendKey(b))
+		u := s.users[k]
+		u.add(svc.ID())
+		s.users[k] = u
 	}
 }
 
@@ -36,12 +79,12 @@ func (s *Supervisor) drop(svc *table.Service) {
 
 func (s *Supervisor) unindex(svc *table.Service) {
 	for _, b := range svc.Spec.Backends {
-		k := table.BackendKey(b)
-		ids := slices.DeleteFunc(s.users[k], func(id lb.ServiceID) bool { return id == svc.ID() })
-		if len(ids) == 0 {
+		k := compactKey(table.BackendKey(b))
+		u := s.users[k]
+		if u.remove(svc.ID()) {
 			delete(s.users, k)
 		} else {
-			s.users[k] = ids
+			s.users[k] = u
 		}
 	}
 }
@@ -49,7 +92,7 @@ func (s *Supervisor) unindex(svc *table.Service) {
 // backendState returns the current state of a backend, its ID and
 // whether any service uses it.
 func (s *Supervisor) backendState(k lb.L3n4Addr) (lb.BackendState, lb.BackendID, bool) {
-	for _, id := range s.users[k] {
+	for id := range s.users[compactKey(k)].all {
 		svc := s.services[id]
 		for i, b := range svc.Spec.Backends {
 			if table.BackendKey(b) == k {
@@ -63,16 +106,23 @@ func (s *Supervisor) backendState(k lb.L3n4Addr) (lb.BackendState, lb.BackendID,
 // propagateStates gives every other service using a backend of svc the
 // state svc gives it, and queues a refresh of their maps.
 func (s *Supervisor) propagateStates(ctx actor.Context, svc *table.Service) {
-	states := make(map[lb.L3n4Addr]lb.BackendState, len(svc.Spec.Backends))
-	siblings := map[lb.ServiceID]bool{}
+	var siblings map[lb.ServiceID]bool // allocated only when a backend is shared
 	for _, b := range svc.Spec.Backends {
-		k := table.BackendKey(b)
-		states[k] = b.State
-		for _, id := range s.users[k] {
+		for id := range s.users[compactKey(table.BackendKey(b))].all {
 			if id != svc.ID() {
+				if siblings == nil {
+					siblings = map[lb.ServiceID]bool{}
+				}
 				siblings[id] = true
 			}
 		}
+	}
+	if siblings == nil {
+		return
+	}
+	states := make(map[lb.L3n4Addr]lb.BackendState, len(svc.Spec.Backends))
+	for _, b := range svc.Spec.Backends {
+		states[table.BackendKey(b)] = b.State
 	}
 	for id := range siblings {
 		sib := s.services[id]

@@ -92,7 +92,7 @@ type Supervisor struct {
 
 	services   map[lb.ServiceID]*table.Service
 	byFE       map[lb.L3n4Addr]lb.ServiceID
-	users      map[lb.L3n4Addr][]lb.ServiceID // backend -> services using it
+	users      map[backendKey]users // backend -> services using it
 	refreshes  int
 	standalone map[lb.ServiceID]lb.L3n4Addr // revNAT entries without service
 
@@ -147,7 +147,7 @@ func NewSupervisorProducer(cfg Config) actor.Producer {
 			children:   map[string]*actor.PID{},
 			services:   map[lb.ServiceID]*table.Service{},
 			byFE:       map[lb.L3n4Addr]lb.ServiceID{},
-			users:      map[lb.L3n4Addr][]lb.ServiceID{},
+			users:      map[backendKey]users{},
 			standalone: map[lb.ServiceID]lb.L3n4Addr{},
 			queues:     map[string][]*op{},
 			reqs:       map[uint64]*pendingReq{},
