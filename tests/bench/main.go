@@ -1,10 +1,3 @@
-// Command bench measures actorlb against real pinned BPF maps and writes
-// bench-results.json. Every machine-dependent figure is also given as a
-// ratio against a floor measured in the same run: a plain loop writing the
-// same map entries, one bpf() update per entry with pre-marshalled keys and
-// values, and the same with BatchUpdate.
-//
-// Run it as root: go run ./tests/bench (or make bench).
 package main
 
 import (
