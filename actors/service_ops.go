@@ -3,7 +3,6 @@ package actors
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 
 	"github.com/actorlb/actorlb/internal/table"
@@ -36,50 +35,6 @@ func stepWriteService(name string, svc *table.Service, deleteTo int) step {
 			ReqID: id, Writes: serviceWrites(svc), Deletes: slotKeys(svc.Frontend(), table.SlotCount(svc)+1, deleteTo),
 		}, applied)
 	}, retry: mapRetries}
-}
-
-// stepWriteChanged writes what an upsert changes before its slots: the
-// backends that are new or whose state changed, and the revNAT entry of a
-// new service. An update that changes neither sends nothing.
-func stepWriteChanged(svc, old *table.Service, created bool) step {
-	return step{name: "write backends and revNAT", do: func(s *Supervisor, ctx actor.Context, o *op) {
-		prev := map[lb.BackendID]lb.BackendState{}
-		if old != nil {
-			for i, b := range old.Spec.Backends {
-				prev[old.BackendIDs[i]] = b.State
-			}
-		}
-		var bes []maps.BackendEntry
-		for i, b := range svc.Spec.Backends {
-			if st, ok := prev[svc.BackendIDs[i]]; !ok || st != b.State {
-				bes = append(bes, table.BackendEntry(b, svc.BackendIDs[i]))
-			}
-		}
-		if len(bes) > 0 {
-			id := s.newReqID()
-			s.request(ctx, o, beChild(svc.Family()), id, &messages.BackendApply{ReqID: id, Writes: bes}, applied)
-		}
-		if created {
-			id := s.newReqID()
-			s.request(ctx, o, ChildRevNAT, id, &messages.RevNATApply{ReqID: id, Writes: []maps.RevNATEntry{table.RevNAT(svc)}}, applied)
-		}
-	}, retry: mapRetries}
-}
-
-// stepWriteServiceIfChanged is stepWriteService, skipped when the slots
-// and master equal the old version's (an upsert that changes nothing
-// sends no message to the map owner).
-func stepWriteServiceIfChanged(svc, old *table.Service, deleteTo int) step {
-	st := stepWriteService("write service", svc, deleteTo)
-	do := st.do
-	st.do = func(s *Supervisor, ctx actor.Context, o *op) {
-		if old != nil && table.SlotCount(old) == table.SlotCount(svc) && table.Master(old) == table.Master(svc) &&
-			slices.Equal(table.Slots(old), table.Slots(svc)) {
-			return
-		}
-		do(s, ctx, o)
-	}
-	return st
 }
 
 func stepDeleteService(name string, svc *table.Service, slots int) step {
@@ -293,8 +248,11 @@ func (s *Supervisor) upsertOp(spec *lb.Service, reply func(id lb.ServiceID, crea
 					return nil
 				})
 			}},
-			stepWriteChanged(newSvc, old, created),
-			stepWriteServiceIfChanged(newSvc, old, maxSlots),
+			// Everything is sent, changed or not: the map owners skip
+			// entries their map already holds, and an upsert (or Sync) of
+			// an unchanged service still repairs maps that drifted.
+			stepWriteBackendsRevNAT("write backends and revNAT", newSvc),
+			stepWriteService("write service", newSvc, maxSlots),
 			{name: "commit", do: func(s *Supervisor, ctx actor.Context, o *op) {
 				s.put(newSvc)
 				s.propagateStates(ctx, newSvc)
