@@ -14,20 +14,59 @@ import (
 type mapActor[E, K, V comparable] struct {
 	name   string
 	mirror *mirror[E, K, V]
-	// Requests wait here until a flush message, sent to self when the
-	// first arrives, comes back: everything queued meanwhile goes to the
-	// kernel in one batch.
-	buf      []pendingApply[E, K]
-	flushing bool
-}
-
-type pendingApply[E, K any] struct {
-	sender *actor.PID
-	req    *messages.MapApply[E, K]
+	batch  batcher[*messages.MapApply[E, K]]
 }
 
 // flushMsg tells a map owner to write what it has buffered.
 type flushMsg struct{}
+
+// batcher holds the write requests of a map owner until a flush message,
+// sent to self when the first one arrives, comes back: everything queued
+// in the mailbox meanwhile goes to the kernel in one batch.
+type batcher[R any] struct {
+	buf      []queuedReq[R]
+	flushing bool
+}
+
+type queuedReq[R any] struct {
+	sender *actor.PID
+	req    R
+}
+
+func (b *batcher[R]) add(ctx actor.Context, req R) {
+	b.buf = append(b.buf, queuedReq[R]{ctx.Sender(), req})
+	if !b.flushing {
+		b.flushing = true
+		ctx.Send(ctx.Self(), &flushMsg{})
+	}
+}
+
+// flush applies the buffered requests in arrival order. Several go as one
+// batch (applyAll: all their writes, then all their deletes). Requests in
+// flight together come from operations on different frontends writing
+// different backends (the supervisor orders the others), so this order is
+// safe, and writes first keep make-before-break. A single request, or a
+// batch that fails, is applied request by request (applyOne) so that each
+// gets its own answer.
+func (b *batcher[R]) flush(ctx actor.Context, applyAll func([]R) error, applyOne func(R) *messages.MapApplied, reqID func(R) uint64) {
+	buf := b.buf
+	b.buf = nil
+	if len(buf) > 1 {
+		reqs := make([]R, len(buf))
+		for i, p := range buf {
+			reqs[i] = p.req
+		}
+		if applyAll(reqs) == nil {
+			for _, p := range buf {
+				ctx.Send(p.sender, &messages.MapApplied{ReqID: reqID(p.req)})
+			}
+			return
+		}
+	}
+	for _, p := range buf {
+		ctx.Send(p.sender, applyOne(p.req))
+	}
+}
 
 func newServiceMapActor(m maps.ServiceMap) actor.Producer {
 	return func() actor.Actor {
@@ -49,13 +88,9 @@ func (a *mapActor[E, K, V]) Receive(ctx actor.Context) {
 			panic(fmt.Errorf("%s: load mirror: %w", a.name, err))
 		}
 	case *messages.MapApply[E, K]:
-		a.buf = append(a.buf, pendingApply[E, K]{ctx.Sender(), m})
-		if !a.flushing {
-			a.flushing = true
-			ctx.Send(ctx.Self(), &flushMsg{})
-		}
+		a.batch.add(ctx, m)
 	case *flushMsg:
-		a.flushing = false
+		a.batch.flushing = false
 		a.flush(ctx)
 	case *messages.MapDump:
 		a.flush(ctx) // a dump sees every write queued before it
@@ -63,53 +98,27 @@ func (a *mapActor[E, K, V]) Receive(ctx actor.Context) {
 	}
 }
 
-// flush applies the buffered requests in arrival order as one batch: all
-// their writes, then all their deletes. Requests in flight together come
-// from operations on different frontends (the supervisor runs one
-// operation per frontend at a time), so this order is safe: writes first
-// keep make-before-break. If the batch fails, each request is applied on
-// its own so that each gets its own answer.
 func (a *mapActor[E, K, V]) flush(ctx actor.Context) {
-	buf := a.buf
-	a.buf = nil
-	switch len(buf) {
-	case 0:
-		return
-	case 1:
-		m := buf[0].req
-		w, d, err := a.mirror.apply(m.Writes, m.Deletes)
-		ctx.Send(buf[0].sender, &messages.MapApplied{ReqID: m.ReqID, Written: w, Deleted: d, Err: err})
-		return
-	}
-	var ws []E
-	var ds []K
-	for _, p := range buf {
-		ws = append(ws, p.req.Writes...)
-		ds = append(ds, p.req.Deletes...)
-	}
-	if _, _, err := a.mirror.apply(ws, ds); err == nil {
-		for _, p := range buf {
-			ctx.Send(p.sender, &messages.MapApplied{ReqID: p.req.ReqID})
+	a.batch.flush(ctx, func(reqs []*messages.MapApply[E, K]) error {
+		var ws []E
+		var ds []K
+		for _, r := range reqs {
+			ws = append(ws, r.Writes...)
+			ds = append(ds, r.Deletes...)
 		}
-		return
-	}
-	for _, p := range buf {
-		w, d, err := a.mirror.apply(p.req.Writes, p.req.Deletes)
-		ctx.Send(p.sender, &messages.MapApplied{ReqID: p.req.ReqID, Written: w, Deleted: d, Err: err})
-	}
+		_, _, err := a.mirror.apply(ws, ds)
+		return err
+	}, func(r *messages.MapApply[E, K]) *messages.MapApplied {
+		w, d, err := a.mirror.apply(r.Writes, r.Deletes)
+		return &messages.MapApplied{ReqID: r.ReqID, Written: w, Deleted: d, Err: err}
+	}, func(r *messages.MapApply[E, K]) uint64 { return r.ReqID })
 }
 
 // revNATActor owns both revNAT maps and their mirrors. Like the other map
 // owners it writes the requests queued in its mailbox in one batch.
 type revNATActor struct {
-	v4, v6   *mirror[maps.RevNATEntry, uint16, maps.RevNATValue]
-	buf      []pendingRevNAT
-	flushing bool
-}
-
-type pendingRevNAT struct {
-	sender *actor.PID
-	req    *messages.RevNATApply
+	v4, v6 *mirror[maps.RevNATEntry, uint16, maps.RevNATValue]
+	batch  batcher[*messages.RevNATApply]
 }
 
 func newRevNATActor(m4, m6 maps.RevNATMap) actor.Producer {
@@ -131,13 +140,9 @@ func (a *revNATActor) Receive(ctx actor.Context) {
 			panic(fmt.Errorf("revnat: load mirror: %w", err))
 		}
 	case *messages.RevNATApply:
-		a.buf = append(a.buf, pendingRevNAT{ctx.Sender(), m})
-		if !a.flushing {
-			a.flushing = true
-			ctx.Send(ctx.Self(), &flushMsg{})
-		}
+		a.batch.add(ctx, m)
 	case *flushMsg:
-		a.flushing = false
+		a.batch.flushing = false
 		a.flush(ctx)
 	case *messages.MapDump:
 		a.flush(ctx)
@@ -163,30 +168,19 @@ func (a *revNATActor) apply(writes []maps.RevNATEntry, del4, del6 []uint16) (int
 	return w + w2, d + d2, err
 }
 
-// flush applies the buffered requests as one batch (see mapActor.flush).
 func (a *revNATActor) flush(ctx actor.Context) {
-	buf := a.buf
-	a.buf = nil
-	if len(buf) == 0 {
-		return
-	}
-	if len(buf) > 1 {
+	a.batch.flush(ctx, func(reqs []*messages.RevNATApply) error {
 		var ws []maps.RevNATEntry
 		var d4, d6 []uint16
-		for _, p := range buf {
-			ws = append(ws, p.req.Writes...)
-			d4 = append(d4, p.req.Deletes4...)
-			d6 = append(d6, p.req.Deletes6...)
+		for _, r := range reqs {
+			ws = append(ws, r.Writes...)
+			d4 = append(d4, r.Deletes4...)
+			d6 = append(d6, r.Deletes6...)
 		}
-		if _, _, err := a.apply(ws, d4, d6); err == nil {
-			for _, p := range buf {
-				ctx.Send(p.sender, &messages.MapApplied{ReqID: p.req.ReqID})
-			}
-			return
-		}
-	}
-	for _, p := range buf {
-		w, d, err := a.apply(p.req.Writes, p.req.Deletes4, p.req.Deletes6)
-		ctx.Send(p.sender, &messages.MapApplied{ReqID: p.req.ReqID, Written: w, Deleted: d, Err: err})
-	}
+		_, _, err := a.apply(ws, d4, d6)
+		return err
+	}, func(r *messages.RevNATApply) *messages.MapApplied {
+		w, d, err := a.apply(r.Writes, r.Deletes4, r.Deletes6)
+		return &messages.MapApplied{ReqID: r.ReqID, Written: w, Deleted: d, Err: err}
+	}, func(r *messages.RevNATApply) uint64 { return r.ReqID })
 }

@@ -233,22 +233,22 @@ func (s *Supervisor) failRequest(ctx actor.Context, id uint64, err error) {
 	s.advance(ctx, p.op)
 }
 
-func replyID(msg any) (uint64, error, bool) {
+func replyID(msg any) (uint64, bool) {
 	switch m := msg.(type) {
 	case *mapAppliedT:
-		return m.ReqID, m.Err, true
+		return m.ReqID, true
 	case *svcDumpedT:
-		return m.ReqID, m.Err, true
+		return m.ReqID, true
 	case *beDumpedT:
-		return m.ReqID, m.Err, true
+		return m.ReqID, true
 	case *revDumpedT:
-		return m.ReqID, m.Err, true
+		return m.ReqID, true
 	case *allocAcquiredT:
-		return m.ReqID, m.Err, true
+		return m.ReqID, true
 	case *allocReleasedT:
-		return m.ReqID, m.Err, true
+		return m.ReqID, true
 	case *allocDoneT:
-		return m.ReqID, m.Err, true
+		return m.ReqID, true
 	}
-	return 0, nil, false
+	return 0, false
 }

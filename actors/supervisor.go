@@ -223,7 +223,7 @@ func (s *Supervisor) Receive(ctx actor.Context) {
 		}
 		return
 	}
-	if id, _, ok := replyID(ctx.Message()); ok {
+	if id, ok := replyID(ctx.Message()); ok {
 		s.onReply(ctx, id, ctx.Message())
 		return
 	}
@@ -296,7 +296,7 @@ func (s *Supervisor) onChildFailed(ctx actor.Context, m *childFailed) {
 	// (counted against its retries) and those it had buffered or queued
 	// (map owners buffer requests until they flush; resending is
 	// idempotent, and a second reply is ignored).
-	failedID, _, _ := requestID(m.failed)
+	failedID, _ := requestID(m.failed)
 	for id, p := range s.reqs {
 		if p.child != m.child {
 			continue
@@ -344,30 +344,30 @@ func (s *Supervisor) resend(ctx actor.Context, id uint64, p *pendingReq) {
 	ctx.Request(s.children[p.child], p.msg)
 }
 
-func requestID(msg any) (uint64, string, bool) {
+func requestID(msg any) (uint64, bool) {
 	switch m := msg.(type) {
 	case *messages.ServiceApply:
-		return m.ReqID, "", true
+		return m.ReqID, true
 	case *messages.BackendApply:
-		return m.ReqID, "", true
+		return m.ReqID, true
 	case *messages.RevNATApply:
-		return m.ReqID, "", true
+		return m.ReqID, true
 	case *messages.MapDump:
-		return m.ReqID, "", true
+		return m.ReqID, true
 	case *messages.AllocAcquire:
-		return m.ReqID, "", true
+		return m.ReqID, true
 	case *messages.AllocRelease:
-		return m.ReqID, "", true
+		return m.ReqID, true
 	case *messages.AllocUnhold:
-		return m.ReqID, "", true
+		return m.ReqID, true
 	case *messages.AllocRestore:
-		return m.ReqID, "", true
+		return m.ReqID, true
 	case *messages.AllocReserve:
-		return m.ReqID, "", true
+		return m.ReqID, true
 	case *messages.AllocDrop:
-		return m.ReqID, "", true
+		return m.ReqID, true
 	}
-	return 0, "", false
+	return 0, false
 }
 
 // abortAll answers every op in flight with err (the supervisor is going
