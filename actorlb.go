@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -196,6 +197,66 @@ func (e *Engine) Upsert(ctx context.Context, svc *lb.Service) (lb.ServiceID, boo
 		return 0, false, fmt.Errorf("upsert service %s: %w", svc.Frontend.L3n4Addr, err)
 	}
 	return r.ID, r.Created, r.Err
+}
+
+// UpsertResult is the outcome of one service of UpsertBatch.
+type UpsertResult struct {
+	ID      lb.ServiceID
+	Created bool
+	Err     error
+}
+
+// UpsertBatch upserts every service of svcs, each as Upsert would, and
+// returns one result per service, in order. The services enter the engine
+// together, in order, so their map writes share batched system calls: for
+// many services this is much faster than one Upsert each. An invalid
+// service fails alone. The error is for the call as a whole (closed
+// engine, context done).
+func (e *Engine) UpsertBatch(ctx context.Context, svcs []*lb.Service) ([]UpsertResult, error) {
+	cp := make([]*lb.Service, len(svcs))
+	for i, s := range svcs {
+		if s == nil {
+			s = &lb.Service{} // fails validation with a clear error
+		}
+		cp[i] = s.DeepCopy()
+	}
+	r, _, err := call(ctx, e, func(ch chan<- messages.UpsertBatchReply) any {
+		return &messages.UpsertBatch{Services: cp, Reply: ch}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("upsert batch of %d services: %w", len(svcs), err)
+	}
+	out := make([]UpsertResult, len(r.Results))
+	for i, x := range r.Results {
+		out[i] = UpsertResult{ID: x.ID, Created: x.Created, Err: x.Err}
+	}
+	return out, nil
+}
+
+// DeleteResult is the outcome of one frontend of DeleteBatch.
+type DeleteResult struct {
+	ID  lb.ServiceID
+	Err error
+}
+
+// DeleteBatch deletes the services of frontends, each as DeleteByFrontend
+// would, like UpsertBatch.
+func (e *Engine) DeleteBatch(ctx context.Context, frontends []lb.L3n4Addr) ([]DeleteResult, error) {
+	cp := slices.Clone(frontends)
+	r, retried, err := call(ctx, e, func(ch chan<- messages.DeleteBatchReply) any {
+		return &messages.DeleteBatch{Frontends: cp, Reply: ch}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("delete batch of %d services: %w", len(frontends), err)
+	}
+	out := make([]DeleteResult, len(r.Results))
+	for i, x := range r.Results {
+		if retried && errors.Is(x.Err, ErrServiceNotFound) {
+			x.Err = nil // an earlier attempt deleted it
+		}
+		out[i] = DeleteResult{ID: x.ID, Err: x.Err}
+	}
+	return out, nil
 }
 
 // Delete deletes the service with id.

@@ -45,24 +45,50 @@ func newAllocatorProducer() actor.Producer {
 
 func (a *allocatorActor) Receive(ctx actor.Context) {
 	msg := ctx.Message()
+	if b, ok := msg.(*messages.Batch); ok {
+		// In order, as if one by one; the answers go back in one message.
+		replies := make([]any, 0, len(b.Msgs))
+		for _, m := range b.Msgs {
+			replies = a.receive(ctx, m, replies)
+		}
+		respond(ctx, replies)
+		return
+	}
+	respond(ctx, a.receive(ctx, msg, nil))
+}
+
+// receive handles one request and appends its answer to replies (none
+// while it waits for AllocRestore).
+func (a *allocatorActor) receive(ctx actor.Context, msg any, replies []any) []any {
 	switch msg.(type) {
 	case *messages.AllocAcquire, *messages.AllocRelease, *messages.AllocUnhold, *messages.AllocReserve, *messages.AllocDrop:
 		if a.restarted {
 			a.waiting = append(a.waiting, queued{ctx.Sender(), msg})
-			return
+			return replies
 		}
 	case *messages.AllocRestore:
-		ctx.Respond(a.handle(msg))
+		replies = append(replies, a.handle(msg))
 		a.restarted = false
 		for _, q := range a.waiting {
 			ctx.Send(q.sender, a.handle(q.msg))
 		}
 		a.waiting = nil
-		return
+		return replies
 	default:
-		return
+		return replies
 	}
-	ctx.Respond(a.handle(msg))
+	return append(replies, a.handle(msg))
+}
+
+// respond answers the sender with replies: one bare reply or Replies.
+func respond(ctx actor.Context, replies []any) {
+	switch len(replies) {
+	case 0:
+	case 1:
+		ctx.Respond(replies[0])
+	default:
+		ctx.Respond(&messages.Replies{Msgs: replies})
+	}
 }
 
 func (a *allocatorActor) handle(msg any) any {

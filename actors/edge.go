@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/actorlb/actorlb/internal/table"
 	lb "github.com/actorlb/actorlb/loadbalancer"
@@ -34,6 +33,10 @@ func (s *Supervisor) handleEdge(ctx actor.Context, msg any) {
 		s.run(ctx, s.upsertOp(m.Service, func(id lb.ServiceID, created bool, err error) {
 			m.Reply <- messages.UpsertReply{ID: id, Created: created, Err: err}
 		}))
+	case *messages.UpsertBatch:
+		s.upsertBatch(ctx, m)
+	case *messages.DeleteBatch:
+		s.deleteBatch(ctx, m)
 	case *messages.Delete:
 		svc, ok := s.services[m.ID]
 		if !ok {
@@ -101,6 +104,18 @@ func (s *Supervisor) failEdge(msg any, err error) {
 		m.Reply <- messages.ListReply{Err: err}
 	case *messages.Sync:
 		m.Reply <- messages.SyncReply{Err: err}
+	case *messages.UpsertBatch:
+		r := messages.UpsertBatchReply{Results: make([]messages.UpsertReply, len(m.Services))}
+		for i := range r.Results {
+			r.Results[i].Err = err
+		}
+		m.Reply <- r
+	case *messages.DeleteBatch:
+		r := messages.DeleteBatchReply{Results: make([]messages.DeleteReply, len(m.Frontends))}
+		for i := range r.Results {
+			r.Results[i].Err = err
+		}
+		m.Reply <- r
 	case *messages.RevNATAdd:
 		m.Reply <- messages.RevNATReply{Err: err}
 	case *messages.RevNATDelete:
@@ -213,10 +228,10 @@ func (s *Supervisor) sync(ctx actor.Context, m *messages.Sync) {
 		}
 	}
 	for key := range s.queues {
-		fe, err := lb.ParseL3n4Addr(strings.TrimPrefix(key, "fe:"))
-		if !strings.HasPrefix(key, "fe:") || err != nil {
+		if key.backend {
 			continue
 		}
+		fe := key.addr
 		if _, ok := desired[fe]; !ok && !slices.Contains(stale, fe) {
 			if _, known := s.byFE[fe]; !known {
 				stale = append(stale, fe)
@@ -256,6 +271,38 @@ func (s *Supervisor) sync(ctx actor.Context, m *messages.Sync) {
 		}
 		m.Reply <- messages.SyncReply{Upserted: upserted, Deleted: deleted, Err: err}
 	})
+}
+
+// upsertBatch starts one upsert op per service, in order, in this one
+// Receive (so their requests share the outbox), and answers when all have.
+func (s *Supervisor) upsertBatch(ctx actor.Context, m *messages.UpsertBatch) {
+	r := messages.UpsertBatchReply{Results: make([]messages.UpsertReply, len(m.Services))}
+	s.fanOut(len(m.Services), func(done func(error)) {
+		for i, svc := range m.Services {
+			if err := svc.Validate(); err != nil {
+				r.Results[i].Err = fmt.Errorf("upsert service %d of the batch: %w", i, err)
+				done(nil)
+				continue
+			}
+			s.run(ctx, s.upsertOp(svc, func(id lb.ServiceID, created bool, err error) {
+				r.Results[i] = messages.UpsertReply{ID: id, Created: created, Err: err}
+				done(nil)
+			}))
+		}
+	}, func(error) { m.Reply <- r })
+}
+
+// deleteBatch is upsertBatch for deletes by frontend.
+func (s *Supervisor) deleteBatch(ctx actor.Context, m *messages.DeleteBatch) {
+	r := messages.DeleteBatchReply{Results: make([]messages.DeleteReply, len(m.Frontends))}
+	s.fanOut(len(m.Frontends), func(done func(error)) {
+		for i, fe := range m.Frontends {
+			s.run(ctx, s.deleteOp(fe, 0, func(id lb.ServiceID, err error) {
+				r.Results[i] = messages.DeleteReply{ID: id, Err: err}
+				done(nil)
+			}))
+		}
+	}, func(error) { m.Reply <- r })
 }
 
 func (s *Supervisor) revNATAdd(ctx actor.Context, m *messages.RevNATAdd) {

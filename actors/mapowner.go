@@ -51,20 +51,40 @@ func (b *batcher[R]) add(ctx actor.Context, req R) {
 func (b *batcher[R]) flush(ctx actor.Context, applyAll func([]R) error, applyOne func(R) *messages.MapApplied, reqID func(R) uint64) {
 	buf := b.buf
 	b.buf = nil
+	replies := make([]any, len(buf))
 	if len(buf) > 1 {
 		reqs := make([]R, len(buf))
 		for i, p := range buf {
 			reqs[i] = p.req
 		}
 		if applyAll(reqs) == nil {
-			for _, p := range buf {
-				ctx.Send(p.sender, &messages.MapApplied{ReqID: reqID(p.req)})
+			for i, p := range buf {
+				replies[i] = &messages.MapApplied{ReqID: reqID(p.req)}
 			}
+			b.reply(ctx, buf, replies)
 			return
 		}
 	}
-	for _, p := range buf {
-		ctx.Send(p.sender, applyOne(p.req))
+	for i, p := range buf {
+		replies[i] = applyOne(p.req)
+	}
+	b.reply(ctx, buf, replies)
+}
+
+// reply sends each sender of buf its replies (replies[i] answers
+// buf[i]), consecutive ones to one sender in one Replies message.
+func (b *batcher[R]) reply(ctx actor.Context, buf []queuedReq[R], replies []any) {
+	for i := 0; i < len(buf); {
+		j := i + 1
+		for j < len(buf) && buf[j].sender.Equal(buf[i].sender) {
+			j++
+		}
+		if j-i == 1 {
+			ctx.Send(buf[i].sender, replies[i])
+		} else {
+			ctx.Send(buf[i].sender, &messages.Replies{Msgs: replies[i:j]})
+		}
+		i = j
 	}
 }
 
@@ -81,7 +101,17 @@ func newBackendMapActor(m maps.BackendMap) actor.Producer {
 }
 
 func (a *mapActor[E, K, V]) Receive(ctx actor.Context) {
-	switch m := ctx.Message().(type) {
+	if b, ok := ctx.Message().(*messages.Batch); ok {
+		for _, m := range b.Msgs {
+			a.receive(ctx, m)
+		}
+		return
+	}
+	a.receive(ctx, ctx.Message())
+}
+
+func (a *mapActor[E, K, V]) receive(ctx actor.Context, msg any) {
+	switch m := msg.(type) {
 	case *actor.Started:
 		if err := a.mirror.load(); err != nil {
 			// A map we cannot read: fail, so the supervisor restarts us.
@@ -100,8 +130,13 @@ func (a *mapActor[E, K, V]) Receive(ctx actor.Context) {
 
 func (a *mapActor[E, K, V]) flush(ctx actor.Context) {
 	a.batch.flush(ctx, func(reqs []*messages.MapApply[E, K]) error {
-		var ws []E
-		var ds []K
+		nw, nd := 0, 0
+		for _, r := range reqs {
+			nw += len(r.Writes)
+			nd += len(r.Deletes)
+		}
+		ws := make([]E, 0, nw)
+		ds := make([]K, 0, nd)
 		for _, r := range reqs {
 			ws = append(ws, r.Writes...)
 			ds = append(ds, r.Deletes...)
@@ -131,7 +166,17 @@ func newRevNATActor(m4, m6 maps.RevNATMap) actor.Producer {
 }
 
 func (a *revNATActor) Receive(ctx actor.Context) {
-	switch m := ctx.Message().(type) {
+	if b, ok := ctx.Message().(*messages.Batch); ok {
+		for _, m := range b.Msgs {
+			a.receive(ctx, m)
+		}
+		return
+	}
+	a.receive(ctx, ctx.Message())
+}
+
+func (a *revNATActor) receive(ctx actor.Context, msg any) {
+	switch m := msg.(type) {
 	case *actor.Started:
 		if err := a.v4.load(); err != nil {
 			panic(fmt.Errorf("revnat: load mirror: %w", err))

@@ -15,7 +15,13 @@ type mirror[E, K, V comparable] struct {
 	split   func(E) (K, V)
 	join    func(K, V) E
 	entries map[K]V
+	// scratch buffers of apply, kept between calls unless large.
+	ws []E
+	ds []K
 }
+
+// scratchMax is the largest scratch buffer kept between applies.
+const scratchMax = 4096
 
 func newMirror[E, K, V comparable](m maps.Map[E, K], split func(E) (K, V), join func(K, V) E) *mirror[E, K, V] {
 	return &mirror[E, K, V]{m: m, split: split, join: join, entries: map[K]V{}}
@@ -39,7 +45,14 @@ func (o *mirror[E, K, V]) load() error {
 // present, in order. After a failed write the mirror is reloaded from the
 // map, which may hold a prefix of the writes.
 func (o *mirror[E, K, V]) apply(writes []E, deletes []K) (written, deleted int, err error) {
-	var ws []E
+	ws, ds := o.ws[:0], o.ds[:0]
+	defer func() {
+		if cap(ws) <= scratchMax && cap(ds) <= scratchMax {
+			o.ws, o.ds = ws[:0], ds[:0]
+		} else {
+			o.ws, o.ds = nil, nil
+		}
+	}()
 	for _, e := range writes {
 		k, v := o.split(e)
 		if cur, ok := o.entries[k]; !ok || cur != v {
@@ -58,7 +71,6 @@ func (o *mirror[E, K, V]) apply(writes []E, deletes []K) (written, deleted int, 
 			o.entries[k] = v
 		}
 	}
-	var ds []K
 	for _, k := range deletes {
 		if _, ok := o.entries[k]; ok {
 			ds = append(ds, k)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/actorlb/actorlb/internal/table"
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/maps"
 	"github.com/actorlb/actorlb/messages"
@@ -33,7 +34,7 @@ type op struct {
 	// keys are the queues the op waits in: its frontend and the backends
 	// whose state it writes. It runs when it heads all of them, so ops on
 	// one frontend, and ops writing one backend, apply in arrival order.
-	keys     []string
+	keys     []qkey
 	blocked  int                                           // queues where another op is ahead
 	start    func(s *Supervisor, ctx actor.Context, o *op) // builds steps when the op reaches the head of its queue
 	steps    []step
@@ -56,21 +57,39 @@ type op struct {
 	freed []lb.BackendID
 }
 
-// feKey and beKey name the queues of a frontend and of a backend.
-func feKey(fe lb.L3n4Addr) string { return "fe:" + fe.String() }
-func beKey(b lb.L3n4Addr) string  { return "be:" + b.String() }
+// qkey names a queue: that of a frontend, or that of a backend (whose
+// state an op writes).
+type qkey struct {
+	backend bool
+	addr    lb.L3n4Addr
+}
 
-// opKeys are the queues of an op on fe writing backends bs.
-func opKeys(fe lb.L3n4Addr, bs []lb.Backend) []string {
-	keys := []string{feKey(fe)}
-	seen := map[lb.L3n4Addr]bool{}
-	for _, b := range bs {
-		k := b.L3n4Addr
-		k.Scope = lb.ScopeExternal
-		if !seen[k] {
-			seen[k] = true
-			keys = append(keys, beKey(k))
+// queue is the ops waiting on one key: the one running (or about to) and
+// those behind it. Most queues hold one op, which needs no allocation.
+type queue struct {
+	head *op
+	rest []*op
+}
+
+// all yields the ops of the queue in order.
+func (q queue) all(yield func(*op) bool) {
+	if !yield(q.head) {
+		return
+	}
+	for _, o := range q.rest {
+		if !yield(o) {
+			return
 		}
+	}
+}
+
+// opKeys are the queues of an op on fe writing backends bs (validated, so
+// without duplicates).
+func opKeys(fe lb.L3n4Addr, bs []lb.Backend) []qkey {
+	keys := make([]qkey, 0, 1+len(bs))
+	keys = append(keys, qkey{addr: fe})
+	for _, b := range bs {
+		keys = append(keys, qkey{backend: true, addr: table.BackendKey(b)})
 	}
 	return keys
 }
@@ -112,6 +131,9 @@ type pendingReq struct {
 	msg     any
 	tries   int
 	onReply func(reply any) error
+	// sent is set once the request has left the outbox: only requests a
+	// child has seen are sent again when it fails.
+	sent bool
 }
 
 // run starts an op: it runs at once unless another op is ahead of it in
@@ -119,11 +141,14 @@ type pendingReq struct {
 // so waiting for several queues cannot deadlock.
 func (s *Supervisor) run(ctx actor.Context, o *op) {
 	for _, k := range o.keys {
-		q := s.queues[k]
-		s.queues[k] = append(q, o)
-		if len(q) > 0 {
+		q, busy := s.queues[k]
+		if busy {
+			q.rest = append(q.rest, o)
 			o.blocked++
+		} else {
+			q.head = o
 		}
+		s.queues[k] = q
 	}
 	if o.blocked == 0 {
 		s.begin(ctx, o)
@@ -175,18 +200,22 @@ func (s *Supervisor) complete(ctx actor.Context, o *op) {
 		o.finish(s, err)
 	}
 	for _, k := range o.keys {
-		q := s.queues[k][1:] // o heads every queue it ran from
-		if len(q) == 0 {
+		q := s.queues[k] // o heads every queue it ran from
+		if len(q.rest) == 0 {
 			delete(s.queues, k)
 			if len(s.queues) == 0 {
 				// Go maps never shrink: a burst (a large Sync queues an op
 				// per service and backend) would keep its table for good.
-				s.queues = map[string][]*op{}
+				s.queues = map[qkey]queue{}
 			}
 			continue
 		}
+		h := q.rest[0]
+		q.head, q.rest = h, q.rest[1:]
+		if len(q.rest) == 0 {
+			q.rest = nil
+		}
 		s.queues[k] = q
-		h := q[0]
 		h.blocked--
 		if h.blocked == 0 {
 			s.begin(ctx, h)
@@ -194,11 +223,61 @@ func (s *Supervisor) complete(ctx actor.Context, o *op) {
 	}
 }
 
-// request sends msg to a child for op o; onReply runs on the reply.
+// request sends msg to a child for op o; onReply runs on the reply. The
+// message goes to the child's outbox, sent when the supervisor has handled
+// the messages now in its mailbox: the requests of all the ops those
+// messages advance go to each child as one Batch.
 func (s *Supervisor) request(ctx actor.Context, o *op, child string, reqID uint64, msg any, onReply func(reply any) error) {
 	o.pending++
-	s.reqs[reqID] = &pendingReq{op: o, child: child, msg: msg, onReply: onReply}
-	ctx.Request(s.children[child], msg)
+	p := &pendingReq{op: o, child: child, msg: msg, onReply: onReply}
+	s.reqs[reqID] = p
+	s.enqueue(ctx, p)
+}
+
+// enqueue puts p in its child's outbox. Every request goes this way, first
+// sends and resends alike, so that a child gets them in the order they were
+// made (after a crash: the allocator's fresh snapshot first, see
+// restoreFirst).
+func (s *Supervisor) enqueue(ctx actor.Context, p *pendingReq) {
+	p.sent = false
+	if s.outbox == nil {
+		s.outbox = map[string][]*pendingReq{}
+	}
+	s.outbox[p.child] = append(s.outbox[p.child], p)
+	if !s.outboxFlush {
+		s.outboxFlush = true
+		ctx.Send(ctx.Self(), &sendOutbox{})
+	}
+}
+
+// sendOutbox tells the supervisor to send its outbox.
+type sendOutbox struct{}
+
+// flushOutbox sends every child its queued requests, in the order they
+// were made: one bare message, or one Batch.
+func (s *Supervisor) flushOutbox(ctx actor.Context) {
+	s.outboxFlush = false
+	for _, child := range Children {
+		ps := s.outbox[child]
+		if len(ps) == 0 {
+			continue
+		}
+		s.outbox[child] = ps[:0]
+		if len(ps) == 1 {
+			ps[0].sent = true
+			ctx.Request(s.children[child], ps[0].msg)
+			continue
+		}
+		msgs := make([]any, len(ps))
+		for i, p := range ps {
+			p.sent = true
+			msgs[i] = p.msg
+		}
+		ctx.Request(s.children[child], &messages.Batch{Msgs: msgs})
+		if cap(ps) > scratchMax {
+			s.outbox[child] = nil
+		}
+	}
 }
 
 func (s *Supervisor) newReqID() uint64 {
@@ -231,6 +310,15 @@ func (s *Supervisor) failRequest(ctx actor.Context, id uint64, err error) {
 	p.op.pending--
 	p.op.fail(err)
 	s.advance(ctx, p.op)
+}
+
+// onReplies handles the replies of one envelope in order.
+func (s *Supervisor) onReplies(ctx actor.Context, m *messages.Replies) {
+	for _, r := range m.Msgs {
+		if id, ok := replyID(r); ok {
+			s.onReply(ctx, id, r)
+		}
+	}
 }
 
 func replyID(msg any) (uint64, bool) {

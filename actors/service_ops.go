@@ -14,7 +14,10 @@ import (
 
 // slotKeys returns the service map keys of slots from..to of fe.
 func slotKeys(fe lb.L3n4Addr, from, to int) []maps.ServiceKey {
-	var out []maps.ServiceKey
+	if from > to {
+		return nil
+	}
+	out := make([]maps.ServiceKey, 0, to-from+1)
 	for i := from; i <= to; i++ {
 		out = append(out, table.Key(fe, uint16(i)))
 	}
@@ -23,7 +26,7 @@ func slotKeys(fe lb.L3n4Addr, from, to int) []maps.ServiceKey {
 
 // serviceWrites is slots 1..n then the master: make before break.
 func serviceWrites(svc *table.Service) []maps.ServiceEntry {
-	return append(table.Slots(svc), table.Master(svc))
+	return table.SlotsAndMaster(svc)
 }
 
 // Step builders shared by upsert, delete and their rollbacks.
@@ -171,22 +174,31 @@ func (s *Supervisor) upsertOp(spec *lb.Service, reply func(id lb.ServiceID, crea
 		}
 		table.SlotOrder(newSvc.Spec.Backends, nil)
 		newSvc.BackendIDs = make([]lb.BackendID, len(newSvc.Spec.Backends))
-		oldIDs := map[lb.L3n4Addr]lb.BackendID{}
-		oldBe := map[lb.L3n4Addr]lb.Backend{}
+		// The old service's backends (nil maps for a new service: most
+		// upserts create, and these would be most of their garbage).
+		var oldIDs map[lb.L3n4Addr]lb.BackendID
+		var oldBe map[lb.L3n4Addr]lb.Backend
 		if old != nil {
 			newSvc.Spec.Frontend.ID = old.ID()
+			oldIDs = make(map[lb.L3n4Addr]lb.BackendID, len(old.Spec.Backends))
+			oldBe = make(map[lb.L3n4Addr]lb.Backend, len(old.Spec.Backends))
 			for i, b := range old.Spec.Backends {
 				oldIDs[table.BackendKey(b)] = old.BackendIDs[i]
 				oldBe[table.BackendKey(b)] = b
 			}
 		}
-		var acquire []lb.L3n4Addr
-		var acquireIdx []int
+		acquire := make([]lb.L3n4Addr, 0, len(newSvc.Spec.Backends))
+		acquireIdx := make([]int, 0, len(newSvc.Spec.Backends))
 		var restoreShared []maps.BackendEntry
-		newKeys := map[lb.L3n4Addr]bool{}
+		var newKeys map[lb.L3n4Addr]bool
+		if old != nil {
+			newKeys = make(map[lb.L3n4Addr]bool, len(newSvc.Spec.Backends))
+		}
 		for i, b := range newSvc.Spec.Backends {
 			k := table.BackendKey(b)
-			newKeys[k] = true
+			if newKeys != nil {
+				newKeys[k] = true
+			}
 			if cur, id, ok := s.backendState(k); ok {
 				// One state per backend, across services.
 				if err := lb.ValidateStateTransition(cur, b.State); err != nil {
@@ -241,6 +253,7 @@ func (s *Supervisor) upsertOp(spec *lb.Service, reply func(id lb.ServiceID, crea
 						newSvc.Spec.Frontend.ID = rep.ServiceID
 						o.svcHold = &messages.AllocBinding{Key: fe, ID: uint64(rep.ServiceID), Refs: 1}
 					}
+					o.beHolds = make([]messages.AllocBinding, 0, len(acquireIdx))
 					for j, i := range acquireIdx {
 						newSvc.BackendIDs[i] = rep.BackendIDs[j]
 						o.beHolds = append(o.beHolds, messages.AllocBinding{Key: acquire[j], ID: uint64(rep.BackendIDs[j]), Refs: 1})

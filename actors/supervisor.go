@@ -96,11 +96,14 @@ type Supervisor struct {
 	refreshes  int
 	standalone map[lb.ServiceID]lb.L3n4Addr // revNAT entries without service
 
-	queues   map[string][]*op
+	queues   map[qkey]queue
 	reqs     map[uint64]*pendingReq
 	nextReq  uint64
 	inflight int
 	active   []*op
+	// outbox holds requests not yet sent, per child (see request).
+	outbox      map[string][]*pendingReq
+	outboxFlush bool
 
 	ready    bool
 	readyErr error
@@ -149,7 +152,7 @@ func NewSupervisorProducer(cfg Config) actor.Producer {
 			byFE:       map[lb.L3n4Addr]lb.ServiceID{},
 			users:      map[backendKey]users{},
 			standalone: map[lb.ServiceID]lb.L3n4Addr{},
-			queues:     map[string][]*op{},
+			queues:     map[qkey]queue{},
 			reqs:       map[uint64]*pendingReq{},
 			restarts:   restarts,
 		}
@@ -222,6 +225,12 @@ func (s *Supervisor) Receive(ctx actor.Context) {
 			s.onChildStopped(ctx, m.child)
 		}
 		return
+	case *sendOutbox:
+		s.flushOutbox(ctx)
+		return
+	case *messages.Replies:
+		s.onReplies(ctx, m)
+		return
 	}
 	if id, ok := replyID(ctx.Message()); ok {
 		s.onReply(ctx, id, ctx.Message())
@@ -282,7 +291,7 @@ func (s *Supervisor) onChildStopped(ctx actor.Context, name string) {
 		s.restoreAllocator(ctx)
 	}
 	for id, p := range s.reqs {
-		if p.child == name {
+		if p.child == name && p.sent {
 			s.resend(ctx, id, p)
 		}
 	}
@@ -296,13 +305,18 @@ func (s *Supervisor) onChildFailed(ctx actor.Context, m *childFailed) {
 	// (counted against its retries) and those it had buffered or queued
 	// (map owners buffer requests until they flush; resending is
 	// idempotent, and a second reply is ignored).
-	failedID, _ := requestID(m.failed)
+	failed := map[uint64]bool{}
+	for _, msg := range unbatch(m.failed) {
+		if id, ok := requestID(msg); ok {
+			failed[id] = true
+		}
+	}
 	for id, p := range s.reqs {
-		if p.child != m.child {
-			continue
+		if p.child != m.child || !p.sent {
+			continue // requests still in the outbox go to the new incarnation anyway
 		}
 		switch {
-		case id == failedID:
+		case failed[id]:
 			s.resend(ctx, id, p)
 		case m.child != ChildAllocator:
 			// Map owners only: their requests are idempotent. The
@@ -320,7 +334,7 @@ func (s *Supervisor) resendFree(ctx actor.Context, id uint64, p *pendingReq) {
 		return
 	}
 	s.resent++
-	ctx.Request(s.children[p.child], p.msg)
+	s.enqueue(ctx, p)
 }
 
 // superseded reports whether a lost request must not be sent again: an
@@ -341,7 +355,16 @@ func (s *Supervisor) resend(ctx actor.Context, id uint64, p *pendingReq) {
 		return
 	}
 	s.resent++
-	ctx.Request(s.children[p.child], p.msg)
+	s.enqueue(ctx, p)
+}
+
+// unbatch returns the requests a message carries: those of a Batch, or
+// the message itself.
+func unbatch(msg any) []any {
+	if b, ok := msg.(*messages.Batch); ok {
+		return b.Msgs
+	}
+	return []any{msg}
 }
 
 func requestID(msg any) (uint64, bool) {
@@ -384,7 +407,7 @@ func (s *Supervisor) abortAll(err error) {
 		}
 	}
 	for _, q := range s.queues {
-		for _, o := range q {
+		for o := range q.all {
 			if !seen[o] && !o.done {
 				seen[o] = true
 				o.done = true
@@ -395,7 +418,8 @@ func (s *Supervisor) abortAll(err error) {
 		}
 	}
 	s.reqs = map[uint64]*pendingReq{}
-	s.queues = map[string][]*op{}
+	s.queues = map[qkey]queue{}
+	s.outbox = nil
 }
 
 // allocBindings computes the allocator's state from the table: one
@@ -452,6 +476,33 @@ func (s *Supervisor) restoreAllocator(ctx actor.Context) {
 	o.steps = []step{{name: "restore allocator", do: func(s *Supervisor, ctx actor.Context, o *op) {
 		id := s.newReqID()
 		s.request(ctx, o, ChildAllocator, id, &messages.AllocRestore{ReqID: id, Services: svcs, Backends: bes, Held: held}, nil)
+		s.restoreFirst(ctx, id)
 	}}}
 	s.begin(ctx, o)
+}
+
+// restoreFirst moves the allocator snapshot id to the front of the
+// allocator's outbox. The requests queued there are not in the snapshot,
+// so they must reach the allocator after it; an older snapshot still queued
+// is superseded by this one and answered as done.
+func (s *Supervisor) restoreFirst(ctx actor.Context, id uint64) {
+	ps := s.outbox[ChildAllocator]
+	snap := s.reqs[id]
+	out := make([]*pendingReq, 0, len(ps))
+	out = append(out, snap)
+	var stale []uint64
+	for _, p := range ps {
+		if p == snap {
+			continue
+		}
+		if r, ok := p.msg.(*messages.AllocRestore); ok {
+			stale = append(stale, r.ReqID)
+			continue
+		}
+		out = append(out, p)
+	}
+	s.outbox[ChildAllocator] = out
+	for _, sid := range stale {
+		s.onReply(ctx, sid, &messages.AllocDone{ReqID: sid})
+	}
 }

@@ -144,37 +144,33 @@ func (s *Service) Validate() error {
 		return err
 	}
 
-	seen := make(map[L3n4Addr]int, len(s.Backends))
+	var seen map[L3n4Addr]int // only for long lists: short ones are compared pairwise
+	if len(s.Backends) > 16 {
+		seen = make(map[L3n4Addr]int, len(s.Backends))
+	}
 	for i, be := range s.Backends {
-		field := "backends[" + strconv.Itoa(i) + "]"
-		if err := validateAddr(field+".address", be.Addr); err != nil {
-			return err
-		}
-		switch {
-		case be.Addr.IsUnspecified():
-			return invalid(field+".address", be.Addr.String(), "backend address must not be unspecified")
-		case be.IsIPv6() != fe.IsIPv6():
-			return invalid(field+".address", be.Addr.String(),
-				familyName(be.IsIPv6())+" backend "+be.AddrPort().String()+" for "+
-					familyName(fe.IsIPv6())+" frontend "+fe.AddrPort().String())
-		}
-		if err := be.validateRest(field, false); err != nil {
-			return err
-		}
-		if fe.Protocol != ANY && be.Protocol != fe.Protocol {
-			return invalid(field+".protocol", be.Protocol.String(),
-				"backend protocol must equal the frontend protocol "+fe.Protocol.String())
-		}
-		if !be.State.IsValid() {
-			return invalid(field+".state", strconv.Itoa(int(be.State)),
-				"unknown state, want active (0), terminating (1), quarantined (2) or maintenance (3)")
+		// Checked without field names first: building them for every
+		// backend of every upsert would be most of the call's garbage.
+		if err := be.validateIn("", fe); err != nil {
+			return be.validateIn("backends["+strconv.Itoa(i)+"]", fe)
 		}
 		k := be.L3n4Addr
 		k.Scope = ScopeExternal
-		if j, dup := seen[k]; dup {
-			return invalid(field, be.String(), "duplicate of backends["+strconv.Itoa(j)+"]")
+		j, dup := -1, false
+		if seen != nil {
+			j, dup = seen[k]
+			seen[k] = i
+		} else {
+			for x := range i {
+				if o := s.Backends[x].L3n4Addr; o.Addr == k.Addr && o.Port == k.Port && o.Protocol == k.Protocol {
+					j, dup = x, true
+					break
+				}
+			}
 		}
-		seen[k] = i
+		if dup {
+			return invalid("backends["+strconv.Itoa(i)+"]", be.String(), "duplicate of backends["+strconv.Itoa(j)+"]")
+		}
 	}
 
 	if !s.Type.IsValid() {
@@ -186,6 +182,34 @@ func (s *Service) Validate() error {
 	}
 	if !s.LBAlgorithm.IsValid() {
 		return invalid("lb-algorithm", strconv.Itoa(int(s.LBAlgorithm)), "unknown algorithm, want default (0), random (1) or maglev (2)")
+	}
+	return nil
+}
+
+// validateIn checks one backend of a service with frontend fe; field
+// names the backend in errors.
+func (be Backend) validateIn(field string, fe L3n4Addr) error {
+	if err := validateAddr(field+".address", be.Addr); err != nil {
+		return err
+	}
+	switch {
+	case be.Addr.IsUnspecified():
+		return invalid(field+".address", be.Addr.String(), "backend address must not be unspecified")
+	case be.IsIPv6() != fe.IsIPv6():
+		return invalid(field+".address", be.Addr.String(),
+			familyName(be.IsIPv6())+" backend "+be.AddrPort().String()+" for "+
+				familyName(fe.IsIPv6())+" frontend "+fe.AddrPort().String())
+	}
+	if err := be.validateRest(field, false); err != nil {
+		return err
+	}
+	if fe.Protocol != ANY && be.Protocol != fe.Protocol {
+		return invalid(field+".protocol", be.Protocol.String(),
+			"backend protocol must equal the frontend protocol "+fe.Protocol.String())
+	}
+	if !be.State.IsValid() {
+		return invalid(field+".state", strconv.Itoa(int(be.State)),
+			"unknown state, want active (0), terminating (1), quarantined (2) or maintenance (3)")
 	}
 	return nil
 }

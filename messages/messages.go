@@ -1,6 +1,8 @@
 package messages
 
 import (
+	"errors"
+
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/maps"
 )
@@ -37,6 +39,30 @@ type DeleteByFrontend struct {
 type DeleteReply struct {
 	ID  lb.ServiceID
 	Err error
+}
+
+// UpsertBatch upserts many services: each is its own operation, answered
+// on its own, and they enter the engine in order, as one call each would
+// (but in one message, so their map writes share batches).
+type UpsertBatch struct {
+	Services []*lb.Service
+	Reply    chan<- UpsertBatchReply
+}
+
+// UpsertBatchReply answers UpsertBatch; Results[i] answers Services[i].
+type UpsertBatchReply struct {
+	Results []UpsertReply
+}
+
+// DeleteBatch deletes the services of many frontends, like UpsertBatch.
+type DeleteBatch struct {
+	Frontends []lb.L3n4Addr
+	Reply     chan<- DeleteBatchReply
+}
+
+// DeleteBatchReply answers DeleteBatch; Results[i] answers Frontends[i].
+type DeleteBatchReply struct {
+	Results []DeleteReply
 }
 
 // Get asks for one service.
@@ -146,6 +172,23 @@ type RestoreStats struct {
 	Repairs       int
 	RepairsByKind map[string]int
 	Writes        int // map entries written or deleted to repair
+}
+
+// ---- Envelopes: several requests, or several replies, in one message.
+
+// Batch carries the requests the supervisor has for one child when it
+// flushes its outbox (all those queued while it handled the messages in
+// its mailbox). The child handles them in order, exactly as if they had
+// come one by one, and may answer several at once with Replies. A single
+// request is sent bare.
+type Batch struct {
+	Msgs []any
+}
+
+// Replies carries several replies to one actor in one message; the
+// receiver handles them in order, as if they had come one by one.
+type Replies struct {
+	Msgs []any
 }
 
 // ---- Supervisor -> map owners. Every request carries a ReqID the reply echoes.
@@ -300,6 +343,24 @@ func (r SyncReply) Error() error { return r.Err }
 
 // Error returns the reply's error.
 func (r RevNATReply) Error() error { return r.Err }
+
+// Error joins the errors of the batch's items.
+func (r UpsertBatchReply) Error() error {
+	var errs []error
+	for _, x := range r.Results {
+		errs = append(errs, x.Err)
+	}
+	return errors.Join(errs...)
+}
+
+// Error joins the errors of the batch's items.
+func (r DeleteBatchReply) Error() error {
+	var errs []error
+	for _, x := range r.Results {
+		errs = append(errs, x.Err)
+	}
+	return errors.Join(errs...)
+}
 
 // Error returns nil: Stats always answers.
 func (r StatsReply) Error() error { return nil }

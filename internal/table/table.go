@@ -123,9 +123,20 @@ func Master(svc *Service) maps.ServiceEntry {
 
 // Slots returns the entries of slots 1..count+qcount of svc.
 func Slots(svc *Service) []maps.ServiceEntry {
+	return slots(svc, 0)
+}
+
+// SlotsAndMaster returns Slots then Master in one slice: the order a
+// service is written in (make before break).
+func SlotsAndMaster(svc *Service) []maps.ServiceEntry {
+	return append(slots(svc, 1), Master(svc))
+}
+
+// slots returns the slot entries of svc with room for extra more.
+func slots(svc *Service, extra int) []maps.ServiceEntry {
 	count, qcount := Counts(svc.Spec.Backends)
 	n := int(count) + int(qcount)
-	out := make([]maps.ServiceEntry, n)
+	out := make([]maps.ServiceEntry, n, n+extra)
 	for i := range n {
 		out[i] = maps.ServiceEntry{
 			Key:   Key(svc.Frontend(), uint16(i+1)),

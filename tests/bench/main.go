@@ -13,6 +13,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"text/tabwriter"
 	"time"
 	"unsafe"
@@ -46,8 +47,11 @@ func main() {
 	out := pflag.String("out", "bench-results.json", "where to write the JSON rows")
 	bulkN := pflag.Int("bulk-services", 10000, "services in the bulk, latency, restore and memory scenarios (10 backends each)")
 	insertN := pflag.Int("insert-services", 50000, "services in the insert/delete scenario (1 backend each)")
-	callers := pflag.Int("callers", 8, "concurrent callers in the bulk scenario")
+	callers := pflag.Int("callers", 8, "concurrent callers in the bulk and insert/delete scenarios")
+	batch := pflag.Int("batch", 1000, "services per UpsertBatch/DeleteBatch call in the insert/delete scenario")
 	cpuProfile := pflag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	pflag.StringVar(&bulkProfile, "cpuprofile-bulk", "", "write a CPU profile of the bulk scenario alone to this file")
+	memProfile := pflag.String("memprofile", "", "write an allocation profile of the whole run to this file")
 	pflag.Parse()
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -61,14 +65,28 @@ func main() {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	if err := run(*out, *bulkN, *insertN, *callers); err != nil {
+	if *memProfile != "" {
+		runtime.MemProfileRate = 4096
+	}
+	if err := run(*out, *bulkN, *insertN, *callers, *batch); err != nil {
 		pprof.StopCPUProfile()
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
+	if *memProfile != "" {
+		f, err := os.Create(*memProfile)
+		if err == nil {
+			err = pprof.Lookup("allocs").WriteTo(f, 0)
+			f.Close()
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+	}
 }
 
-func run(out string, bulkN, insertN, callers int) error {
+func run(out string, bulkN, insertN, callers, batch int) error {
 	if err := bpffs.Ensure(bpffs.DefaultMount); err != nil {
 		return err
 	}
@@ -113,10 +131,18 @@ func run(out string, bulkN, insertN, callers int) error {
 	lat := startLatencyProbe(e)
 	restLat := startRESTProbe(client)
 	start := time.Now()
+	stopProfile := profileBulk()
+	cpu0 := cpuTime()
+	var m0 runtime.MemStats
+	runtime.ReadMemStats(&m0)
 	if err := upsertAll(ctx, e, bulk, callers); err != nil {
 		return err
 	}
 	bulkTime := time.Since(start)
+	bulkCPU := cpuTime() - cpu0
+	stopProfile()
+	var m1 runtime.MemStats
+	runtime.ReadMemStats(&m1)
 	probe := lat.stop()
 	restProbe := restLat.stop()
 	client.Close()
@@ -127,6 +153,10 @@ func run(out string, bulkN, insertN, callers int) error {
 	res.add("bulk-10k-x10", "services_per_s", rate, "services/s")
 	res.add("bulk-10k-x10", "ratio_to_put_floor", putFloor.Seconds()/bulkTime.Seconds(), "x")
 	res.add("bulk-10k-x10", "ratio_to_batch_floor", batchFloor.Seconds()/bulkTime.Seconds(), "x")
+	res.add("bulk-10k-x10", "cpu_us_per_service", float64(bulkCPU.Microseconds())/float64(bulkN), "us")
+	res.add("bulk-10k-x10", "allocs_per_service", float64(m1.Mallocs-m0.Mallocs)/float64(bulkN), "allocs")
+	res.add("bulk-10k-x10", "alloc_bytes_per_service", float64(m1.TotalAlloc-m0.TotalAlloc)/float64(bulkN), "bytes")
+	res.add("bulk-10k-x10", "cores_busy", bulkCPU.Seconds()/bulkTime.Seconds(), "cores")
 	res.add("upsert-latency", "p50_us_library", probe.p(50), "us")
 	res.add("upsert-latency", "p99_us_library", probe.p(99), "us")
 	res.add("upsert-latency", "max_us_library", probe.p(100), "us")
@@ -172,7 +202,7 @@ func run(out string, bulkN, insertN, callers int) error {
 	}
 
 	// Upstream-comparable: insert then delete single-backend services.
-	if err := insertDelete(&res, root+"/insert", sizes, insertN, callers, log); err != nil {
+	if err := insertDelete(&res, root+"/insert", sizes, insertN, callers, batch, log); err != nil {
 		return err
 	}
 
@@ -182,6 +212,39 @@ func run(out string, bulkN, insertN, callers int) error {
 		return err
 	}
 	return os.WriteFile(out, append(b, '\n'), 0o644)
+}
+
+var bulkProfile string
+
+// profileBulk starts the CPU profile of --cpuprofile-bulk; the returned
+// function stops it.
+func profileBulk() func() {
+	if bulkProfile == "" {
+		return func() {}
+	}
+	f, err := os.Create(bulkProfile)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return func() {}
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		f.Close()
+		return func() {}
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}
+}
+
+// cpuTime is the user and system CPU time of the process so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func print(rows []Row) {
@@ -369,7 +432,7 @@ func batchDumpTime(root string, sizes maps.Sizes) (time.Duration, error) {
 }
 
 // forAll runs do on every service from callers goroutines.
-func forAll(svcs []*lb.Service, callers int, do func(*lb.Service) error) error {
+func forAll[T any](svcs []T, callers int, do func(T) error) error {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, callers)
@@ -408,7 +471,7 @@ func deleteAll(ctx context.Context, e *actorlb.Engine, svcs []*lb.Service, calle
 	})
 }
 
-func insertDelete(res *results, root string, sizes maps.Sizes, n, callers int, log *logrus.Logger) error {
+func insertDelete(res *results, root string, sizes maps.Sizes, n, callers, batch int, log *logrus.Logger) error {
 	ctx := context.Background()
 	svcs := make([]*lb.Service, n)
 	for i := range n {
@@ -422,24 +485,76 @@ func insertDelete(res *results, root string, sizes maps.Sizes, n, callers int, l
 		return err
 	}
 	defer e.Close()
+
+	// As upstream's benchmark does (its services reach the datapath in
+	// reconciler batches), through UpsertBatch/DeleteBatch: callers
+	// goroutines, batch services per call.
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
+	chunks := chunk(svcs, batch)
 	start := time.Now()
-	if err := upsertAll(ctx, e, svcs, callers); err != nil {
+	if err := forAll(chunks, callers, func(c []*lb.Service) error {
+		rs, err := e.UpsertBatch(ctx, c)
+		return firstErr(rs, err, func(r actorlb.UpsertResult) error { return r.Err })
+	}); err != nil {
 		return err
 	}
 	ins := time.Since(start)
 	runtime.GC()
 	runtime.ReadMemStats(&after)
 	start = time.Now()
-	if err := deleteAll(ctx, e, svcs, callers); err != nil {
+	if err := forAll(chunks, callers, func(c []*lb.Service) error {
+		fes := make([]lb.L3n4Addr, len(c))
+		for i, s := range c {
+			fes[i] = s.Frontend.L3n4Addr
+		}
+		rs, err := e.DeleteBatch(ctx, fes)
+		return firstErr(rs, err, func(r actorlb.DeleteResult) error { return r.Err })
+	}); err != nil {
 		return err
 	}
 	del := time.Since(start)
 	res.add("insert-50k-x1", "services_per_s", float64(n)/ins.Seconds(), "services/s")
 	res.add("insert-50k-x1", "delete_services_per_s", float64(n)/del.Seconds(), "services/s")
 	res.add("insert-50k-x1", "retained_bytes_per_service", float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/float64(n), "bytes")
+
+	// The same, one Upsert / DeleteByFrontend call per service.
+	start = time.Now()
+	if err := upsertAll(ctx, e, svcs, callers); err != nil {
+		return err
+	}
+	ins = time.Since(start)
+	start = time.Now()
+	if err := deleteAll(ctx, e, svcs, callers); err != nil {
+		return err
+	}
+	del = time.Since(start)
+	res.add("insert-50k-x1", "services_per_s_single_calls", float64(n)/ins.Seconds(), "services/s")
+	res.add("insert-50k-x1", "delete_services_per_s_single_calls", float64(n)/del.Seconds(), "services/s")
+	return nil
+}
+
+func chunk[T any](xs []T, n int) [][]T {
+	var out [][]T
+	for len(xs) > 0 {
+		k := min(n, len(xs))
+		out = append(out, xs[:k])
+		xs = xs[k:]
+	}
+	return out
+}
+
+// firstErr returns err, or the first error among the results.
+func firstErr[R any](rs []R, err error, get func(R) error) error {
+	if err != nil {
+		return err
+	}
+	for _, r := range rs {
+		if e := get(r); e != nil {
+			return e
+		}
+	}
 	return nil
 }
 
