@@ -197,14 +197,18 @@ func (a *allocatorActor) release(m *messages.AllocRelease) *messages.AllocReleas
 }
 
 func (a *allocatorActor) restore(m *messages.AllocRestore) error {
-	a.svc = idalloc.New[lb.L3n4Addr, lb.ServiceID](lb.MaxServiceID)
-	a.be = idalloc.New[backendKey, lb.BackendID](math.MaxUint32)
+	a.svc = idalloc.NewSized[lb.L3n4Addr, lb.ServiceID](lb.MaxServiceID, len(m.Services))
+	a.be = idalloc.NewSized[backendKey, lb.BackendID](math.MaxUint32, len(m.Backends))
 	var errs []error
 	for _, b := range m.Services {
-		errs = append(errs, bind(a.svc, b.Key, lb.ServiceID(b.ID), b.Refs))
+		if err := bind(a.svc, b.Key, lb.ServiceID(b.ID), b.Refs); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	for _, b := range m.Backends {
-		errs = append(errs, bind(a.be, compactKey(b.Key), lb.BackendID(b.ID), b.Refs))
+		if err := bind(a.be, compactKey(b.Key), lb.BackendID(b.ID), b.Refs); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	for _, id := range m.Held {
 		if err := a.be.Hold(id); err != nil {
@@ -239,8 +243,13 @@ func compactKey(a lb.L3n4Addr) backendKey {
 	return backendKey{addr: a.Addr.As16(), port: a.Port, proto: a.Protocol}
 }
 
+// l3n4 returns the backend address k was made from (its scope external,
+// as table.BackendKey makes it).
+func (k backendKey) l3n4() lb.L3n4Addr {
+	return lb.L3n4Addr{Addr: netip.AddrFrom16(k.addr).Unmap(), Port: k.port, Protocol: k.proto}
+}
+
 // String prints the address as the user wrote it (for error messages).
 func (k backendKey) String() string {
-	addr := netip.AddrFrom16(k.addr).Unmap()
-	return lb.L3n4Addr{Addr: addr, Port: k.port, Protocol: k.proto}.String()
+	return k.l3n4().String()
 }

@@ -17,8 +17,21 @@ import (
 // users is the set of services using one backend; most backends have
 // exactly one, which needs no allocation.
 type users struct {
-	one  lb.ServiceID // 0: empty
-	more []lb.ServiceID
+	one lb.ServiceID // 0: empty
+	// state and id are the backend's, the same in every service using it
+	// (set by put; propagateStates keeps the services equal). They fit in
+	// the padding after one.
+	state lb.BackendState
+	id    lb.BackendID
+	more  []lb.ServiceID
+}
+
+// n is the number of services in the set.
+func (u *users) n() int {
+	if u.one == 0 {
+		return 0
+	}
+	return 1 + len(u.more)
 }
 
 func (u *users) add(id lb.ServiceID) {
@@ -62,10 +75,11 @@ func (s *Supervisor) put(svc *table.Service) {
 	}
 	s.services[svc.ID()] = svc
 	s.byFE[svc.Frontend()] = svc.ID()
-	for _, b := range svc.Spec.Backends {
+	for i, b := range svc.Spec.Backends {
 		k := compactKey(table.BackendKey(b))
 		u := s.users[k]
 		u.add(svc.ID())
+		u.state, u.id = b.State, svc.BackendIDs[i]
 		s.users[k] = u
 	}
 }
@@ -92,15 +106,8 @@ func (s *Supervisor) unindex(svc *table.Service) {
 // backendState returns the current state of a backend, its ID and
 // whether any service uses it.
 func (s *Supervisor) backendState(k lb.L3n4Addr) (lb.BackendState, lb.BackendID, bool) {
-	for id := range s.users[compactKey(k)].all {
-		svc := s.services[id]
-		for i, b := range svc.Spec.Backends {
-			if table.BackendKey(b) == k {
-				return b.State, svc.BackendIDs[i], true
-			}
-		}
-	}
-	return 0, 0, false
+	u, ok := s.users[compactKey(k)]
+	return u.state, u.id, ok
 }
 
 // propagateStates gives every other service using a backend of svc the

@@ -172,6 +172,7 @@ func (s *Supervisor) stats() messages.StatsReply {
 	return messages.StatsReply{
 		Services: len(s.services), Backends: len(bes), RevNAT: len(s.services) + len(s.standalone),
 		ActorRestarts: restarts, Restore: s.restore, Ready: s.ready, OpsInFlight: s.inflight, RequestsResent: s.resent,
+		RequestsSent: s.requestsSent, ChildMessages: s.childMessages,
 	}
 }
 

@@ -125,6 +125,7 @@ func (a *mapActor[E, K, V]) receive(ctx actor.Context, msg any) {
 	case *messages.MapDump:
 		a.flush(ctx) // a dump sees every write queued before it
 		ctx.Respond(&messages.MapDumped[E]{ReqID: m.ReqID, Entries: a.mirror.dump()})
+		a.mirror.index() // after the answer: while the supervisor rebuilds
 	}
 }
 
@@ -192,6 +193,8 @@ func (a *revNATActor) receive(ctx actor.Context, msg any) {
 	case *messages.MapDump:
 		a.flush(ctx)
 		ctx.Respond(&messages.RevNATDumped{ReqID: m.ReqID, V4: a.v4.dump(), V6: a.v6.dump()})
+		a.v4.index()
+		a.v6.index()
 	}
 }
 

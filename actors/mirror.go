@@ -14,7 +14,8 @@ type mirror[E, K, V comparable] struct {
 	m       maps.Map[E, K]
 	split   func(E) (K, V)
 	join    func(K, V) E
-	entries map[K]V
+	entries map[K]V // nil until index
+	loaded  []E     // the entries of the last load, until index
 	// scratch buffers of apply, kept between calls unless large.
 	ws []E
 	ds []K
@@ -27,24 +28,36 @@ func newMirror[E, K, V comparable](m maps.Map[E, K], split func(E) (K, V), join 
 	return &mirror[E, K, V]{m: m, split: split, join: join, entries: map[K]V{}}
 }
 
-// load replaces the mirror with the map's contents.
+// load replaces the mirror with the map's contents. The entries are
+// indexed later (index), so that an owner can hand the raw dump to the
+// supervisor first and index while the supervisor rebuilds.
 func (o *mirror[E, K, V]) load() error {
 	es, err := o.m.Dump()
 	if err != nil {
 		return err
 	}
-	o.entries = make(map[K]V, len(es))
-	for _, e := range es {
+	o.loaded, o.entries = es, nil
+	return nil
+}
+
+// index builds the mirror's index from the last load, if not done yet.
+func (o *mirror[E, K, V]) index() {
+	if o.entries != nil {
+		return
+	}
+	o.entries = make(map[K]V, len(o.loaded))
+	for _, e := range o.loaded {
 		k, v := o.split(e)
 		o.entries[k] = v
 	}
-	return nil
+	o.loaded = nil
 }
 
 // apply writes the entries that differ, in order, then deletes the keys
 // present, in order. After a failed write the mirror is reloaded from the
 // map, which may hold a prefix of the writes.
 func (o *mirror[E, K, V]) apply(writes []E, deletes []K) (written, deleted int, err error) {
+	o.index()
 	ws, ds := o.ws[:0], o.ds[:0]
 	defer func() {
 		if cap(ws) <= scratchMax && cap(ds) <= scratchMax {
@@ -90,8 +103,12 @@ func (o *mirror[E, K, V]) apply(writes []E, deletes []K) (written, deleted int, 
 	return len(ws), len(ds), nil
 }
 
-// dump returns a copy of the mirror's entries.
+// dump returns a copy of the mirror's entries (or, before index, the
+// loaded dump itself: neither side writes to it).
 func (o *mirror[E, K, V]) dump() []E {
+	if o.entries == nil {
+		return o.loaded
+	}
 	out := make([]E, 0, len(o.entries))
 	for k, v := range o.entries {
 		out = append(out, o.join(k, v))

@@ -263,6 +263,8 @@ func (s *Supervisor) flushOutbox(ctx actor.Context) {
 			continue
 		}
 		s.outbox[child] = ps[:0]
+		s.requestsSent += uint64(len(ps))
+		s.childMessages++
 		if len(ps) == 1 {
 			ps[0].sent = true
 			ctx.Request(s.children[child], ps[0].msg)

@@ -51,8 +51,20 @@ func (s *Supervisor) startRestore(ctx actor.Context) {
 			o.steps = append(o.steps, step{name: "restore allocator", do: func(s *Supervisor, ctx actor.Context, o *op) {
 				s.install(r)
 				svcs, bes, _ := s.allocBindings()
-				id := s.newReqID()
-				s.request(ctx, o, ChildAllocator, id, &messages.AllocRestore{ReqID: id, Services: svcs, Backends: bes}, done)
+				// The engine serves without waiting for the allocator: every
+				// request to it queues behind this snapshot. Reads are
+				// answered from the table at once.
+				a := &op{finish: func(s *Supervisor, err error) {
+					if err != nil && !s.stopping {
+						s.failServing(fmt.Errorf("restore: allocator: %w", err))
+					}
+				}}
+				a.steps = []step{{name: "restore allocator", do: func(s *Supervisor, ctx actor.Context, a *op) {
+					id := s.newReqID()
+					s.request(ctx, a, ChildAllocator, id, &messages.AllocRestore{ReqID: id, Services: svcs, Backends: bes}, done)
+					s.restoreFirst(ctx, id)
+				}}}
+				s.begin(ctx, a)
 			}})
 		}},
 	}
@@ -75,8 +87,28 @@ func (s *Supervisor) startRestore(ctx actor.Context) {
 	s.begin(ctx, o)
 }
 
+// failServing stops serving after a failure found once serving began
+// (the allocator refused the restored IDs: a bug, or maps changed under
+// us). Later calls fail with err; restarting the engine restores again.
+func (s *Supervisor) failServing(err error) {
+	s.log.WithError(err).Error("restore from the pinned maps failed")
+	s.ready = false
+	s.readyErr = err
+	s.cfg.OnDown()
+	s.cfg.OnRestoreFailed(err)
+}
+
 // install makes the restored services the table.
 func (s *Supervisor) install(r *table.Restored) {
+	if len(s.services) == 0 {
+		n := 0
+		for _, svc := range r.Services {
+			n += len(svc.BackendIDs)
+		}
+		s.services = make(map[lb.ServiceID]*table.Service, len(r.Services))
+		s.byFE = make(map[lb.L3n4Addr]lb.ServiceID, len(r.Services))
+		s.users = make(map[backendKey]users, n)
+	}
 	for _, svc := range r.Services {
 		s.put(svc)
 	}

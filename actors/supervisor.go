@@ -104,6 +104,8 @@ type Supervisor struct {
 	// outbox holds requests not yet sent, per child (see request).
 	outbox      map[string][]*pendingReq
 	outboxFlush bool
+	// requests sent and the messages that carried them (Stats).
+	requestsSent, childMessages uint64
 
 	ready    bool
 	readyErr error
@@ -423,26 +425,18 @@ func (s *Supervisor) abortAll(err error) {
 }
 
 // allocBindings computes the allocator's state from the table: one
-// reference per service using a backend, standalone revNAT IDs reserved.
+// reference per service using a backend (the backend index counts them),
+// standalone revNAT IDs reserved, plus what ops in flight hold.
 func (s *Supervisor) allocBindings() (svcs, bes []messages.AllocBinding, held []lb.BackendID) {
-	n := 0
-	for _, svc := range s.services {
-		n += len(svc.BackendIDs)
-	}
-	refs := make(map[lb.L3n4Addr]int, n)
-	ids := make(map[lb.L3n4Addr]lb.BackendID, n)
 	svcs = make([]messages.AllocBinding, 0, len(s.services)+len(s.standalone))
 	for id, svc := range s.services {
 		svcs = append(svcs, messages.AllocBinding{Key: svc.Frontend(), ID: uint64(id), Refs: 1})
-		for i, b := range svc.Spec.Backends {
-			k := table.BackendKey(b)
-			refs[k]++
-			ids[k] = svc.BackendIDs[i]
-		}
 	}
 	for id, addr := range s.standalone {
 		svcs = append(svcs, messages.AllocBinding{Key: addr, ID: uint64(id)})
 	}
+	// References held by ops in flight, by backend (few).
+	var extra map[backendKey]messages.AllocBinding
 	seen := map[*op]bool{}
 	for _, p := range s.reqs {
 		if seen[p.op] {
@@ -453,13 +447,27 @@ func (s *Supervisor) allocBindings() (svcs, bes []messages.AllocBinding, held []
 			svcs = append(svcs, *h)
 		}
 		for _, h := range p.op.beHolds {
-			refs[h.Key]++
-			ids[h.Key] = lb.BackendID(h.ID)
+			if extra == nil {
+				extra = map[backendKey]messages.AllocBinding{}
+			}
+			k := compactKey(h.Key)
+			b := extra[k]
+			b.Key, b.ID, b.Refs = h.Key, h.ID, b.Refs+1
+			extra[k] = b
 		}
 		held = append(held, p.op.freed...)
 	}
-	for k, n := range refs {
-		bes = append(bes, messages.AllocBinding{Key: k, ID: uint64(ids[k]), Refs: n})
+	bes = make([]messages.AllocBinding, 0, len(s.users)+len(extra))
+	for k, u := range s.users {
+		b := messages.AllocBinding{Key: k.l3n4(), ID: uint64(u.id), Refs: u.n()}
+		if x, ok := extra[k]; ok {
+			b.Refs += x.Refs
+			delete(extra, k)
+		}
+		bes = append(bes, b)
+	}
+	for _, x := range extra {
+		bes = append(bes, x)
 	}
 	return svcs, bes, held
 }

@@ -162,6 +162,11 @@ type StatsReply struct {
 	Ready          bool
 	OpsInFlight    int
 	RequestsResent int
+	// RequestsSent counts the requests the supervisor sent its children,
+	// ChildMessages the messages that carried them (several requests go in
+	// one Batch): their ratio is the average batch.
+	RequestsSent  uint64
+	ChildMessages uint64
 }
 
 // RestoreStats describes the last restore from the pinned maps.

@@ -43,9 +43,14 @@ type Allocator[K comparable, I ID] struct {
 // for service IDs, 2^32-1 for backend IDs). With max 0 every Acquire fails
 // with ErrIDSpaceExhausted.
 func New[K comparable, I ID](max I) *Allocator[K, I] {
+	return NewSized[K, I](max, 0)
+}
+
+// NewSized is New with room for n keys (a restore knows how many come).
+func NewSized[K comparable, I ID](max I, n int) *Allocator[K, I] {
 	return &Allocator[K, I]{
-		keys:   make(map[K]entry[I]),
-		ids:    make(map[I]K),
+		keys:   make(map[K]entry[I], n),
+		ids:    make(map[I]K, n),
 		max:    max,
 		cursor: 1,
 	}

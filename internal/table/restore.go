@@ -177,16 +177,22 @@ func Rebuild(d Dump) *Restored {
 	for i, f := range families {
 		rb.fam[i] = &famState{fam: f, fixes: rb.out.Fixes(f)}
 	}
+	// The service entries load on another goroutine while the revNAT and
+	// backend entries load here: they share nothing but the repair list,
+	// which each fills on its own and which is joined in the serial order.
+	svcs := &rebuild{out: &Restored{}, fam: rb.fam}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		svcs.loadServices(d)
+	}()
 	rb.loadRevNAT(d)
 	rb.loadBackends(d)
-	rb.loadServices(d)
+	<-done
+	rb.out.Repairs = append(rb.out.Repairs, svcs.out.Repairs...)
 	rb.dedupeServiceIDs()
 	for _, fs := range rb.fam {
-		for _, g := range fs.groups {
-			if g.state == groupKept {
-				rb.rebuildService(fs, g)
-			}
-		}
+		rb.rebuildServices(fs)
 	}
 	rb.deleteOrphanBackends()
 	rb.reconcileRevNAT()
@@ -210,13 +216,21 @@ type group struct {
 	fe        lb.L3n4Addr
 	hasMaster bool
 	master    maps.ServiceValue
-	slots     map[uint16]maps.ServiceValue
-	slotNs    []uint16 // ascending
+	slotNs    []uint16            // ascending
+	slotVs    []maps.ServiceValue // slotVs[i] is the value of slot slotNs[i]
 	state     groupState
 	svc       *Service
 }
 
 func (g *group) id() uint16 { return g.master.RevNATIndex }
+
+// slot returns the value of slot n, if the map has it.
+func (g *group) slot(n uint16) (maps.ServiceValue, bool) {
+	if i, ok := slices.BinarySearch(g.slotNs, n); ok {
+		return g.slotVs[i], true
+	}
+	return maps.ServiceValue{}, false
+}
 
 type famState struct {
 	fam      maps.Family
@@ -225,6 +239,7 @@ type famState struct {
 	alias    map[uint32]uint32            // duplicate backend ID -> kept ID
 	revnat   map[uint16]maps.RevNATValue
 	revIDs   []uint16 // ascending
+	ids      []uint32 // IDs of the valid backends, ascending (before duplicates are removed)
 	groups   []*group // by key
 }
 
@@ -284,30 +299,35 @@ func (rb *rebuild) loadBackends(d Dump) {
 	in := [2][]maps.BackendEntry{d.Backends4, d.Backends6}
 	var ids [2][]uint32 // valid backend IDs of each family, sorted
 	for i, fs := range rb.fam {
-		es := slices.Clone(in[i])
-		if fs.fam == maps.IPv4 {
-			for j := range es {
-				es[j].Value.Address = es[j].Value.Address.Unmap()
-			}
-		}
-		slices.SortFunc(es, func(a, b maps.BackendEntry) int {
-			if c := cmp.Compare(a.ID, b.ID); c != 0 {
-				return c
-			}
-			return compareBackend(a.Value, b.Value)
-		})
-		es = slices.CompactFunc(es, func(a, b maps.BackendEntry) bool { return a.ID == b.ID })
-		fs.backends = make(map[uint32]maps.BackendValue, len(es))
+		// One value per ID (the least, if a dump repeats an ID), then the
+		// IDs sorted: cheaper than sorting the entries.
+		fs.backends = make(map[uint32]maps.BackendValue, len(in[i]))
 		fs.alias = make(map[uint32]uint32)
-		ids[i] = make([]uint32, 0, len(es))
-		for _, e := range es {
+		for _, e := range in[i] {
+			v := e.Value
+			if fs.fam == maps.IPv4 {
+				v.Address = v.Address.Unmap()
+			}
+			if cur, dup := fs.backends[e.ID]; dup && compareBackend(cur, v) <= 0 {
+				continue
+			}
+			fs.backends[e.ID] = v
+		}
+		all := make([]uint32, 0, len(fs.backends))
+		for id := range fs.backends {
+			all = append(all, id)
+		}
+		slices.Sort(all)
+		ids[i] = all[:0] // filtered in place
+		for _, id := range all {
+			e := maps.BackendEntry{ID: id, Value: fs.backends[id]}
 			if reason := invalidBackend(fs.fam, e); reason != "" {
 				rb.repair(RepairInvalidEntry, fs.fam, 0, "", e.ID, "backend %d %s: deleted", e.ID, reason)
 				fs.fixes.BackendDeletes = append(fs.fixes.BackendDeletes, e.ID)
+				delete(fs.backends, id)
 				continue
 			}
-			fs.backends[e.ID] = e.Value
-			ids[i] = append(ids[i], e.ID) // sorted: es is
+			ids[i] = append(ids[i], id)
 		}
 	}
 
@@ -323,14 +343,24 @@ func (rb *rebuild) loadBackends(d Dump) {
 	})
 
 	for i, fs := range rb.fam {
-		byKey := make(map[lb.L3n4Addr]uint32, len(fs.backends))
+		fs.ids = ids[i]
+		// A backend's identity: address, port, protocol (what BackendKey
+		// keeps), in a key without pointers.
+		type identity struct {
+			addr  [16]byte
+			port  uint16
+			proto uint8
+		}
+		byKey := make(map[identity]uint32, len(fs.backends))
 		for _, id := range ids[i] { // by ID: the lowest of duplicates is kept
-			k := BackendKey(BackendFromValue(fs.backends[id]))
-			kept, dup := byKey[k]
+			v := fs.backends[id]
+			ik := identity{v.Address.As16(), v.Port, v.Proto}
+			kept, dup := byKey[ik]
 			if !dup {
-				byKey[k] = id
+				byKey[ik] = id
 				continue
 			}
+			k := BackendKey(BackendFromValue(v))
 			rb.repair(RepairDuplicateBackend, fs.fam, 0, "", id, "backend %d duplicates backend %d (%s): deleted", id, kept, k)
 			fs.alias[id] = kept
 			delete(fs.backends, id)
@@ -379,14 +409,17 @@ func (rb *rebuild) loadServices(d Dump) {
 			k := e.Key
 			k.Slot = 0
 			if g == nil || g.key != k {
-				g = &group{key: k, fe: FrontendFromKey(k), slots: make(map[uint16]maps.ServiceValue)}
+				g = &group{key: k, fe: FrontendFromKey(k)}
 				fs.groups = append(fs.groups, g)
 			}
 			if e.Key.Slot == 0 {
 				g.hasMaster, g.master = true, e.Value
+				n := int(e.Value.Count) + int(e.Value.QCount) // slots usually follow
+				g.slotNs = make([]uint16, 0, n)
+				g.slotVs = make([]maps.ServiceValue, 0, n)
 			} else {
-				g.slots[e.Key.Slot] = e.Value
 				g.slotNs = append(g.slotNs, e.Key.Slot)
+				g.slotVs = append(g.slotVs, e.Value)
 			}
 		}
 
@@ -461,6 +494,40 @@ func (rb *rebuild) dedupeServiceIDs() {
 	}
 }
 
+// rebuildServices applies rule 5 to every kept frontend of fs: a large
+// family in two halves, the second on another goroutine with its own
+// repair and fix lists (merged here; finish sorts them all).
+func (rb *rebuild) rebuildServices(fs *famState) {
+	run := func(rb *rebuild, fs *famState, gs []*group) {
+		for _, g := range gs {
+			if g.state == groupKept {
+				rb.rebuildService(fs, g)
+			}
+		}
+	}
+	if len(fs.groups) < parallelGroups {
+		run(rb, fs, fs.groups)
+		return
+	}
+	half := len(fs.groups) / 2
+	rb2 := &rebuild{out: &Restored{}, fam: rb.fam}
+	fs2 := *fs
+	fs2.fixes = &Fixes{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		run(rb2, &fs2, fs.groups[half:])
+	}()
+	run(rb, fs, fs.groups[:half])
+	<-done
+	rb.out.Repairs = append(rb.out.Repairs, rb2.out.Repairs...)
+	fs.fixes.add(fs2.fixes)
+}
+
+// parallelGroups is the number of frontends from which rebuildServices
+// splits the work (a variable for tests).
+var parallelGroups = 512
+
 type slotted struct {
 	id lb.BackendID
 	b  lb.Backend
@@ -470,16 +537,16 @@ type slotted struct {
 func (rb *rebuild) rebuildService(fs *famState, g *group) {
 	m := g.master
 	n := int(m.Count) + int(m.QCount)
-	list := make([]slotted, 0, min(n, len(g.slots)))
+	list := make([]slotted, 0, min(n, len(g.slotNs)))
 	var missing []int
 	dropped := false
 	type first struct {
 		slot int
 		orig uint32 // backend ID of that slot before rewriting duplicates
 	}
-	seen := make(map[uint32]first, len(list))
+	seen := firstSeen[first]{}
 	for s := 1; s <= n; s++ {
-		v, ok := g.slots[uint16(s)]
+		v, ok := g.slot(uint16(s))
 		if s > 0xFFFF || !ok {
 			missing = append(missing, s)
 			dropped = true
@@ -502,7 +569,7 @@ func (rb *rebuild) rebuildService(fs *famState, g *group) {
 			dropped = true
 			continue
 		}
-		if f, dup := seen[id]; dup {
+		if f, dup := seen.get(id); dup {
 			switch {
 			case orig != id:
 				rb.svcRepair(RepairDuplicateBackend, fs, g, orig,
@@ -516,7 +583,7 @@ func (rb *rebuild) rebuildService(fs *famState, g *group) {
 			dropped = true
 			continue
 		}
-		seen[id] = first{s, orig}
+		seen.put(id, first{s, orig})
 		if orig != id {
 			rb.svcRepair(RepairDuplicateBackend, fs, g, orig, "slot %d points to duplicate backend %d: rewritten to %d", s, orig, id)
 		}
@@ -596,7 +663,7 @@ func (rb *rebuild) rebuildService(fs *famState, g *group) {
 	}
 	slots := Slots(svc)
 	for _, e := range slots {
-		if v, ok := g.slots[e.Key.Slot]; !ok || v != e.Value {
+		if v, ok := g.slot(e.Key.Slot); !ok || v != e.Value {
 			fs.fixes.SlotWrites = append(fs.fixes.SlotWrites, e)
 		}
 	}
@@ -610,16 +677,18 @@ func (rb *rebuild) rebuildService(fs *famState, g *group) {
 // deleteOrphanBackends applies rule 6.
 func (rb *rebuild) deleteOrphanBackends() {
 	for _, fs := range rb.fam {
-		used := make(map[uint32]bool)
+		used := make([]bool, len(fs.ids)) // parallel to fs.ids
 		for _, g := range fs.groups {
 			if g.svc != nil {
 				for _, id := range g.svc.BackendIDs {
-					used[uint32(id)] = true
+					if j, ok := slices.BinarySearch(fs.ids, uint32(id)); ok {
+						used[j] = true
+					}
 				}
 			}
 		}
-		for _, id := range sortedKeys(fs.backends) {
-			if !used[id] {
+		for j, id := range fs.ids {
+			if _, ok := fs.backends[id]; ok && !used[j] {
 				b := BackendFromValue(fs.backends[id])
 				rb.repair(RepairOrphanBackend, fs.fam, 0, "", id, "backend %d (%s, %s) referenced by no slot: deleted", id, BackendKey(b), b.State)
 				fs.fixes.BackendDeletes = append(fs.fixes.BackendDeletes, id)
@@ -714,6 +783,17 @@ func (rb *rebuild) finish() {
 	})
 }
 
+// add appends o's fixes to f's.
+func (f *Fixes) add(o *Fixes) {
+	f.RevNATWrites = append(f.RevNATWrites, o.RevNATWrites...)
+	f.MasterDeletes = append(f.MasterDeletes, o.MasterDeletes...)
+	f.SlotWrites = append(f.SlotWrites, o.SlotWrites...)
+	f.MasterWrites = append(f.MasterWrites, o.MasterWrites...)
+	f.SlotDeletes = append(f.SlotDeletes, o.SlotDeletes...)
+	f.BackendDeletes = append(f.BackendDeletes, o.BackendDeletes...)
+	f.RevNATDeletes = append(f.RevNATDeletes, o.RevNATDeletes...)
+}
+
 func (f *Fixes) sort() {
 	byKey := func(a, b maps.ServiceKey) int { return compareKey(a, b) }
 	byEntry := func(a, b maps.ServiceEntry) int { return compareKey(a.Key, b.Key) }
@@ -732,6 +812,44 @@ func (f *Fixes) sort() {
 }
 
 // Helpers.
+
+// firstSeen is a small set of backend IDs with a value each: an array up
+// to 16 entries (most services, no allocation), a map beyond.
+type firstSeen[V any] struct {
+	n    int
+	ids  [16]uint32
+	vals [16]V
+	m    map[uint32]V // past 16
+}
+
+func (f *firstSeen[V]) get(id uint32) (V, bool) {
+	if f.m != nil {
+		v, ok := f.m[id]
+		return v, ok
+	}
+	for i, x := range f.ids[:f.n] {
+		if x == id {
+			return f.vals[i], true
+		}
+	}
+	var zero V
+	return zero, false
+}
+
+func (f *firstSeen[V]) put(id uint32, v V) {
+	if f.m == nil && f.n < len(f.ids) {
+		f.ids[f.n], f.vals[f.n] = id, v
+		f.n++
+		return
+	}
+	if f.m == nil {
+		f.m = make(map[uint32]V, 2*f.n)
+		for i, x := range f.ids[:f.n] {
+			f.m[x] = f.vals[i]
+		}
+	}
+	f.m[id] = v
+}
 
 func sortedKeys[K cmp.Ordered, V any](m map[K]V) []K {
 	ks := make([]K, 0, len(m))

@@ -1307,3 +1307,38 @@ func TestRebuildRandomCorruption(t *testing.T) {
 		}
 	}
 }
+
+// The large-family path (two goroutines) finds exactly what the serial one
+// finds, repairs included.
+func TestRebuildInHalvesEqualsSerial(t *testing.T) {
+	var d Dump
+	for i := range 1200 {
+		s := benchService(4)
+		s.Spec.Frontend.ID = lb.ServiceID(i + 1)
+		s.Spec.Frontend.Addr = netip.AddrFrom4([4]byte{10, 96, byte(i >> 8), byte(i)})
+		for j := range s.BackendIDs {
+			s.BackendIDs[j] = lb.BackendID(i*4 + j + 1)
+			s.Spec.Backends[j].Addr = netip.AddrFrom4([4]byte{10, 1, byte((i*4 + j) >> 8), byte(i*4 + j)})
+		}
+		SlotOrder(s.Spec.Backends, s.BackendIDs)
+		slots := Slots(s)
+		switch i % 300 {
+		case 7:
+			slots = slots[1:] // slot 1 missing
+		case 8:
+			slots[2].Value.Flags = 1 // stray flags
+		case 9:
+			slots[0].Value.BackendID = 999999 // dangling
+		}
+		d.Services4 = append(append(d.Services4, slots...), Master(s))
+		d.Backends4 = append(d.Backends4, BackendEntries(s)...)
+		d.RevNAT4 = append(d.RevNAT4, RevNAT(s))
+	}
+	defer func(n int) { parallelGroups = n }(parallelGroups)
+	parallelGroups = 1 << 30
+	serial := Rebuild(d)
+	parallelGroups = 2
+	halves := Rebuild(d)
+	require.NotEmpty(t, serial.Repairs)
+	require.Equal(t, serial, halves)
+}

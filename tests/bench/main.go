@@ -131,6 +131,10 @@ func run(out string, bulkN, insertN, callers, batch int) error {
 	lat := startLatencyProbe(e)
 	restLat := startRESTProbe(client)
 	start := time.Now()
+	st0, err := e.Stats(ctx)
+	if err != nil {
+		return err
+	}
 	stopProfile := profileBulk()
 	cpu0 := cpuTime()
 	var m0 runtime.MemStats
@@ -141,6 +145,10 @@ func run(out string, bulkN, insertN, callers, batch int) error {
 	bulkTime := time.Since(start)
 	bulkCPU := cpuTime() - cpu0
 	stopProfile()
+	st1, err := e.Stats(ctx)
+	if err != nil {
+		return err
+	}
 	var m1 runtime.MemStats
 	runtime.ReadMemStats(&m1)
 	probe := lat.stop()
@@ -156,6 +164,7 @@ func run(out string, bulkN, insertN, callers, batch int) error {
 	res.add("bulk-10k-x10", "cpu_us_per_service", float64(bulkCPU.Microseconds())/float64(bulkN), "us")
 	res.add("bulk-10k-x10", "allocs_per_service", float64(m1.Mallocs-m0.Mallocs)/float64(bulkN), "allocs")
 	res.add("bulk-10k-x10", "alloc_bytes_per_service", float64(m1.TotalAlloc-m0.TotalAlloc)/float64(bulkN), "bytes")
+	res.add("bulk-10k-x10", "requests_per_child_message", float64(st1.RequestsSent-st0.RequestsSent)/float64(max(1, st1.ChildMessages-st0.ChildMessages)), "requests")
 	res.add("bulk-10k-x10", "cores_busy", bulkCPU.Seconds()/bulkTime.Seconds(), "cores")
 	res.add("upsert-latency", "p50_us_library", probe.p(50), "us")
 	res.add("upsert-latency", "p99_us_library", probe.p(99), "us")
