@@ -11,10 +11,18 @@ import (
 // mapActor owns one service or backend map and its mirror. On every
 // (re)start it rebuilds the mirror from the map before it handles any
 // queued message.
-type mapActor[E, K, V comparable] struct {
+type mapActor[E, K comparable] struct {
 	name   string
-	mirror *mirror[E, K, V]
+	mirror mirrorOf[E, K]
 	batch  batcher[*messages.MapApply[E, K]]
+}
+
+// mirrorOf is what a map owner needs of its mirror (mirror, svcMirror).
+type mirrorOf[E, K any] interface {
+	load() error
+	index()
+	apply(writes []E, deletes []K) (written, deleted int, err error)
+	dump() []E
 }
 
 // flushMsg tells a map owner to write what it has buffered.
@@ -90,17 +98,17 @@ func (b *batcher[R]) reply(ctx actor.Context, buf []queuedReq[R], replies []any)
 
 func newServiceMapActor(m maps.ServiceMap) actor.Producer {
 	return func() actor.Actor {
-		return &mapActor[maps.ServiceEntry, maps.ServiceKey, maps.ServiceValue]{name: m.Name(), mirror: newMirror(m, splitService, joinService)}
+		return &mapActor[maps.ServiceEntry, maps.ServiceKey]{name: m.Name(), mirror: newSvcMirror(m)}
 	}
 }
 
 func newBackendMapActor(m maps.BackendMap) actor.Producer {
 	return func() actor.Actor {
-		return &mapActor[maps.BackendEntry, uint32, maps.BackendValue]{name: m.Name(), mirror: newMirror(m, splitBackend, joinBackend)}
+		return &mapActor[maps.BackendEntry, uint32]{name: m.Name(), mirror: newMirror(m, splitBackend, joinBackend)}
 	}
 }
 
-func (a *mapActor[E, K, V]) Receive(ctx actor.Context) {
+func (a *mapActor[E, K]) Receive(ctx actor.Context) {
 	if b, ok := ctx.Message().(*messages.Batch); ok {
 		for _, m := range b.Msgs {
 			a.receive(ctx, m)
@@ -110,7 +118,7 @@ func (a *mapActor[E, K, V]) Receive(ctx actor.Context) {
 	a.receive(ctx, ctx.Message())
 }
 
-func (a *mapActor[E, K, V]) receive(ctx actor.Context, msg any) {
+func (a *mapActor[E, K]) receive(ctx actor.Context, msg any) {
 	switch m := msg.(type) {
 	case *actor.Started:
 		if err := a.mirror.load(); err != nil {
@@ -129,7 +137,7 @@ func (a *mapActor[E, K, V]) receive(ctx actor.Context, msg any) {
 	}
 }
 
-func (a *mapActor[E, K, V]) flush(ctx actor.Context) {
+func (a *mapActor[E, K]) flush(ctx actor.Context) {
 	a.batch.flush(ctx, func(reqs []*messages.MapApply[E, K]) error {
 		nw, nd := 0, 0
 		for _, r := range reqs {

@@ -118,10 +118,6 @@ func (o *mirror[E, K, V]) dump() []E {
 
 // Splitting entries into key and value, and back.
 
-func splitService(e maps.ServiceEntry) (maps.ServiceKey, maps.ServiceValue) { return e.Key, e.Value }
-func joinService(k maps.ServiceKey, v maps.ServiceValue) maps.ServiceEntry {
-	return maps.ServiceEntry{Key: k, Value: v}
-}
 func splitBackend(e maps.BackendEntry) (uint32, maps.BackendValue) { return e.ID, e.Value }
 func joinBackend(k uint32, v maps.BackendValue) maps.BackendEntry {
 	return maps.BackendEntry{ID: k, Value: v}

@@ -1,0 +1,203 @@
+package actors
+
+import (
+	"fmt"
+	"net/netip"
+
+	"github.com/actorlb/actorlb/maps"
+)
+
+// svcMirror is the service map owner's mirror: like mirror, but indexed by
+// frontend, each holding its slots in a slice (index = slot number). An
+// upsert writes all the slots of one frontend, so this takes one map
+// lookup per service instead of one per slot, and a fraction of the memory
+// (no key per slot, no pointer in the key). Not safe for concurrent use.
+type svcMirror struct {
+	m       maps.ServiceMap
+	entries map[feIndex][]slotValue // nil until index
+	loaded  []maps.ServiceEntry     // the last load, until index
+	ws      []maps.ServiceEntry     // scratch of apply
+	ds      []maps.ServiceKey
+}
+
+// feIndex is a service map key without its slot, without pointers.
+type feIndex struct {
+	addr  [16]byte
+	v4    bool
+	port  uint16
+	proto uint8
+	scope uint8
+}
+
+// slotValue is one slot of a frontend; ok is false for a hole.
+type slotValue struct {
+	v  maps.ServiceValue
+	ok bool
+}
+
+func indexOf(k maps.ServiceKey) feIndex {
+	return feIndex{addr: k.Address.As16(), v4: k.Address.Is4(), port: k.Port, proto: k.Proto, scope: k.Scope}
+}
+
+func (f feIndex) key(slot uint16) maps.ServiceKey {
+	a := netip.AddrFrom16(f.addr)
+	if f.v4 {
+		a = a.Unmap()
+	}
+	return maps.ServiceKey{Address: a, Port: f.port, Slot: slot, Proto: f.proto, Scope: f.scope}
+}
+
+func newSvcMirror(m maps.ServiceMap) *svcMirror { return &svcMirror{m: m} }
+
+// load replaces the mirror with the map's contents (indexed by index).
+func (o *svcMirror) load() error {
+	es, err := o.m.Dump()
+	if err != nil {
+		return err
+	}
+	o.loaded, o.entries = es, nil
+	return nil
+}
+
+// index builds the index from the last load, if not done yet.
+func (o *svcMirror) index() {
+	if o.entries != nil {
+		return
+	}
+	o.entries = make(map[feIndex][]slotValue, len(o.loaded)/4)
+	c := cursor{o: o}
+	for _, e := range o.loaded {
+		c.set(e.Key, e.Value)
+	}
+	o.loaded = nil
+}
+
+// cursor caches the slots of the last frontend looked up: the entries of
+// one request come frontend by frontend.
+type cursor struct {
+	o     *svcMirror
+	fe    feIndex
+	slots []slotValue
+	valid bool
+}
+
+func (c *cursor) at(k maps.ServiceKey) []slotValue {
+	fe := indexOf(k)
+	if !c.valid || c.fe != fe {
+		c.fe, c.slots, c.valid = fe, c.o.entries[fe], true
+	}
+	return c.slots
+}
+
+func (c *cursor) get(k maps.ServiceKey) (maps.ServiceValue, bool) {
+	slots := c.at(k)
+	if int(k.Slot) < len(slots) && slots[k.Slot].ok {
+		return slots[k.Slot].v, true
+	}
+	return maps.ServiceValue{}, false
+}
+
+func (c *cursor) set(k maps.ServiceKey, v maps.ServiceValue) {
+	slots := c.at(k)
+	if n := int(k.Slot) + 1; n > len(slots) {
+		slots = append(slots, make([]slotValue, n-len(slots))...)
+		c.o.entries[c.fe], c.slots = slots, slots
+	}
+	slots[k.Slot] = slotValue{v, true}
+}
+
+// del removes slot k; a frontend without slots leaves the index.
+func (c *cursor) del(k maps.ServiceKey) {
+	slots := c.at(k)
+	if int(k.Slot) >= len(slots) {
+		return
+	}
+	slots[k.Slot] = slotValue{}
+	n := len(slots)
+	for n > 0 && !slots[n-1].ok {
+		n--
+	}
+	switch {
+	case n == 0:
+		delete(c.o.entries, c.fe)
+		c.slots = nil
+	case n < len(slots):
+		slots = slots[:n]
+		c.o.entries[c.fe], c.slots = slots, slots
+	}
+}
+
+// apply is mirror.apply: writes that differ, in order, then deletes of
+// present keys, in order; after a failure the mirror is reloaded.
+func (o *svcMirror) apply(writes []maps.ServiceEntry, deletes []maps.ServiceKey) (written, deleted int, err error) {
+	o.index()
+	ws, ds := o.ws[:0], o.ds[:0]
+	defer func() {
+		if cap(ws) <= scratchMax && cap(ds) <= scratchMax {
+			o.ws, o.ds = ws[:0], ds[:0]
+		} else {
+			o.ws, o.ds = nil, nil
+		}
+	}()
+	c := cursor{o: o}
+	for _, e := range writes {
+		if cur, ok := c.get(e.Key); !ok || cur != e.Value {
+			ws = append(ws, e)
+		}
+	}
+	if len(ws) > 0 {
+		if err := o.m.Update(ws); err != nil {
+			return 0, 0, o.reload(err)
+		}
+		c = cursor{o: o}
+		for _, e := range ws {
+			c.set(e.Key, e.Value)
+		}
+	}
+	c = cursor{o: o}
+	for _, k := range deletes {
+		if _, ok := c.get(k); ok {
+			ds = append(ds, k)
+		}
+	}
+	if len(ds) > 0 {
+		if err := o.m.Delete(ds); err != nil {
+			return len(ws), 0, o.reload(err)
+		}
+		c = cursor{o: o}
+		for _, k := range ds {
+			c.del(k)
+		}
+	}
+	return len(ws), len(ds), nil
+}
+
+// reload rereads the map after a failed write (which may have written a
+// prefix) and returns err.
+func (o *svcMirror) reload(err error) error {
+	if lerr := o.load(); lerr != nil {
+		return fmt.Errorf("%w (and reloading the mirror failed: %v)", err, lerr)
+	}
+	return err
+}
+
+// dump returns the mirror's entries (before index, the loaded dump
+// itself: neither side writes to it).
+func (o *svcMirror) dump() []maps.ServiceEntry {
+	if o.entries == nil {
+		return o.loaded
+	}
+	n := 0
+	for _, slots := range o.entries {
+		n += len(slots)
+	}
+	out := make([]maps.ServiceEntry, 0, n)
+	for fe, slots := range o.entries {
+		for i, s := range slots {
+			if s.ok {
+				out = append(out, maps.ServiceEntry{Key: fe.key(uint16(i)), Value: s.v})
+			}
+		}
+	}
+	return out
+}

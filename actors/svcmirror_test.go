@@ -1,0 +1,104 @@
+package actors
+
+import (
+	"errors"
+	"net/netip"
+	"slices"
+	"syscall"
+	"testing"
+
+	"github.com/actorlb/actorlb/internal/testutil"
+	"github.com/actorlb/actorlb/maps"
+	"github.com/stretchr/testify/require"
+)
+
+func openMemory(tb testing.TB, fault maps.FaultFunc) *maps.LBMaps {
+	tb.Helper()
+	m, err := maps.Open(maps.Config{InMemory: true, Fault: fault})
+	require.NoError(tb, err)
+	tb.Cleanup(func() { m.Close() })
+	return m
+}
+
+func sortedEntries(es []maps.ServiceEntry) []maps.ServiceEntry {
+	es = slices.Clone(es)
+	slices.SortFunc(es, func(a, b maps.ServiceEntry) int {
+		if c := a.Key.Address.Compare(b.Key.Address); c != 0 {
+			return c
+		}
+		return int(a.Key.Port)<<24 + int(a.Key.Proto)<<16 + int(a.Key.Scope)<<8 + int(a.Key.Slot) -
+			(int(b.Key.Port)<<24 + int(b.Key.Proto)<<16 + int(b.Key.Scope)<<8 + int(b.Key.Slot))
+	})
+	return es
+}
+
+// The per-frontend service mirror behaves exactly as the generic mirror
+// (the reference): same writes and deletes reach the map, same dump, also
+// with holes, repeated keys, failed writes, reloads and v4/v6 frontends.
+func TestSvcMirrorMatchesGenericMirror(t *testing.T) {
+	r := testutil.Rand(t)
+	var calls uint64
+	fault := func(name string, op maps.Op, n uint64, entries int) error {
+		calls++
+		if (op == maps.OpUpdate || op == maps.OpDelete) && r.IntN(20) == 0 {
+			return syscall.EBUSY
+		}
+		return nil
+	}
+	for _, fam := range []maps.Family{maps.IPv4, maps.IPv6} {
+		t.Run(fam.String(), func(t *testing.T) {
+			a, b := openMemory(t, fault), openMemory(t, nil)
+			got := newSvcMirror(a.Services(fam))
+			want := newMirror[maps.ServiceEntry, maps.ServiceKey, maps.ServiceValue](b.Services(fam),
+				func(e maps.ServiceEntry) (maps.ServiceKey, maps.ServiceValue) { return e.Key, e.Value },
+				func(k maps.ServiceKey, v maps.ServiceValue) maps.ServiceEntry { return maps.ServiceEntry{Key: k, Value: v} })
+			require.NoError(t, got.load())
+			require.NoError(t, want.load())
+			addrs := []netip.Addr{netip.MustParseAddr("10.96.0.1"), netip.MustParseAddr("10.96.0.2")}
+			if fam == maps.IPv6 {
+				addrs = []netip.Addr{netip.MustParseAddr("fd00::1"), netip.MustParseAddr("fd00::2")}
+			}
+			key := func() maps.ServiceKey {
+				return maps.ServiceKey{Address: addrs[r.IntN(len(addrs))], Port: uint16(80 + r.IntN(2)), Slot: uint16(r.IntN(12)), Proto: 6, Scope: uint8(r.IntN(2))}
+			}
+			for range 2000 {
+				var ws []maps.ServiceEntry
+				var ds []maps.ServiceKey
+				for range r.IntN(8) {
+					ws = append(ws, maps.ServiceEntry{Key: key(), Value: maps.ServiceValue{BackendID: uint32(r.IntN(3)), RevNATIndex: 1}})
+				}
+				for range r.IntN(6) {
+					ds = append(ds, key())
+				}
+				w, d, err := got.apply(ws, ds)
+				if err != nil {
+					require.True(t, errors.Is(err, syscall.EBUSY), "%v", err)
+					// The reference applies what reached the faulty map.
+					es, err := a.Services(fam).Dump()
+					require.NoError(t, err)
+					require.NoError(t, b.Services(fam).Delete(keysOf(want.dump())))
+					require.NoError(t, b.Services(fam).Update(es))
+					require.NoError(t, want.load())
+					continue
+				}
+				w2, d2, err := want.apply(ws, ds)
+				require.NoError(t, err)
+				require.Equal(t, w2, w, "written")
+				require.Equal(t, d2, d, "deleted")
+				require.Equal(t, sortedEntries(want.dump()), sortedEntries(got.dump()))
+			}
+			es, err := a.Services(fam).Dump()
+			require.NoError(t, err)
+			require.Equal(t, sortedEntries(es), sortedEntries(got.dump()), "mirror equals its map")
+		})
+	}
+	require.NotZero(t, calls)
+}
+
+func keysOf(es []maps.ServiceEntry) []maps.ServiceKey {
+	ks := make([]maps.ServiceKey, len(es))
+	for i, e := range es {
+		ks[i] = e.Key
+	}
+	return ks
+}
