@@ -232,7 +232,7 @@ func (s *Supervisor) sync(ctx actor.Context, m *messages.Sync) {
 		if key.backend {
 			continue
 		}
-		fe := key.addr
+		fe := key.l3n4()
 		if _, ok := desired[fe]; !ok && !slices.Contains(stale, fe) {
 			if _, known := s.byFE[fe]; !known {
 				stale = append(stale, fe)

@@ -3,6 +3,7 @@ package actors
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 
 	"github.com/actorlb/actorlb/internal/table"
 	lb "github.com/actorlb/actorlb/loadbalancer"
@@ -57,11 +58,38 @@ type op struct {
 	freed []lb.BackendID
 }
 
+// queuesKeep is the most keys the queue table may have held and still be
+// kept once empty (about 2 MB).
+const queuesKeep = 1 << 15
+
 // qkey names a queue: that of a frontend, or that of a backend (whose
 // state an op writes).
 type qkey struct {
+	addr    [16]byte // no pointer: hashed as plain bytes
+	v4      bool
+	port    uint16
+	proto   lb.L4Type
+	scope   lb.Scope
 	backend bool
-	addr    lb.L3n4Addr
+}
+
+func feQueue(a lb.L3n4Addr) qkey {
+	return qkey{addr: a.Addr.As16(), v4: a.Addr.Is4(), port: a.Port, proto: a.Protocol, scope: a.Scope}
+}
+
+func beQueue(a lb.L3n4Addr) qkey {
+	k := feQueue(a)
+	k.backend = true
+	return k
+}
+
+// l3n4 returns the address the queue is for.
+func (k qkey) l3n4() lb.L3n4Addr {
+	a := netip.AddrFrom16(k.addr)
+	if k.v4 {
+		a = a.Unmap()
+	}
+	return lb.L3n4Addr{Addr: a, Port: k.port, Protocol: k.proto, Scope: k.scope}
 }
 
 // queue is the ops waiting on one key: the one running (or about to) and
@@ -87,9 +115,9 @@ func (q queue) all(yield func(*op) bool) {
 // without duplicates).
 func opKeys(fe lb.L3n4Addr, bs []lb.Backend) []qkey {
 	keys := make([]qkey, 0, 1+len(bs))
-	keys = append(keys, qkey{addr: fe})
+	keys = append(keys, feQueue(fe))
 	for _, b := range bs {
-		keys = append(keys, qkey{backend: true, addr: table.BackendKey(b)})
+		keys = append(keys, beQueue(table.BackendKey(b)))
 	}
 	return keys
 }
@@ -140,6 +168,9 @@ type pendingReq struct {
 // one of its queues. Ops enter all their queues at once, in arrival order,
 // so waiting for several queues cannot deadlock.
 func (s *Supervisor) run(ctx actor.Context, o *op) {
+	if n := len(s.queues) + len(o.keys); n > s.queuesPeak {
+		s.queuesPeak = n
+	}
 	for _, k := range o.keys {
 		q, busy := s.queues[k]
 		if busy {
@@ -203,10 +234,13 @@ func (s *Supervisor) complete(ctx actor.Context, o *op) {
 		q := s.queues[k] // o heads every queue it ran from
 		if len(q.rest) == 0 {
 			delete(s.queues, k)
-			if len(s.queues) == 0 {
+			if len(s.queues) == 0 && s.queuesPeak > queuesKeep {
 				// Go maps never shrink: a burst (a large Sync queues an op
 				// per service and backend) would keep its table for good.
+				// Up to queuesKeep keys it is kept, so that bursts of
+				// batches do not grow it again each time.
 				s.queues = map[qkey]queue{}
+				s.queuesPeak = 0
 			}
 			continue
 		}
@@ -230,7 +264,7 @@ func (s *Supervisor) complete(ctx actor.Context, o *op) {
 func (s *Supervisor) request(ctx actor.Context, o *op, child string, reqID uint64, msg any, onReply func(reply any) error) {
 	o.pending++
 	p := &pendingReq{op: o, child: child, msg: msg, onReply: onReply}
-	s.reqs[reqID] = p
+	s.reqs.set(reqID, p)
 	s.enqueue(ctx, p)
 }
 
@@ -283,17 +317,16 @@ func (s *Supervisor) flushOutbox(ctx actor.Context) {
 }
 
 func (s *Supervisor) newReqID() uint64 {
-	s.nextReq++
-	return s.nextReq
+	return s.reqs.reserve()
 }
 
 // onReply handles a child's reply to request id.
 func (s *Supervisor) onReply(ctx actor.Context, id uint64, reply any) {
-	p, ok := s.reqs[id]
+	p, ok := s.reqs.get(id)
 	if !ok {
 		return // a duplicate reply to a request that was resent
 	}
-	delete(s.reqs, id)
+	s.reqs.del(id)
 	o := p.op
 	o.pending--
 	if p.onReply != nil {
@@ -304,11 +337,11 @@ func (s *Supervisor) onReply(ctx actor.Context, id uint64, reply any) {
 
 // failRequest answers a pending request with err (the child could not).
 func (s *Supervisor) failRequest(ctx actor.Context, id uint64, err error) {
-	p, ok := s.reqs[id]
+	p, ok := s.reqs.get(id)
 	if !ok {
 		return
 	}
-	delete(s.reqs, id)
+	s.reqs.del(id)
 	p.op.pending--
 	p.op.fail(err)
 	s.advance(ctx, p.op)

@@ -96,11 +96,11 @@ type Supervisor struct {
 	refreshes  int
 	standalone map[lb.ServiceID]lb.L3n4Addr // revNAT entries without service
 
-	queues   map[qkey]queue
-	reqs     map[uint64]*pendingReq
-	nextReq  uint64
-	inflight int
-	active   []*op
+	queues     map[qkey]queue
+	queuesPeak int // most keys queues held since it was last made
+	reqs       pendingTable
+	inflight   int
+	active     []*op
 	// outbox holds requests not yet sent, per child (see request).
 	outbox      map[string][]*pendingReq
 	outboxFlush bool
@@ -155,7 +155,6 @@ func NewSupervisorProducer(cfg Config) actor.Producer {
 			users:      map[backendKey]users{},
 			standalone: map[lb.ServiceID]lb.L3n4Addr{},
 			queues:     map[qkey]queue{},
-			reqs:       map[uint64]*pendingReq{},
 			restarts:   restarts,
 		}
 		s.strategy = actor.NewOneForOneStrategy(cfg.MaxRestarts, cfg.RestartWindow, actor.DefaultDecider)
@@ -292,7 +291,7 @@ func (s *Supervisor) onChildStopped(ctx actor.Context, name string) {
 	if name == ChildAllocator {
 		s.restoreAllocator(ctx)
 	}
-	for id, p := range s.reqs {
+	for id, p := range s.reqs.all {
 		if p.child == name && p.sent {
 			s.resend(ctx, id, p)
 		}
@@ -313,7 +312,7 @@ func (s *Supervisor) onChildFailed(ctx actor.Context, m *childFailed) {
 			failed[id] = true
 		}
 	}
-	for id, p := range s.reqs {
+	for id, p := range s.reqs.all {
 		if p.child != m.child || !p.sent {
 			continue // requests still in the outbox go to the new incarnation anyway
 		}
@@ -399,7 +398,7 @@ func requestID(msg any) (uint64, bool) {
 // away; restore will repair what they left).
 func (s *Supervisor) abortAll(err error) {
 	seen := map[*op]bool{}
-	for _, p := range s.reqs {
+	for _, p := range s.reqs.all {
 		if !seen[p.op] && !p.op.done {
 			seen[p.op] = true
 			p.op.done = true
@@ -419,7 +418,7 @@ func (s *Supervisor) abortAll(err error) {
 			}
 		}
 	}
-	s.reqs = map[uint64]*pendingReq{}
+	s.reqs = pendingTable{}
 	s.queues = map[qkey]queue{}
 	s.outbox = nil
 }
@@ -438,7 +437,7 @@ func (s *Supervisor) allocBindings() (svcs, bes []messages.AllocBinding, held []
 	// References held by ops in flight, by backend (few).
 	var extra map[backendKey]messages.AllocBinding
 	seen := map[*op]bool{}
-	for _, p := range s.reqs {
+	for _, p := range s.reqs.all {
 		if seen[p.op] {
 			continue
 		}
@@ -495,7 +494,7 @@ func (s *Supervisor) restoreAllocator(ctx actor.Context) {
 // is superseded by this one and answered as done.
 func (s *Supervisor) restoreFirst(ctx actor.Context, id uint64) {
 	ps := s.outbox[ChildAllocator]
-	snap := s.reqs[id]
+	snap, _ := s.reqs.get(id)
 	out := make([]*pendingReq, 0, len(ps))
 	out = append(out, snap)
 	var stale []uint64

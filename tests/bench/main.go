@@ -51,6 +51,7 @@ func main() {
 	batch := pflag.Int("batch", 1000, "services per UpsertBatch/DeleteBatch call in the insert/delete scenario")
 	cpuProfile := pflag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	pflag.StringVar(&bulkProfile, "cpuprofile-bulk", "", "write a CPU profile of the bulk scenario alone to this file")
+	pflag.StringVar(&insertProfile, "cpuprofile-insert", "", "write a CPU profile of the batched insert and delete (insert-50k-x1) alone to this file")
 	memProfile := pflag.String("memprofile", "", "write an allocation profile of the whole run to this file")
 	pflag.Parse()
 	if *cpuProfile != "" {
@@ -223,15 +224,19 @@ func run(out string, bulkN, insertN, callers, batch int) error {
 	return os.WriteFile(out, append(b, '\n'), 0o644)
 }
 
-var bulkProfile string
+var bulkProfile, insertProfile string
 
 // profileBulk starts the CPU profile of --cpuprofile-bulk; the returned
 // function stops it.
-func profileBulk() func() {
-	if bulkProfile == "" {
+func profileBulk() func() { return profileTo(bulkProfile) }
+
+// profileTo starts a CPU profile written to file ("": none); the returned
+// function stops it.
+func profileTo(file string) func() {
+	if file == "" {
 		return func() {}
 	}
-	f, err := os.Create(bulkProfile)
+	f, err := os.Create(file)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		return func() {}
@@ -502,6 +507,7 @@ func insertDelete(res *results, root string, sizes maps.Sizes, n, callers, batch
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	chunks := chunk(svcs, batch)
+	stopProfile := profileTo(insertProfile)
 	start := time.Now()
 	if err := forAll(chunks, callers, func(c []*lb.Service) error {
 		rs, err := e.UpsertBatch(ctx, c)
@@ -524,6 +530,7 @@ func insertDelete(res *results, root string, sizes maps.Sizes, n, callers, batch
 		return err
 	}
 	del := time.Since(start)
+	stopProfile()
 	res.add("insert-50k-x1", "services_per_s", float64(n)/ins.Seconds(), "services/s")
 	res.add("insert-50k-x1", "delete_services_per_s", float64(n)/del.Seconds(), "services/s")
 	res.add("insert-50k-x1", "retained_bytes_per_service", float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/float64(n), "bytes")
