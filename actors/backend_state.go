@@ -14,58 +14,87 @@ import (
 // service is applied to the others too (their slots are rewritten by a
 // refresh op queued on their own frontend).
 
-// users is the set of services using one backend; most backends have
-// exactly one, which needs no allocation.
+// users is the set of services using one backend: the first in one, any
+// others in Supervisor.shared (few backends are shared, and this entry is
+// kept for every backend: 12 bytes, no pointer).
 type users struct {
 	one lb.ServiceID // 0: empty
+	// extra counts the other services, listed in Supervisor.shared.
+	extra uint16
 	// state and id are the backend's, the same in every service using it
-	// (set by put; propagateStates keeps the services equal). They fit in
-	// the padding after one.
+	// (set by put; propagateStates keeps the services equal).
 	state lb.BackendState
 	id    lb.BackendID
-	more  []lb.ServiceID
 }
 
 // n is the number of services in the set.
-func (u *users) n() int {
+func (u users) n() int {
 	if u.one == 0 {
 		return 0
 	}
-	return 1 + len(u.more)
+	return 1 + int(u.extra)
 }
 
-func (u *users) add(id lb.ServiceID) {
-	if u.one == 0 {
-		u.one = id
-		return
-	}
-	u.more = append(u.more, id)
-}
-
-// remove drops id and reports whether the set is now empty.
-func (u *users) remove(id lb.ServiceID) bool {
-	switch {
-	case u.one == id && len(u.more) > 0:
-		u.one = u.more[len(u.more)-1]
-		u.more = u.more[:len(u.more)-1]
-	case u.one == id:
-		u.one = 0
-	default:
-		u.more = slices.DeleteFunc(u.more, func(x lb.ServiceID) bool { return x == id })
-	}
-	return u.one == 0
-}
-
-// all yields every service ID of the set.
-func (u users) all(yield func(lb.ServiceID) bool) {
-	if u.one == 0 || !yield(u.one) {
-		return
-	}
-	for _, id := range u.more {
-		if !yield(id) {
+// usersOf yields the services using backend k.
+func (s *Supervisor) usersOf(k backendKey) func(yield func(lb.ServiceID) bool) {
+	return func(yield func(lb.ServiceID) bool) {
+		u := s.users[k]
+		if u.one == 0 || !yield(u.one) {
 			return
 		}
+		if u.extra == 0 {
+			return
+		}
+		for _, id := range s.shared[k] {
+			if !yield(id) {
+				return
+			}
+		}
 	}
+}
+
+// addUser records that service sid uses backend k, in state st with id.
+func (s *Supervisor) addUser(k backendKey, sid lb.ServiceID, st lb.BackendState, id lb.BackendID) {
+	u := s.users[k]
+	if u.one == 0 {
+		u.one = sid
+	} else {
+		if s.shared == nil {
+			s.shared = map[backendKey][]lb.ServiceID{}
+		}
+		s.shared[k] = append(s.shared[k], sid)
+		u.extra++
+	}
+	u.state, u.id = st, id
+	s.users[k] = u
+}
+
+// removeUser forgets that service sid uses backend k.
+func (s *Supervisor) removeUser(k backendKey, sid lb.ServiceID) {
+	u, ok := s.users[k]
+	if !ok {
+		return
+	}
+	if u.extra == 0 {
+		if u.one == sid {
+			delete(s.users, k)
+		}
+		return
+	}
+	more := s.shared[k]
+	if u.one == sid {
+		u.one = more[len(more)-1]
+		more = more[:len(more)-1]
+	} else {
+		more = slices.DeleteFunc(more, func(x lb.ServiceID) bool { return x == sid })
+	}
+	u.extra = uint16(len(more))
+	if len(more) == 0 {
+		delete(s.shared, k)
+	} else {
+		s.shared[k] = more
+	}
+	s.users[k] = u
 }
 
 // put installs svc in the table and the backend index.
@@ -76,11 +105,7 @@ func (s *Supervisor) put(svc *table.Service) {
 	s.services[svc.ID()] = svc
 	s.byFE[svc.Frontend()] = svc.ID()
 	for i, b := range svc.Spec.Backends {
-		k := compactKey(table.BackendKey(b))
-		u := s.users[k]
-		u.add(svc.ID())
-		u.state, u.id = b.State, svc.BackendIDs[i]
-		s.users[k] = u
+		s.addUser(compactKey(table.BackendKey(b)), svc.ID(), b.State, svc.BackendIDs[i])
 	}
 }
 
@@ -93,13 +118,7 @@ func (s *Supervisor) drop(svc *table.Service) {
 
 func (s *Supervisor) unindex(svc *table.Service) {
 	for _, b := range svc.Spec.Backends {
-		k := compactKey(table.BackendKey(b))
-		u := s.users[k]
-		if u.remove(svc.ID()) {
-			delete(s.users, k)
-		} else {
-			s.users[k] = u
-		}
+		s.removeUser(compactKey(table.BackendKey(b)), svc.ID())
 	}
 }
 
@@ -115,7 +134,7 @@ func (s *Supervisor) backendState(k lb.L3n4Addr) (lb.BackendState, lb.BackendID,
 func (s *Supervisor) propagateStates(ctx actor.Context, svc *table.Service) {
 	var siblings map[lb.ServiceID]bool // allocated only when a backend is shared
 	for _, b := range svc.Spec.Backends {
-		for id := range s.users[compactKey(table.BackendKey(b))].all {
+		for id := range s.usersOf(compactKey(table.BackendKey(b))) {
 			if id != svc.ID() {
 				if siblings == nil {
 					siblings = map[lb.ServiceID]bool{}

@@ -161,7 +161,7 @@ func (a *mapActor[E, K]) flush(ctx actor.Context) {
 // revNATActor owns both revNAT maps and their mirrors. Like the other map
 // owners it writes the requests queued in its mailbox in one batch.
 type revNATActor struct {
-	v4, v6 *mirror[maps.RevNATEntry, uint16, maps.RevNATValue]
+	v4, v6 *mirror[maps.RevNATEntry, uint16, revNATVal]
 	batch  batcher[*messages.RevNATApply]
 }
 

@@ -2,6 +2,7 @@ package actors
 
 import (
 	"fmt"
+	"net/netip"
 
 	"github.com/actorlb/actorlb/maps"
 )
@@ -118,11 +119,66 @@ func (o *mirror[E, K, V]) dump() []E {
 
 // Splitting entries into key and value, and back.
 
-func splitBackend(e maps.BackendEntry) (uint32, maps.BackendValue) { return e.ID, e.Value }
-func joinBackend(k uint32, v maps.BackendValue) maps.BackendEntry {
-	return maps.BackendEntry{ID: k, Value: v}
+// Mirrors keep values without pointers: smaller, and not scanned by the
+// garbage collector (a netip.Addr holds one).
+
+// ip is an IP address in 17 bytes: 16 of address and its kind.
+type ip struct {
+	addr [16]byte
+	kind uint8 // 0 invalid, 4 IPv4, 6 IPv6
 }
-func splitRevNAT(e maps.RevNATEntry) (uint16, maps.RevNATValue) { return e.ID, e.Value }
-func joinRevNAT(k uint16, v maps.RevNATValue) maps.RevNATEntry {
-	return maps.RevNATEntry{ID: k, Value: v}
+
+func ipOf(a netip.Addr) ip {
+	switch {
+	case a.Is4():
+		return ip{a.As16(), 4}
+	case a.IsValid():
+		return ip{a.As16(), 6}
+	}
+	return ip{}
+}
+
+func (i ip) addr16() netip.Addr {
+	switch i.kind {
+	case 4:
+		return netip.AddrFrom16(i.addr).Unmap()
+	case 6:
+		return netip.AddrFrom16(i.addr)
+	}
+	return netip.Addr{}
+}
+
+// backendVal is a maps.BackendValue without pointers (24 bytes, not 32).
+type backendVal struct {
+	ip
+	port    uint16
+	cluster uint16
+	proto   uint8
+	state   uint8
+	zone    uint8
+}
+
+func splitBackend(e maps.BackendEntry) (uint32, backendVal) {
+	v := e.Value
+	return e.ID, backendVal{ipOf(v.Address), v.Port, v.ClusterID, v.Proto, v.State, v.Zone}
+}
+
+func joinBackend(k uint32, v backendVal) maps.BackendEntry {
+	return maps.BackendEntry{ID: k, Value: maps.BackendValue{
+		Address: v.addr16(), Port: v.port, Proto: v.proto, State: v.state, ClusterID: v.cluster, Zone: v.zone,
+	}}
+}
+
+// revNATVal is a maps.RevNATValue without pointers.
+type revNATVal struct {
+	ip
+	port uint16
+}
+
+func splitRevNAT(e maps.RevNATEntry) (uint16, revNATVal) {
+	return e.ID, revNATVal{ipOf(e.Value.Address), e.Value.Port}
+}
+
+func joinRevNAT(k uint16, v revNATVal) maps.RevNATEntry {
+	return maps.RevNATEntry{ID: k, Value: maps.RevNATValue{Address: v.addr16(), Port: v.port}}
 }

@@ -92,7 +92,8 @@ type Supervisor struct {
 
 	services   map[lb.ServiceID]*table.Service
 	byFE       map[lb.L3n4Addr]lb.ServiceID
-	users      map[backendKey]users // backend -> services using it
+	users      map[backendKey]users          // backend -> services using it
+	shared     map[backendKey][]lb.ServiceID // users beyond the first, of shared backends
 	refreshes  int
 	standalone map[lb.ServiceID]lb.L3n4Addr // revNAT entries without service
 

@@ -51,7 +51,9 @@ func TestSvcMirrorMatchesGenericMirror(t *testing.T) {
 			got := newSvcMirror(a.Services(fam))
 			want := newMirror[maps.ServiceEntry, maps.ServiceKey, maps.ServiceValue](b.Services(fam),
 				func(e maps.ServiceEntry) (maps.ServiceKey, maps.ServiceValue) { return e.Key, e.Value },
-				func(k maps.ServiceKey, v maps.ServiceValue) maps.ServiceEntry { return maps.ServiceEntry{Key: k, Value: v} })
+				func(k maps.ServiceKey, v maps.ServiceValue) maps.ServiceEntry {
+					return maps.ServiceEntry{Key: k, Value: v}
+				})
 			require.NoError(t, got.load())
 			require.NoError(t, want.load())
 			addrs := []netip.Addr{netip.MustParseAddr("10.96.0.1"), netip.MustParseAddr("10.96.0.2")}

@@ -33,7 +33,7 @@ type entry[I ID] struct {
 // An Allocator is not safe for concurrent use: it has exactly one owner.
 type Allocator[K comparable, I ID] struct {
 	keys   map[K]entry[I] // bound and reserved keys
-	ids    map[I]K        // inverse of keys
+	used   idSet          // the IDs of keys (their owner: see owner)
 	held   map[I]struct{} // free but not reusable; nil when empty
 	max    I
 	cursor I // next candidate for Acquire, in [1, max]
@@ -50,7 +50,6 @@ func New[K comparable, I ID](max I) *Allocator[K, I] {
 func NewSized[K comparable, I ID](max I, n int) *Allocator[K, I] {
 	return &Allocator[K, I]{
 		keys:   make(map[K]entry[I], n),
-		ids:    make(map[I]K, n),
 		max:    max,
 		cursor: 1,
 	}
@@ -84,7 +83,7 @@ func (a *Allocator[K, I]) Acquire(key K) (id I, created bool, err error) {
 	for range uint64(a.max) {
 		if !a.taken(id) {
 			a.keys[key] = entry[I]{id: id, refs: 1}
-			a.ids[id] = key
+			a.used.add(uint64(id))
 			a.cursor = a.next(id)
 			return id, true, nil
 		}
@@ -105,8 +104,8 @@ func (a *Allocator[K, I]) AcquireID(key K, id I) (created bool, err error) {
 	if err := a.checkRange(id); err != nil {
 		return false, err
 	}
-	if owner, ok := a.ids[id]; ok {
-		if owner != key {
+	if a.used.has(uint64(id)) {
+		if owner := a.owner(id); owner != key {
 			return false, a.conflict(id, owner)
 		}
 		return false, a.ref(key, a.keys[key])
@@ -115,7 +114,7 @@ func (a *Allocator[K, I]) AcquireID(key K, id I) (created bool, err error) {
 		return false, err
 	}
 	a.keys[key] = entry[I]{id: id, refs: 1}
-	a.ids[id] = key
+	a.used.add(uint64(id))
 	return true, nil
 }
 
@@ -140,7 +139,7 @@ func (a *Allocator[K, I]) Release(key K) (id I, freed bool, err error) {
 		return e.id, false, nil
 	}
 	delete(a.keys, key)
-	delete(a.ids, e.id)
+	a.used.remove(uint64(e.id))
 	return e.id, true, nil
 }
 
@@ -158,8 +157,8 @@ func (a *Allocator[K, I]) Restore(key K, id I) error {
 	if err := a.checkRange(id); err != nil {
 		return err
 	}
-	if owner, ok := a.ids[id]; ok {
-		if owner != key {
+	if a.used.has(uint64(id)) {
+		if owner := a.owner(id); owner != key {
 			return a.conflict(id, owner)
 		}
 		return nil
@@ -168,7 +167,7 @@ func (a *Allocator[K, I]) Restore(key K, id I) error {
 		return err
 	}
 	a.keys[key] = entry[I]{id: id}
-	a.ids[id] = key
+	a.used.add(uint64(id))
 	return nil
 }
 
@@ -202,7 +201,7 @@ func (a *Allocator[K, I]) DropReservation(key K) error {
 		return &ConflictError{ID: uint64(e.id), Key: key}
 	}
 	delete(a.keys, key)
-	delete(a.ids, e.id)
+	a.used.remove(uint64(e.id))
 	return nil
 }
 
@@ -218,8 +217,8 @@ func (a *Allocator[K, I]) Hold(id I) error {
 	if err := a.checkRange(id); err != nil {
 		return err
 	}
-	if owner, ok := a.ids[id]; ok {
-		return a.conflict(id, owner)
+	if a.used.has(uint64(id)) {
+		return a.conflict(id, a.owner(id))
 	}
 	if a.held == nil {
 		a.held = make(map[I]struct{})
@@ -250,10 +249,25 @@ func (a *Allocator[K, I]) Lookup(key K) (id I, refs uint32, ok bool) {
 	return e.id, e.refs, ok
 }
 
-// LookupID returns the key that owns id, bound or reserved.
+// LookupID returns the key that owns id, bound or reserved. It scans the
+// keys (O(n)): IDs keep no link back to their key, to save memory; only
+// error paths need it.
 func (a *Allocator[K, I]) LookupID(id I) (key K, ok bool) {
-	key, ok = a.ids[id]
-	return key, ok
+	if !a.used.has(uint64(id)) {
+		return key, false
+	}
+	return a.owner(id), true
+}
+
+// owner returns the key whose ID is id (which must be used).
+func (a *Allocator[K, I]) owner(id I) K {
+	for k, e := range a.keys {
+		if e.id == id {
+			return k
+		}
+	}
+	var zero K
+	return zero
 }
 
 // Len returns the number of bound and reserved IDs (held IDs not included).
@@ -309,11 +323,11 @@ func (a *Allocator[K, I]) exhausted() error {
 // unavailable counts the IDs Acquire may not hand out. Held IDs are never
 // bound or reserved, so the two sets are disjoint.
 func (a *Allocator[K, I]) unavailable() uint64 {
-	return uint64(len(a.ids)) + uint64(len(a.held))
+	return uint64(a.used.len()) + uint64(len(a.held))
 }
 
 func (a *Allocator[K, I]) taken(id I) bool {
-	if _, ok := a.ids[id]; ok {
+	if a.used.has(uint64(id)) {
 		return true
 	}
 	_, ok := a.held[id]
