@@ -3,12 +3,15 @@ package actorlb
 import (
 	"fmt"
 	"net/netip"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/actorlb/actorlb/actors"
 	"github.com/actorlb/actorlb/internal/testutil"
+	"github.com/actorlb/actorlb/internal/verify"
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/maps"
 	"github.com/actorlb/actorlb/messages"
@@ -325,4 +328,68 @@ func TestLostAllocatorSnapshotIsNotResent(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2, st.ActorRestarts[actors.ChildAllocator])
 	checkInvariants(t, e)
+}
+
+// The engine serves once the allocator's snapshot is queued, before the
+// allocator has taken it. If the allocator then refuses the snapshot, the
+// engine stops serving: calls fail with the error, and the maps are left
+// as they were.
+func TestAllocatorRefusingRestoreStopsServing(t *testing.T) {
+	root := testutil.PinDir(t)
+	e := newEngine(t, root, Config{})
+	ctx := ctxT(t)
+	for i := range 2 {
+		_, _, err := e.Upsert(ctx, mustService(t, fmt.Sprintf("10.96.0.%d:80", i+1), fmt.Sprintf("10.0.1.%d:8080", i+1)))
+		require.NoError(t, err)
+	}
+	require.NoError(t, e.Close())
+	before, err := verifyDump(t, root)
+	require.NoError(t, err)
+
+	// The first snapshot the allocator gets claims both frontends under one
+	// service ID, which it must refuse.
+	var tampered atomic.Bool
+	conflict := func(next actor.ReceiverFunc) actor.ReceiverFunc {
+		return func(c actor.ReceiverContext, env *actor.MessageEnvelope) {
+			if r, ok := env.Message.(*messages.AllocRestore); ok && len(r.Services) == 2 && tampered.CompareAndSwap(false, true) {
+				bad := *r
+				bad.Services = []messages.AllocBinding{r.Services[0], r.Services[1]}
+				bad.Services[1].ID = bad.Services[0].ID
+				env = &actor.MessageEnvelope{Header: env.Header, Message: &bad, Sender: env.Sender}
+			}
+			next(c, env)
+		}
+	}
+	e2 := newEngine(t, root, Config{ChildMiddleware: []actor.ReceiverMiddleware{conflict}})
+	require.Eventually(t, func() bool {
+		_, _, err := e2.Upsert(ctx, mustService(t, "10.96.0.9:80", "10.0.1.9:8080"))
+		return err != nil && strings.Contains(err.Error(), "restore: allocator:")
+	}, 10*time.Second, 10*time.Millisecond)
+	require.True(t, tampered.Load())
+	_, err = e2.List(ctx)
+	require.ErrorContains(t, err, "restore: allocator:")
+	after, err := verifyDump(t, root)
+	require.NoError(t, err)
+	require.Equal(t, before, after, "nothing written")
+}
+
+// verifyDump reads the maps pinned at root into one sorted text, to compare.
+func verifyDump(tb testing.TB, root string) (string, error) {
+	tb.Helper()
+	d, err := verify.DumpPinned(root)
+	if err != nil {
+		return "", err
+	}
+	var lines []string
+	for _, e := range append(d.Services4, d.Services6...) {
+		lines = append(lines, fmt.Sprint(e))
+	}
+	for _, e := range append(d.Backends4, d.Backends6...) {
+		lines = append(lines, fmt.Sprint(e))
+	}
+	for _, e := range append(d.RevNAT4, d.RevNAT6...) {
+		lines = append(lines, fmt.Sprint(e))
+	}
+	slices.Sort(lines)
+	return strings.Join(lines, "\n"), nil
 }

@@ -94,6 +94,7 @@ func (s *Supervisor) failServing(err error) {
 	s.log.WithError(err).Error("restore from the pinned maps failed")
 	s.ready = false
 	s.readyErr = err
+	s.abortAll(err) // ops that came after the snapshot: none has written yet
 	s.cfg.OnDown()
 	s.cfg.OnRestoreFailed(err)
 }
