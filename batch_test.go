@@ -42,6 +42,13 @@ func TestUpsertBatchAndDeleteBatch(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, list, 50)
 	checkInvariants(t, e)
+	st, err := e.Stats(ctx)
+	require.NoError(t, err)
+	for _, step := range []string{"wait in queue", "acquire IDs", "write backends and revNAT", "write service", "commit"} {
+		require.EqualValues(t, 50, st.Steps[step].Count, "step %q", step)
+		require.Positive(t, st.Steps[step].Total, "step %q", step)
+	}
+	sent, msgs := st.RequestsSent, st.ChildMessages
 
 	// Again, with a backend removed from each: updates, not creations.
 	for _, s := range svcs {
@@ -54,9 +61,12 @@ func TestUpsertBatchAndDeleteBatch(t *testing.T) {
 		require.False(t, r.Created)
 	}
 	checkInvariants(t, e)
-	st, err := e.Stats(ctx)
+	st, err = e.Stats(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 50, st.Backends, "the shared backend is gone")
+	// No backend in common now: the 50 ops ran side by side and their
+	// requests to each child shared messages.
+	require.Greater(t, st.RequestsSent-sent, 2*(st.ChildMessages-msgs), "requests per child message")
 
 	fes := []lb.L3n4Addr{svcs[0].Frontend.L3n4Addr, bad.Frontend.L3n4Addr}
 	for _, s := range svcs[1:] {

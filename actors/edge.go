@@ -165,6 +165,10 @@ func (s *Supervisor) stats() messages.StatsReply {
 			bes[id] = true
 		}
 	}
+	steps := make(map[string]messages.StepTiming, len(s.steps))
+	for k, v := range s.steps {
+		steps[k] = v
+	}
 	restarts := make(map[string]int, len(s.restarts))
 	for k, v := range s.restarts {
 		restarts[k] = v
@@ -172,7 +176,7 @@ func (s *Supervisor) stats() messages.StatsReply {
 	return messages.StatsReply{
 		Services: len(s.services), Backends: len(bes), RevNAT: len(s.services) + len(s.standalone),
 		ActorRestarts: restarts, Restore: s.restore, Ready: s.ready, OpsInFlight: s.inflight, RequestsResent: s.resent,
-		RequestsSent: s.requestsSent, ChildMessages: s.childMessages,
+		RequestsSent: s.requestsSent, ChildMessages: s.childMessages, Steps: steps,
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"time"
 
 	"github.com/actorlb/actorlb/internal/table"
 	lb "github.com/actorlb/actorlb/loadbalancer"
@@ -56,6 +57,9 @@ type op struct {
 	beHolds []messages.AllocBinding
 	// freed backend IDs, held in the allocator until their entries are gone.
 	freed []lb.BackendID
+	// since is when the op entered its queues, then when its current step
+	// began (Stats: time per step).
+	since time.Time
 }
 
 // queuesKeep is the most keys the queue table may have held and still be
@@ -168,6 +172,7 @@ type pendingReq struct {
 // one of its queues. Ops enter all their queues at once, in arrival order,
 // so waiting for several queues cannot deadlock.
 func (s *Supervisor) run(ctx actor.Context, o *op) {
+	o.since = time.Now()
 	if n := len(s.queues) + len(o.keys); n > s.queuesPeak {
 		s.queuesPeak = n
 	}
@@ -187,6 +192,11 @@ func (s *Supervisor) run(ctx actor.Context, o *op) {
 }
 
 func (s *Supervisor) begin(ctx actor.Context, o *op) {
+	if !o.since.IsZero() {
+		o.since = s.timeStep(stepQueued, o.since)
+	} else {
+		o.since = time.Now()
+	}
 	s.inflight++
 	if o.start != nil {
 		o.start(s, ctx, o)
@@ -212,6 +222,9 @@ func (s *Supervisor) advance(ctx actor.Context, o *op) {
 			return
 		}
 		st := o.steps[o.next]
+		if o.cur != "" {
+			o.since = s.timeStep(o.cur, o.since)
+		}
 		o.next++
 		o.cur = st.name
 		o.tries = 0
@@ -220,6 +233,9 @@ func (s *Supervisor) advance(ctx actor.Context, o *op) {
 }
 
 func (s *Supervisor) complete(ctx actor.Context, o *op) {
+	if o.cur != "" {
+		s.timeStep(o.cur, o.since)
+	}
 	o.done = true
 	s.inflight--
 	err := o.err
@@ -255,6 +271,22 @@ func (s *Supervisor) complete(ctx actor.Context, o *op) {
 			s.begin(ctx, h)
 		}
 	}
+}
+
+// stepQueued names the time an op waits behind others in Stats.Steps.
+const stepQueued = "wait in queue"
+
+// timeStep adds the time since t to the step's figures and returns now.
+func (s *Supervisor) timeStep(name string, t time.Time) time.Time {
+	now := time.Now()
+	if s.steps == nil {
+		s.steps = map[string]messages.StepTiming{}
+	}
+	st := s.steps[name]
+	st.Count++
+	st.Total += now.Sub(t)
+	s.steps[name] = st
+	return now
 }
 
 // request sends msg to a child for op o; onReply runs on the reply. The

@@ -85,6 +85,8 @@ var (
 	descRestoreOrphans = prometheus.NewDesc("actorlb_restore_orphan_revnat", "Standalone revNAT entries found at restore.", nil, nil)
 	descRestoreRepairs = prometheus.NewDesc("actorlb_restore_repairs", "Inconsistencies repaired at restore, by kind.", []string{"kind"}, nil)
 	descRestoreWrites  = prometheus.NewDesc("actorlb_restore_writes", "Map entries written or deleted by the restore's repairs.", nil, nil)
+	descSteps          = prometheus.NewDesc("actorlb_operation_steps_total", "Steps run by engine operations, by step name.", []string{"step"}, nil)
+	descStepSeconds    = prometheus.NewDesc("actorlb_operation_step_seconds_total", "Time engine operations spent in each step (divide by actorlb_operation_steps_total for the mean).", []string{"step"}, nil)
 )
 
 // engineCollector reads the engine's stats and the maps' fill at scrape
@@ -93,7 +95,7 @@ type engineCollector struct{ s *Server }
 
 func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descUp, descServices, descBackends, descRevNAT, descMapEntries, descMapMax, descMapFill,
-		descMapWrites, descRestarts, descInFlight, descRestoreSvcs, descRestoreBes, descRestoreOrphans, descRestoreRepairs, descRestoreWrites} {
+		descMapWrites, descRestarts, descInFlight, descRestoreSvcs, descRestoreBes, descRestoreOrphans, descRestoreRepairs, descRestoreWrites, descSteps, descStepSeconds} {
 		ch <- d
 	}
 }
@@ -120,6 +122,10 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descBackends, float64(st.Backends))
 	gauge(descRevNAT, float64(st.RevNAT))
 	gauge(descInFlight, float64(st.OpsInFlight))
+	for name, t := range st.Steps {
+		counter(descSteps, float64(t.Count), name)
+		counter(descStepSeconds, t.Seconds, name)
+	}
 	for _, m := range st.Maps {
 		gauge(descMapEntries, float64(m.Entries), m.Name)
 		gauge(descMapMax, float64(m.MaxEntries), m.Name)

@@ -178,8 +178,18 @@ type Status struct {
 	// ActorRestarts counts restarts per actor.
 	ActorRestarts map[string]int `json:"actor-restarts"`
 	OpsInFlight   int            `json:"ops-in-flight"`
+	// Steps is the time the engine's operations spent in each step since
+	// start, by step name ("wait in queue", "acquire IDs", "write
+	// backends and revNAT", "write service", ...): where time goes.
+	Steps map[string]StepStatus `json:"steps"`
 	// SocketLB says what socket-LB datapath is attached ("" if unknown).
 	SocketLB string `json:"socket-lb,omitempty"`
+}
+
+// StepStatus counts the runs of one step and their total duration.
+type StepStatus struct {
+	Count   uint64  `json:"count"`
+	Seconds float64 `json:"seconds"`
 }
 
 // MapStatus is the fill of one map.

@@ -526,6 +526,10 @@ func (s *Server) status(ctx context.Context) (*Status, error) {
 			Repairs: st.Restore.Repairs, RepairsByKind: st.Restore.RepairsByKind, Writes: st.Restore.Writes,
 		},
 		ActorRestarts: st.ActorRestarts, OpsInFlight: st.OpsInFlight,
+		Steps: make(map[string]StepStatus, len(st.Steps)),
+	}
+	for name, t := range st.Steps {
+		out.Steps[name] = StepStatus{Count: t.Count, Seconds: t.Total.Seconds()}
 	}
 	if s.socketLB != nil {
 		out.SocketLB = s.socketLB()

@@ -2,6 +2,7 @@ package messages
 
 import (
 	"errors"
+	"time"
 
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/maps"
@@ -167,6 +168,17 @@ type StatsReply struct {
 	// one Batch): their ratio is the average batch.
 	RequestsSent  uint64
 	ChildMessages uint64
+	// Steps is the time operations spent in each step, by step name ("wait
+	// in queue": behind other ops on the same frontend or backend), since
+	// the engine started (the last incarnation of the supervisor).
+	Steps map[string]StepTiming
+}
+
+// StepTiming counts the runs of one step of the engine's operations and
+// their total duration (retries included).
+type StepTiming struct {
+	Count uint64
+	Total time.Duration
 }
 
 // RestoreStats describes the last restore from the pinned maps.

@@ -102,4 +102,19 @@ func printStatus(e *env, st *api.Status) {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%.2f%%\t%d\t%d\n", m.Name, m.Entries, m.MaxEntries, 100*m.Fill, m.Updated, m.Deleted)
 	}
 	tw.Flush()
+	if len(st.Steps) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	tw = newTable(w)
+	fmt.Fprintln(tw, "OPERATION STEP\tRUNS\tMEAN")
+	for _, name := range slices.Sorted(maps.Keys(st.Steps)) {
+		t := st.Steps[name]
+		mean := time.Duration(0)
+		if t.Count > 0 {
+			mean = time.Duration(t.Seconds / float64(t.Count) * float64(time.Second)).Round(time.Microsecond)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\n", name, t.Count, mean)
+	}
+	tw.Flush()
 }

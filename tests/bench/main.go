@@ -166,6 +166,15 @@ func run(out string, bulkN, insertN, callers, batch int) error {
 	res.add("bulk-10k-x10", "allocs_per_service", float64(m1.Mallocs-m0.Mallocs)/float64(bulkN), "allocs")
 	res.add("bulk-10k-x10", "alloc_bytes_per_service", float64(m1.TotalAlloc-m0.TotalAlloc)/float64(bulkN), "bytes")
 	res.add("bulk-10k-x10", "requests_per_child_message", float64(st1.RequestsSent-st0.RequestsSent)/float64(max(1, st1.ChildMessages-st0.ChildMessages)), "requests")
+	for _, step := range []struct{ name, metric string }{
+		{"wait in queue", "step_us_queued"}, {"acquire IDs", "step_us_acquire"},
+		{"write backends and revNAT", "step_us_backends_revnat"}, {"write service", "step_us_service"},
+	} {
+		a, b := st0.Steps[step.name], st1.Steps[step.name]
+		if n := b.Count - a.Count; n > 0 {
+			res.add("bulk-10k-x10", step.metric, float64((b.Total-a.Total).Microseconds())/float64(n), "us")
+		}
+	}
 	res.add("bulk-10k-x10", "cores_busy", bulkCPU.Seconds()/bulkTime.Seconds(), "cores")
 	res.add("upsert-latency", "p50_us_library", probe.p(50), "us")
 	res.add("upsert-latency", "p99_us_library", probe.p(99), "us")
