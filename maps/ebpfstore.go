@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
@@ -13,6 +14,21 @@ import (
 
 // dumpChunk is the number of entries asked for per batch lookup.
 const dumpChunk = 4096
+
+// flat hands cilium/ebpf a slice of raw keys or values (byte arrays: no
+// padding, no pointers) as the bytes they are. It marshals an
+// encoding.BinaryMarshaler without reflection; given the slice itself it
+// checked the element type by reflection on every call, which cost more
+// than the system call for small batches.
+type flat[T comparable] []T
+
+// MarshalBinary returns the elements' memory, not a copy.
+func (f flat[T]) MarshalBinary() ([]byte, error) {
+	if len(f) == 0 {
+		return []byte{}, nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&f[0])), len(f)*int(unsafe.Sizeof(f[0]))), nil
+}
 
 // ebpfStore is a kernel BPF hash map accessed through cilium/ebpf.
 type ebpfStore[K rawKey, V rawValue] struct {
@@ -32,7 +48,7 @@ func (s *ebpfStore[K, V]) update(keys []K, values []V) error {
 		return nil
 	}
 	if s.batch.Load() {
-		n, err := s.m.BatchUpdate(keys, values, nil)
+		n, err := s.m.BatchUpdate(flat[K](keys), flat[V](values), nil)
 		if err == nil {
 			return nil
 		}
@@ -42,7 +58,7 @@ func (s *ebpfStore[K, V]) update(keys []K, values []V) error {
 		s.batch.Store(false)
 	}
 	for i := range keys {
-		if err := s.m.Update(&keys[i], &values[i], ebpf.UpdateAny); err != nil {
+		if err := s.m.Update(flat[K](keys[i:i+1]), flat[V](values[i:i+1]), ebpf.UpdateAny); err != nil {
 			return mapError(err, i, len(keys))
 		}
 	}
@@ -52,7 +68,7 @@ func (s *ebpfStore[K, V]) update(keys []K, values []V) error {
 func (s *ebpfStore[K, V]) delete(keys []K) error {
 	if s.batch.Load() {
 		for rest := keys; len(rest) > 0; {
-			n, err := s.m.BatchDelete(rest, nil)
+			n, err := s.m.BatchDelete(flat[K](rest), nil)
 			switch {
 			case err == nil:
 				return nil
@@ -69,7 +85,7 @@ func (s *ebpfStore[K, V]) delete(keys []K) error {
 		return nil
 	}
 	for i := range keys {
-		if err := s.m.Delete(&keys[i]); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		if err := s.m.Delete(flat[K](keys[i:i+1])); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			return mapError(err, i, len(keys))
 		}
 	}
