@@ -167,7 +167,7 @@ func (s *Supervisor) stats() messages.StatsReply {
 	}
 	steps := make(map[string]messages.StepTiming, len(s.steps))
 	for k, v := range s.steps {
-		steps[k] = v
+		steps[k] = *v
 	}
 	restarts := make(map[string]int, len(s.restarts))
 	for k, v := range s.restarts {

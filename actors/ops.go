@@ -279,13 +279,16 @@ const stepQueued = "wait in queue"
 // timeStep adds the time since t to the step's figures and returns now.
 func (s *Supervisor) timeStep(name string, t time.Time) time.Time {
 	now := time.Now()
-	if s.steps == nil {
-		s.steps = map[string]messages.StepTiming{}
-	}
 	st := s.steps[name]
+	if st == nil {
+		if s.steps == nil {
+			s.steps = map[string]*messages.StepTiming{}
+		}
+		st = &messages.StepTiming{}
+		s.steps[name] = st
+	}
 	st.Count++
 	st.Total += now.Sub(t)
-	s.steps[name] = st
 	return now
 }
 

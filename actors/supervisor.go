@@ -107,7 +107,7 @@ type Supervisor struct {
 	outboxFlush bool
 	// requests sent and the messages that carried them (Stats).
 	requestsSent, childMessages uint64
-	steps                       map[string]messages.StepTiming // time spent per step, by name
+	steps                       map[string]*messages.StepTiming // time spent per step, by name
 
 	ready    bool
 	readyErr error

@@ -92,57 +92,62 @@ func (s *ebpfStore[K, V]) delete(keys []K) error {
 	return nil
 }
 
-func (s *ebpfStore[K, V]) dump() ([]K, []V, error) {
+func (s *ebpfStore[K, V]) dump(chunk func([]K, []V), reset func()) error {
 	if s.batch.Load() {
-		keys, values, err := s.dumpBatch()
+		err := s.dumpBatch(chunk, reset)
 		if err == nil || !errors.Is(err, ebpf.ErrNotSupported) {
-			return keys, values, err
+			return err
 		}
 		s.batch.Store(false)
+		reset()
 	}
+	keys := make([]K, 0, dumpChunk)
+	values := make([]V, 0, dumpChunk)
 	var (
-		keys   []K
-		values []V
-		k      K
-		v      V
+		k K
+		v V
 	)
 	it := s.m.Iterate()
 	for it.Next(&k, &v) {
 		keys = append(keys, k)
 		values = append(values, v)
+		if len(keys) == dumpChunk {
+			chunk(keys, values)
+			keys, values = make([]K, 0, dumpChunk), make([]V, 0, dumpChunk)
+		}
 	}
 	if err := it.Err(); err != nil {
-		return nil, nil, fmt.Errorf("iterate: %w", err)
+		return fmt.Errorf("iterate: %w", err)
 	}
-	return keys, values, nil
+	chunk(keys, values)
+	return nil
 }
 
-func (s *ebpfStore[K, V]) dumpBatch() ([]K, []V, error) {
-	var (
-		cursor ebpf.MapBatchCursor
-		keys   []K
-		values []V
-		chunk  = dumpChunk
-	)
-	kbuf := make([]K, chunk)
-	vbuf := make([]V, chunk)
+// dumpBatch reads the map with batch lookups, each into fresh buffers
+// handed on as they come.
+func (s *ebpfStore[K, V]) dumpBatch(chunk func([]K, []V), reset func()) error {
+	var cursor ebpf.MapBatchCursor
+	n := dumpChunk
+	kbuf, vbuf := make([]K, n), make([]V, n)
 	for {
-		n, err := s.m.BatchLookup(&cursor, kbuf, vbuf, nil)
-		keys = append(keys, kbuf[:n]...)
-		values = append(values, vbuf[:n]...)
+		got, err := s.m.BatchLookup(&cursor, kbuf, vbuf, nil)
+		if got > 0 && (err == nil || errors.Is(err, ebpf.ErrKeyNotExist)) {
+			chunk(kbuf[:got], vbuf[:got])
+			kbuf, vbuf = make([]K, n), make([]V, n)
+		}
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
-			return keys, values, nil
+			return nil
 		}
 		if errors.Is(err, unix.ENOSPC) {
 			// A bucket holds more entries than the chunk: start over bigger.
-			chunk *= 2
+			n *= 2
 			cursor = ebpf.MapBatchCursor{}
-			keys, values = keys[:0], values[:0]
-			kbuf, vbuf = make([]K, chunk), make([]V, chunk)
+			kbuf, vbuf = make([]K, n), make([]V, n)
+			reset()
 			continue
 		}
 		if err != nil {
-			return nil, nil, err
+			return err
 		}
 	}
 }

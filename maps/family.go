@@ -111,13 +111,22 @@ func (m *typedMap[E, KT, K, V]) Delete(keys []KT) error {
 }
 
 func (m *typedMap[E, KT, K, V]) Dump() ([]E, error) {
-	keys, values, err := m.st.dump()
+	// The raw chunks are kept as they come and decoded at the end into one
+	// slice of the exact size: no growing slice copied over and over.
+	var ks [][]K
+	var vs [][]V
+	n := 0
+	err := m.st.dump(func(keys []K, values []V) {
+		ks, vs, n = append(ks, keys), append(vs, values), n+len(keys)
+	}, func() { ks, vs, n = nil, nil, 0 })
 	if err != nil {
 		return nil, fmt.Errorf("dump %s: %w", m.Name(), err)
 	}
-	out := make([]E, len(keys))
-	for i := range keys {
-		out[i] = m.c.decode(keys[i], values[i])
+	out := make([]E, 0, n)
+	for c := range ks {
+		for i := range ks[c] {
+			out = append(out, m.c.decode(ks[c][i], vs[c][i]))
+		}
 	}
 	return out, nil
 }

@@ -54,7 +54,9 @@ type store[K rawKey, V rawValue] interface {
 	// delete removes the keys; missing keys are skipped, not an error.
 	delete(keys []K) error
 	// dump returns every entry, in no particular order.
-	dump() ([]K, []V, error)
+	// dump hands every entry to chunk, a chunk at a time (chunk may keep
+	// the slices). If it must start over, it calls reset first.
+	dump(chunk func(keys []K, values []V), reset func()) error
 	lookup(key K) (V, bool, error)
 	close() error
 }
@@ -98,7 +100,7 @@ func (s *memStore[K, V]) delete(keys []K) error {
 	return nil
 }
 
-func (s *memStore[K, V]) dump() ([]K, []V, error) {
+func (s *memStore[K, V]) dump(chunk func([]K, []V), _ func()) error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	keys := make([]K, 0, len(s.entries))
@@ -111,7 +113,8 @@ func (s *memStore[K, V]) dump() ([]K, []V, error) {
 	for i, k := range keys {
 		values[i] = s.entries[k]
 	}
-	return keys, values, nil
+	chunk(keys, values)
+	return nil
 }
 
 func (s *memStore[K, V]) lookup(key K) (V, bool, error) {
@@ -167,11 +170,11 @@ func (s *faultyStore[K, V]) delete(keys []K) error {
 	return s.store.delete(keys)
 }
 
-func (s *faultyStore[K, V]) dump() ([]K, []V, error) {
+func (s *faultyStore[K, V]) dump(chunk func([]K, []V), reset func()) error {
 	if err := s.check(OpDump, 0); err != nil {
-		return nil, nil, err
+		return err
 	}
-	return s.store.dump()
+	return s.store.dump(chunk, reset)
 }
 
 func (s *faultyStore[K, V]) lookup(key K) (V, bool, error) {
