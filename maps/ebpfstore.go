@@ -85,7 +85,7 @@ func (s *ebpfStore[K, V]) delete(keys []K) error {
 		return nil
 	}
 	for i := range keys {
-		if err := s.m.Delete(flat[K](keys[i:i+1])); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		if err := s.m.Delete(flat[K](keys[i : i+1])); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			return mapError(err, i, len(keys))
 		}
 	}
