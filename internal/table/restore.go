@@ -224,6 +224,46 @@ type group struct {
 
 func (g *group) id() uint16 { return g.master.RevNATIndex }
 
+// sortSlots orders the slots by number and keeps the least value of a
+// repeated one (most groups have a few dozen slots: an insertion sort).
+func (g *group) sortSlots() {
+	ns, vs := g.slotNs, g.slotVs
+	if len(ns) > 32 { // a large service: sort pairs
+		type pair struct {
+			n uint16
+			v maps.ServiceValue
+		}
+		ps := make([]pair, len(ns))
+		for i := range ns {
+			ps[i] = pair{ns[i], vs[i]}
+		}
+		slices.SortFunc(ps, func(a, b pair) int {
+			return cmp.Or(cmp.Compare(a.n, b.n), compareServiceValue(a.v, b.v))
+		})
+		for i, p := range ps {
+			ns[i], vs[i] = p.n, p.v
+		}
+	}
+	less := func(i, j int) bool {
+		return ns[i] < ns[j] || ns[i] == ns[j] && compareServiceValue(vs[i], vs[j]) < 0
+	}
+	for i := 1; i < len(ns); i++ { // sorted already if large
+		for j := i; j > 0 && less(j, j-1); j-- {
+			ns[j], ns[j-1] = ns[j-1], ns[j]
+			vs[j], vs[j-1] = vs[j-1], vs[j]
+		}
+	}
+	w := 0
+	for r := range ns {
+		if w > 0 && ns[r] == ns[w-1] {
+			continue
+		}
+		ns[w], vs[w] = ns[r], vs[r]
+		w++
+	}
+	g.slotNs, g.slotVs = ns[:w], vs[:w]
+}
+
 // slot returns the value of slot n, if the map has it.
 func (g *group) slot(n uint16) (maps.ServiceValue, bool) {
 	if i, ok := slices.BinarySearch(g.slotNs, n); ok {
@@ -235,7 +275,7 @@ func (g *group) slot(n uint16) (maps.ServiceValue, bool) {
 type famState struct {
 	fam      maps.Family
 	fixes    *Fixes
-	backends map[uint32]maps.BackendValue // valid backends, after rule 4
+	backends backendSet                   // valid backends, after rule 4
 	alias    map[uint32]uint32            // duplicate backend ID -> kept ID
 	revnat   map[uint16]maps.RevNATValue
 	revIDs   []uint16 // ascending
@@ -299,32 +339,18 @@ func (rb *rebuild) loadBackends(d Dump) {
 	in := [2][]maps.BackendEntry{d.Backends4, d.Backends6}
 	var ids [2][]uint32 // valid backend IDs of each family, sorted
 	for i, fs := range rb.fam {
-		// One value per ID (the least, if a dump repeats an ID), then the
-		// IDs sorted: cheaper than sorting the entries.
-		fs.backends = make(map[uint32]maps.BackendValue, len(in[i]))
+		// One value per ID (the least, if a dump repeats an ID), by ID.
+		fs.backends = newBackendSet(in[i], fs.fam == maps.IPv4)
 		fs.alias = make(map[uint32]uint32)
-		for _, e := range in[i] {
-			v := e.Value
-			if fs.fam == maps.IPv4 {
-				v.Address = v.Address.Unmap()
-			}
-			if cur, dup := fs.backends[e.ID]; dup && compareBackend(cur, v) <= 0 {
-				continue
-			}
-			fs.backends[e.ID] = v
-		}
-		all := make([]uint32, 0, len(fs.backends))
-		for id := range fs.backends {
-			all = append(all, id)
-		}
-		slices.Sort(all)
+		all := fs.backends.sortedIDs()
 		ids[i] = all[:0] // filtered in place
 		for _, id := range all {
-			e := maps.BackendEntry{ID: id, Value: fs.backends[id]}
+			v, _ := fs.backends.get(id)
+			e := maps.BackendEntry{ID: id, Value: v}
 			if reason := invalidBackend(fs.fam, e); reason != "" {
 				rb.repair(RepairInvalidEntry, fs.fam, 0, "", e.ID, "backend %d %s: deleted", e.ID, reason)
 				fs.fixes.BackendDeletes = append(fs.fixes.BackendDeletes, e.ID)
-				delete(fs.backends, id)
+				fs.backends.drop(id)
 				continue
 			}
 			ids[i] = append(ids[i], id)
@@ -333,11 +359,11 @@ func (rb *rebuild) loadBackends(d Dump) {
 
 	v4, v6 := rb.fam[0], rb.fam[1]
 	ids[1] = slices.DeleteFunc(ids[1], func(id uint32) bool {
-		if _, ok := v4.backends[id]; !ok {
+		if _, ok := v4.backends.get(id); !ok {
 			return false
 		}
 		rb.repair(RepairInvalidEntry, v6.fam, 0, "", id, "backend %d is also in the ipv4 backend map: deleted here", id)
-		delete(v6.backends, id)
+		v6.backends.drop(id)
 		v6.fixes.BackendDeletes = append(v6.fixes.BackendDeletes, id)
 		return true
 	})
@@ -351,9 +377,9 @@ func (rb *rebuild) loadBackends(d Dump) {
 			port  uint16
 			proto uint8
 		}
-		byKey := make(map[identity]uint32, len(fs.backends))
+		byKey := make(map[identity]uint32, len(ids[i]))
 		for _, id := range ids[i] { // by ID: the lowest of duplicates is kept
-			v := fs.backends[id]
+			v, _ := fs.backends.get(id)
 			ik := identity{v.Address.As16(), v.Port, v.Proto}
 			kept, dup := byKey[ik]
 			if !dup {
@@ -363,7 +389,7 @@ func (rb *rebuild) loadBackends(d Dump) {
 			k := BackendKey(BackendFromValue(v))
 			rb.repair(RepairDuplicateBackend, fs.fam, 0, "", id, "backend %d duplicates backend %d (%s): deleted", id, kept, k)
 			fs.alias[id] = kept
-			delete(fs.backends, id)
+			fs.backends.drop(id)
 			fs.fixes.BackendDeletes = append(fs.fixes.BackendDeletes, id)
 		}
 	}
@@ -388,39 +414,46 @@ func invalidBackend(fam maps.Family, e maps.BackendEntry) string {
 func (rb *rebuild) loadServices(d Dump) {
 	in := [2][]maps.ServiceEntry{d.Services4, d.Services6}
 	for i, fs := range rb.fam {
-		es := slices.Clone(in[i])
-		if fs.fam == maps.IPv4 {
-			for j := range es {
-				es[j].Key.Address = es[j].Key.Address.Unmap()
-			}
+		// Grouped by frontend with a map, then the groups sorted by key and
+		// each group's slots by number: cheaper than sorting every entry.
+		type feIdx struct {
+			addr        [16]byte
+			v4          bool
+			port        uint16
+			proto, scop uint8
 		}
-		slices.SortFunc(es, func(a, b maps.ServiceEntry) int {
-			if c := compareKey(a.Key, b.Key); c != 0 {
-				return c
-			}
-			return compareServiceValue(a.Value, b.Value)
-		})
-		es = slices.CompactFunc(es, func(a, b maps.ServiceEntry) bool { return a.Key == b.Key })
-
-		// Sorted by key with the slot last: the entries of one frontend are
-		// adjacent, master first.
-		var g *group
-		for _, e := range es {
+		idx := make(map[feIdx]*group, len(in[i])/4+1)
+		for _, e := range in[i] {
 			k := e.Key
+			if fs.fam == maps.IPv4 {
+				k.Address = k.Address.Unmap()
+			}
+			slot := k.Slot
 			k.Slot = 0
-			if g == nil || g.key != k {
+			fi := feIdx{k.Address.As16(), k.Address.Is4(), k.Port, k.Proto, k.Scope}
+			g := idx[fi]
+			if g == nil {
 				g = &group{key: k, fe: FrontendFromKey(k)}
+				idx[fi] = g
 				fs.groups = append(fs.groups, g)
 			}
-			if e.Key.Slot == 0 {
-				g.hasMaster, g.master = true, e.Value
-				n := int(e.Value.Count) + int(e.Value.QCount) // slots usually follow
-				g.slotNs = make([]uint16, 0, n)
-				g.slotVs = make([]maps.ServiceValue, 0, n)
-			} else {
-				g.slotNs = append(g.slotNs, e.Key.Slot)
-				g.slotVs = append(g.slotVs, e.Value)
+			if slot == 0 {
+				// A repeated key (a hand-made dump) keeps its least value.
+				if !g.hasMaster || compareServiceValue(e.Value, g.master) < 0 {
+					g.hasMaster, g.master = true, e.Value
+				}
+				continue
 			}
+			if g.slotNs == nil {
+				n := max(int(e.Value.Count)+int(e.Value.QCount), 4)
+				g.slotNs, g.slotVs = make([]uint16, 0, n), make([]maps.ServiceValue, 0, n)
+			}
+			g.slotNs = append(g.slotNs, slot)
+			g.slotVs = append(g.slotVs, e.Value)
+		}
+		slices.SortFunc(fs.groups, func(a, b *group) int { return compareKey(a.key, b.key) })
+		for _, g := range fs.groups {
+			g.sortSlots()
 		}
 
 		for _, g := range fs.groups {
@@ -557,7 +590,7 @@ func (rb *rebuild) rebuildService(fs *famState, g *group) {
 		if kept, ok := fs.alias[id]; ok {
 			id = kept
 		}
-		bv, ok := fs.backends[id]
+		bv, ok := fs.backends.get(id)
 		if id == 0 || !ok {
 			rb.svcRepair(RepairDanglingSlot, fs, g, orig, "slot %d points to missing backend %d: dropped", s, orig)
 			dropped = true
@@ -688,8 +721,8 @@ func (rb *rebuild) deleteOrphanBackends() {
 			}
 		}
 		for j, id := range fs.ids {
-			if _, ok := fs.backends[id]; ok && !used[j] {
-				b := BackendFromValue(fs.backends[id])
+			if bv, ok := fs.backends.get(id); ok && !used[j] {
+				b := BackendFromValue(bv)
 				rb.repair(RepairOrphanBackend, fs.fam, 0, "", id, "backend %d (%s, %s) referenced by no slot: deleted", id, BackendKey(b), b.State)
 				fs.fixes.BackendDeletes = append(fs.fixes.BackendDeletes, id)
 			}

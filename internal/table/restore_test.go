@@ -1342,3 +1342,27 @@ func TestRebuildInHalvesEqualsSerial(t *testing.T) {
 	require.NotEmpty(t, serial.Repairs)
 	require.Equal(t, serial, halves)
 }
+
+// A dump that repeats a key (only a hand-made one can) keeps the least
+// value of each key, whatever the order: adding greater duplicates of
+// masters, slots and backends changes nothing.
+func TestRebuildRepeatedKeysKeepTheLeastValue(t *testing.T) {
+	r := testutil.Rand(t)
+	d := dumpOf(consistentServices()...)
+	want := Rebuild(d)
+	dup := cloneDump(d)
+	for _, e := range d.Services4 {
+		e.Value.Flags2 = 0xff // greater than the real value
+		dup.Services4 = append(dup.Services4, e)
+	}
+	for _, e := range d.Services6 {
+		e.Value.QCount++
+		dup.Services6 = append(dup.Services6, e)
+	}
+	for _, e := range d.Backends4 {
+		e.Value.Zone = 0xff
+		dup.Backends4 = append(dup.Backends4, e)
+	}
+	require.Equal(t, want, Rebuild(dup))
+	checkShuffled(t, r, dup, want)
+}

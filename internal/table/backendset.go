@@ -1,0 +1,103 @@
+package table
+
+import (
+	"slices"
+
+	"github.com/actorlb/actorlb/maps"
+)
+
+// backendSet holds the backend entries of one family during a rebuild, by
+// ID. Backend IDs are handed out from 1 upward, so they are usually dense:
+// then the set is an array indexed by ID (a lookup is one load, and the IDs
+// come out sorted for free). Sparse IDs fall back to a map.
+type backendSet struct {
+	vals []maps.BackendValue // dense: vals[id]
+	has  []bool
+	m    map[uint32]maps.BackendValue // sparse
+	n    int
+}
+
+// newBackendSet indexes es, keeping the least value (compareBackend) of a
+// repeated ID; unmap turns IPv4-mapped addresses into IPv4 ones.
+func newBackendSet(es []maps.BackendEntry, unmap bool) backendSet {
+	var maxID uint32
+	for _, e := range es {
+		maxID = max(maxID, e.ID)
+	}
+	var s backendSet
+	if uint64(maxID) <= 4*uint64(len(es))+4096 {
+		s.vals = make([]maps.BackendValue, int(maxID)+1)
+		s.has = make([]bool, int(maxID)+1)
+	} else {
+		s.m = make(map[uint32]maps.BackendValue, len(es))
+	}
+	for _, e := range es {
+		v := e.Value
+		if unmap {
+			v.Address = v.Address.Unmap()
+		}
+		if cur, dup := s.get(e.ID); dup && compareBackend(cur, v) <= 0 {
+			continue
+		}
+		s.set(e.ID, v)
+	}
+	return s
+}
+
+func (s *backendSet) get(id uint32) (maps.BackendValue, bool) {
+	if s.m != nil || s.vals == nil {
+		v, ok := s.m[id]
+		return v, ok
+	}
+	if int(id) < len(s.has) && s.has[id] {
+		return s.vals[id], true
+	}
+	return maps.BackendValue{}, false
+}
+
+func (s *backendSet) set(id uint32, v maps.BackendValue) {
+	if s.m != nil {
+		if _, ok := s.m[id]; !ok {
+			s.n++
+		}
+		s.m[id] = v
+		return
+	}
+	if !s.has[id] {
+		s.n++
+	}
+	s.vals[id], s.has[id] = v, true
+}
+
+func (s *backendSet) drop(id uint32) {
+	if s.m != nil || s.vals == nil {
+		if _, ok := s.m[id]; ok {
+			delete(s.m, id)
+			s.n--
+		}
+		return
+	}
+	if int(id) < len(s.has) && s.has[id] {
+		s.has[id] = false
+		s.vals[id] = maps.BackendValue{}
+		s.n--
+	}
+}
+
+// sortedIDs returns the IDs in the set, ascending.
+func (s *backendSet) sortedIDs() []uint32 {
+	out := make([]uint32, 0, s.n)
+	if s.m != nil || s.vals == nil {
+		for id := range s.m {
+			out = append(out, id)
+		}
+		slices.Sort(out)
+		return out
+	}
+	for id, ok := range s.has {
+		if ok {
+			out = append(out, uint32(id))
+		}
+	}
+	return out
+}
