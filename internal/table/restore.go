@@ -275,8 +275,8 @@ func (g *group) slot(n uint16) (maps.ServiceValue, bool) {
 type famState struct {
 	fam      maps.Family
 	fixes    *Fixes
-	backends backendSet                   // valid backends, after rule 4
-	alias    map[uint32]uint32            // duplicate backend ID -> kept ID
+	backends backendSet        // valid backends, after rule 4
+	alias    map[uint32]uint32 // duplicate backend ID -> kept ID
 	revnat   map[uint16]maps.RevNATValue
 	revIDs   []uint16 // ascending
 	ids      []uint32 // IDs of the valid backends, ascending (before duplicates are removed)
