@@ -178,6 +178,7 @@ func run(out string, bulkN, insertN, callers, batch int) error {
 	}
 	res.add("bulk-10k-x10", "cores_busy", bulkCPU.Seconds()/bulkTime.Seconds(), "cores")
 	res.add("upsert-latency", "p50_us_library", probe.p(50), "us")
+	res.add("upsert-latency", "p90_us_library", probe.p(90), "us")
 	res.add("upsert-latency", "p99_us_library", probe.p(99), "us")
 	res.add("upsert-latency", "max_us_library", probe.p(100), "us")
 	res.add("upsert-latency", "samples_library", float64(len(probe.samples)), "count")
