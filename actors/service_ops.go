@@ -3,6 +3,7 @@ package actors
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/actorlb/actorlb/internal/table"
@@ -166,7 +167,8 @@ func (s *Supervisor) upsertOp(spec *lb.Service, reply func(id lb.ServiceID, crea
 				return
 			}
 		}
-		newSvc = &table.Service{Spec: *spec.DeepCopy()}
+		newSvc = &table.Service{Spec: *spec} // a copy: the edge's spec stays as sent
+		newSvc.Spec.Backends = slices.Clone(spec.Backends)
 		if newSvc.Spec.SessionAffinity && newSvc.Spec.SessionAffinityTimeout == 0 {
 			// What the master slot holds, so Get answers the same before
 			// and after a restart.
@@ -347,9 +349,53 @@ func (s *Supervisor) deleteOp(fe lb.L3n4Addr, want lb.ServiceID, reply func(id l
 				o.rollback = nil
 			}},
 		}
-		o.steps = append(o.steps, stepsRelease(f, fe, false, keys)...)
-		o.steps = append(o.steps, stepDeleteRevNAT("delete revNAT", f, id))
-		o.steps = append(o.steps, stepsRelease(f, fe, true, nil)...)
+		// Release the backends' references, delete the backends no
+		// service uses any more, delete the revNAT entry, then let the
+		// freed backend IDs and the service ID be reused (one allocator
+		// round trip for both).
+		var freed []lb.BackendID
+		o.steps = append(o.steps,
+			step{name: "release backend IDs", do: func(s *Supervisor, ctx actor.Context, o *op) {
+				if len(keys) == 0 {
+					return
+				}
+				rid := s.newReqID()
+				s.request(ctx, o, ChildAllocator, rid, &messages.AllocRelease{ReqID: rid, Frontend: fe, Backends: keys}, func(r any) error {
+					rep := r.(*messages.AllocReleased)
+					freed = rep.FreedBackends
+					o.freed = freed
+					o.beHolds = nil
+					return rep.Err
+				})
+			}},
+			step{name: "delete backends", do: func(s *Supervisor, ctx actor.Context, o *op) {
+				if len(freed) == 0 {
+					return
+				}
+				ids := make([]uint32, len(freed))
+				for i, b := range freed {
+					ids[i] = uint32(b)
+				}
+				rid := s.newReqID()
+				s.request(ctx, o, beChild(f), rid, &messages.BackendApply{ReqID: rid, Deletes: ids}, applied)
+			}, retry: mapRetries},
+			stepDeleteRevNAT("delete revNAT", f, id),
+			step{name: "release service ID", do: func(s *Supervisor, ctx actor.Context, o *op) {
+				if len(freed) > 0 {
+					rid := s.newReqID()
+					s.request(ctx, o, ChildAllocator, rid, &messages.AllocUnhold{ReqID: rid, BackendIDs: freed}, func(r any) error {
+						o.freed = nil
+						return done(r)
+					})
+				}
+				rid := s.newReqID()
+				s.request(ctx, o, ChildAllocator, rid, &messages.AllocRelease{ReqID: rid, Service: true, Frontend: fe}, func(r any) error {
+					rep := r.(*messages.AllocReleased)
+					o.svcHold = nil
+					return rep.Err
+				})
+			}},
+		)
 		o.rollback = func() []step {
 			return []step{stepWriteService("roll back: write service", old, slots)}
 		}
