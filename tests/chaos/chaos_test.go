@@ -262,10 +262,15 @@ func runClient(ctx context.Context, e *actorlb.Engine, c int, rng *rand.Rand, po
 		}
 		syncMu.RLock()
 		var err error
-		if r < 75 {
+		switch {
+		case r < 70:
 			err = upsert(ctx, e, model, randomService(rng, fe, pools[c], model), errCount)
-		} else {
+		case r < 75:
+			err = upsertBatch(ctx, e, model, rng, fes, pools[c], errCount)
+		case r < 95:
 			err = del(ctx, e, model, fe, rng.IntN(2) == 0, errCount)
+		default:
+			err = deleteBatch(ctx, e, model, rng, fes, errCount)
 		}
 		syncMu.RUnlock()
 		if err != nil {
@@ -279,7 +284,7 @@ func runClient(ctx context.Context, e *actorlb.Engine, c int, rng *rand.Rand, po
 // transitions from each backend's current state.
 func randomService(rng *rand.Rand, fe lb.L3n4Addr, pool []lb.Backend, model *Model) *lb.Service {
 	svc := &lb.Service{Frontend: lb.Frontend{L3n4Addr: fe}}
-	n := 1 + rng.IntN(32)
+	n := 1 + rng.IntN(min(32, len(pool)))
 	for _, i := range rng.Perm(len(pool))[:n] {
 		b := pool[i]
 		prev, had := model.State(b.String())
@@ -316,9 +321,85 @@ func upsert(ctx context.Context, e *actorlb.Engine, model *Model, svc *lb.Servic
 
 // upsertChecked is upsert with a check on the error of a failed call.
 func upsertChecked(ctx context.Context, e *actorlb.Engine, model *Model, svc *lb.Service, errCount *atomic.Int64, checkErr func(error) error) error {
+	id, created, err := e.Upsert(ctx, svc)
+	return checkUpsert(ctx, e, model, svc, id, created, err, errCount, checkErr)
+}
+
+// upsertBatch upserts 2..4 services of distinct frontends with one
+// UpsertBatch call; each result must be what the upsert alone would give.
+// The services are independent (no backend of one, new or old, is a new
+// backend of another), so each outcome can be checked on its own.
+func upsertBatch(ctx context.Context, e *actorlb.Engine, model *Model, rng *rand.Rand, fes []lb.L3n4Addr, pool []lb.Backend, errCount *atomic.Int64) error {
+	k := 2 + rng.IntN(3)
+	perm := rng.Perm(len(pool))
+	chunk := len(pool) / k
+	var svcs []*lb.Service
+	var news, olds []map[string]bool
+	for t, i := range rng.Perm(len(fes))[:k] {
+		sub := make([]lb.Backend, chunk)
+		for j := range sub {
+			sub[j] = pool[perm[t*chunk+j]]
+		}
+		svc := randomService(rng, fes[i], sub, model)
+		nw, ol := map[string]bool{}, map[string]bool{}
+		for _, b := range svc.Backends {
+			nw[b.String()] = true
+		}
+		for b := range model.Services[fes[i].String()].Backends {
+			ol[b] = true
+		}
+		independent := true
+		for j := range svcs {
+			for b := range nw {
+				if olds[j][b] {
+					independent = false
+				}
+			}
+			for b := range news[j] {
+				if ol[b] {
+					independent = false
+				}
+			}
+		}
+		if independent {
+			svcs, news, olds = append(svcs, svc), append(news, nw), append(olds, ol)
+		}
+	}
+	rs, err := e.UpsertBatch(ctx, svcs)
+	if err != nil {
+		return fmt.Errorf("upsert batch: %w", err)
+	}
+	for i, svc := range svcs {
+		if err := checkUpsert(ctx, e, model, svc, rs[i].ID, rs[i].Created, rs[i].Err, errCount, nil); err != nil {
+			return fmt.Errorf("upsert batch, service %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// deleteBatch deletes 2..3 frontends (present or not) with one DeleteBatch.
+func deleteBatch(ctx context.Context, e *actorlb.Engine, model *Model, rng *rand.Rand, fes []lb.L3n4Addr, errCount *atomic.Int64) error {
+	var pick []lb.L3n4Addr
+	for _, i := range rng.Perm(len(fes))[:2+rng.IntN(2)] {
+		pick = append(pick, fes[i])
+	}
+	rs, err := e.DeleteBatch(ctx, pick)
+	if err != nil {
+		return fmt.Errorf("delete batch: %w", err)
+	}
+	for i, fe := range pick {
+		if err := checkDelete(ctx, e, model, fe, rs[i].Err, errCount); err != nil {
+			return fmt.Errorf("delete batch, frontend %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// checkUpsert checks the outcome of an upsert of svc against the model and
+// records it there.
+func checkUpsert(ctx context.Context, e *actorlb.Engine, model *Model, svc *lb.Service, id lb.ServiceID, created bool, err error, errCount *atomic.Int64, checkErr func(error) error) error {
 	fe := svc.Frontend.L3n4Addr.String()
 	old, had := model.Services[fe]
-	id, created, err := e.Upsert(ctx, svc)
 	if err != nil && checkErr != nil {
 		if cerr := checkErr(err); cerr != nil {
 			return cerr
@@ -360,6 +441,13 @@ func del(ctx context.Context, e *actorlb.Engine, model *Model, fe lb.L3n4Addr, b
 	} else {
 		_, err = e.DeleteByFrontend(ctx, fe)
 	}
+	return checkDelete(ctx, e, model, fe, err, errCount)
+}
+
+// checkDelete checks the outcome of a delete of fe against the model and
+// records it there.
+func checkDelete(ctx context.Context, e *actorlb.Engine, model *Model, fe lb.L3n4Addr, err error, errCount *atomic.Int64) error {
+	old, had := model.Services[fe.String()]
 	switch {
 	case !had && (err == nil || errors.Is(err, actorlb.ErrServiceNotFound)):
 		// nil: the call was sent again after an engine restart and
