@@ -25,6 +25,15 @@ type mirror[E, K, V comparable] struct {
 // scratchMax is the largest scratch buffer kept between applies.
 const scratchMax = 4096
 
+// scratch returns ws and ds emptied, to keep for the next apply, or nil
+// if they grew past scratchMax.
+func scratch[E, K any](ws []E, ds []K) ([]E, []K) {
+	if cap(ws) <= scratchMax && cap(ds) <= scratchMax {
+		return ws[:0], ds[:0]
+	}
+	return nil, nil
+}
+
 func newMirror[E, K, V comparable](m maps.Map[E, K], split func(E) (K, V), join func(K, V) E) *mirror[E, K, V] {
 	return &mirror[E, K, V]{m: m, split: split, join: join, entries: map[K]V{}}
 }
@@ -60,13 +69,7 @@ func (o *mirror[E, K, V]) index() {
 func (o *mirror[E, K, V]) apply(writes []E, deletes []K) (written, deleted int, err error) {
 	o.index()
 	ws, ds := o.ws[:0], o.ds[:0]
-	defer func() {
-		if cap(ws) <= scratchMax && cap(ds) <= scratchMax {
-			o.ws, o.ds = ws[:0], ds[:0]
-		} else {
-			o.ws, o.ds = nil, nil
-		}
-	}()
+	defer func() { o.ws, o.ds = scratch(ws, ds) }()
 	for _, e := range writes {
 		k, v := o.split(e)
 		if cur, ok := o.entries[k]; !ok || cur != v {

@@ -82,6 +82,22 @@ func stepDeleteRevNAT(name string, f maps.Family, sid lb.ServiceID) step {
 	}, retry: mapRetries}
 }
 
+// stepDeleteFreed deletes the backends whose IDs *freed holds when it runs
+// (set by the release before it).
+func stepDeleteFreed(f maps.Family, freed *[]lb.BackendID) step {
+	return step{name: "delete backends", do: func(s *Supervisor, ctx actor.Context, o *op) {
+		if len(*freed) == 0 {
+			return
+		}
+		ids := make([]uint32, len(*freed))
+		for i, b := range *freed {
+			ids[i] = uint32(b)
+		}
+		id := s.newReqID()
+		s.request(ctx, o, beChild(f), id, &messages.BackendApply{ReqID: id, Deletes: ids}, applied)
+	}, retry: mapRetries}
+}
+
 // stepsRelease gives backend references (and the service ID when svc) back
 // to the allocator, deletes the backends that became unreferenced, then
 // lets their IDs be reused.
@@ -104,17 +120,7 @@ func stepsRelease(f maps.Family, fe lb.L3n4Addr, svc bool, keys []lb.L3n4Addr) [
 				return rep.Err
 			})
 		}},
-		{name: "delete backends", do: func(s *Supervisor, ctx actor.Context, o *op) {
-			if len(freed) == 0 {
-				return
-			}
-			ids := make([]uint32, len(freed))
-			for i, b := range freed {
-				ids[i] = uint32(b)
-			}
-			id := s.newReqID()
-			s.request(ctx, o, beChild(f), id, &messages.BackendApply{ReqID: id, Deletes: ids}, applied)
-		}, retry: mapRetries},
+		stepDeleteFreed(f, &freed),
 		{name: "reuse backend IDs", do: func(s *Supervisor, ctx actor.Context, o *op) {
 			if len(freed) == 0 {
 				return
@@ -368,17 +374,7 @@ func (s *Supervisor) deleteOp(fe lb.L3n4Addr, want lb.ServiceID, reply func(id l
 					return rep.Err
 				})
 			}},
-			step{name: "delete backends", do: func(s *Supervisor, ctx actor.Context, o *op) {
-				if len(freed) == 0 {
-					return
-				}
-				ids := make([]uint32, len(freed))
-				for i, b := range freed {
-					ids[i] = uint32(b)
-				}
-				rid := s.newReqID()
-				s.request(ctx, o, beChild(f), rid, &messages.BackendApply{ReqID: rid, Deletes: ids}, applied)
-			}, retry: mapRetries},
+			stepDeleteFreed(f, &freed),
 			stepDeleteRevNAT("delete revNAT", f, id),
 			step{name: "release service ID", do: func(s *Supervisor, ctx actor.Context, o *op) {
 				if len(freed) > 0 {

@@ -132,13 +132,7 @@ func (c *cursor) del(k maps.ServiceKey) {
 func (o *svcMirror) apply(writes []maps.ServiceEntry, deletes []maps.ServiceKey) (written, deleted int, err error) {
 	o.index()
 	ws, ds := o.ws[:0], o.ds[:0]
-	defer func() {
-		if cap(ws) <= scratchMax && cap(ds) <= scratchMax {
-			o.ws, o.ds = ws[:0], ds[:0]
-		} else {
-			o.ws, o.ds = nil, nil
-		}
-	}()
+	defer func() { o.ws, o.ds = scratch(ws, ds) }()
 	c := cursor{o: o}
 	for _, e := range writes {
 		if cur, ok := c.get(e.Key); !ok || cur != e.Value {
