@@ -240,7 +240,11 @@ type DeleteResult struct {
 }
 
 // DeleteBatch deletes the services of frontends, each as DeleteByFrontend
-// would, like UpsertBatch.
+// would, in order, with one result per frontend. Distinct frontends are
+// deleted as one operation (one request per actor and step for all of
+// them), so a map that refuses the writes fails every frontend of that run
+// and leaves their services in place; a frontend without a service fails
+// alone (ErrServiceNotFound). The error is for the call as a whole.
 func (e *Engine) DeleteBatch(ctx context.Context, frontends []lb.L3n4Addr) ([]DeleteResult, error) {
 	cp := slices.Clone(frontends)
 	r, retried, err := call(ctx, e, func(ch chan<- messages.DeleteBatchReply) any {

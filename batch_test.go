@@ -2,9 +2,12 @@ package actorlb
 
 import (
 	"fmt"
+	"sync/atomic"
+	"syscall"
 	"testing"
 
 	lb "github.com/actorlb/actorlb/loadbalancer"
+	"github.com/actorlb/actorlb/maps"
 	"github.com/stretchr/testify/require"
 )
 
@@ -89,4 +92,77 @@ func TestUpsertBatchAndDeleteBatch(t *testing.T) {
 	st, err = e.Stats(ctx)
 	require.NoError(t, err)
 	require.Zero(t, st.Backends)
+}
+
+// DeleteBatch runs as one operation per run of distinct frontends: IPv4
+// and IPv6 together, backends shared with a service that stays are kept,
+// a frontend given twice is deleted once (then not found), and a map that
+// refuses the deletes leaves every service of the batch as it was.
+func TestDeleteBatchOp(t *testing.T) {
+	var failDeletes atomic.Bool
+	e := newEngine(t, "", Config{Fault: func(name string, op maps.Op, n uint64, entries int) error {
+		if failDeletes.Load() && op == maps.OpDelete && (name == maps.Service4Name || name == maps.Service6Name) {
+			return syscall.EBUSY
+		}
+		return nil
+	}})
+	ctx := ctxT(t)
+	keep := mustService(t, "10.96.9.9:80", "10.0.1.1:8080")
+	a := mustService(t, "10.96.0.1:80", "10.0.1.1:8080", "10.0.1.2:8080")
+	b := mustService(t, "[fd00::1]:80", "[fd00::10]:8080")
+	c := mustService(t, "10.96.0.3:80", "10.0.1.3:8080")
+	rs, err := e.UpsertBatch(ctx, []*lb.Service{keep, a, b, c})
+	require.NoError(t, err)
+	for _, r := range rs {
+		require.NoError(t, r.Err)
+	}
+	before, err := e.List(ctx)
+	require.NoError(t, err)
+
+	failDeletes.Store(true)
+	ds, err := e.DeleteBatch(ctx, []lb.L3n4Addr{a.Frontend.L3n4Addr, b.Frontend.L3n4Addr})
+	require.NoError(t, err)
+	for _, d := range ds {
+		require.ErrorContains(t, d.Err, "delete service")
+		require.ErrorIs(t, d.Err, syscall.EBUSY)
+	}
+	after, err := e.List(ctx)
+	require.NoError(t, err)
+	require.Equal(t, before, after, "a failed batch leaves its services")
+	checkInvariants(t, e)
+
+	failDeletes.Store(false)
+	fes := []lb.L3n4Addr{a.Frontend.L3n4Addr, b.Frontend.L3n4Addr, a.Frontend.L3n4Addr, c.Frontend.L3n4Addr}
+	ds, err = e.DeleteBatch(ctx, fes)
+	require.NoError(t, err)
+	require.NoError(t, ds[0].Err)
+	require.NoError(t, ds[1].Err)
+	require.ErrorIs(t, ds[2].Err, ErrServiceNotFound, "deleted by the first run")
+	require.NoError(t, ds[3].Err)
+	list, err := e.List(ctx)
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	require.Equal(t, keep.Frontend.L3n4Addr, list[0].Frontend.L3n4Addr)
+	checkInvariants(t, e)
+	st, err := e.Stats(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, st.Backends, "the shared backend stays, the others are gone")
+	be, err := e.Maps().Backend4.Dump()
+	require.NoError(t, err)
+	require.Len(t, be, 1)
+	be6, err := e.Maps().Backend6.Dump()
+	require.NoError(t, err)
+	require.Empty(t, be6)
+	rev, err := e.RevNATDump(ctx)
+	require.NoError(t, err)
+	require.Len(t, rev, 1)
+
+	// The IDs are free again.
+	rs, err = e.UpsertBatch(ctx, []*lb.Service{a, b})
+	require.NoError(t, err)
+	for _, r := range rs {
+		require.NoError(t, r.Err)
+		require.True(t, r.Created)
+	}
+	checkInvariants(t, e)
 }

@@ -192,6 +192,11 @@ func (a *allocatorActor) release(m *messages.AllocRelease) *messages.AllocReleas
 			r.FreedService = id
 		}
 	}
+	for _, fe := range m.Frontends {
+		if _, _, err := a.svc.Release(fe); err != nil {
+			errs = append(errs, fmt.Errorf("release service %s: %w", fe, err))
+		}
+	}
 	r.Err = errors.Join(errs...)
 	return r
 }

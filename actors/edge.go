@@ -297,15 +297,25 @@ func (s *Supervisor) upsertBatch(ctx actor.Context, m *messages.UpsertBatch) {
 	}, func(error) { m.Reply <- r })
 }
 
-// deleteBatch is upsertBatch for deletes by frontend.
+// deleteBatch deletes the services of the frontends in batch ops: runs of
+// distinct frontends, each one op (a repeated frontend starts the next run,
+// which queues behind the first on that frontend, so the order holds).
 func (s *Supervisor) deleteBatch(ctx actor.Context, m *messages.DeleteBatch) {
 	r := messages.DeleteBatchReply{Results: make([]messages.DeleteReply, len(m.Frontends))}
 	s.fanOut(len(m.Frontends), func(done func(error)) {
-		for i, fe := range m.Frontends {
-			s.run(ctx, s.deleteOp(fe, 0, func(id lb.ServiceID, err error) {
-				r.Results[i] = messages.DeleteReply{ID: id, Err: err}
+		for start := 0; start < len(m.Frontends); {
+			seen := map[lb.L3n4Addr]bool{}
+			end := start
+			for end < len(m.Frontends) && !seen[m.Frontends[end]] {
+				seen[m.Frontends[end]] = true
+				end++
+			}
+			base := start
+			s.run(ctx, s.deleteBatchOp(m.Frontends[start:end], func(i int, id lb.ServiceID, err error) {
+				r.Results[base+i] = messages.DeleteReply{ID: id, Err: err}
 				done(nil)
 			}))
+			start = end
 		}
 	}, func(error) { m.Reply <- r })
 }

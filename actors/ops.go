@@ -53,8 +53,9 @@ type op struct {
 	done     bool
 	// IDs this op has taken from the allocator and not yet given back or
 	// put in the table: counted when a restarted allocator is restored.
-	svcHold *messages.AllocBinding
-	beHolds []messages.AllocBinding
+	svcHold  *messages.AllocBinding
+	svcHolds []messages.AllocBinding // service IDs held by a batch op
+	beHolds  []messages.AllocBinding
 	// freed backend IDs, held in the allocator until their entries are gone.
 	freed []lb.BackendID
 	// since is when the op entered its queues, then when its current step

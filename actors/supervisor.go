@@ -447,6 +447,7 @@ func (s *Supervisor) allocBindings() (svcs, bes []messages.AllocBinding, held []
 		if h := p.op.svcHold; h != nil {
 			svcs = append(svcs, *h)
 		}
+		svcs = append(svcs, p.op.svcHolds...)
 		for _, h := range p.op.beHolds {
 			if extra == nil {
 				extra = map[backendKey]messages.AllocBinding{}

@@ -289,6 +289,8 @@ type AllocRelease struct {
 	Service  bool
 	Frontend lb.L3n4Addr
 	Backends []lb.L3n4Addr
+	// Frontends are more services whose IDs to release (a batch delete).
+	Frontends []lb.L3n4Addr
 }
 
 // AllocReleased answers AllocRelease with the IDs that became free (held).

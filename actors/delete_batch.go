@@ -1,0 +1,178 @@
+package actors
+
+import (
+	"fmt"
+
+	"github.com/actorlb/actorlb/internal/table"
+	lb "github.com/actorlb/actorlb/loadbalancer"
+	"github.com/actorlb/actorlb/maps"
+	"github.com/actorlb/actorlb/messages"
+	"github.com/asynkron/protoactor-go/actor"
+)
+
+// deleteBatchOp deletes the services of several distinct frontends as one
+// op, in the order and with the rollback of deleteOp, but with one request
+// per child and family at each step for all of them. A frontend without a
+// service is answered at once with ErrServiceNotFound; a failure of a map
+// write fails (and rolls back) every service still in the op.
+func (s *Supervisor) deleteBatchOp(fes []lb.L3n4Addr, reply func(i int, id lb.ServiceID, err error)) *op {
+	o := &op{keys: make([]qkey, len(fes))}
+	for i, fe := range fes {
+		o.keys[i] = feQueue(fe)
+	}
+	type item struct {
+		i   int
+		old *table.Service
+	}
+	var live []item
+	started := false
+	o.finish = func(s *Supervisor, err error) {
+		if !started { // aborted while queued: every frontend gets err
+			for i, fe := range fes {
+				reply(i, 0, fmt.Errorf("delete service %s: %w", fe, err))
+			}
+			return
+		}
+		for _, it := range live {
+			if err != nil {
+				reply(it.i, 0, fmt.Errorf("delete service %s: %w", it.old.Frontend(), err))
+			} else {
+				reply(it.i, it.old.ID(), nil)
+			}
+		}
+	}
+	o.start = func(s *Supervisor, ctx actor.Context, o *op) {
+		started = true
+		for i, fe := range fes {
+			id, ok := s.byFE[fe]
+			if !ok {
+				reply(i, 0, fmt.Errorf("delete service %s: %w", fe, ErrServiceNotFound))
+				continue
+			}
+			live = append(live, item{i, s.services[id]})
+		}
+		if len(live) == 0 {
+			return
+		}
+		// Per family: the service keys (masters first), the backend keys.
+		var svcKeys [2][]maps.ServiceKey
+		var beKeys [2][]lb.L3n4Addr
+		var rev [2][]uint16
+		var rollback [2][]maps.ServiceEntry
+		fam := func(f maps.Family) int {
+			if f == maps.IPv6 {
+				return 1
+			}
+			return 0
+		}
+		var v6IDs map[lb.BackendID]bool // backend IDs of IPv6 services (IDs are unique across families)
+		for _, it := range live {
+			f := fam(it.old.Family())
+			if f == 1 {
+				if v6IDs == nil {
+					v6IDs = map[lb.BackendID]bool{}
+				}
+				for _, b := range it.old.BackendIDs {
+					v6IDs[b] = true
+				}
+			}
+			svcKeys[f] = append(svcKeys[f], slotKeys(it.old.Frontend(), 0, table.SlotCount(it.old))...)
+			for _, b := range it.old.Spec.Backends {
+				beKeys[f] = append(beKeys[f], table.BackendKey(b))
+			}
+			rev[f] = append(rev[f], uint16(it.old.ID()))
+			rollback[f] = append(rollback[f], serviceWrites(it.old)...)
+		}
+		families := [2]maps.Family{maps.IPv4, maps.IPv6}
+		var freed [2][]lb.BackendID
+		o.steps = []step{
+			{name: "delete service", do: func(s *Supervisor, ctx actor.Context, o *op) {
+				for f, ks := range svcKeys {
+					if len(ks) > 0 {
+						id := s.newReqID()
+						s.request(ctx, o, svcChild(families[f]), id, &messages.ServiceApply{ReqID: id, Deletes: ks}, applied)
+					}
+				}
+			}, retry: mapRetries},
+			{name: "commit", do: func(s *Supervisor, ctx actor.Context, o *op) {
+				for _, it := range live {
+					s.drop(it.old)
+					// Until released, the op holds the services' references.
+					o.svcHolds = append(o.svcHolds, messages.AllocBinding{Key: it.old.Frontend(), ID: uint64(it.old.ID()), Refs: 1})
+					for j, b := range it.old.Spec.Backends {
+						o.beHolds = append(o.beHolds, messages.AllocBinding{Key: table.BackendKey(b), ID: uint64(it.old.BackendIDs[j]), Refs: 1})
+					}
+				}
+				o.rollback = nil
+			}},
+			{name: "release backend IDs", do: func(s *Supervisor, ctx actor.Context, o *op) {
+				// One request, so that the references held are given back
+				// all at once (a restarted allocator counts o.beHolds).
+				keys := append(beKeys[0], beKeys[1]...)
+				if len(keys) == 0 {
+					return
+				}
+				id := s.newReqID()
+				s.request(ctx, o, ChildAllocator, id, &messages.AllocRelease{ReqID: id, Backends: keys}, func(r any) error {
+					rep := r.(*messages.AllocReleased)
+					for _, b := range rep.FreedBackends {
+						f := 0
+						if v6IDs[b] {
+							f = 1
+						}
+						freed[f] = append(freed[f], b)
+					}
+					o.freed = rep.FreedBackends
+					o.beHolds = nil
+					return rep.Err
+				})
+			}},
+			{name: "delete backends", do: func(s *Supervisor, ctx actor.Context, o *op) {
+				for f, ids := range freed {
+					if len(ids) == 0 {
+						continue
+					}
+					del := make([]uint32, len(ids))
+					for j, b := range ids {
+						del[j] = uint32(b)
+					}
+					id := s.newReqID()
+					s.request(ctx, o, beChild(families[f]), id, &messages.BackendApply{ReqID: id, Deletes: del}, applied)
+				}
+			}, retry: mapRetries},
+			{name: "delete revNAT", do: func(s *Supervisor, ctx actor.Context, o *op) {
+				id := s.newReqID()
+				s.request(ctx, o, ChildRevNAT, id, &messages.RevNATApply{ReqID: id, Deletes4: rev[0], Deletes6: rev[1]}, applied)
+			}, retry: mapRetries},
+			{name: "release service ID", do: func(s *Supervisor, ctx actor.Context, o *op) {
+				if len(o.freed) > 0 {
+					id := s.newReqID()
+					s.request(ctx, o, ChildAllocator, id, &messages.AllocUnhold{ReqID: id, BackendIDs: o.freed}, func(r any) error {
+						o.freed = nil
+						return done(r)
+					})
+				}
+				fes := make([]lb.L3n4Addr, len(live))
+				for j, it := range live {
+					fes[j] = it.old.Frontend()
+				}
+				id := s.newReqID()
+				s.request(ctx, o, ChildAllocator, id, &messages.AllocRelease{ReqID: id, Frontends: fes}, func(r any) error {
+					o.svcHolds = nil
+					return r.(*messages.AllocReleased).Err
+				})
+			}},
+		}
+		o.rollback = func() []step {
+			return []step{{name: "roll back: write service", do: func(s *Supervisor, ctx actor.Context, o *op) {
+				for f, ws := range rollback {
+					if len(ws) > 0 {
+						id := s.newReqID()
+						s.request(ctx, o, svcChild(families[f]), id, &messages.ServiceApply{ReqID: id, Writes: ws}, applied)
+					}
+				}
+			}, retry: mapRetries}}
+		}
+	}
+	return o
+}
