@@ -209,9 +209,12 @@ type UpsertResult struct {
 // UpsertBatch upserts every service of svcs, each as Upsert would, and
 // returns one result per service, in order. The services enter the engine
 // together, in order, so their map writes share batched system calls: for
-// many services this is much faster than one Upsert each. An invalid
-// service fails alone. The error is for the call as a whole (closed
-// engine, context done).
+// many services this is much faster than one Upsert each. Runs of new
+// services (no backend in common) are created as one operation: an
+// invalid service or an ID the allocator refuses fails alone, but a map
+// that refuses the writes fails every service of that run and leaves the
+// maps as they were. The error is for the call as a whole (closed engine,
+// context done).
 func (e *Engine) UpsertBatch(ctx context.Context, svcs []*lb.Service) ([]UpsertResult, error) {
 	cp := make([]*lb.Service, len(svcs))
 	for i, s := range svcs {

@@ -166,3 +166,70 @@ func TestDeleteBatchOp(t *testing.T) {
 	}
 	checkInvariants(t, e)
 }
+
+// New services of an UpsertBatch go as one operation: an ID the allocator
+// refuses fails that service alone, a shared backend's new state reaches
+// the service that had it, and a service map that refuses the writes rolls
+// back every service of the run (shared state restored, IDs free again).
+func TestCreateBatchOp(t *testing.T) {
+	var failWrites atomic.Bool
+	e := newEngine(t, "", Config{Fault: func(name string, op maps.Op, n uint64, entries int) error {
+		if failWrites.Load() && op == maps.OpUpdate && (name == maps.Service4Name || name == maps.Service6Name) {
+			return syscall.EBUSY
+		}
+		return nil
+	}})
+	ctx := ctxT(t)
+	old := mustService(t, "10.96.9.9:80", "10.0.1.1:8080")
+	oldID, _, err := e.Upsert(ctx, old)
+	require.NoError(t, err)
+	before, err := e.List(ctx)
+	require.NoError(t, err)
+	mapsBefore, err := verifyDump(t, e.Maps().Root)
+	require.NoError(t, err)
+
+	a := mustService(t, "10.96.0.1:80", "10.0.1.1:8080", "10.0.1.2:8080")
+	a.Backends[0].State = lb.BackendStateQuarantined // shared with old
+	b := mustService(t, "[fd00::1]:80", "[fd00::10]:8080")
+	c := mustService(t, "10.96.0.3:80", "10.0.1.3:8080")
+	c.Frontend.ID = oldID // taken
+	d := mustService(t, "10.96.0.4:80", "10.0.1.4:8080")
+	d.Frontend.ID = 700
+	dup := mustService(t, "10.96.0.5:80", "10.0.1.5:8080")
+	dup.Frontend.ID = 700 // taken by d first
+	batch := []*lb.Service{a, b, c, d, dup}
+
+	failWrites.Store(true)
+	rs, err := e.UpsertBatch(ctx, batch)
+	require.NoError(t, err)
+	require.ErrorIs(t, rs[2].Err, ErrServiceIDInUse)
+	require.ErrorIs(t, rs[4].Err, ErrServiceIDInUse)
+	for _, i := range []int{0, 1, 3} {
+		require.ErrorIs(t, rs[i].Err, syscall.EBUSY, "service %d", i)
+	}
+	after, err := e.List(ctx)
+	require.NoError(t, err)
+	require.Equal(t, before, after, "the run was rolled back")
+	mapsAfter, err := verifyDump(t, e.Maps().Root)
+	require.NoError(t, err)
+	require.Equal(t, mapsBefore, mapsAfter, "maps as before, shared backend state included")
+	checkInvariants(t, e)
+
+	failWrites.Store(false)
+	rs, err = e.UpsertBatch(ctx, batch)
+	require.NoError(t, err)
+	require.ErrorIs(t, rs[2].Err, ErrServiceIDInUse)
+	require.ErrorIs(t, rs[4].Err, ErrServiceIDInUse)
+	for _, i := range []int{0, 1, 3} {
+		require.NoError(t, rs[i].Err, "service %d", i)
+		require.True(t, rs[i].Created)
+	}
+	require.Equal(t, lb.ServiceID(700), rs[3].ID)
+	got, err := e.Get(ctx, oldID)
+	require.NoError(t, err)
+	require.Equal(t, lb.BackendStateQuarantined, got.Backends[0].State, "the shared backend's state reached the old service")
+	list, err := e.List(ctx)
+	require.NoError(t, err)
+	require.Len(t, list, 4)
+	checkInvariants(t, e)
+}

@@ -278,22 +278,58 @@ func (s *Supervisor) sync(ctx actor.Context, m *messages.Sync) {
 	})
 }
 
-// upsertBatch starts one upsert op per service, in order, in this one
-// Receive (so their requests share the outbox), and answers when all have.
+// upsertBatch starts the upserts of a batch, in order, in this one Receive
+// (so their requests share the outbox), and answers when all have. Runs of
+// new services (a frontend without a service or a queued op, no backend in
+// two of them) go as one op each; the others as one upsert op each.
 func (s *Supervisor) upsertBatch(ctx actor.Context, m *messages.UpsertBatch) {
 	r := messages.UpsertBatchReply{Results: make([]messages.UpsertReply, len(m.Services))}
 	s.fanOut(len(m.Services), func(done func(error)) {
+		var run []*lb.Service
+		var runIdx []int
+		taken := map[qkey]bool{} // queue keys of the run
+		flush := func() {
+			if len(run) == 0 {
+				return
+			}
+			idx := runIdx
+			s.run(ctx, s.createBatchOp(run, func(i int, id lb.ServiceID, created bool, err error) {
+				r.Results[idx[i]] = messages.UpsertReply{ID: id, Created: created, Err: err}
+				done(nil)
+			}))
+			run, runIdx = nil, nil
+			clear(taken)
+		}
 		for i, svc := range m.Services {
 			if err := svc.Validate(); err != nil {
 				r.Results[i].Err = fmt.Errorf("upsert service %d of the batch: %w", i, err)
 				done(nil)
 				continue
 			}
+			fe := svc.Frontend.L3n4Addr
+			keys := opKeys(fe, svc.Backends)
+			for _, k := range keys {
+				if taken[k] { // shares a frontend or backend with the run: the run goes first
+					flush()
+					break
+				}
+			}
+			_, exists := s.byFE[fe]
+			_, queued := s.queues[feQueue(fe)] // a flushed run counts
+			if !exists && !queued {
+				for _, k := range keys {
+					taken[k] = true
+				}
+				run, runIdx = append(run, svc), append(runIdx, i)
+				continue
+			}
+			flush()
 			s.run(ctx, s.upsertOp(svc, func(id lb.ServiceID, created bool, err error) {
 				r.Results[i] = messages.UpsertReply{ID: id, Created: created, Err: err}
 				done(nil)
 			}))
 		}
+		flush()
 	}, func(error) { m.Reply <- r })
 }
 

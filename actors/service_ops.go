@@ -137,6 +137,21 @@ func stepsRelease(f maps.Family, fe lb.L3n4Addr, svc bool, keys []lb.L3n4Addr) [
 func applied(r any) error { return r.(*messages.MapApplied).Err }
 func done(r any) error    { return r.(*messages.AllocDone).Err }
 
+// newTableService returns the table's form of spec: a copy (the edge's
+// spec stays as sent), backends in slot order, IDs to fill in.
+func newTableService(spec *lb.Service) *table.Service {
+	svc := &table.Service{Spec: *spec}
+	svc.Spec.Backends = slices.Clone(spec.Backends)
+	if svc.Spec.SessionAffinity && svc.Spec.SessionAffinityTimeout == 0 {
+		// What the master slot holds, so Get answers the same before and
+		// after a restart.
+		svc.Spec.SessionAffinityTimeout = lb.DefaultSessionAffinityTimeout
+	}
+	table.SlotOrder(svc.Spec.Backends, nil)
+	svc.BackendIDs = make([]lb.BackendID, len(svc.Spec.Backends))
+	return svc
+}
+
 // upsertOp builds the op for one service (already validated). reply gets
 // the outcome.
 func (s *Supervisor) upsertOp(spec *lb.Service, reply func(id lb.ServiceID, created bool, err error)) *op {
@@ -173,15 +188,7 @@ func (s *Supervisor) upsertOp(spec *lb.Service, reply func(id lb.ServiceID, crea
 				return
 			}
 		}
-		newSvc = &table.Service{Spec: *spec} // a copy: the edge's spec stays as sent
-		newSvc.Spec.Backends = slices.Clone(spec.Backends)
-		if newSvc.Spec.SessionAffinity && newSvc.Spec.SessionAffinityTimeout == 0 {
-			// What the master slot holds, so Get answers the same before
-			// and after a restart.
-			newSvc.Spec.SessionAffinityTimeout = lb.DefaultSessionAffinityTimeout
-		}
-		table.SlotOrder(newSvc.Spec.Backends, nil)
-		newSvc.BackendIDs = make([]lb.BackendID, len(newSvc.Spec.Backends))
+		newSvc = newTableService(spec)
 		// The old service's backends (nil maps for a new service: most
 		// upserts create, and these would be most of their garbage).
 		var oldIDs map[lb.L3n4Addr]lb.BackendID

@@ -44,7 +44,7 @@ type RevNATMap interface {
 
 // Counters counts entries written through one map (successful calls only).
 type Counters struct {
-	Updated uint64 // entries written by Update
+	Updated uint64 // entries passed to Update (written, or tried when it failed)
 	Deleted uint64 // keys passed to Delete
 }
 
@@ -84,10 +84,12 @@ func (m *typedMap[E, KT, K, V]) Update(entries []E) error {
 		}
 		keys[i], values[i] = k, v
 	}
+	// Counted before the call: a failed update may have written a prefix,
+	// and a concurrent reader comparing counters must not miss a write.
+	m.updated.Add(uint64(len(entries)))
 	if err := m.st.update(keys, values); err != nil {
 		return fmt.Errorf("update %s: %w", m.Name(), err)
 	}
-	m.updated.Add(uint64(len(entries)))
 	return nil
 }
 

@@ -68,6 +68,11 @@ func walk(m *maps.LBMaps, f maps.Family) string {
 		if e.Key.Slot != 0 {
 			continue
 		}
+		// Writes to the service map since the master was read: a master
+		// rewritten to the value it had (A -> B -> A) looks unchanged
+		// while B's slots come and go; only a master nobody rewrote can
+		// vouch for its slots.
+		written := m.Services(f).Counters().Updated
 		master, ok, err := m.Services(f).Lookup(e.Key)
 		if err != nil || !ok {
 			continue // deleted since the dump
@@ -81,7 +86,8 @@ func walk(m *maps.LBMaps, f maps.Family) string {
 				return fmt.Sprintf("lookup slot: %v", err)
 			}
 			if !ok {
-				if again, ok2, _ := m.Services(f).Lookup(e.Key); ok2 && again == master {
+				again, ok2, _ := m.Services(f).Lookup(e.Key)
+				if ok2 && again == master && m.Services(f).Counters().Updated == written {
 					return fmt.Sprintf("%s: master %+v unchanged but slot %d missing", e.Key, master.Value, s)
 				}
 				break
@@ -92,7 +98,7 @@ func walk(m *maps.LBMaps, f maps.Family) string {
 			}
 			if !ok {
 				again, ok2, _ := m.Services(f).Lookup(k)
-				if ok2 && again == slot {
+				if ok2 && again == slot && m.Services(f).Counters().Updated == written {
 					return fmt.Sprintf("%s: slot %d unchanged but backend %d missing", e.Key, s, slot.Value.BackendID)
 				}
 			}

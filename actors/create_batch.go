@@ -1,0 +1,267 @@
+package actors
+
+import (
+	"fmt"
+
+	"github.com/actorlb/actorlb/internal/table"
+	lb "github.com/actorlb/actorlb/loadbalancer"
+	"github.com/actorlb/actorlb/maps"
+	"github.com/actorlb/actorlb/messages"
+	"github.com/asynkron/protoactor-go/actor"
+)
+
+// createBatchOp creates the services of specs (validated, frontends
+// distinct and without a service or an op queued on them, no backend in
+// two of them) as one op: the same steps, order and rollback as upsertOp
+// for a new service, with one request per child and family at each step
+// for all of them (the IDs are acquired per service). A service the
+// allocator refuses fails alone; a failure of a map write fails (and rolls
+// back) every service still in the op.
+func (s *Supervisor) createBatchOp(specs []*lb.Service, reply func(i int, id lb.ServiceID, created bool, err error)) *op {
+	o := &op{}
+	for _, spec := range specs {
+		o.keys = append(o.keys, opKeys(spec.Frontend.L3n4Addr, spec.Backends)...)
+	}
+	type item struct {
+		i             int
+		svc           *table.Service
+		acquire       []lb.L3n4Addr
+		restoreShared []maps.BackendEntry
+		err           error // this service failed alone
+		acquired      bool
+	}
+	items := make([]*item, len(specs))
+	started := false
+	o.finish = func(s *Supervisor, err error) {
+		for i, it := range items {
+			switch {
+			case !started || it == nil:
+				reply(i, 0, false, fmt.Errorf("upsert service %s: %w", specs[i].Frontend.L3n4Addr, err))
+			case it.err != nil:
+				reply(i, 0, false, fmt.Errorf("upsert service %s: %w", specs[i].Frontend.L3n4Addr, it.err))
+			case err != nil:
+				reply(i, 0, false, fmt.Errorf("upsert service %s: %w", specs[i].Frontend.L3n4Addr, err))
+			default:
+				reply(i, it.svc.ID(), true, nil)
+			}
+		}
+	}
+	// live yields the services still in the op.
+	live := func(yield func(*item) bool) {
+		for _, it := range items {
+			if it.err == nil && !yield(it) {
+				return
+			}
+		}
+	}
+	fam := func(f maps.Family) int {
+		if f == maps.IPv6 {
+			return 1
+		}
+		return 0
+	}
+	families := [2]maps.Family{maps.IPv4, maps.IPv6}
+	o.start = func(s *Supervisor, ctx actor.Context, o *op) {
+		started = true
+		for i, spec := range specs {
+			it := &item{i: i}
+			items[i] = it
+			it.err = s.planCreate(spec, &it.svc, &it.acquire, &it.restoreShared)
+		}
+		o.steps = []step{
+			{name: "acquire IDs", do: func(s *Supervisor, ctx actor.Context, o *op) {
+				for it := range live {
+					id := s.newReqID()
+					s.request(ctx, o, ChildAllocator, id, &messages.AllocAcquire{
+						ReqID: id, Service: true, Frontend: it.svc.Frontend(), WantID: specs[it.i].Frontend.ID, Backends: it.acquire,
+					}, func(r any) error {
+						rep := r.(*messages.AllocAcquired)
+						if rep.Err != nil {
+							it.err = rep.Err // this service alone; the allocator took nothing for it
+							return nil
+						}
+						it.acquired = true
+						it.svc.Spec.Frontend.ID = rep.ServiceID
+						copy(it.svc.BackendIDs, rep.BackendIDs)
+						o.svcHolds = append(o.svcHolds, messages.AllocBinding{Key: it.svc.Frontend(), ID: uint64(rep.ServiceID), Refs: 1})
+						for j, k := range it.acquire {
+							o.beHolds = append(o.beHolds, messages.AllocBinding{Key: k, ID: uint64(rep.BackendIDs[j]), Refs: 1})
+						}
+						return nil
+					})
+				}
+			}},
+			{name: "write backends and revNAT", do: func(s *Supervisor, ctx actor.Context, o *op) {
+				var bes [2][]maps.BackendEntry
+				var revs []maps.RevNATEntry
+				for it := range live {
+					f := fam(it.svc.Family())
+					bes[f] = append(bes[f], table.BackendEntries(it.svc)...)
+					revs = append(revs, table.RevNAT(it.svc))
+				}
+				for f, es := range bes {
+					if len(es) > 0 {
+						id := s.newReqID()
+						s.request(ctx, o, beChild(families[f]), id, &messages.BackendApply{ReqID: id, Writes: es}, applied)
+					}
+				}
+				if len(revs) > 0 {
+					id := s.newReqID()
+					s.request(ctx, o, ChildRevNAT, id, &messages.RevNATApply{ReqID: id, Writes: revs}, applied)
+				}
+			}, retry: mapRetries},
+			{name: "write service", do: func(s *Supervisor, ctx actor.Context, o *op) {
+				var ws [2][]maps.ServiceEntry
+				for it := range live {
+					f := fam(it.svc.Family())
+					ws[f] = append(ws[f], serviceWrites(it.svc)...)
+				}
+				for f, es := range ws {
+					if len(es) > 0 {
+						id := s.newReqID()
+						s.request(ctx, o, svcChild(families[f]), id, &messages.ServiceApply{ReqID: id, Writes: es}, applied)
+					}
+				}
+			}, retry: mapRetries},
+			{name: "commit", do: func(s *Supervisor, ctx actor.Context, o *op) {
+				for it := range live {
+					s.put(it.svc)
+					s.propagateStates(ctx, it.svc)
+				}
+				o.svcHolds, o.beHolds = nil, nil
+				o.rollback = nil // past the point of no return
+			}},
+		}
+		o.rollback = func() []step {
+			// Undo what the services that acquired their IDs may have
+			// written: masters and slots, revNAT entries, the states of
+			// backends shared with other services; then give the IDs back.
+			var svcKeys [2][]maps.ServiceKey
+			var rev [2][]uint16
+			var shared [2][]maps.BackendEntry
+			var fes, keys []lb.L3n4Addr
+			var v6IDs map[lb.BackendID]bool // IDs are unique across families
+			for it := range live {
+				if !it.acquired {
+					continue
+				}
+				f := fam(it.svc.Family())
+				svcKeys[f] = append(svcKeys[f], slotKeys(it.svc.Frontend(), 0, len(it.svc.Spec.Backends))...)
+				rev[f] = append(rev[f], uint16(it.svc.ID()))
+				shared[f] = append(shared[f], it.restoreShared...)
+				fes = append(fes, it.svc.Frontend())
+				keys = append(keys, it.acquire...)
+				if f == 1 {
+					if v6IDs == nil {
+						v6IDs = map[lb.BackendID]bool{}
+					}
+					for _, b := range it.svc.BackendIDs {
+						v6IDs[b] = true
+					}
+				}
+			}
+			if len(fes) == 0 {
+				return nil // nothing was acquired, so nothing was written
+			}
+			var freed [2][]lb.BackendID
+			return []step{
+				{name: "roll back: delete services", do: func(s *Supervisor, ctx actor.Context, o *op) {
+					for f, ks := range svcKeys {
+						if len(ks) > 0 {
+							id := s.newReqID()
+							s.request(ctx, o, svcChild(families[f]), id, &messages.ServiceApply{ReqID: id, Deletes: ks}, applied)
+						}
+					}
+				}, retry: mapRetries},
+				{name: "roll back: delete revNAT and restore shared backends", do: func(s *Supervisor, ctx actor.Context, o *op) {
+					id := s.newReqID()
+					s.request(ctx, o, ChildRevNAT, id, &messages.RevNATApply{ReqID: id, Deletes4: rev[0], Deletes6: rev[1]}, applied)
+					for f, es := range shared {
+						if len(es) > 0 {
+							id := s.newReqID()
+							s.request(ctx, o, beChild(families[f]), id, &messages.BackendApply{ReqID: id, Writes: es}, applied)
+						}
+					}
+				}, retry: mapRetries},
+				{name: "roll back: release IDs", do: func(s *Supervisor, ctx actor.Context, o *op) {
+					id := s.newReqID()
+					s.request(ctx, o, ChildAllocator, id, &messages.AllocRelease{ReqID: id, Backends: keys, Frontends: fes}, func(r any) error {
+						rep := r.(*messages.AllocReleased)
+						for _, b := range rep.FreedBackends {
+							f := 0
+							if v6IDs[b] {
+								f = 1
+							}
+							freed[f] = append(freed[f], b)
+						}
+						o.freed = rep.FreedBackends
+						o.svcHolds, o.beHolds = nil, nil
+						return rep.Err
+					})
+				}},
+				{name: "roll back: delete backends", do: func(s *Supervisor, ctx actor.Context, o *op) {
+					for f, ids := range freed {
+						if len(ids) == 0 {
+							continue
+						}
+						del := make([]uint32, len(ids))
+						for j, b := range ids {
+							del[j] = uint32(b)
+						}
+						id := s.newReqID()
+						s.request(ctx, o, beChild(families[f]), id, &messages.BackendApply{ReqID: id, Deletes: del}, applied)
+					}
+				}, retry: mapRetries},
+				{name: "roll back: reuse backend IDs", do: func(s *Supervisor, ctx actor.Context, o *op) {
+					if len(o.freed) == 0 {
+						return
+					}
+					id := s.newReqID()
+					s.request(ctx, o, ChildAllocator, id, &messages.AllocUnhold{ReqID: id, BackendIDs: o.freed}, func(r any) error {
+						o.freed = nil
+						return done(r)
+					})
+				}},
+			}
+		}
+	}
+	return o
+}
+
+// planCreate checks a new service against the table and prepares it as
+// upsertOp does for a frontend without a service: the ID it asks for is
+// free here, every backend state change is allowed; it returns the
+// service to write, the backends to acquire IDs for (all of them) and the
+// entries that restore the states of backends shared with other services.
+func (s *Supervisor) planCreate(spec *lb.Service, out **table.Service, acquire *[]lb.L3n4Addr, restoreShared *[]maps.BackendEntry) error {
+	fe := spec.Frontend.L3n4Addr
+	if id, ok := s.byFE[fe]; ok { // the batch only takes frontends nothing else may create first
+		return fmt.Errorf("%w: frontend %s is already registered with ID %d", ErrFrontendInUse, fe, id)
+	}
+	if want := spec.Frontend.ID; want != 0 {
+		if other, ok := s.services[want]; ok && other.Frontend() != fe {
+			return fmt.Errorf("%w: service ID %d is already registered to %s", ErrServiceIDInUse, want, other.Frontend())
+		}
+		if addr, ok := s.standalone[want]; ok {
+			return fmt.Errorf("%w: service ID %d is already registered to revNAT entry %s", ErrServiceIDInUse, want, addr.AddrPort())
+		}
+	}
+	svc := newTableService(spec)
+	keys := make([]lb.L3n4Addr, len(svc.Spec.Backends))
+	for i, b := range svc.Spec.Backends {
+		k := table.BackendKey(b)
+		keys[i] = k
+		if cur, id, ok := s.backendState(k); ok {
+			if err := lb.ValidateStateTransition(cur, b.State); err != nil {
+				return fmt.Errorf("backend %s: %w", b.AddrPort(), err)
+			}
+			if cur != b.State {
+				prev := b
+				prev.State = cur
+				*restoreShared = append(*restoreShared, table.BackendEntry(prev, id))
+			}
+		}
+	}
+	*out, *acquire = svc, keys
+	return nil
+}
