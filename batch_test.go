@@ -233,3 +233,29 @@ func TestCreateBatchOp(t *testing.T) {
 	require.Len(t, list, 4)
 	checkInvariants(t, e)
 }
+
+// A frontend given twice in one UpsertBatch: created by the first, updated
+// by the second, in that order (the second waits behind the run).
+func TestUpsertBatchSameFrontendTwice(t *testing.T) {
+	e := newEngine(t, "", Config{})
+	ctx := ctxT(t)
+	first := mustService(t, "10.96.0.1:80", "10.0.1.1:8080")
+	other := mustService(t, "10.96.0.2:80", "10.0.1.2:8080")
+	second := mustService(t, "10.96.0.1:80", "10.0.1.1:8080", "10.0.1.3:8080")
+	rs, err := e.UpsertBatch(ctx, []*lb.Service{first, other, second})
+	require.NoError(t, err)
+	for _, r := range rs {
+		require.NoError(t, r.Err)
+	}
+	require.True(t, rs[0].Created)
+	require.True(t, rs[1].Created)
+	require.False(t, rs[2].Created, "the second is an update")
+	require.Equal(t, rs[0].ID, rs[2].ID)
+	got, err := e.Get(ctx, rs[0].ID)
+	require.NoError(t, err)
+	require.Len(t, got.Backends, 2)
+	list, err := e.List(ctx)
+	require.NoError(t, err)
+	require.Len(t, list, 2)
+	checkInvariants(t, e)
+}
