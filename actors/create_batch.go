@@ -54,13 +54,6 @@ func (s *Supervisor) createBatchOp(specs []*lb.Service, reply func(i int, id lb.
 			}
 		}
 	}
-	fam := func(f maps.Family) int {
-		if f == maps.IPv6 {
-			return 1
-		}
-		return 0
-	}
-	families := [2]maps.Family{maps.IPv4, maps.IPv6}
 	o.start = func(s *Supervisor, ctx actor.Context, o *op) {
 		started = true
 		for i, spec := range specs {
@@ -95,16 +88,11 @@ func (s *Supervisor) createBatchOp(specs []*lb.Service, reply func(i int, id lb.
 				var bes [2][]maps.BackendEntry
 				var revs []maps.RevNATEntry
 				for it := range live {
-					f := fam(it.svc.Family())
+					f := famIndex(it.svc.Family())
 					bes[f] = append(bes[f], table.BackendEntries(it.svc)...)
 					revs = append(revs, table.RevNAT(it.svc))
 				}
-				for f, es := range bes {
-					if len(es) > 0 {
-						id := s.newReqID()
-						s.request(ctx, o, beChild(families[f]), id, &messages.BackendApply{ReqID: id, Writes: es}, applied)
-					}
-				}
+				s.applyBackends(ctx, o, bes, [2][]uint32{})
 				if len(revs) > 0 {
 					id := s.newReqID()
 					s.request(ctx, o, ChildRevNAT, id, &messages.RevNATApply{ReqID: id, Writes: revs}, applied)
@@ -113,15 +101,10 @@ func (s *Supervisor) createBatchOp(specs []*lb.Service, reply func(i int, id lb.
 			{name: "write service", do: func(s *Supervisor, ctx actor.Context, o *op) {
 				var ws [2][]maps.ServiceEntry
 				for it := range live {
-					f := fam(it.svc.Family())
+					f := famIndex(it.svc.Family())
 					ws[f] = append(ws[f], serviceWrites(it.svc)...)
 				}
-				for f, es := range ws {
-					if len(es) > 0 {
-						id := s.newReqID()
-						s.request(ctx, o, svcChild(families[f]), id, &messages.ServiceApply{ReqID: id, Writes: es}, applied)
-					}
-				}
+				s.applyServices(ctx, o, ws, [2][]maps.ServiceKey{})
 			}, retry: mapRetries},
 			{name: "commit", do: func(s *Supervisor, ctx actor.Context, o *op) {
 				for it := range live {
@@ -145,7 +128,7 @@ func (s *Supervisor) createBatchOp(specs []*lb.Service, reply func(i int, id lb.
 				if !it.acquired {
 					continue
 				}
-				f := fam(it.svc.Family())
+				f := famIndex(it.svc.Family())
 				svcKeys[f] = append(svcKeys[f], slotKeys(it.svc.Frontend(), 0, len(it.svc.Spec.Backends))...)
 				rev[f] = append(rev[f], uint16(it.svc.ID()))
 				shared[f] = append(shared[f], it.restoreShared...)
@@ -163,65 +146,19 @@ func (s *Supervisor) createBatchOp(specs []*lb.Service, reply func(i int, id lb.
 			if len(fes) == 0 {
 				return nil // nothing was acquired, so nothing was written
 			}
-			var freed [2][]lb.BackendID
+			var freed [2][]uint32
 			return []step{
 				{name: "roll back: delete services", do: func(s *Supervisor, ctx actor.Context, o *op) {
-					for f, ks := range svcKeys {
-						if len(ks) > 0 {
-							id := s.newReqID()
-							s.request(ctx, o, svcChild(families[f]), id, &messages.ServiceApply{ReqID: id, Deletes: ks}, applied)
-						}
-					}
+					s.applyServices(ctx, o, [2][]maps.ServiceEntry{}, svcKeys)
 				}, retry: mapRetries},
 				{name: "roll back: delete revNAT and restore shared backends", do: func(s *Supervisor, ctx actor.Context, o *op) {
 					id := s.newReqID()
 					s.request(ctx, o, ChildRevNAT, id, &messages.RevNATApply{ReqID: id, Deletes4: rev[0], Deletes6: rev[1]}, applied)
-					for f, es := range shared {
-						if len(es) > 0 {
-							id := s.newReqID()
-							s.request(ctx, o, beChild(families[f]), id, &messages.BackendApply{ReqID: id, Writes: es}, applied)
-						}
-					}
+					s.applyBackends(ctx, o, shared, [2][]uint32{})
 				}, retry: mapRetries},
-				{name: "roll back: release IDs", do: func(s *Supervisor, ctx actor.Context, o *op) {
-					id := s.newReqID()
-					s.request(ctx, o, ChildAllocator, id, &messages.AllocRelease{ReqID: id, Backends: keys, Frontends: fes}, func(r any) error {
-						rep := r.(*messages.AllocReleased)
-						for _, b := range rep.FreedBackends {
-							f := 0
-							if v6IDs[b] {
-								f = 1
-							}
-							freed[f] = append(freed[f], b)
-						}
-						o.freed = rep.FreedBackends
-						o.svcHolds, o.beHolds = nil, nil
-						return rep.Err
-					})
-				}},
-				{name: "roll back: delete backends", do: func(s *Supervisor, ctx actor.Context, o *op) {
-					for f, ids := range freed {
-						if len(ids) == 0 {
-							continue
-						}
-						del := make([]uint32, len(ids))
-						for j, b := range ids {
-							del[j] = uint32(b)
-						}
-						id := s.newReqID()
-						s.request(ctx, o, beChild(families[f]), id, &messages.BackendApply{ReqID: id, Deletes: del}, applied)
-					}
-				}, retry: mapRetries},
-				{name: "roll back: reuse backend IDs", do: func(s *Supervisor, ctx actor.Context, o *op) {
-					if len(o.freed) == 0 {
-						return
-					}
-					id := s.newReqID()
-					s.request(ctx, o, ChildAllocator, id, &messages.AllocUnhold{ReqID: id, BackendIDs: o.freed}, func(r any) error {
-						o.freed = nil
-						return done(r)
-					})
-				}},
+				releaseBackendsStep("roll back: release IDs", keys, fes, v6IDs, &freed, func(o *op) { o.svcHolds, o.beHolds = nil, nil }),
+				deleteFreedStep("roll back: delete backends", &freed),
+				{name: "roll back: reuse backend IDs", do: (*Supervisor).unholdStep},
 			}
 		}
 	}

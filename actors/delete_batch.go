@@ -59,15 +59,9 @@ func (s *Supervisor) deleteBatchOp(fes []lb.L3n4Addr, reply func(i int, id lb.Se
 		var beKeys [2][]lb.L3n4Addr
 		var rev [2][]uint16
 		var rollback [2][]maps.ServiceEntry
-		fam := func(f maps.Family) int {
-			if f == maps.IPv6 {
-				return 1
-			}
-			return 0
-		}
 		var v6IDs map[lb.BackendID]bool // backend IDs of IPv6 services (IDs are unique across families)
 		for _, it := range live {
-			f := fam(it.old.Family())
+			f := famIndex(it.old.Family())
 			if f == 1 {
 				if v6IDs == nil {
 					v6IDs = map[lb.BackendID]bool{}
@@ -83,16 +77,10 @@ func (s *Supervisor) deleteBatchOp(fes []lb.L3n4Addr, reply func(i int, id lb.Se
 			rev[f] = append(rev[f], uint16(it.old.ID()))
 			rollback[f] = append(rollback[f], serviceWrites(it.old)...)
 		}
-		families := [2]maps.Family{maps.IPv4, maps.IPv6}
-		var freed [2][]lb.BackendID
+		var freed [2][]uint32
 		o.steps = []step{
 			{name: "delete service", do: func(s *Supervisor, ctx actor.Context, o *op) {
-				for f, ks := range svcKeys {
-					if len(ks) > 0 {
-						id := s.newReqID()
-						s.request(ctx, o, svcChild(families[f]), id, &messages.ServiceApply{ReqID: id, Deletes: ks}, applied)
-					}
-				}
+				s.applyServices(ctx, o, [2][]maps.ServiceEntry{}, svcKeys)
 			}, retry: mapRetries},
 			{name: "commit", do: func(s *Supervisor, ctx actor.Context, o *op) {
 				for _, it := range live {
@@ -105,53 +93,16 @@ func (s *Supervisor) deleteBatchOp(fes []lb.L3n4Addr, reply func(i int, id lb.Se
 				}
 				o.rollback = nil
 			}},
-			{name: "release backend IDs", do: func(s *Supervisor, ctx actor.Context, o *op) {
-				// One request, so that the references held are given back
-				// all at once (a restarted allocator counts o.beHolds).
-				keys := append(beKeys[0], beKeys[1]...)
-				if len(keys) == 0 {
-					return
-				}
-				id := s.newReqID()
-				s.request(ctx, o, ChildAllocator, id, &messages.AllocRelease{ReqID: id, Backends: keys}, func(r any) error {
-					rep := r.(*messages.AllocReleased)
-					for _, b := range rep.FreedBackends {
-						f := 0
-						if v6IDs[b] {
-							f = 1
-						}
-						freed[f] = append(freed[f], b)
-					}
-					o.freed = rep.FreedBackends
-					o.beHolds = nil
-					return rep.Err
-				})
-			}},
-			{name: "delete backends", do: func(s *Supervisor, ctx actor.Context, o *op) {
-				for f, ids := range freed {
-					if len(ids) == 0 {
-						continue
-					}
-					del := make([]uint32, len(ids))
-					for j, b := range ids {
-						del[j] = uint32(b)
-					}
-					id := s.newReqID()
-					s.request(ctx, o, beChild(families[f]), id, &messages.BackendApply{ReqID: id, Deletes: del}, applied)
-				}
-			}, retry: mapRetries},
+			// One request, so that the references held are given back all
+			// at once (a restarted allocator counts o.beHolds).
+			releaseBackendsStep("release backend IDs", append(beKeys[0], beKeys[1]...), nil, v6IDs, &freed, func(o *op) { o.beHolds = nil }),
+			deleteFreedStep("delete backends", &freed),
 			{name: "delete revNAT", do: func(s *Supervisor, ctx actor.Context, o *op) {
 				id := s.newReqID()
 				s.request(ctx, o, ChildRevNAT, id, &messages.RevNATApply{ReqID: id, Deletes4: rev[0], Deletes6: rev[1]}, applied)
 			}, retry: mapRetries},
 			{name: "release service ID", do: func(s *Supervisor, ctx actor.Context, o *op) {
-				if len(o.freed) > 0 {
-					id := s.newReqID()
-					s.request(ctx, o, ChildAllocator, id, &messages.AllocUnhold{ReqID: id, BackendIDs: o.freed}, func(r any) error {
-						o.freed = nil
-						return done(r)
-					})
-				}
+				s.unholdStep(ctx, o)
 				fes := make([]lb.L3n4Addr, len(live))
 				for j, it := range live {
 					fes[j] = it.old.Frontend()
@@ -165,12 +116,7 @@ func (s *Supervisor) deleteBatchOp(fes []lb.L3n4Addr, reply func(i int, id lb.Se
 		}
 		o.rollback = func() []step {
 			return []step{{name: "roll back: write service", do: func(s *Supervisor, ctx actor.Context, o *op) {
-				for f, ws := range rollback {
-					if len(ws) > 0 {
-						id := s.newReqID()
-						s.request(ctx, o, svcChild(families[f]), id, &messages.ServiceApply{ReqID: id, Writes: ws}, applied)
-					}
-				}
+				s.applyServices(ctx, o, rollback, [2][]maps.ServiceKey{})
 			}, retry: mapRetries}}
 		}
 	}
