@@ -173,6 +173,14 @@ func (c *Client) PutService(ctx context.Context, id lb.ServiceID, spec *ServiceS
 	return &out, code == http.StatusCreated, nil
 }
 
+// PutServices creates or updates many services in one call (each spec
+// with its ID); the results say, in order, what each got.
+func (c *Client) PutServices(ctx context.Context, specs []ServiceSpec) ([]BatchResult, error) {
+	var out []BatchResult
+	_, err := c.do(ctx, fmt.Sprintf("put %d services", len(specs)), http.MethodPut, "/v1/services", specs, &out)
+	return out, err
+}
+
 // DeleteService deletes the service with id; errors.Is(err, ErrNotFound)
 // when there is none.
 func (c *Client) DeleteService(ctx context.Context, id lb.ServiceID) error {

@@ -75,7 +75,11 @@ func decodeStrict(body []byte, dst any) error {
 		}
 		return &FieldError{Reason: "malformed JSON: " + err.Error()}
 	}
-	if _, ok := v.(map[string]any); !ok {
+	if reflect.ValueOf(dst).Elem().Kind() == reflect.Slice { // a batch
+		if _, ok := v.([]any); !ok {
+			return &FieldError{Reason: "want a JSON array, got " + describe(v)}
+		}
+	} else if _, ok := v.(map[string]any); !ok {
 		return &FieldError{Reason: "want a JSON object, got " + describe(v)}
 	}
 	return assign(v, reflect.ValueOf(dst).Elem(), "")

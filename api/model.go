@@ -51,6 +51,16 @@ type ServiceFlags struct {
 	LBAlgorithm string `json:"lbAlgorithm,omitempty"`
 }
 
+// BatchResult is the outcome of one service of PUT /v1/services: the
+// status a PUT /v1/service/{id} of it alone would have answered (201
+// created, 200 updated, 460/461 invalid, 500 map failure, ...) and the
+// error, if any.
+type BatchResult struct {
+	ID    int64  `json:"id"`
+	Code  int    `json:"code"`
+	Error string `json:"error,omitempty"`
+}
+
 // ServiceSpec is the configuration of a service.
 type ServiceSpec struct {
 	// ID is the service ID, 1..65535. In a PUT it may be left out (0); if

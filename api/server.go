@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,6 +27,7 @@ import (
 // Engine is what the server forwards to; *actorlb.Engine implements it.
 type Engine interface {
 	Upsert(ctx context.Context, svc *lb.Service) (lb.ServiceID, bool, error)
+	UpsertBatch(ctx context.Context, svcs []*lb.Service) ([]actorlb.UpsertResult, error)
 	Delete(ctx context.Context, id lb.ServiceID) error
 	Get(ctx context.Context, id lb.ServiceID) (*lb.Service, error)
 	List(ctx context.Context) ([]*lb.Service, error)
@@ -181,6 +183,7 @@ var routeTable = []struct{ path, method, op string }{
 	{"/v1/service/{id}", "GET", "service_get"},
 	{"/v1/service/{id}", "PUT", "service_put"},
 	{"/v1/service/{id}", "DELETE", "service_delete"},
+	{"/v1/services", "PUT", "service_put_batch"},
 	{"/v1/lb/revnat", "GET", "revnat_list"},
 	{"/v1/lb/maps", "GET", "maps_dump"},
 	{"/v1/healthz", "GET", "healthz"},
@@ -212,14 +215,15 @@ type route struct {
 func (s *Server) Handler() http.Handler {
 	metricsHandler := s.metrics.handler()
 	byOp := map[string]handler{
-		"service_list":   s.listServices,
-		"service_get":    s.getService,
-		"service_put":    s.putService,
-		"service_delete": s.deleteService,
-		"revnat_list":    s.listRevNAT,
-		"maps_dump":      s.dumpMaps,
-		"healthz":        s.healthz,
-		"openapi":        s.openAPI,
+		"service_list":      s.listServices,
+		"service_get":       s.getService,
+		"service_put":       s.putService,
+		"service_delete":    s.deleteService,
+		"service_put_batch": s.putServices,
+		"revnat_list":       s.listRevNAT,
+		"maps_dump":         s.dumpMaps,
+		"healthz":           s.healthz,
+		"openapi":           s.openAPI,
 		"metrics": func(w http.ResponseWriter, r *http.Request) reply {
 			metricsHandler.ServeHTTP(w, r)
 			return reply{written: true}
@@ -454,6 +458,65 @@ func (s *Server) putService(w http.ResponseWriter, r *http.Request) reply {
 		got = svc
 	}
 	return reply{code: code, body: NewService(got)}
+}
+
+// putServices creates or updates many services with one call (the engine's
+// UpsertBatch): the body is an array of ServiceSpec, each with its "id";
+// the answer (200) has one result per spec, in order, with the status a
+// PUT /v1/service/{id} of that spec alone would have answered.
+func (s *Server) putServices(w http.ResponseWriter, r *http.Request) reply {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return reply{code: http.StatusRequestEntityTooLarge, err: &FieldError{Reason: fmt.Sprintf("larger than %d bytes", tooBig.Limit)}}
+		}
+		return reply{code: http.StatusBadRequest, err: &FieldError{Reason: "read: " + err.Error()}}
+	}
+	var specs []ServiceSpec
+	if err := decodeStrict(body, &specs); err != nil {
+		return invalid(err)
+	}
+	results := make([]BatchResult, len(specs))
+	var svcs []*lb.Service
+	var idx []int
+	for i := range specs {
+		results[i].ID = specs[i].ID
+		if specs[i].ID <= 0 || specs[i].ID > int64(lb.MaxServiceID) {
+			rr := reply{code: StatusInvalidFrontend, err: &FieldError{Path: fmt.Sprintf("[%d].id", i), Value: strconv.FormatInt(specs[i].ID, 10), Reason: "service ID must be between 1 and 65535"}}
+			results[i].Code, results[i].Error = rr.code, rr.err.Error()
+			continue
+		}
+		svc, err := ToService(lb.ServiceID(specs[i].ID), &specs[i])
+		if err != nil {
+			rr := invalid(err)
+			results[i].Code, results[i].Error = rr.code, fmt.Sprintf("[%d]: %v", i, err)
+			continue
+		}
+		svcs, idx = append(svcs, svc), append(idx, i)
+	}
+	ctx, cancel := s.ctx(r)
+	defer cancel()
+	rs, err := s.engine.UpsertBatch(ctx, svcs)
+	if err != nil {
+		return engineError(err, 0)
+	}
+	created := 0
+	for j, x := range rs {
+		i := idx[j]
+		switch {
+		case x.Err != nil:
+			rr := engineError(x.Err, 0)
+			results[i].Code, results[i].Error = rr.code, x.Err.Error()
+		case x.Created:
+			results[i].Code = http.StatusCreated
+			created++
+		default:
+			results[i].Code = http.StatusOK
+		}
+	}
+	s.log.WithFields(logrus.Fields{"services": len(specs), "created": created}).Debug("service batch upserted")
+	return reply{code: http.StatusOK, body: results}
 }
 
 func (s *Server) deleteService(_ http.ResponseWriter, r *http.Request) reply {

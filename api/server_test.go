@@ -43,6 +43,14 @@ func (f *failingEngine) fail(ctx context.Context) error {
 func (f *failingEngine) Upsert(ctx context.Context, _ *lb.Service) (lb.ServiceID, bool, error) {
 	return 0, false, f.fail(ctx)
 }
+func (f *failingEngine) UpsertBatch(ctx context.Context, svcs []*lb.Service) ([]actorlb.UpsertResult, error) {
+	err := f.fail(ctx)
+	out := make([]actorlb.UpsertResult, len(svcs))
+	for i := range out {
+		out[i].Err = err // each service fails as the engine's single call would
+	}
+	return out, nil
+}
 func (f *failingEngine) Delete(ctx context.Context, _ lb.ServiceID) error { return f.fail(ctx) }
 func (f *failingEngine) Get(ctx context.Context, _ lb.ServiceID) (*lb.Service, error) {
 	return nil, f.fail(ctx)
@@ -116,4 +124,38 @@ func TestHandlerPanicIs500(t *testing.T) {
 	s.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/v1/service", nil))
 	require.Equal(t, http.StatusInternalServerError, rec.Code)
 	require.JSONEq(t, `"internal error: boom (this is a bug; please report it)"`, rec.Body.String())
+}
+
+// PUT /v1/services answers 200 with one result per spec: what its own PUT
+// would have answered (here the engine refuses every write: 500), and the
+// specs refused before the engine with their validation status.
+func TestPutServicesResults(t *testing.T) {
+	eng := &failingEngine{err: fmt.Errorf("upsert service: write service: %w", actorlb.ErrMapFull)}
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	s, err := NewServer(Config{Engine: eng, Log: logrus.NewEntry(log), CallTimeout: time.Minute})
+	require.NoError(t, err)
+	body := `[
+		{"id": 1, "frontend-address": {"ip": "10.96.0.10", "port": 80}, "backend-addresses": [{"ip": "10.0.1.5", "port": 8080}]},
+		{"frontend-address": {"ip": "10.96.0.11", "port": 80}},
+		{"id": 3, "frontend-address": {"ip": "10.96.0.12", "port": 80}, "backend-addresses": [{"ip": "10.0.1.5", "port": 0}]}
+	]`
+	rec := httptest.NewRecorder()
+	s.Handler().ServeHTTP(rec, httptest.NewRequest("PUT", "/v1/services", strings.NewReader(body)))
+	require.Equal(t, 200, rec.Code, rec.Body.String())
+	var rs []BatchResult
+	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &rs))
+	require.Len(t, rs, 3)
+	require.Equal(t, 500, rs[0].Code)
+	require.Contains(t, rs[0].Error, "map full")
+	require.Equal(t, StatusInvalidFrontend, rs[1].Code)
+	require.Contains(t, rs[1].Error, "[1].id")
+	require.Equal(t, StatusInvalidBackend, rs[2].Code, rs[2].Error)
+	require.False(t, eng.noDeadline)
+
+	for _, bad := range []string{`{"id": 1}`, `[{"id": 1, "bogus": true}]`, `[`} {
+		rec := httptest.NewRecorder()
+		s.Handler().ServeHTTP(rec, httptest.NewRequest("PUT", "/v1/services", strings.NewReader(bad)))
+		require.Equal(t, 400, rec.Code, bad)
+	}
 }

@@ -188,11 +188,35 @@ func TestEndpoints(t *testing.T) {
 	require.Empty(t, pinned.Backends4)
 	require.Empty(t, pinned.RevNAT6)
 
+	// Many at once: one result per spec, each what its own PUT would get.
+	batch := `[
+		{"id": 10, "frontend-address": {"ip": "10.96.1.10", "port": 80}, "backend-addresses": [{"ip": "10.0.2.1", "port": 8080}]},
+		{"id": 11, "frontend-address": {"ip": "10.96.1.11", "port": 80}, "backend-addresses": [{"ip": "10.0.2.2", "port": 8080}]},
+		{"id": 12, "frontend-address": {"ip": "10.96.1.12", "port": 80}, "backend-addresses": [{"ip": "10.0.2.3", "port": 0}]},
+		{"id": 10, "frontend-address": {"ip": "10.96.1.10", "port": 80}, "backend-addresses": [{"ip": "10.0.2.1", "port": 8080}, {"ip": "10.0.2.4", "port": 8080}]}
+	]`
+	results := decode[[]api.BatchResult](t, c.expect("PUT", "/v1/services", batch, http.StatusOK).body)
+	require.Equal(t, []int{http.StatusCreated, http.StatusCreated, api.StatusInvalidBackend, http.StatusOK},
+		[]int{results[0].Code, results[1].Code, results[2].Code, results[3].Code}, "%+v", results)
+	require.Contains(t, results[2].Error, "port")
+	got10 := decode[api.Service](t, c.expect("GET", "/v1/service/10", "", http.StatusOK).body)
+	require.Len(t, got10.Spec.BackendAddresses, 2, "the second spec of frontend 10 updated it")
+	c.expect("GET", "/v1/service/12", "", http.StatusNotFound)
+	c.expect("PUT", "/v1/services", `{"id": 1}`, http.StatusBadRequest)
+	pinned, err = verify.DumpPinned(a.root)
+	require.NoError(t, err)
+	require.Empty(t, verify.Check(pinned))
+	c.expect("DELETE", "/v1/service/10", "", http.StatusOK)
+	c.expect("DELETE", "/v1/service/11", "", http.StatusOK)
+
 	// Methods and paths that do not exist.
 	r = a.doString(t, "POST", "/v1/service", "{}")
 	require.Equal(t, http.StatusMethodNotAllowed, r.code)
 	require.Equal(t, "GET", r.hdr.Get("Allow"))
-	require.Equal(t, http.StatusNotFound, a.doString(t, "GET", "/v1/services", "").code)
+	r = a.doString(t, "GET", "/v1/services", "")
+	require.Equal(t, http.StatusMethodNotAllowed, r.code)
+	require.Equal(t, "PUT", r.hdr.Get("Allow"))
+	require.Equal(t, http.StatusNotFound, a.doString(t, "GET", "/v1/servicez", "").code)
 	require.Equal(t, http.StatusNotFound, a.doString(t, "GET", "/v1/service/", "").code)
 }
 
