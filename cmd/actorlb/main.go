@@ -64,6 +64,7 @@ func tree() *group {
 			&leaf{"list", serviceListCommand()},
 			&leaf{"get", serviceGetCommand()},
 			&leaf{"update", serviceUpdateCommand()},
+			&leaf{"apply", serviceApplyCommand()},
 			&leaf{"delete", serviceDeleteCommand()},
 		}},
 		&group{name: "bpf", short: "read the pinned BPF maps directly (no agent needed)", children: []any{

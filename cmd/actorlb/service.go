@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"net/netip"
+	"os"
 	"strconv"
 	"strings"
 
@@ -362,6 +365,92 @@ there is no service with ID.`,
 				fmt.Fprintf(e.stdout, "Deleted %s\n", plural(len(deleted), "service", "services"))
 			} else {
 				fmt.Fprintf(e.stdout, "Deleted service %d\n", deleted[0])
+			}
+			return nil
+		},
+	}
+}
+
+func serviceApplyCommand() *command {
+	return &command{
+		use:   "service apply --file FILE [flags]",
+		short: "create or update many services from a JSON file",
+		long: `Creates or updates every service of FILE, a JSON array of service specs as
+PUT /v1/service/{id} takes them, each with its "id" (see the API's
+/v1/openapi.json), in one call: new services are created together, much
+faster than one 'service update' each. Prints one line per service: its ID
+and "created", "updated" or the error. Exits 1 if any failed. FILE "-" is
+standard input.`,
+		examples: `  actorlb service apply --file services.json
+  echo '[{"id": 1, "frontend-address": {"ip": "10.96.0.10", "port": 80},
+         "backend-addresses": [{"ip": "10.0.1.5", "port": 8080}]}]' | actorlb service apply -f -`,
+		flags: func(fs *pflag.FlagSet) {
+			fs.StringP("file", "f", "", "JSON array of service specs to apply (- for standard input)")
+			clientFlags(fs)
+		},
+		run: func(ctx context.Context, e *env, args []string) error {
+			if err := wantArgs("service apply", args, 0, "no arguments (the services come from --file)"); err != nil {
+				return err
+			}
+			file, _ := e.fs.GetString("file")
+			if file == "" {
+				return &usageError{errors.New("service apply: --file is required (run 'actorlb service apply --help')")}
+			}
+			out, err := e.output()
+			if err != nil {
+				return err
+			}
+			var data []byte
+			if file == "-" {
+				data, err = io.ReadAll(os.Stdin)
+			} else {
+				data, err = os.ReadFile(file)
+			}
+			if err != nil {
+				return fmt.Errorf("service apply: read %s: %w", file, err)
+			}
+			var specs []api.ServiceSpec
+			if err := json.Unmarshal(data, &specs); err != nil {
+				return &usageError{fmt.Errorf("service apply: %s: want a JSON array of service specs: %w", file, err)}
+			}
+			c, err := e.client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			results, err := c.PutServices(ctx, specs)
+			if err != nil {
+				return err
+			}
+			failed := 0
+			for _, r := range results {
+				if r.Code >= 300 {
+					failed++
+				}
+			}
+			if out == outJSON {
+				if err := writeJSON(e.stdout, results); err != nil {
+					return err
+				}
+			} else {
+				tw := newTable(e.stdout)
+				fmt.Fprintln(tw, "ID\tRESULT")
+				for _, r := range results {
+					res := r.Error
+					switch r.Code {
+					case http.StatusCreated:
+						res = "created"
+					case http.StatusOK:
+						res = "updated"
+					}
+					fmt.Fprintf(tw, "%d\t%s\n", r.ID, res)
+				}
+				if err := tw.Flush(); err != nil {
+					return err
+				}
+			}
+			if failed > 0 {
+				return fmt.Errorf("service apply: %d of %d services failed", failed, len(results))
 			}
 			return nil
 		},

@@ -2,6 +2,8 @@ package agent_test
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -159,8 +161,37 @@ func TestCLI(t *testing.T) {
 
 // commands lists every command path of the binary.
 var commands = [][]string{
-	{"agent"}, {"service", "list"}, {"service", "get"}, {"service", "update"}, {"service", "delete"},
+	{"agent"}, {"service", "list"}, {"service", "get"}, {"service", "update"}, {"service", "apply"}, {"service", "delete"},
 	{"bpf", "lb", "list"}, {"bpf", "lb", "revnat", "list"}, {"bpf", "lb", "verify"}, {"status"},
+}
+
+// TestCLIApply: many services from one file, one line each; a failed one
+// makes the exit status 1 and leaves the others applied.
+func TestCLIApply(t *testing.T) {
+	a := startAgent(t, "")
+	file := filepath.Join(t.TempDir(), "services.json")
+	require.NoError(t, os.WriteFile(file, []byte(`[
+		{"id": 1, "frontend-address": {"ip": "10.96.0.10", "port": 80}, "backend-addresses": [{"ip": "10.0.1.5", "port": 8080}]},
+		{"id": 2, "frontend-address": {"ip": "10.96.0.11", "port": 80}, "backend-addresses": [{"ip": "10.0.1.6", "port": 0}]},
+		{"id": 3, "frontend-address": {"ip": "fd00::a", "port": 443}}
+	]`), 0o600))
+	r := a.cli(t, "service", "apply", "--file", file)
+	require.Equal(t, 1, r.code, r.stderr)
+	require.Contains(t, r.stdout, "1    created")
+	require.Contains(t, r.stdout, "3    created")
+	require.Contains(t, r.stdout, "2    [1]: invalid backend-addresses[0].port")
+	require.Contains(t, r.stderr, "service apply: 1 of 3 services failed")
+	r = a.cli(t, "service", "apply", "-f", file, "-o", "json")
+	require.Equal(t, 1, r.code, r.stderr)
+	var results []api.BatchResult
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &results))
+	require.Equal(t, []int{200, api.StatusInvalidBackend, 200}, []int{results[0].Code, results[1].Code, results[2].Code}, "applied again: updates")
+	list, err := a.client.ListServices(ctxT(t))
+	require.NoError(t, err)
+	require.Len(t, list, 2)
+	r = a.cli(t, "service", "apply")
+	require.Equal(t, 2, r.code)
+	require.Contains(t, r.stderr, "--file is required")
 }
 
 func TestHelp(t *testing.T) {
