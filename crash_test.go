@@ -360,14 +360,21 @@ func TestAllocatorRefusingRestoreStopsServing(t *testing.T) {
 			next(c, env)
 		}
 	}
-	e2 := newEngine(t, root, Config{ChildMiddleware: []actor.ReceiverMiddleware{conflict}})
-	require.Eventually(t, func() bool {
-		_, _, err := e2.Upsert(ctx, mustService(t, "10.96.0.9:80", "10.0.1.9:8080"))
-		return err != nil && strings.Contains(err.Error(), "restore: allocator:")
-	}, 10*time.Second, 10*time.Millisecond)
+	// Either New already sees the refusal, or the engine serves first and
+	// stops serving when the allocator answers: both must fail calls.
+	e2, err := New(ctx, Config{BPFRoot: root, Logger: quietLogger(), ChildMiddleware: []actor.ReceiverMiddleware{conflict}})
+	if err != nil {
+		require.ErrorContains(t, err, "restore: allocator:")
+	} else {
+		t.Cleanup(func() { require.NoError(t, e2.Close()) })
+		require.Eventually(t, func() bool {
+			_, _, err := e2.Upsert(ctx, mustService(t, "10.96.0.9:80", "10.0.1.9:8080"))
+			return err != nil && strings.Contains(err.Error(), "restore: allocator:")
+		}, 10*time.Second, 10*time.Millisecond)
+		_, err = e2.List(ctx)
+		require.ErrorContains(t, err, "restore: allocator:")
+	}
 	require.True(t, tampered.Load())
-	_, err = e2.List(ctx)
-	require.ErrorContains(t, err, "restore: allocator:")
 	after, err := verifyDump(t, root)
 	require.NoError(t, err)
 	require.Equal(t, before, after, "nothing written")
