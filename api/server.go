@@ -425,17 +425,9 @@ func (s *Server) putService(w http.ResponseWriter, r *http.Request) reply {
 	if err != nil {
 		return reply{code: StatusInvalidFrontend, err: err}
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return reply{code: http.StatusRequestEntityTooLarge, err: &FieldError{Reason: fmt.Sprintf("larger than %d bytes", tooBig.Limit)}}
-		}
-		return reply{code: http.StatusBadRequest, err: &FieldError{Reason: "read: " + err.Error()}}
-	}
 	var spec ServiceSpec
-	if err := decodeStrict(body, &spec); err != nil {
-		return invalid(err)
+	if rr, ok := s.readJSON(w, r, &spec); !ok {
+		return rr
 	}
 	svc, err := ToService(id, &spec)
 	if err != nil {
@@ -460,22 +452,31 @@ func (s *Server) putService(w http.ResponseWriter, r *http.Request) reply {
 	return reply{code: code, body: NewService(got)}
 }
 
+// readJSON reads the request body (up to the limit) into dst, strictly;
+// if it cannot, it returns the reply to send and false.
+func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, dst any) (reply, bool) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return reply{code: http.StatusRequestEntityTooLarge, err: &FieldError{Reason: fmt.Sprintf("larger than %d bytes", tooBig.Limit)}}, false
+		}
+		return reply{code: http.StatusBadRequest, err: &FieldError{Reason: "read: " + err.Error()}}, false
+	}
+	if err := decodeStrict(body, dst); err != nil {
+		return invalid(err), false
+	}
+	return reply{}, true
+}
+
 // putServices creates or updates many services with one call (the engine's
 // UpsertBatch): the body is an array of ServiceSpec, each with its "id";
 // the answer (200) has one result per spec, in order, with the status a
 // PUT /v1/service/{id} of that spec alone would have answered.
 func (s *Server) putServices(w http.ResponseWriter, r *http.Request) reply {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return reply{code: http.StatusRequestEntityTooLarge, err: &FieldError{Reason: fmt.Sprintf("larger than %d bytes", tooBig.Limit)}}
-		}
-		return reply{code: http.StatusBadRequest, err: &FieldError{Reason: "read: " + err.Error()}}
-	}
 	var specs []ServiceSpec
-	if err := decodeStrict(body, &specs); err != nil {
-		return invalid(err)
+	if rr, ok := s.readJSON(w, r, &specs); !ok {
+		return rr
 	}
 	results := make([]BatchResult, len(specs))
 	var svcs []*lb.Service
