@@ -44,17 +44,10 @@ func newAllocatorProducer() actor.Producer {
 }
 
 func (a *allocatorActor) Receive(ctx actor.Context) {
-	msg := ctx.Message()
-	if b, ok := msg.(*messages.Batch); ok {
-		// In order, as if one by one; the answers go back in one message.
-		replies := make([]any, 0, len(b.Msgs))
-		for _, m := range b.Msgs {
-			replies = a.receive(ctx, m, replies)
-		}
-		respond(ctx, replies)
-		return
-	}
-	respond(ctx, a.receive(ctx, msg, nil))
+	// In order, as if one by one; the answers go back in one message.
+	var replies []any
+	eachRequest(ctx.Message(), func(m any) { replies = a.receive(ctx, m, replies) })
+	respond(ctx, replies)
 }
 
 // receive handles one request and appends its answer to replies (none

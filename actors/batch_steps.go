@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"github.com/actorlb/actorlb/internal/table"
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/maps"
 	"github.com/actorlb/actorlb/messages"
@@ -40,11 +41,11 @@ func (s *Supervisor) applyBackends(ctx actor.Context, o *op, writes [2][]maps.Ba
 	}
 }
 
-// releaseBackendsStep gives back the references to keys, then service IDs
-// of fes, in one allocator request, and splits the freed backend IDs by
-// family (v6IDs: the IPv6 ones; IDs are unique across families) into
-// *freed; o.freed holds them until reuseStep.
-func releaseBackendsStep(name string, keys, fes []lb.L3n4Addr, v6IDs map[lb.BackendID]bool, freed *[2][]uint32, clear func(o *op)) step {
+// releaseBackendsStep gives back the references to keys, then the service
+// IDs of fes, in one allocator request, and sorts the freed backend IDs
+// into *freed by family (famOf); o.freed holds them until unholdStep.
+// clear drops the holds the reply gives back.
+func releaseBackendsStep(name string, keys, fes []lb.L3n4Addr, famOf func(lb.BackendID) int, freed *[2][]uint32, clear func(o *op)) step {
 	return step{name: name, do: func(s *Supervisor, ctx actor.Context, o *op) {
 		if len(keys) == 0 && len(fes) == 0 {
 			return
@@ -53,7 +54,7 @@ func releaseBackendsStep(name string, keys, fes []lb.L3n4Addr, v6IDs map[lb.Back
 		s.request(ctx, o, ChildAllocator, id, &messages.AllocRelease{ReqID: id, Backends: keys, Frontends: fes}, func(r any) error {
 			rep := r.(*messages.AllocReleased)
 			for _, b := range rep.FreedBackends {
-				f := boolIndex(v6IDs[b])
+				f := famOf(b)
 				freed[f] = append(freed[f], uint32(b))
 			}
 			o.freed = rep.FreedBackends
@@ -63,11 +64,34 @@ func releaseBackendsStep(name string, keys, fes []lb.L3n4Addr, v6IDs map[lb.Back
 	}}
 }
 
-func boolIndex(b bool) int {
-	if b {
-		return 1
+// inFamily is famOf for IDs that all belong to family f.
+func inFamily(f maps.Family) func(lb.BackendID) int {
+	i := famIndex(f)
+	return func(lb.BackendID) int { return i }
+}
+
+// markV6 adds the backend IDs of svc to *v6 if svc is an IPv6 service.
+func markV6(v6 *map[lb.BackendID]bool, svc *table.Service) {
+	if svc.Family() != maps.IPv6 {
+		return
 	}
-	return 0
+	if *v6 == nil {
+		*v6 = map[lb.BackendID]bool{}
+	}
+	for _, b := range svc.BackendIDs {
+		(*v6)[b] = true
+	}
+}
+
+// inV6 is famOf for IDs of both families: those in v6 are IPv6 (backend
+// IDs are unique across families).
+func inV6(v6 map[lb.BackendID]bool) func(lb.BackendID) int {
+	return func(b lb.BackendID) int {
+		if v6[b] {
+			return 1
+		}
+		return 0
+	}
 }
 
 // deleteFreedStep deletes the backends released before it.
@@ -75,6 +99,20 @@ func deleteFreedStep(name string, freed *[2][]uint32) step {
 	return step{name: name, do: func(s *Supervisor, ctx actor.Context, o *op) {
 		s.applyBackends(ctx, o, [2][]maps.BackendEntry{}, *freed)
 	}, retry: mapRetries}
+}
+
+// releaseServiceIDsStep lets the backend IDs the op freed be reused and
+// gives the service IDs of fes back: one allocator round trip, the last
+// step of a delete.
+func releaseServiceIDsStep(fes []lb.L3n4Addr) step {
+	return step{name: "release service ID", do: func(s *Supervisor, ctx actor.Context, o *op) {
+		s.unholdStep(ctx, o)
+		id := s.newReqID()
+		s.request(ctx, o, ChildAllocator, id, &messages.AllocRelease{ReqID: id, Frontends: fes}, func(r any) error {
+			o.svcHolds = nil
+			return r.(*messages.AllocReleased).Err
+		})
+	}}
 }
 
 // unholdStep lets the backend IDs the op freed be reused (a step's do).

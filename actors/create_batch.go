@@ -30,20 +30,18 @@ func (s *Supervisor) createBatchOp(specs []*lb.Service, reply func(i int, id lb.
 		err           error // this service failed alone
 		acquired      bool
 	}
-	items := make([]*item, len(specs))
-	started := false
+	items := make([]*item, len(specs)) // nil until the op starts
 	o.finish = func(s *Supervisor, err error) {
 		for i, it := range items {
-			switch {
-			case !started || it == nil:
-				reply(i, 0, false, fmt.Errorf("upsert service %s: %w", specs[i].Frontend.L3n4Addr, err))
-			case it.err != nil:
-				reply(i, 0, false, fmt.Errorf("upsert service %s: %w", specs[i].Frontend.L3n4Addr, it.err))
-			case err != nil:
-				reply(i, 0, false, fmt.Errorf("upsert service %s: %w", specs[i].Frontend.L3n4Addr, err))
-			default:
-				reply(i, it.svc.ID(), true, nil)
+			e := err // the op's (aborted while queued: every service's)
+			if it != nil && it.err != nil {
+				e = it.err // this service's alone
 			}
+			if e != nil {
+				reply(i, 0, false, fmt.Errorf("upsert service %s: %w", specs[i].Frontend.L3n4Addr, e))
+				continue
+			}
+			reply(i, it.svc.ID(), true, nil)
 		}
 	}
 	// live yields the services still in the op.
@@ -55,7 +53,6 @@ func (s *Supervisor) createBatchOp(specs []*lb.Service, reply func(i int, id lb.
 		}
 	}
 	o.start = func(s *Supervisor, ctx actor.Context, o *op) {
-		started = true
 		for i, spec := range specs {
 			it := &item{i: i}
 			items[i] = it
@@ -134,14 +131,7 @@ func (s *Supervisor) createBatchOp(specs []*lb.Service, reply func(i int, id lb.
 				shared[f] = append(shared[f], it.restoreShared...)
 				fes = append(fes, it.svc.Frontend())
 				keys = append(keys, it.acquire...)
-				if f == 1 {
-					if v6IDs == nil {
-						v6IDs = map[lb.BackendID]bool{}
-					}
-					for _, b := range it.svc.BackendIDs {
-						v6IDs[b] = true
-					}
-				}
+				markV6(&v6IDs, it.svc)
 			}
 			if len(fes) == 0 {
 				return nil // nothing was acquired, so nothing was written
@@ -156,7 +146,7 @@ func (s *Supervisor) createBatchOp(specs []*lb.Service, reply func(i int, id lb.
 					s.request(ctx, o, ChildRevNAT, id, &messages.RevNATApply{ReqID: id, Deletes4: rev[0], Deletes6: rev[1]}, applied)
 					s.applyBackends(ctx, o, shared, [2][]uint32{})
 				}, retry: mapRetries},
-				releaseBackendsStep("roll back: release IDs", keys, fes, v6IDs, &freed, func(o *op) { o.svcHolds, o.beHolds = nil, nil }),
+				releaseBackendsStep("roll back: release IDs", keys, fes, inV6(v6IDs), &freed, func(o *op) { o.svcHolds, o.beHolds = nil, nil }),
 				deleteFreedStep("roll back: delete backends", &freed),
 				{name: "roll back: reuse backend IDs", do: (*Supervisor).unholdStep},
 			}
@@ -175,28 +165,15 @@ func (s *Supervisor) planCreate(spec *lb.Service, out **table.Service, acquire *
 	if id, ok := s.byFE[fe]; ok { // the batch only takes frontends nothing else may create first
 		return fmt.Errorf("%w: frontend %s is already registered with ID %d", ErrFrontendInUse, fe, id)
 	}
-	if want := spec.Frontend.ID; want != 0 {
-		if other, ok := s.services[want]; ok && other.Frontend() != fe {
-			return fmt.Errorf("%w: service ID %d is already registered to %s", ErrServiceIDInUse, want, other.Frontend())
-		}
-		if addr, ok := s.standalone[want]; ok {
-			return fmt.Errorf("%w: service ID %d is already registered to revNAT entry %s", ErrServiceIDInUse, want, addr.AddrPort())
-		}
+	if err := s.checkWantedID(fe, spec.Frontend.ID); err != nil {
+		return err
 	}
 	svc := newTableService(spec)
 	keys := make([]lb.L3n4Addr, len(svc.Spec.Backends))
 	for i, b := range svc.Spec.Backends {
-		k := table.BackendKey(b)
-		keys[i] = k
-		if cur, id, ok := s.backendState(k); ok {
-			if err := lb.ValidateStateTransition(cur, b.State); err != nil {
-				return fmt.Errorf("backend %s: %w", b.AddrPort(), err)
-			}
-			if cur != b.State {
-				prev := b
-				prev.State = cur
-				*restoreShared = append(*restoreShared, table.BackendEntry(prev, id))
-			}
+		keys[i] = table.BackendKey(b)
+		if err := s.checkSharedState(b, keys[i], false, restoreShared); err != nil {
+			return err
 		}
 	}
 	*out, *acquire = svc, keys

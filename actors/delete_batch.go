@@ -60,16 +60,11 @@ func (s *Supervisor) deleteBatchOp(fes []lb.L3n4Addr, reply func(i int, id lb.Se
 		var rev [2][]uint16
 		var rollback [2][]maps.ServiceEntry
 		var v6IDs map[lb.BackendID]bool // backend IDs of IPv6 services (IDs are unique across families)
-		for _, it := range live {
+		liveFEs := make([]lb.L3n4Addr, len(live))
+		for j, it := range live {
+			liveFEs[j] = it.old.Frontend()
 			f := famIndex(it.old.Family())
-			if f == 1 {
-				if v6IDs == nil {
-					v6IDs = map[lb.BackendID]bool{}
-				}
-				for _, b := range it.old.BackendIDs {
-					v6IDs[b] = true
-				}
-			}
+			markV6(&v6IDs, it.old)
 			svcKeys[f] = append(svcKeys[f], slotKeys(it.old.Frontend(), 0, table.SlotCount(it.old))...)
 			for _, b := range it.old.Spec.Backends {
 				beKeys[f] = append(beKeys[f], table.BackendKey(b))
@@ -95,24 +90,13 @@ func (s *Supervisor) deleteBatchOp(fes []lb.L3n4Addr, reply func(i int, id lb.Se
 			}},
 			// One request, so that the references held are given back all
 			// at once (a restarted allocator counts o.beHolds).
-			releaseBackendsStep("release backend IDs", append(beKeys[0], beKeys[1]...), nil, v6IDs, &freed, func(o *op) { o.beHolds = nil }),
+			releaseBackendsStep("release backend IDs", append(beKeys[0], beKeys[1]...), nil, inV6(v6IDs), &freed, func(o *op) { o.beHolds = nil }),
 			deleteFreedStep("delete backends", &freed),
 			{name: "delete revNAT", do: func(s *Supervisor, ctx actor.Context, o *op) {
 				id := s.newReqID()
 				s.request(ctx, o, ChildRevNAT, id, &messages.RevNATApply{ReqID: id, Deletes4: rev[0], Deletes6: rev[1]}, applied)
 			}, retry: mapRetries},
-			{name: "release service ID", do: func(s *Supervisor, ctx actor.Context, o *op) {
-				s.unholdStep(ctx, o)
-				fes := make([]lb.L3n4Addr, len(live))
-				for j, it := range live {
-					fes[j] = it.old.Frontend()
-				}
-				id := s.newReqID()
-				s.request(ctx, o, ChildAllocator, id, &messages.AllocRelease{ReqID: id, Frontends: fes}, func(r any) error {
-					o.svcHolds = nil
-					return r.(*messages.AllocReleased).Err
-				})
-			}},
+			releaseServiceIDsStep(liveFEs),
 		}
 		o.rollback = func() []step {
 			return []step{{name: "roll back: write service", do: func(s *Supervisor, ctx actor.Context, o *op) {

@@ -109,13 +109,7 @@ func newBackendMapActor(m maps.BackendMap) actor.Producer {
 }
 
 func (a *mapActor[E, K]) Receive(ctx actor.Context) {
-	if b, ok := ctx.Message().(*messages.Batch); ok {
-		for _, m := range b.Msgs {
-			a.receive(ctx, m)
-		}
-		return
-	}
-	a.receive(ctx, ctx.Message())
+	eachRequest(ctx.Message(), func(m any) { a.receive(ctx, m) })
 }
 
 func (a *mapActor[E, K]) receive(ctx actor.Context, msg any) {
@@ -175,13 +169,7 @@ func newRevNATActor(m4, m6 maps.RevNATMap) actor.Producer {
 }
 
 func (a *revNATActor) Receive(ctx actor.Context) {
-	if b, ok := ctx.Message().(*messages.Batch); ok {
-		for _, m := range b.Msgs {
-			a.receive(ctx, m)
-		}
-		return
-	}
-	a.receive(ctx, ctx.Message())
+	eachRequest(ctx.Message(), func(m any) { a.receive(ctx, m) })
 }
 
 func (a *revNATActor) receive(ctx actor.Context, msg any) {

@@ -123,7 +123,8 @@ func (o *mirror[E, K, V]) dump() []E {
 // Splitting entries into key and value, and back.
 
 // Mirrors keep values without pointers: smaller, and not scanned by the
-// garbage collector (a netip.Addr holds one).
+// garbage collector (a netip.Addr holds one). Queue keys and the service
+// mirror's frontend index use the same form of an address.
 
 // ip is an IP address in 17 bytes: 16 of address and its kind.
 type ip struct {
@@ -141,6 +142,7 @@ func ipOf(a netip.Addr) ip {
 	return ip{}
 }
 
+// addr16 returns the address ip was made from.
 func (i ip) addr16() netip.Addr {
 	switch i.kind {
 	case 4:

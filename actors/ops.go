@@ -3,7 +3,6 @@ package actors
 import (
 	"errors"
 	"fmt"
-	"net/netip"
 	"time"
 
 	"github.com/actorlb/actorlb/internal/table"
@@ -53,8 +52,7 @@ type op struct {
 	done     bool
 	// IDs this op has taken from the allocator and not yet given back or
 	// put in the table: counted when a restarted allocator is restored.
-	svcHold  *messages.AllocBinding
-	svcHolds []messages.AllocBinding // service IDs held by a batch op
+	svcHolds []messages.AllocBinding
 	beHolds  []messages.AllocBinding
 	// freed backend IDs, held in the allocator until their entries are gone.
 	freed []lb.BackendID
@@ -70,8 +68,7 @@ const queuesKeep = 1 << 15
 // qkey names a queue: that of a frontend, or that of a backend (whose
 // state an op writes).
 type qkey struct {
-	addr    [16]byte // no pointer: hashed as plain bytes
-	v4      bool
+	ip      // no pointer: hashed as plain bytes
 	port    uint16
 	proto   lb.L4Type
 	scope   lb.Scope
@@ -79,7 +76,7 @@ type qkey struct {
 }
 
 func feQueue(a lb.L3n4Addr) qkey {
-	return qkey{addr: a.Addr.As16(), v4: a.Addr.Is4(), port: a.Port, proto: a.Protocol, scope: a.Scope}
+	return qkey{ip: ipOf(a.Addr), port: a.Port, proto: a.Protocol, scope: a.Scope}
 }
 
 func beQueue(a lb.L3n4Addr) qkey {
@@ -90,11 +87,7 @@ func beQueue(a lb.L3n4Addr) qkey {
 
 // l3n4 returns the address the queue is for.
 func (k qkey) l3n4() lb.L3n4Addr {
-	a := netip.AddrFrom16(k.addr)
-	if k.v4 {
-		a = a.Unmap()
-	}
-	return lb.L3n4Addr{Addr: a, Port: k.port, Protocol: k.proto, Scope: k.scope}
+	return lb.L3n4Addr{Addr: k.addr16(), Port: k.port, Protocol: k.proto, Scope: k.scope}
 }
 
 // queue is the ops waiting on one key: the one running (or about to) and

@@ -82,22 +82,6 @@ func stepDeleteRevNAT(name string, f maps.Family, sid lb.ServiceID) step {
 	}, retry: mapRetries}
 }
 
-// stepDeleteFreed deletes the backends whose IDs *freed holds when it runs
-// (set by the release before it).
-func stepDeleteFreed(f maps.Family, freed *[]lb.BackendID) step {
-	return step{name: "delete backends", do: func(s *Supervisor, ctx actor.Context, o *op) {
-		if len(*freed) == 0 {
-			return
-		}
-		ids := make([]uint32, len(*freed))
-		for i, b := range *freed {
-			ids[i] = uint32(b)
-		}
-		id := s.newReqID()
-		s.request(ctx, o, beChild(f), id, &messages.BackendApply{ReqID: id, Deletes: ids}, applied)
-	}, retry: mapRetries}
-}
-
 // stepsRelease gives backend references (and the service ID when svc) back
 // to the allocator, deletes the backends that became unreferenced, then
 // lets their IDs be reused.
@@ -105,37 +89,61 @@ func stepsRelease(f maps.Family, fe lb.L3n4Addr, svc bool, keys []lb.L3n4Addr) [
 	if len(keys) == 0 && !svc {
 		return nil
 	}
-	var freed []lb.BackendID
+	var fes []lb.L3n4Addr
+	if svc {
+		fes = []lb.L3n4Addr{fe}
+	}
+	var freed [2][]uint32
 	return []step{
-		{name: "release IDs", do: func(s *Supervisor, ctx actor.Context, o *op) {
-			id := s.newReqID()
-			s.request(ctx, o, ChildAllocator, id, &messages.AllocRelease{ReqID: id, Service: svc, Frontend: fe, Backends: keys}, func(r any) error {
-				rep := r.(*messages.AllocReleased)
-				freed = rep.FreedBackends
-				o.freed = freed
-				o.beHolds = nil
-				if svc {
-					o.svcHold = nil
-				}
-				return rep.Err
-			})
-		}},
-		stepDeleteFreed(f, &freed),
-		{name: "reuse backend IDs", do: func(s *Supervisor, ctx actor.Context, o *op) {
-			if len(freed) == 0 {
-				return
+		releaseBackendsStep("release IDs", keys, fes, inFamily(f), &freed, func(o *op) {
+			o.beHolds = nil
+			if svc {
+				o.svcHolds = nil
 			}
-			id := s.newReqID()
-			s.request(ctx, o, ChildAllocator, id, &messages.AllocUnhold{ReqID: id, BackendIDs: freed}, func(r any) error {
-				o.freed = nil
-				return done(r)
-			})
-		}},
+		}),
+		deleteFreedStep("delete backends", &freed),
+		{name: "reuse backend IDs", do: (*Supervisor).unholdStep},
 	}
 }
 
 func applied(r any) error { return r.(*messages.MapApplied).Err }
 func done(r any) error    { return r.(*messages.AllocDone).Err }
+
+// checkWantedID checks that the service ID want (0: any) is not taken by
+// another frontend than fe or by a standalone revNAT entry.
+func (s *Supervisor) checkWantedID(fe lb.L3n4Addr, want lb.ServiceID) error {
+	if want == 0 {
+		return nil
+	}
+	if other, ok := s.services[want]; ok && other.Frontend() != fe {
+		return fmt.Errorf("%w: service ID %d is already registered to %s", ErrServiceIDInUse, want, other.Frontend())
+	}
+	if addr, ok := s.standalone[want]; ok {
+		return fmt.Errorf("%w: service ID %d is already registered to revNAT entry %s", ErrServiceIDInUse, want, addr.AddrPort())
+	}
+	return nil
+}
+
+// checkSharedState checks b's state against the one backend k has in the
+// other services (one state per backend, across services). If b changes
+// it and k is not the service's own already (mine), the entry that gives
+// the other services theirs back is added to *restore: the backend is
+// written with the new state before the commit, so a rollback needs it.
+func (s *Supervisor) checkSharedState(b lb.Backend, k lb.L3n4Addr, mine bool, restore *[]maps.BackendEntry) error {
+	cur, id, ok := s.backendState(k)
+	if !ok {
+		return nil
+	}
+	if err := lb.ValidateStateTransition(cur, b.State); err != nil {
+		return fmt.Errorf("backend %s: %w", b.AddrPort(), err)
+	}
+	if !mine && cur != b.State {
+		prev := b
+		prev.State = cur
+		*restore = append(*restore, table.BackendEntry(prev, id))
+	}
+	return nil
+}
 
 // newTableService returns the table's form of spec: a copy (the edge's
 // spec stays as sent), backends in slot order, IDs to fill in.
@@ -178,15 +186,8 @@ func (s *Supervisor) upsertOp(spec *lb.Service, reply func(id lb.ServiceID, crea
 			o.err = fmt.Errorf("%w: frontend %s is already registered with ID %d", ErrFrontendInUse, fe, old.ID())
 			return
 		}
-		if want != 0 {
-			if other, ok := s.services[want]; ok && other.Frontend() != fe {
-				o.err = fmt.Errorf("%w: service ID %d is already registered to %s", ErrServiceIDInUse, want, other.Frontend())
-				return
-			}
-			if addr, ok := s.standalone[want]; ok {
-				o.err = fmt.Errorf("%w: service ID %d is already registered to revNAT entry %s", ErrServiceIDInUse, want, addr.AddrPort())
-				return
-			}
+		if o.err = s.checkWantedID(fe, want); o.err != nil {
+			return
 		}
 		newSvc = newTableService(spec)
 		// The old service's backends (nil maps for a new service: most
@@ -214,19 +215,9 @@ func (s *Supervisor) upsertOp(spec *lb.Service, reply func(id lb.ServiceID, crea
 			if newKeys != nil {
 				newKeys[k] = true
 			}
-			if cur, id, ok := s.backendState(k); ok {
-				// One state per backend, across services.
-				if err := lb.ValidateStateTransition(cur, b.State); err != nil {
-					o.err = fmt.Errorf("backend %s: %w", b.AddrPort(), err)
-					return
-				}
-				if _, mine := oldBe[k]; !mine && cur != b.State {
-					// Written with the new state before the commit: a
-					// rollback must give the other services theirs back.
-					prev := b
-					prev.State = cur
-					restoreShared = append(restoreShared, table.BackendEntry(prev, id))
-				}
+			_, mine := oldBe[k]
+			if o.err = s.checkSharedState(b, k, mine, &restoreShared); o.err != nil {
+				return
 			}
 			if _, ok := oldBe[k]; ok {
 				newSvc.BackendIDs[i] = oldIDs[k]
@@ -266,7 +257,7 @@ func (s *Supervisor) upsertOp(spec *lb.Service, reply func(id lb.ServiceID, crea
 					}
 					if created {
 						newSvc.Spec.Frontend.ID = rep.ServiceID
-						o.svcHold = &messages.AllocBinding{Key: fe, ID: uint64(rep.ServiceID), Refs: 1}
+						o.svcHolds = []messages.AllocBinding{{Key: fe, ID: uint64(rep.ServiceID), Refs: 1}}
 					}
 					o.beHolds = make([]messages.AllocBinding, 0, len(acquireIdx))
 					for j, i := range acquireIdx {
@@ -286,7 +277,7 @@ func (s *Supervisor) upsertOp(spec *lb.Service, reply func(id lb.ServiceID, crea
 				s.propagateStates(ctx, newSvc)
 				// The references of removed backends leave the table now
 				// but are held by this op until it releases them.
-				o.svcHold, o.beHolds = nil, nil
+				o.svcHolds, o.beHolds = nil, nil
 				for _, k := range removed {
 					o.beHolds = append(o.beHolds, messages.AllocBinding{Key: k, ID: uint64(oldIDs[k]), Refs: 1})
 				}
@@ -302,7 +293,7 @@ func (s *Supervisor) upsertOp(spec *lb.Service, reply func(id lb.ServiceID, crea
 			}
 			shared := stepWriteBackends("roll back: states of shared backends", f, restoreShared)
 			if created {
-				if o.svcHold == nil {
+				if len(o.svcHolds) == 0 {
 					return nil // nothing was acquired, so nothing was written
 				}
 				return append([]step{
@@ -355,7 +346,7 @@ func (s *Supervisor) deleteOp(fe lb.L3n4Addr, want lb.ServiceID, reply func(id l
 			{name: "commit", do: func(s *Supervisor, ctx actor.Context, o *op) {
 				s.drop(old)
 				// Until released, the op holds the service's references.
-				o.svcHold = &messages.AllocBinding{Key: fe, ID: uint64(id), Refs: 1}
+				o.svcHolds = []messages.AllocBinding{{Key: fe, ID: uint64(id), Refs: 1}}
 				for i, k := range keys {
 					o.beHolds = append(o.beHolds, messages.AllocBinding{Key: k, ID: uint64(old.BackendIDs[i]), Refs: 1})
 				}
@@ -366,38 +357,12 @@ func (s *Supervisor) deleteOp(fe lb.L3n4Addr, want lb.ServiceID, reply func(id l
 		// service uses any more, delete the revNAT entry, then let the
 		// freed backend IDs and the service ID be reused (one allocator
 		// round trip for both).
-		var freed []lb.BackendID
+		var freed [2][]uint32
 		o.steps = append(o.steps,
-			step{name: "release backend IDs", do: func(s *Supervisor, ctx actor.Context, o *op) {
-				if len(keys) == 0 {
-					return
-				}
-				rid := s.newReqID()
-				s.request(ctx, o, ChildAllocator, rid, &messages.AllocRelease{ReqID: rid, Frontend: fe, Backends: keys}, func(r any) error {
-					rep := r.(*messages.AllocReleased)
-					freed = rep.FreedBackends
-					o.freed = freed
-					o.beHolds = nil
-					return rep.Err
-				})
-			}},
-			stepDeleteFreed(f, &freed),
+			releaseBackendsStep("release backend IDs", keys, nil, inFamily(f), &freed, func(o *op) { o.beHolds = nil }),
+			deleteFreedStep("delete backends", &freed),
 			stepDeleteRevNAT("delete revNAT", f, id),
-			step{name: "release service ID", do: func(s *Supervisor, ctx actor.Context, o *op) {
-				if len(freed) > 0 {
-					rid := s.newReqID()
-					s.request(ctx, o, ChildAllocator, rid, &messages.AllocUnhold{ReqID: rid, BackendIDs: freed}, func(r any) error {
-						o.freed = nil
-						return done(r)
-					})
-				}
-				rid := s.newReqID()
-				s.request(ctx, o, ChildAllocator, rid, &messages.AllocRelease{ReqID: rid, Service: true, Frontend: fe}, func(r any) error {
-					rep := r.(*messages.AllocReleased)
-					o.svcHold = nil
-					return rep.Err
-				})
-			}},
+			releaseServiceIDsStep([]lb.L3n4Addr{fe}),
 		)
 		o.rollback = func() []step {
 			return []step{stepWriteService("roll back: write service", old, slots)}

@@ -101,7 +101,6 @@ type Supervisor struct {
 	queuesPeak int // most keys queues held since it was last made
 	reqs       pendingTable
 	inflight   int
-	active     []*op
 	// outbox holds requests not yet sent, per child (see request).
 	outbox      map[string][]*pendingReq
 	outboxFlush bool
@@ -309,11 +308,11 @@ func (s *Supervisor) onChildFailed(ctx actor.Context, m *childFailed) {
 	// (map owners buffer requests until they flush; resending is
 	// idempotent, and a second reply is ignored).
 	failed := map[uint64]bool{}
-	for _, msg := range unbatch(m.failed) {
+	eachRequest(m.failed, func(msg any) {
 		if id, ok := requestID(msg); ok {
 			failed[id] = true
 		}
-	}
+	})
 	for id, p := range s.reqs.all {
 		if p.child != m.child || !p.sent {
 			continue // requests still in the outbox go to the new incarnation anyway
@@ -361,13 +360,16 @@ func (s *Supervisor) resend(ctx actor.Context, id uint64, p *pendingReq) {
 	s.enqueue(ctx, p)
 }
 
-// unbatch returns the requests a message carries: those of a Batch, or
-// the message itself.
-func unbatch(msg any) []any {
+// eachRequest calls fn on each request msg carries: those of a Batch, in
+// order, or msg itself.
+func eachRequest(msg any, fn func(any)) {
 	if b, ok := msg.(*messages.Batch); ok {
-		return b.Msgs
+		for _, m := range b.Msgs {
+			fn(m)
+		}
+		return
 	}
-	return []any{msg}
+	fn(msg)
 }
 
 func requestID(msg any) (uint64, bool) {
@@ -444,9 +446,6 @@ func (s *Supervisor) allocBindings() (svcs, bes []messages.AllocBinding, held []
 			continue
 		}
 		seen[p.op] = true
-		if h := p.op.svcHold; h != nil {
-			svcs = append(svcs, *h)
-		}
 		svcs = append(svcs, p.op.svcHolds...)
 		for _, h := range p.op.beHolds {
 			if extra == nil {

@@ -2,7 +2,6 @@ package actors
 
 import (
 	"fmt"
-	"net/netip"
 
 	"github.com/actorlb/actorlb/maps"
 )
@@ -22,8 +21,7 @@ type svcMirror struct {
 
 // feIndex is a service map key without its slot, without pointers.
 type feIndex struct {
-	addr  [16]byte
-	v4    bool
+	ip
 	port  uint16
 	proto uint8
 	scope uint8
@@ -36,15 +34,11 @@ type slotValue struct {
 }
 
 func indexOf(k maps.ServiceKey) feIndex {
-	return feIndex{addr: k.Address.As16(), v4: k.Address.Is4(), port: k.Port, proto: k.Proto, scope: k.Scope}
+	return feIndex{ip: ipOf(k.Address), port: k.Port, proto: k.Proto, scope: k.Scope}
 }
 
 func (f feIndex) key(slot uint16) maps.ServiceKey {
-	a := netip.AddrFrom16(f.addr)
-	if f.v4 {
-		a = a.Unmap()
-	}
-	return maps.ServiceKey{Address: a, Port: f.port, Slot: slot, Proto: f.proto, Scope: f.scope}
+	return maps.ServiceKey{Address: f.addr16(), Port: f.port, Slot: slot, Proto: f.proto, Scope: f.scope}
 }
 
 func newSvcMirror(m maps.ServiceMap) *svcMirror { return &svcMirror{m: m} }

@@ -128,12 +128,11 @@ func (s *ebpfStore[K, V]) dump(chunk func([]K, []V), reset func()) error {
 func (s *ebpfStore[K, V]) dumpBatch(chunk func([]K, []V), reset func()) error {
 	var cursor ebpf.MapBatchCursor
 	n := dumpChunk
-	kbuf, vbuf := make([]K, n), make([]V, n)
 	for {
+		kbuf, vbuf := make([]K, n), make([]V, n)
 		got, err := s.m.BatchLookup(&cursor, kbuf, vbuf, nil)
 		if got > 0 && (err == nil || errors.Is(err, ebpf.ErrKeyNotExist)) {
 			chunk(kbuf[:got], vbuf[:got])
-			kbuf, vbuf = make([]K, n), make([]V, n)
 		}
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
 			return nil
@@ -142,7 +141,6 @@ func (s *ebpfStore[K, V]) dumpBatch(chunk func([]K, []V), reset func()) error {
 			// A bucket holds more entries than the chunk: start over bigger.
 			n *= 2
 			cursor = ebpf.MapBatchCursor{}
-			kbuf, vbuf = make([]K, n), make([]V, n)
 			reset()
 			continue
 		}

@@ -42,10 +42,10 @@ type RevNATMap interface {
 	Map[RevNATEntry, uint16]
 }
 
-// Counters counts entries written through one map (successful calls only).
+// Counters counts entries written through one map.
 type Counters struct {
-	Updated uint64 // entries passed to Update (written, or tried when it failed)
-	Deleted uint64 // keys passed to Delete
+	Updated uint64 // entries passed to Update, counted before the call (a failed one may have written a prefix)
+	Deleted uint64 // keys passed to successful Delete calls
 }
 
 // codec translates one family's entries to raw bytes and back.
