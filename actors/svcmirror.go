@@ -94,10 +94,34 @@ func (c *cursor) get(k maps.ServiceKey) (maps.ServiceValue, bool) {
 func (c *cursor) set(k maps.ServiceKey, v maps.ServiceValue) {
 	slots := c.at(k)
 	if n := int(k.Slot) + 1; n > len(slots) {
-		slots = append(slots, make([]slotValue, n-len(slots))...)
+		if n <= cap(slots) {
+			clear(slots[len(slots):n])
+			slots = slots[:n]
+		} else {
+			slots = append(slots, make([]slotValue, n-len(slots))...)
+		}
 		c.o.entries[c.fe], c.slots = slots, slots
 	}
 	slots[k.Slot] = slotValue{v, true}
+}
+
+// reserve makes room, in one exact-size allocation, for the slots that
+// run (entries starting with k's frontend) writes to that frontend: slices
+// grown one slot at a time would keep up to twice the memory.
+func (c *cursor) reserve(k maps.ServiceKey, run []maps.ServiceEntry) {
+	slots := c.at(k)
+	n := len(slots)
+	for _, e := range run {
+		if e.Key.Address != k.Address || e.Key.Port != k.Port || e.Key.Proto != k.Proto || e.Key.Scope != k.Scope {
+			break
+		}
+		n = max(n, int(e.Key.Slot)+1)
+	}
+	if n > cap(slots) {
+		grown := make([]slotValue, len(slots), n)
+		copy(grown, slots)
+		c.o.entries[c.fe], c.slots = grown, grown
+	}
 }
 
 // del removes slot k; a frontend without slots leaves the index.
@@ -138,7 +162,10 @@ func (o *svcMirror) apply(writes []maps.ServiceEntry, deletes []maps.ServiceKey)
 			return 0, 0, o.reload(err)
 		}
 		c = cursor{o: o}
-		for _, e := range ws {
+		for i, e := range ws {
+			if i == 0 || indexOf(ws[i-1].Key) != indexOf(e.Key) {
+				c.reserve(e.Key, ws[i:])
+			}
 			c.set(e.Key, e.Value)
 		}
 	}

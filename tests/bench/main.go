@@ -55,6 +55,7 @@ func main() {
 	pflag.StringVar(&restoreProfile, "cpuprofile-restore", "", "write a CPU profile of the warm restarts (restore-10k-x10) alone to this file")
 	pflag.StringVar(&insertProfile, "cpuprofile-insert", "", "write a CPU profile of the batched insert and delete (insert-50k-x1) alone to this file")
 	memProfile := pflag.String("memprofile", "", "write an allocation profile of the whole run to this file")
+	pflag.StringVar(&heapProfile, "heapprofile", "", "write a heap profile (in-use memory) taken where memory-10k-x10 is measured to this file")
 	pflag.Parse()
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -225,6 +226,11 @@ func run(out string, bulkN, insertN, callers, batch int) error {
 	runtime.GC()
 	runtime.ReadMemStats(&after)
 	res.add("memory-10k-x10", "retained_bytes_per_service", float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/float64(bulkN), "bytes")
+	if heapProfile != "" {
+		if err := writeHeapProfile(heapProfile); err != nil {
+			return err
+		}
+	}
 	if err := e.Close(); err != nil {
 		return err
 	}
@@ -291,6 +297,21 @@ func run(out string, bulkN, insertN, callers, batch int) error {
 }
 
 var bulkBatch int
+
+var heapProfile string
+
+// writeHeapProfile writes the in-use heap profile to file.
+func writeHeapProfile(file string) error {
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
 
 var bulkProfile, insertProfile, restoreProfile string
 
