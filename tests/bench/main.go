@@ -240,6 +240,7 @@ func run(out string, bulkN, insertN, callers, batch int) error {
 	// the medians are reported (one restart and one dump vary by ±20% on a
 	// small VM).
 	var readies, dumps, typed []time.Duration
+	restoreSteps := map[string][]time.Duration{}
 	var writes float64
 	var restored int
 	stopProfile = profileTo(restoreProfile)
@@ -266,6 +267,9 @@ func run(out string, bulkN, insertN, callers, batch int) error {
 		if err := e.Close(); err != nil {
 			return err
 		}
+		for name, t := range st.Steps {
+			restoreSteps[name] = append(restoreSteps[name], t.Total)
+		}
 		readies, dumps = append(readies, ready), append(dumps, dumpTime)
 		writes = max(writes, float64(st.MapWrites()))
 		restored = st.Restore.Services
@@ -277,6 +281,13 @@ func run(out string, bulkN, insertN, callers, batch int) error {
 	res.add("restore-10k-x10", "ratio_to_batch_dump", ready.Seconds()/dumpTime.Seconds(), "x")
 	res.add("restore-10k-x10", "typed_dump_ms", float64(median(typed).Microseconds())/1000, "ms")
 	res.add("restore-10k-x10", "ratio_to_typed_dump", ready.Seconds()/median(typed).Seconds(), "x")
+	for _, step := range []struct{ name, metric string }{
+		{"dump maps", "step_ms_dump"}, {"rebuild", "step_ms_rebuild"}, {"restore allocator", "step_ms_install"},
+	} {
+		if ts := restoreSteps[step.name]; len(ts) > 0 {
+			res.add("restore-10k-x10", step.metric, float64(median(ts).Microseconds())/1000, "ms")
+		}
+	}
 	res.add("restore-10k-x10", "map_writes", writes, "entries")
 	res.add("restore-10k-x10", "services", float64(restored), "count")
 	if err := maps.Remove(engRoot); err != nil {
