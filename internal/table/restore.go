@@ -218,6 +218,7 @@ type group struct {
 	master    maps.ServiceValue
 	slotNs    []uint16            // ascending
 	slotVs    []maps.ServiceValue // slotVs[i] is the value of slot slotNs[i]
+	nslots    int                 // slot entries (loadServices' count)
 	state     groupState
 	svc       *Service
 }
@@ -286,6 +287,9 @@ type famState struct {
 type rebuild struct {
 	out *Restored
 	fam [2]*famState
+	// list is rebuildService's scratch, kept from one service to the next
+	// (each goroutine of Rebuild has its own rebuild).
+	list []slotted
 }
 
 func (rb *rebuild) other(fs *famState) *famState {
@@ -423,7 +427,12 @@ func (rb *rebuild) loadServices(d Dump) {
 			proto, scop uint8
 		}
 		idx := make(map[feIdx]*group, len(in[i])/4+1)
-		for _, e := range in[i] {
+		// Two passes: the first finds each entry's group and counts the
+		// slots, the second fills every group's slots, carved from one
+		// array (no slice grown slot by slot).
+		at := make([]*group, len(in[i]))
+		nslots := 0
+		for j, e := range in[i] {
 			k := e.Key
 			if fs.fam == maps.IPv4 {
 				k.Address = k.Address.Unmap()
@@ -444,12 +453,22 @@ func (rb *rebuild) loadServices(d Dump) {
 				}
 				continue
 			}
-			if g.slotNs == nil {
-				n := max(int(e.Value.Count)+int(e.Value.QCount), 4)
-				g.slotNs, g.slotVs = make([]uint16, 0, n), make([]maps.ServiceValue, 0, n)
+			at[j] = g
+			g.nslots++
+			nslots++
+		}
+		ns, vs := make([]uint16, nslots), make([]maps.ServiceValue, nslots)
+		off := 0
+		for _, g := range fs.groups {
+			n := off + g.nslots
+			g.slotNs, g.slotVs = ns[off:off:n], vs[off:off:n]
+			off = n
+		}
+		for j, g := range at {
+			if g != nil {
+				g.slotNs = append(g.slotNs, in[i][j].Key.Slot)
+				g.slotVs = append(g.slotVs, in[i][j].Value)
 			}
-			g.slotNs = append(g.slotNs, slot)
-			g.slotVs = append(g.slotVs, e.Value)
 		}
 		slices.SortFunc(fs.groups, func(a, b *group) int { return compareKey(a.key, b.key) })
 		for _, g := range fs.groups {
@@ -570,7 +589,8 @@ type slotted struct {
 func (rb *rebuild) rebuildService(fs *famState, g *group) {
 	m := g.master
 	n := int(m.Count) + int(m.QCount)
-	list := make([]slotted, 0, min(n, len(g.slotNs)))
+	list := rb.list[:0]
+	defer func() { rb.list = list[:0] }()
 	var missing []int
 	dropped := false
 	type first struct {
@@ -694,14 +714,16 @@ func (rb *rebuild) rebuildService(fs *famState, g *group) {
 	if wv != m {
 		fs.fixes.MasterWrites = append(fs.fixes.MasterWrites, want)
 	}
-	slots := Slots(svc)
-	for _, e := range slots {
-		if v, ok := g.slot(e.Key.Slot); !ok || v != e.Value {
-			fs.fixes.SlotWrites = append(fs.fixes.SlotWrites, e)
+	// The slots as Slots writes them, compared without building them.
+	nslots := SlotCount(svc)
+	for i := range nslots {
+		want := slotValue(svc, i)
+		if v, ok := g.slot(uint16(i + 1)); !ok || v != want {
+			fs.fixes.SlotWrites = append(fs.fixes.SlotWrites, maps.ServiceEntry{Key: Key(svc.Frontend(), uint16(i+1)), Value: want})
 		}
 	}
 	for _, s := range g.slotNs {
-		if int(s) > len(slots) {
+		if int(s) > nslots {
 			fs.fixes.SlotDeletes = append(fs.fixes.SlotDeletes, slotKey(g.key, s))
 		}
 	}

@@ -138,12 +138,14 @@ func slots(svc *Service, extra int) []maps.ServiceEntry {
 	n := int(count) + int(qcount)
 	out := make([]maps.ServiceEntry, n, n+extra)
 	for i := range n {
-		out[i] = maps.ServiceEntry{
-			Key:   Key(svc.Frontend(), uint16(i+1)),
-			Value: maps.ServiceValue{BackendID: uint32(svc.BackendIDs[i]), RevNATIndex: uint16(svc.ID())},
-		}
+		out[i] = maps.ServiceEntry{Key: Key(svc.Frontend(), uint16(i+1)), Value: slotValue(svc, i)}
 	}
 	return out
+}
+
+// slotValue is the value of svc's slot i+1 (i counts from 0).
+func slotValue(svc *Service, i int) maps.ServiceValue {
+	return maps.ServiceValue{BackendID: uint32(svc.BackendIDs[i]), RevNATIndex: uint16(svc.ID())}
 }
 
 // SlotCount is the number of slots (excluding the master) svc occupies.
