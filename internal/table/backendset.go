@@ -101,3 +101,33 @@ func (s *backendSet) sortedIDs() []uint32 {
 	}
 	return out
 }
+
+// idMarks marks IDs of a backendSet: an array indexed by ID when the set
+// is dense, a map otherwise.
+type idMarks struct {
+	dense []bool
+	m     map[uint32]bool
+}
+
+// marks returns an empty idMarks shaped for the IDs of s.
+func (s *backendSet) marks() idMarks {
+	if s.m != nil || s.vals == nil {
+		return idMarks{m: make(map[uint32]bool, s.n)}
+	}
+	return idMarks{dense: make([]bool, len(s.has))}
+}
+
+func (u idMarks) mark(id uint32) {
+	if u.m != nil {
+		u.m[id] = true
+	} else if int(id) < len(u.dense) {
+		u.dense[id] = true
+	}
+}
+
+func (u idMarks) has(id uint32) bool {
+	if u.m != nil {
+		return u.m[id]
+	}
+	return int(id) < len(u.dense) && u.dense[id]
+}

@@ -51,6 +51,19 @@ func TestBackendSetDenseAndSparse(t *testing.T) {
 			}
 			_, ok := s.get(1 << 30)
 			require.False(t, ok)
+
+			// Marks of either shape remember exactly the IDs marked.
+			u := s.marks()
+			marked := map[uint32]bool{}
+			for _, id := range ids {
+				if r.IntN(2) == 0 {
+					u.mark(id)
+					marked[id] = true
+				}
+			}
+			for _, id := range append(ids, 1<<30, 0) {
+				require.Equal(t, marked[id], u.has(id), "id %d", id)
+			}
 		}
 	}
 }

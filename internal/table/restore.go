@@ -732,18 +732,16 @@ func (rb *rebuild) rebuildService(fs *famState, g *group) {
 // deleteOrphanBackends applies rule 6.
 func (rb *rebuild) deleteOrphanBackends() {
 	for _, fs := range rb.fam {
-		used := make([]bool, len(fs.ids)) // parallel to fs.ids
+		used := fs.backends.marks()
 		for _, g := range fs.groups {
 			if g.svc != nil {
 				for _, id := range g.svc.BackendIDs {
-					if j, ok := slices.BinarySearch(fs.ids, uint32(id)); ok {
-						used[j] = true
-					}
+					used.mark(uint32(id))
 				}
 			}
 		}
-		for j, id := range fs.ids {
-			if bv, ok := fs.backends.get(id); ok && !used[j] {
+		for _, id := range fs.ids {
+			if bv, ok := fs.backends.get(id); ok && !used.has(id) {
 				b := BackendFromValue(bv)
 				rb.repair(RepairOrphanBackend, fs.fam, 0, "", id, "backend %d (%s, %s) referenced by no slot: deleted", id, BackendKey(b), b.State)
 				fs.fixes.BackendDeletes = append(fs.fixes.BackendDeletes, id)
