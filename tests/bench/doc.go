@@ -4,8 +4,16 @@
 // same map entries, one bpf() update per entry with pre-marshalled keys and
 // values, and the same with BatchUpdate.
 //
-// Run it as root: go run ./tests/bench (or make bench); --cpuprofile
-// writes a CPU profile of the run.
+// Scenarios: bulk-10k-x10 (10,000 services of 10 backends by 8 callers,
+// through UpsertBatch, then again with one Upsert each while the latency
+// probes run: upsert-latency), memory-10k-x10 (heap retained by the
+// single-call engine), restore-10k-x10 (three warm restarts on its maps,
+// against a raw and a typed dump, with the phases of each restore) and
+// insert-50k-x1 (50,000 single-backend services inserted and deleted, in
+// batches and one call each).
+//
+// Run it as root: go run ./tests/bench (or make bench); --help lists the
+// sizes and the profile flags (--cpuprofile and friends, --heapprofile).
 //
 // Lifecycle: it pins everything under a fresh directory on bpffs and
 // removes it when done.
