@@ -53,9 +53,11 @@ func (s *Supervisor) usersOf(k backendKey) func(yield func(lb.ServiceID) bool) {
 	}
 }
 
-// addUser records that service sid uses backend k, in state st with id.
-func (s *Supervisor) addUser(k backendKey, sid lb.ServiceID, st lb.BackendState, id lb.BackendID) {
+// addUser records that service sid uses backend k, in state st with id,
+// and reports whether another service uses it too.
+func (s *Supervisor) addUser(k backendKey, sid lb.ServiceID, st lb.BackendState, id lb.BackendID) (shared bool) {
 	u := s.users[k]
+	shared = u.one != 0
 	if u.one == 0 {
 		u.one = sid
 	} else {
@@ -67,6 +69,7 @@ func (s *Supervisor) addUser(k backendKey, sid lb.ServiceID, st lb.BackendState,
 	}
 	u.state, u.id = st, id
 	s.users[k] = u
+	return shared
 }
 
 // removeUser forgets that service sid uses backend k.
@@ -97,16 +100,20 @@ func (s *Supervisor) removeUser(k backendKey, sid lb.ServiceID) {
 	s.users[k] = u
 }
 
-// put installs svc in the table and the backend index.
-func (s *Supervisor) put(svc *table.Service) {
+// put installs svc in the table and the backend index, and reports
+// whether svc shares a backend with another service.
+func (s *Supervisor) put(svc *table.Service) (shared bool) {
 	if old, ok := s.services[svc.ID()]; ok {
 		s.unindex(old)
 	}
 	s.services[svc.ID()] = svc
 	s.byFE[svc.Frontend()] = svc.ID()
 	for i, b := range svc.Spec.Backends {
-		s.addUser(compactKey(table.BackendKey(b)), svc.ID(), b.State, svc.BackendIDs[i])
+		if s.addUser(compactKey(table.BackendKey(b)), svc.ID(), b.State, svc.BackendIDs[i]) {
+			shared = true
+		}
 	}
+	return shared
 }
 
 // drop removes svc from the table and the backend index.
@@ -127,6 +134,14 @@ func (s *Supervisor) unindex(svc *table.Service) {
 func (s *Supervisor) backendState(k lb.L3n4Addr) (lb.BackendState, lb.BackendID, bool) {
 	u, ok := s.users[compactKey(k)]
 	return u.state, u.id, ok
+}
+
+// commit installs svc in the table and, when it shares a backend with
+// other services, gives them its backend states (propagateStates).
+func (s *Supervisor) commit(ctx actor.Context, svc *table.Service) {
+	if s.put(svc) {
+		s.propagateStates(ctx, svc)
+	}
 }
 
 // propagateStates gives every other service using a backend of svc the

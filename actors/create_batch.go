@@ -105,8 +105,7 @@ func (s *Supervisor) createBatchOp(specs []*lb.Service, reply func(i int, id lb.
 			}, retry: mapRetries},
 			{name: "commit", do: func(s *Supervisor, ctx actor.Context, o *op) {
 				for it := range live {
-					s.put(it.svc)
-					s.propagateStates(ctx, it.svc)
+					s.commit(ctx, it.svc)
 				}
 				o.svcHolds, o.beHolds = nil, nil
 				o.rollback = nil // past the point of no return

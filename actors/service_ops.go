@@ -273,8 +273,7 @@ func (s *Supervisor) upsertOp(spec *lb.Service, reply func(id lb.ServiceID, crea
 			stepWriteBackendsRevNAT("write backends and revNAT", newSvc),
 			stepWriteService("write service", newSvc, maxSlots),
 			{name: "commit", do: func(s *Supervisor, ctx actor.Context, o *op) {
-				s.put(newSvc)
-				s.propagateStates(ctx, newSvc)
+				s.commit(ctx, newSvc)
 				// The references of removed backends leave the table now
 				// but are held by this op until it releases them.
 				o.svcHolds, o.beHolds = nil, nil
