@@ -104,6 +104,11 @@ func newServiceMapActor(m maps.ServiceMap) actor.Producer {
 
 func newBackendMapActor(m maps.BackendMap) actor.Producer {
 	return func() actor.Actor {
+		if m.Family() == maps.IPv4 {
+			// Half the memory per backend: the IPv4 map only holds IPv4
+			// addresses.
+			return &mapActor[maps.BackendEntry, uint32]{name: m.Name(), mirror: newMirror(m, splitBackend4, joinBackend4)}
+		}
 		return &mapActor[maps.BackendEntry, uint32]{name: m.Name(), mirror: newMirror(m, splitBackend, joinBackend)}
 	}
 }

@@ -174,6 +174,36 @@ func joinBackend(k uint32, v backendVal) maps.BackendEntry {
 	}}
 }
 
+// backendVal4 is backendVal for the IPv4 backend map (12 bytes, not 24).
+// bad marks an address the IPv4 map cannot hold (never written: the write
+// fails first), so that it never equals a value the map holds.
+type backendVal4 struct {
+	addr    [4]byte
+	port    uint16
+	cluster uint16
+	proto   uint8
+	state   uint8
+	zone    uint8
+	bad     bool
+}
+
+func splitBackend4(e maps.BackendEntry) (uint32, backendVal4) {
+	v := e.Value
+	out := backendVal4{port: v.Port, cluster: v.ClusterID, proto: v.Proto, state: v.State, zone: v.Zone}
+	if a := v.Address.Unmap(); a.Is4() {
+		out.addr = a.As4()
+	} else {
+		out.bad = true
+	}
+	return e.ID, out
+}
+
+func joinBackend4(k uint32, v backendVal4) maps.BackendEntry {
+	return maps.BackendEntry{ID: k, Value: maps.BackendValue{
+		Address: netip.AddrFrom4(v.addr), Port: v.port, Proto: v.proto, State: v.state, ClusterID: v.cluster, Zone: v.zone,
+	}}
+}
+
 // revNATVal is a maps.RevNATValue without pointers.
 type revNATVal struct {
 	ip
