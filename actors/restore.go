@@ -108,7 +108,7 @@ func (s *Supervisor) install(r *table.Restored) {
 		}
 		s.services = make(map[lb.ServiceID]*table.Service, len(r.Services))
 		s.byFE = make(map[lb.L3n4Addr]lb.ServiceID, len(r.Services))
-		s.users = make(map[backendKey]users, n)
+		s.users = newUserIndex(n)
 	}
 	for _, svc := range r.Services {
 		s.put(svc)

@@ -92,7 +92,7 @@ type Supervisor struct {
 
 	services   map[lb.ServiceID]*table.Service
 	byFE       map[lb.L3n4Addr]lb.ServiceID
-	users      map[backendKey]users          // backend -> services using it
+	users      userIndex                     // backend -> services using it
 	shared     map[backendKey][]lb.ServiceID // users beyond the first, of shared backends
 	refreshes  int
 	standalone map[lb.ServiceID]lb.L3n4Addr // revNAT entries without service
@@ -153,7 +153,7 @@ func NewSupervisorProducer(cfg Config) actor.Producer {
 			children:   map[string]*actor.PID{},
 			services:   map[lb.ServiceID]*table.Service{},
 			byFE:       map[lb.L3n4Addr]lb.ServiceID{},
-			users:      map[backendKey]users{},
+			users:      newUserIndex(0),
 			standalone: map[lb.ServiceID]lb.L3n4Addr{},
 			queues:     map[qkey]queue{},
 			restarts:   restarts,
@@ -458,8 +458,8 @@ func (s *Supervisor) allocBindings() (svcs, bes []messages.AllocBinding, held []
 		}
 		held = append(held, p.op.freed...)
 	}
-	bes = make([]messages.AllocBinding, 0, len(s.users)+len(extra))
-	for k, u := range s.users {
+	bes = make([]messages.AllocBinding, 0, s.users.len()+len(extra))
+	for k, u := range s.users.all {
 		b := messages.AllocBinding{Key: k.l3n4(), ID: uint64(u.id), Refs: u.n()}
 		if x, ok := extra[k]; ok {
 			b.Refs += x.Refs
