@@ -3,8 +3,6 @@ package actors
 import (
 	"errors"
 	"fmt"
-	"math"
-	"net/netip"
 	"sync/atomic"
 
 	"github.com/actorlb/actorlb/internal/idalloc"
@@ -36,8 +34,8 @@ func newAllocatorProducer() actor.Producer {
 	var incarnations atomic.Int64
 	return func() actor.Actor {
 		return &allocatorActor{
-			svc:       idalloc.New[lb.L3n4Addr, lb.ServiceID](lb.MaxServiceID),
-			be:        idalloc.New[backendKey, lb.BackendID](math.MaxUint32),
+			svc:       newServiceIDs(0),
+			be:        newBackendIDs(0),
 			restarted: incarnations.Add(1) > 1,
 		}
 	}
@@ -195,8 +193,8 @@ func (a *allocatorActor) release(m *messages.AllocRelease) *messages.AllocReleas
 }
 
 func (a *allocatorActor) restore(m *messages.AllocRestore) error {
-	a.svc = idalloc.NewSized[lb.L3n4Addr, lb.ServiceID](lb.MaxServiceID, len(m.Services))
-	a.be = idalloc.NewSized[backendKey, lb.BackendID](math.MaxUint32, len(m.Backends))
+	a.svc = newServiceIDs(len(m.Services))
+	a.be = newBackendIDs(len(m.Backends))
 	var errs []error
 	for _, b := range m.Services {
 		if err := bind(a.svc, b.Key, lb.ServiceID(b.ID), b.Refs); err != nil {
@@ -226,28 +224,4 @@ func bind[K comparable, I idalloc.ID](a *idalloc.Allocator[K, I], key K, id I, r
 		}
 	}
 	return nil
-}
-
-// backendKey is a backend's identity in the allocator: 20 bytes and no
-// pointer, where lb.L3n4Addr takes 32 with one (the allocator holds two
-// entries per backend, so this is most of its memory).
-type backendKey struct {
-	addr  [16]byte
-	port  uint16
-	proto lb.L4Type
-}
-
-func compactKey(a lb.L3n4Addr) backendKey {
-	return backendKey{addr: a.Addr.As16(), port: a.Port, proto: a.Protocol}
-}
-
-// l3n4 returns the backend address k was made from (its scope external,
-// as table.BackendKey makes it).
-func (k backendKey) l3n4() lb.L3n4Addr {
-	return lb.L3n4Addr{Addr: netip.AddrFrom16(k.addr).Unmap(), Port: k.port, Protocol: k.proto}
-}
-
-// String prints the address as the user wrote it (for error messages).
-func (k backendKey) String() string {
-	return k.l3n4().String()
 }

@@ -27,85 +27,6 @@ type users struct {
 	id    lb.BackendID
 }
 
-// userIndex is the backend index: the users of each backend, IPv4
-// backends (most) under 8-byte keys, the others under full ones. The two
-// key forms are a bijection with backendKey, so it behaves as one
-// map[backendKey]users in half the memory for IPv4.
-type userIndex struct {
-	v4 map[backendKey4]users
-	v6 map[backendKey]users
-}
-
-// backendKey4 is a backendKey whose address is IPv4 (IPv4-mapped).
-type backendKey4 struct {
-	addr  [4]byte
-	port  uint16
-	proto lb.L4Type
-}
-
-// v4mapped is the prefix of an IPv4 address in 16 bytes.
-var v4mapped = [12]byte{10: 0xff, 11: 0xff}
-
-func (k backendKey) short() (backendKey4, bool) {
-	if [12]byte(k.addr[:12]) != v4mapped {
-		return backendKey4{}, false
-	}
-	return backendKey4{addr: [4]byte(k.addr[12:]), port: k.port, proto: k.proto}, true
-}
-
-func (k backendKey4) long() backendKey {
-	out := backendKey{port: k.port, proto: k.proto}
-	copy(out.addr[:], v4mapped[:])
-	copy(out.addr[12:], k.addr[:])
-	return out
-}
-
-// newUserIndex returns an empty index with room for n backends.
-func newUserIndex(n int) userIndex {
-	return userIndex{v4: make(map[backendKey4]users, n), v6: map[backendKey]users{}}
-}
-
-func (x userIndex) get(k backendKey) (users, bool) {
-	if k4, ok := k.short(); ok {
-		u, ok := x.v4[k4]
-		return u, ok
-	}
-	u, ok := x.v6[k]
-	return u, ok
-}
-
-func (x userIndex) set(k backendKey, u users) {
-	if k4, ok := k.short(); ok {
-		x.v4[k4] = u
-		return
-	}
-	x.v6[k] = u
-}
-
-func (x userIndex) del(k backendKey) {
-	if k4, ok := k.short(); ok {
-		delete(x.v4, k4)
-		return
-	}
-	delete(x.v6, k)
-}
-
-func (x userIndex) len() int { return len(x.v4) + len(x.v6) }
-
-// all yields every backend and its users.
-func (x userIndex) all(yield func(backendKey, users) bool) {
-	for k, u := range x.v4 {
-		if !yield(k.long(), u) {
-			return
-		}
-	}
-	for k, u := range x.v6 {
-		if !yield(k, u) {
-			return
-		}
-	}
-}
-
 // n is the number of services in the set.
 func (u users) n() int {
 	if u.one == 0 {
@@ -117,7 +38,7 @@ func (u users) n() int {
 // usersOf yields the services using backend k.
 func (s *Supervisor) usersOf(k backendKey) func(yield func(lb.ServiceID) bool) {
 	return func(yield func(lb.ServiceID) bool) {
-		u, _ := s.users.get(k)
+		u, _ := s.users.Get(k)
 		if u.one == 0 || !yield(u.one) {
 			return
 		}
@@ -135,7 +56,7 @@ func (s *Supervisor) usersOf(k backendKey) func(yield func(lb.ServiceID) bool) {
 // addUser records that service sid uses backend k, in state st with id,
 // and reports whether another service uses it too.
 func (s *Supervisor) addUser(k backendKey, sid lb.ServiceID, st lb.BackendState, id lb.BackendID) (shared bool) {
-	u, _ := s.users.get(k)
+	u, _ := s.users.Get(k)
 	shared = u.one != 0
 	if u.one == 0 {
 		u.one = sid
@@ -147,19 +68,19 @@ func (s *Supervisor) addUser(k backendKey, sid lb.ServiceID, st lb.BackendState,
 		u.extra++
 	}
 	u.state, u.id = st, id
-	s.users.set(k, u)
+	s.users.Set(k, u)
 	return shared
 }
 
 // removeUser forgets that service sid uses backend k.
 func (s *Supervisor) removeUser(k backendKey, sid lb.ServiceID) {
-	u, ok := s.users.get(k)
+	u, ok := s.users.Get(k)
 	if !ok {
 		return
 	}
 	if u.extra == 0 {
 		if u.one == sid {
-			s.users.del(k)
+			s.users.Delete(k)
 		}
 		return
 	}
@@ -176,7 +97,7 @@ func (s *Supervisor) removeUser(k backendKey, sid lb.ServiceID) {
 	} else {
 		s.shared[k] = more
 	}
-	s.users.set(k, u)
+	s.users.Set(k, u)
 }
 
 // put installs svc in the table and the backend index, and reports
@@ -186,7 +107,7 @@ func (s *Supervisor) put(svc *table.Service) (shared bool) {
 		s.unindex(old)
 	}
 	s.services[svc.ID()] = svc
-	s.byFE[svc.Frontend()] = svc.ID()
+	s.byFE.Set(svc.Frontend(), svc.ID())
 	for i, b := range svc.Spec.Backends {
 		if s.addUser(compactKey(table.BackendKey(b)), svc.ID(), b.State, svc.BackendIDs[i]) {
 			shared = true
@@ -199,7 +120,7 @@ func (s *Supervisor) put(svc *table.Service) (shared bool) {
 func (s *Supervisor) drop(svc *table.Service) {
 	s.unindex(svc)
 	delete(s.services, svc.ID())
-	delete(s.byFE, svc.Frontend())
+	s.byFE.Delete(svc.Frontend())
 }
 
 func (s *Supervisor) unindex(svc *table.Service) {
@@ -211,7 +132,7 @@ func (s *Supervisor) unindex(svc *table.Service) {
 // backendState returns the current state of a backend, its ID and
 // whether any service uses it.
 func (s *Supervisor) backendState(k lb.L3n4Addr) (lb.BackendState, lb.BackendID, bool) {
-	u, ok := s.users.get(compactKey(k))
+	u, ok := s.users.Get(compactKey(k))
 	return u.state, u.id, ok
 }
 
@@ -274,7 +195,7 @@ func (s *Supervisor) refreshOp(fe lb.L3n4Addr, bs []lb.Backend) *op {
 		}
 	}
 	o.start = func(s *Supervisor, ctx actor.Context, o *op) {
-		id, ok := s.byFE[fe]
+		id, ok := s.byFE.Get(fe)
 		if !ok {
 			return // deleted meanwhile
 		}

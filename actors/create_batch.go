@@ -161,7 +161,7 @@ func (s *Supervisor) createBatchOp(specs []*lb.Service, reply func(i int, id lb.
 // entries that restore the states of backends shared with other services.
 func (s *Supervisor) planCreate(spec *lb.Service, out **table.Service, acquire *[]lb.L3n4Addr, restoreShared *[]maps.BackendEntry) error {
 	fe := spec.Frontend.L3n4Addr
-	if id, ok := s.byFE[fe]; ok { // the batch only takes frontends nothing else may create first
+	if id, ok := s.byFE.Get(fe); ok { // the batch only takes frontends nothing else may create first
 		return fmt.Errorf("%w: frontend %s is already registered with ID %d", ErrFrontendInUse, fe, id)
 	}
 	if err := s.checkWantedID(fe, spec.Frontend.ID); err != nil {

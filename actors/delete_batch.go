@@ -44,7 +44,7 @@ func (s *Supervisor) deleteBatchOp(fes []lb.L3n4Addr, reply func(i int, id lb.Se
 	o.start = func(s *Supervisor, ctx actor.Context, o *op) {
 		started = true
 		for i, fe := range fes {
-			id, ok := s.byFE[fe]
+			id, ok := s.byFE.Get(fe)
 			if !ok {
 				reply(i, 0, fmt.Errorf("delete service %s: %w", fe, ErrServiceNotFound))
 				continue

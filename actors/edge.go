@@ -227,7 +227,7 @@ func (s *Supervisor) sync(ctx actor.Context, m *messages.Sync) {
 		}
 	}
 	var stale []lb.L3n4Addr
-	for fe := range s.byFE {
+	for fe := range s.byFE.All {
 		if _, ok := desired[fe]; !ok {
 			stale = append(stale, fe)
 		}
@@ -238,7 +238,7 @@ func (s *Supervisor) sync(ctx actor.Context, m *messages.Sync) {
 		}
 		fe := key.l3n4()
 		if _, ok := desired[fe]; !ok && !slices.Contains(stale, fe) {
-			if _, known := s.byFE[fe]; !known {
+			if _, known := s.byFE.Get(fe); !known {
 				stale = append(stale, fe)
 			}
 		}
@@ -314,7 +314,7 @@ func (s *Supervisor) upsertBatch(ctx actor.Context, m *messages.UpsertBatch) {
 					break
 				}
 			}
-			_, exists := s.byFE[fe]
+			_, exists := s.byFE.Get(fe)
 			_, queued := s.queues[feQueue(fe)] // a flushed run counts
 			if !exists && !queued {
 				for _, k := range keys {

@@ -160,14 +160,14 @@ func (a *mapActor[E, K]) flush(ctx actor.Context) {
 // revNATActor owns both revNAT maps and their mirrors. Like the other map
 // owners it writes the requests queued in its mailbox in one batch.
 type revNATActor struct {
-	v4, v6 *mirror[maps.RevNATEntry, uint16, revNATVal]
+	v4, v6 mirrorOf[maps.RevNATEntry, uint16]
 	batch  batcher[*messages.RevNATApply]
 }
 
 func newRevNATActor(m4, m6 maps.RevNATMap) actor.Producer {
 	return func() actor.Actor {
 		return &revNATActor{
-			v4: newMirror(maps.Map[maps.RevNATEntry, uint16](m4), splitRevNAT, joinRevNAT),
+			v4: newMirror(maps.Map[maps.RevNATEntry, uint16](m4), splitRevNAT4, joinRevNAT4),
 			v6: newMirror(maps.Map[maps.RevNATEntry, uint16](m6), splitRevNAT, joinRevNAT),
 		}
 	}

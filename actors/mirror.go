@@ -217,3 +217,25 @@ func splitRevNAT(e maps.RevNATEntry) (uint16, revNATVal) {
 func joinRevNAT(k uint16, v revNATVal) maps.RevNATEntry {
 	return maps.RevNATEntry{ID: k, Value: maps.RevNATValue{Address: v.addr16(), Port: v.port}}
 }
+
+// revNATVal4 is revNATVal for the IPv4 revNAT map (8 bytes, not 20); bad
+// as in backendVal4.
+type revNATVal4 struct {
+	addr [4]byte
+	port uint16
+	bad  bool
+}
+
+func splitRevNAT4(e maps.RevNATEntry) (uint16, revNATVal4) {
+	out := revNATVal4{port: e.Value.Port}
+	if a := e.Value.Address.Unmap(); a.Is4() {
+		out.addr = a.As4()
+	} else {
+		out.bad = true
+	}
+	return e.ID, out
+}
+
+func joinRevNAT4(k uint16, v revNATVal4) maps.RevNATEntry {
+	return maps.RevNATEntry{ID: k, Value: maps.RevNATValue{Address: netip.AddrFrom4(v.addr), Port: v.port}}
+}

@@ -2,6 +2,7 @@ package actors
 
 import (
 	"fmt"
+	"github.com/actorlb/actorlb/internal/packedmap"
 	"sort"
 
 	"github.com/actorlb/actorlb/internal/table"
@@ -107,8 +108,8 @@ func (s *Supervisor) install(r *table.Restored) {
 			n += len(svc.BackendIDs)
 		}
 		s.services = make(map[lb.ServiceID]*table.Service, len(r.Services))
-		s.byFE = make(map[lb.L3n4Addr]lb.ServiceID, len(r.Services))
-		s.users = newUserIndex(n)
+		s.byFE = packedmap.New[lb.L3n4Addr, lb.ServiceID](len(r.Services), frontendPacker{})
+		s.users = packedmap.New[backendKey, users](n, backendPacker{})
 	}
 	for _, svc := range r.Services {
 		s.put(svc)

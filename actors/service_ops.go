@@ -178,7 +178,7 @@ func (s *Supervisor) upsertOp(spec *lb.Service, reply func(id lb.ServiceID, crea
 	}
 	o.start = func(s *Supervisor, ctx actor.Context, o *op) {
 		var old *table.Service
-		if id, ok := s.byFE[fe]; ok {
+		if id, ok := s.byFE.Get(fe); ok {
 			old = s.services[id]
 		}
 		want := spec.Frontend.ID
@@ -328,7 +328,7 @@ func (s *Supervisor) deleteOp(fe lb.L3n4Addr, want lb.ServiceID, reply func(id l
 		reply(old.ID(), nil)
 	}
 	o.start = func(s *Supervisor, ctx actor.Context, o *op) {
-		id, ok := s.byFE[fe]
+		id, ok := s.byFE.Get(fe)
 		if !ok || (want != 0 && id != want) {
 			o.err = ErrServiceNotFound
 			return

@@ -2,6 +2,7 @@ package actors
 
 import (
 	"fmt"
+	"github.com/actorlb/actorlb/internal/packedmap"
 	"runtime/debug"
 	"sync/atomic"
 	"time"
@@ -91,9 +92,9 @@ type Supervisor struct {
 	children map[string]*actor.PID
 
 	services   map[lb.ServiceID]*table.Service
-	byFE       map[lb.L3n4Addr]lb.ServiceID
-	users      userIndex                     // backend -> services using it
-	shared     map[backendKey][]lb.ServiceID // users beyond the first, of shared backends
+	byFE       packedmap.Map[lb.L3n4Addr, lb.ServiceID] // frontend -> service (IPv4 keys packed)
+	users      packedmap.Map[backendKey, users]         // backend -> services using it (IPv4 keys packed)
+	shared     map[backendKey][]lb.ServiceID            // users beyond the first, of shared backends
 	refreshes  int
 	standalone map[lb.ServiceID]lb.L3n4Addr // revNAT entries without service
 
@@ -152,8 +153,8 @@ func NewSupervisorProducer(cfg Config) actor.Producer {
 			log:        cfg.Log.WithField("actor", "supervisor"),
 			children:   map[string]*actor.PID{},
 			services:   map[lb.ServiceID]*table.Service{},
-			byFE:       map[lb.L3n4Addr]lb.ServiceID{},
-			users:      newUserIndex(0),
+			byFE:       packedmap.New[lb.L3n4Addr, lb.ServiceID](0, frontendPacker{}),
+			users:      packedmap.New[backendKey, users](0, backendPacker{}),
 			standalone: map[lb.ServiceID]lb.L3n4Addr{},
 			queues:     map[qkey]queue{},
 			restarts:   restarts,
@@ -458,8 +459,8 @@ func (s *Supervisor) allocBindings() (svcs, bes []messages.AllocBinding, held []
 		}
 		held = append(held, p.op.freed...)
 	}
-	bes = make([]messages.AllocBinding, 0, s.users.len()+len(extra))
-	for k, u := range s.users.all {
+	bes = make([]messages.AllocBinding, 0, s.users.Len()+len(extra))
+	for k, u := range s.users.All {
 		b := messages.AllocBinding{Key: k.l3n4(), ID: uint64(u.id), Refs: u.n()}
 		if x, ok := extra[k]; ok {
 			b.Refs += x.Refs

@@ -2,6 +2,7 @@ package actors
 
 import (
 	"fmt"
+	"github.com/actorlb/actorlb/internal/packedmap"
 
 	"github.com/actorlb/actorlb/maps"
 )
@@ -13,9 +14,10 @@ import (
 // (no key per slot, no pointer in the key). Not safe for concurrent use.
 type svcMirror struct {
 	m       maps.ServiceMap
-	entries map[feIndex][]slotValue // nil until index
-	loaded  []maps.ServiceEntry     // the last load, until index
-	ws      []maps.ServiceEntry     // scratch of apply
+	entries packedmap.Map[feIndex, []slotValue] // IPv4 frontends packed; valid once indexed
+	indexed bool
+	loaded  []maps.ServiceEntry // the last load, until index
+	ws      []maps.ServiceEntry // scratch of apply
 	ds      []maps.ServiceKey
 }
 
@@ -31,6 +33,26 @@ type feIndex struct {
 type slotValue struct {
 	v  maps.ServiceValue
 	ok bool
+}
+
+// fePacker packs IPv4 frontends' indexes: address, port, protocol and
+// scope in 64 bits.
+type fePacker struct{}
+
+func (fePacker) Pack(f feIndex) (uint64, bool) {
+	if f.kind != 4 || [12]byte(f.addr[:12]) != v4mapped {
+		return 0, false
+	}
+	a := f.addr[12:]
+	return uint64(a[0])<<56 | uint64(a[1])<<48 | uint64(a[2])<<40 | uint64(a[3])<<32 |
+		uint64(f.port)<<16 | uint64(f.proto)<<8 | uint64(f.scope), true
+}
+
+func (fePacker) Unpack(p uint64) feIndex {
+	f := feIndex{ip: ip{kind: 4}, port: uint16(p >> 16), proto: uint8(p >> 8), scope: uint8(p)}
+	copy(f.addr[:], v4mapped[:])
+	f.addr[12], f.addr[13], f.addr[14], f.addr[15] = byte(p>>56), byte(p>>48), byte(p>>40), byte(p>>32)
+	return f
 }
 
 func indexOf(k maps.ServiceKey) feIndex {
@@ -49,16 +71,16 @@ func (o *svcMirror) load() error {
 	if err != nil {
 		return err
 	}
-	o.loaded, o.entries = es, nil
+	o.loaded, o.indexed = es, false
 	return nil
 }
 
 // index builds the index from the last load, if not done yet.
 func (o *svcMirror) index() {
-	if o.entries != nil {
+	if o.indexed {
 		return
 	}
-	o.entries = make(map[feIndex][]slotValue, len(o.loaded)/4)
+	o.entries, o.indexed = packedmap.New[feIndex, []slotValue](len(o.loaded)/4, fePacker{}), true
 	c := cursor{o: o}
 	for _, e := range o.loaded {
 		c.set(e.Key, e.Value)
@@ -78,7 +100,8 @@ type cursor struct {
 func (c *cursor) at(k maps.ServiceKey) []slotValue {
 	fe := indexOf(k)
 	if !c.valid || c.fe != fe {
-		c.fe, c.slots, c.valid = fe, c.o.entries[fe], true
+		slots, _ := c.o.entries.Get(fe)
+		c.fe, c.slots, c.valid = fe, slots, true
 	}
 	return c.slots
 }
@@ -100,7 +123,8 @@ func (c *cursor) set(k maps.ServiceKey, v maps.ServiceValue) {
 		} else {
 			slots = append(slots, make([]slotValue, n-len(slots))...)
 		}
-		c.o.entries[c.fe], c.slots = slots, slots
+		c.o.entries.Set(c.fe, slots)
+		c.slots = slots
 	}
 	slots[k.Slot] = slotValue{v, true}
 }
@@ -120,7 +144,8 @@ func (c *cursor) reserve(k maps.ServiceKey, run []maps.ServiceEntry) {
 	if n > cap(slots) {
 		grown := make([]slotValue, len(slots), n)
 		copy(grown, slots)
-		c.o.entries[c.fe], c.slots = grown, grown
+		c.o.entries.Set(c.fe, grown)
+		c.slots = grown
 	}
 }
 
@@ -137,11 +162,12 @@ func (c *cursor) del(k maps.ServiceKey) {
 	}
 	switch {
 	case n == 0:
-		delete(c.o.entries, c.fe)
+		c.o.entries.Delete(c.fe)
 		c.slots = nil
 	case n < len(slots):
 		slots = slots[:n]
-		c.o.entries[c.fe], c.slots = slots, slots
+		c.o.entries.Set(c.fe, slots)
+		c.slots = slots
 	}
 }
 
@@ -199,15 +225,15 @@ func (o *svcMirror) reload(err error) error {
 // dump returns the mirror's entries (before index, the loaded dump
 // itself: neither side writes to it).
 func (o *svcMirror) dump() []maps.ServiceEntry {
-	if o.entries == nil {
+	if !o.indexed {
 		return o.loaded
 	}
 	n := 0
-	for _, slots := range o.entries {
+	for _, slots := range o.entries.All {
 		n += len(slots)
 	}
 	out := make([]maps.ServiceEntry, 0, n)
-	for fe, slots := range o.entries {
+	for fe, slots := range o.entries.All {
 		for i, s := range slots {
 			if s.ok {
 				out = append(out, maps.ServiceEntry{Key: fe.key(uint16(i)), Value: s.v})

@@ -30,6 +30,12 @@
 // late as possible. The search is bounded by the size of the space, and a
 // full space (bound + reserved + held = max) fails in O(1).
 //
+// # Memory
+//
+// An Allocator keeps one map entry per key (the key and 8 bytes) and the
+// IDs in a paged bitmap; NewCompact keeps the keys a packedmap.Packer packs
+// (IPv4 addresses, for actorlb) in 8 bytes instead of 20 or 32.
+//
 // # Error contract
 //
 // Every error matches exactly one of the sentinels in errors.go under

@@ -13,7 +13,7 @@ func TestRefCountOverflow(t *testing.T) {
 	if _, _, err := a.Acquire("a"); err != nil {
 		t.Fatal(err)
 	}
-	a.keys["a"] = entry[uint16]{id: 1, refs: math.MaxUint32}
+	a.keys.Set("a", entry[uint16]{id: 1, refs: math.MaxUint32})
 
 	if _, _, err := a.Acquire("a"); !errors.Is(err, ErrRefCountOverflow) {
 		t.Fatalf("Acquire: got %v, want ErrRefCountOverflow", err)

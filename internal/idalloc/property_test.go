@@ -188,7 +188,7 @@ func TestAgainstModel(t *testing.T) {
 	outcomes = map[string]int{}
 	defer func() { t.Logf("outcomes: %v", outcomes) }()
 
-	for round := range 5 {
+	for round := range 6 {
 		max := 1 + rng.IntN(24)
 		nkeys := 1 + rng.IntN(2*max+2)
 		keys := make([]string, nkeys)
@@ -196,6 +196,9 @@ func TestAgainstModel(t *testing.T) {
 			keys[i] = "k" + strconv.Itoa(i)
 		}
 		a := idalloc.New[string, uint16](uint16(max))
+		if round%2 == 1 { // the same with half the keys packed
+			a = idalloc.NewCompact[string, uint16](uint16(max), 0, shortKeys{})
+		}
 		m := newModel(max)
 		key := func() string { return keys[rng.IntN(len(keys))] }
 		id := func() int { return rng.IntN(max + 2) } // includes 0 and max+1
@@ -257,6 +260,16 @@ func TestAgainstModel(t *testing.T) {
 		}
 	}
 }
+
+// shortKeys packs the keys of two bytes ("k0" to "k9") into their digit
+// (a Packer for tests).
+type shortKeys struct{}
+
+func (shortKeys) Pack(k string) (uint64, bool) {
+	return uint64(k[len(k)-1]), len(k) == 2
+}
+
+func (shortKeys) Unpack(p uint64) string { return "k" + string(rune(p)) }
 
 // requireBindings compares two binding lists, nil and empty being equal.
 func requireBindings(t *testing.T, want, got []idalloc.Binding[string, uint16], msg ...any) {

@@ -1,0 +1,78 @@
+package packedmap
+
+// Packer packs some keys into 8 bytes, losslessly: Unpack(p) == k whenever
+// Pack(k) returns p, true, and Pack never gives two keys the same p.
+type Packer[K any] interface {
+	Pack(key K) (packed uint64, ok bool)
+	Unpack(packed uint64) K
+}
+
+// Map is a map from K to V that keeps the keys its Packer packs in a map
+// of their own; every other key is kept whole. A key is in one of the two,
+// never both, so Map behaves exactly as one map[K]V.
+type Map[K comparable, V any] struct {
+	full  map[K]V
+	small map[uint64]V // nil without a packer
+	pk    Packer[K]
+}
+
+// New returns an empty map with room for n keys expected to pack (all of
+// them when pk is nil: then it is a plain map[K]V).
+func New[K comparable, V any](n int, pk Packer[K]) Map[K, V] {
+	if pk == nil {
+		return Map[K, V]{full: make(map[K]V, n)}
+	}
+	return Map[K, V]{full: map[K]V{}, small: make(map[uint64]V, n), pk: pk}
+}
+
+// Get returns the value of k and whether k is in the map.
+func (m *Map[K, V]) Get(k K) (V, bool) {
+	if m.pk != nil {
+		if p, ok := m.pk.Pack(k); ok {
+			v, ok := m.small[p]
+			return v, ok
+		}
+	}
+	v, ok := m.full[k]
+	return v, ok
+}
+
+// Set sets the value of k.
+func (m *Map[K, V]) Set(k K, v V) {
+	if m.pk != nil {
+		if p, ok := m.pk.Pack(k); ok {
+			m.small[p] = v
+			return
+		}
+	}
+	m.full[k] = v
+}
+
+// Delete removes k (nothing if absent).
+func (m *Map[K, V]) Delete(k K) {
+	if m.pk != nil {
+		if p, ok := m.pk.Pack(k); ok {
+			delete(m.small, p)
+			return
+		}
+	}
+	delete(m.full, k)
+}
+
+// Len returns the number of keys.
+func (m *Map[K, V]) Len() int { return len(m.full) + len(m.small) }
+
+// All yields every key and its value, in no order (a range-over-func
+// iterator). The map must not change during the iteration.
+func (m *Map[K, V]) All(yield func(K, V) bool) {
+	for k, v := range m.full {
+		if !yield(k, v) {
+			return
+		}
+	}
+	for p, v := range m.small {
+		if !yield(m.pk.Unpack(p), v) {
+			return
+		}
+	}
+}

@@ -1,0 +1,73 @@
+package packedmap
+
+import (
+	"maps"
+	"strconv"
+	"testing"
+
+	"github.com/actorlb/actorlb/internal/testutil"
+	"github.com/stretchr/testify/require"
+)
+
+// evenKeys packs the keys "k<n>" of even n into n.
+type evenKeys struct{}
+
+func (evenKeys) Pack(k string) (uint64, bool) {
+	n, err := strconv.Atoi(k[1:])
+	return uint64(n), err == nil && n%2 == 0
+}
+
+func (evenKeys) Unpack(p uint64) string { return "k" + strconv.Itoa(int(p)) }
+
+// A Map, with or without a packer, behaves exactly as a plain map.
+func TestMatchesPlainMap(t *testing.T) {
+	r := testutil.Rand(t)
+	for _, pk := range []Packer[string]{nil, evenKeys{}} {
+		m, want := New[string, int](0, pk), map[string]int{}
+		for step := range 5000 {
+			k := "k" + strconv.Itoa(r.IntN(40))
+			switch r.IntN(3) {
+			case 0:
+				m.Set(k, step)
+				want[k] = step
+			case 1:
+				m.Delete(k)
+				delete(want, k)
+			}
+			v, ok := m.Get(k)
+			w, wok := want[k]
+			require.Equal(t, wok, ok, "step %d", step)
+			require.Equal(t, w, v, "step %d", step)
+			require.Equal(t, len(want), m.Len())
+		}
+		got := map[string]int{}
+		for k, v := range m.All {
+			_, dup := got[k]
+			require.False(t, dup, "All yields %s twice", k)
+			got[k] = v
+		}
+		require.True(t, maps.Equal(want, got))
+		if pk != nil {
+			require.NotEmpty(t, m.small, "packed keys are kept packed")
+			require.NotEmpty(t, m.full)
+		}
+	}
+}
+
+// All stops when its consumer does, in either of its two maps.
+func TestAllStops(t *testing.T) {
+	m := New[string, int](0, evenKeys{})
+	for i := range 10 {
+		m.Set("k"+strconv.Itoa(i), i)
+	}
+	for stop := 1; stop <= 10; stop++ {
+		n := 0
+		for range m.All {
+			n++
+			if n == stop {
+				break
+			}
+		}
+		require.Equal(t, stop, n)
+	}
+}
