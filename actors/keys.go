@@ -29,14 +29,14 @@ func (backendPacker) Pack(k backendKey) (uint64, bool) {
 	if [12]byte(k.addr[:12]) != v4mapped {
 		return 0, false
 	}
-	a := k.addr[12:]
-	return uint64(a[0])<<56 | uint64(a[1])<<48 | uint64(a[2])<<40 | uint64(a[3])<<32 | uint64(k.port)<<8 | uint64(k.proto), true
+	return addrBits([4]byte(k.addr[12:])) | uint64(k.port)<<8 | uint64(k.proto), true
 }
 
 func (backendPacker) Unpack(p uint64) backendKey {
 	k := backendKey{port: uint16(p >> 8), proto: lb.L4Type(p)}
 	copy(k.addr[:], v4mapped[:])
-	k.addr[12], k.addr[13], k.addr[14], k.addr[15] = byte(p>>56), byte(p>>48), byte(p>>40), byte(p>>32)
+	a := bitsAddr(p)
+	copy(k.addr[12:], a[:])
 	return k
 }
 
@@ -79,14 +79,22 @@ func (frontendPacker) Pack(a lb.L3n4Addr) (uint64, bool) {
 	if !a.Addr.Is4() {
 		return 0, false
 	}
-	b := a.Addr.As4()
-	return uint64(b[0])<<56 | uint64(b[1])<<48 | uint64(b[2])<<40 | uint64(b[3])<<32 |
-		uint64(a.Port)<<16 | uint64(a.Protocol)<<8 | uint64(a.Scope), true
+	return addrBits(a.Addr.As4()) | uint64(a.Port)<<16 | uint64(a.Protocol)<<8 | uint64(a.Scope), true
 }
 
 func (frontendPacker) Unpack(p uint64) lb.L3n4Addr {
 	return lb.L3n4Addr{
-		Addr: netip.AddrFrom4([4]byte{byte(p >> 56), byte(p >> 48), byte(p >> 40), byte(p >> 32)}),
+		Addr: netip.AddrFrom4(bitsAddr(p)),
 		Port: uint16(p >> 16), Protocol: lb.L4Type(p >> 8), Scope: lb.Scope(p),
 	}
+}
+
+// addrBits puts an IPv4 address in the top 32 bits of a packed key;
+// bitsAddr takes it back.
+func addrBits(a [4]byte) uint64 {
+	return uint64(a[0])<<56 | uint64(a[1])<<48 | uint64(a[2])<<40 | uint64(a[3])<<32
+}
+
+func bitsAddr(p uint64) [4]byte {
+	return [4]byte{byte(p >> 56), byte(p >> 48), byte(p >> 40), byte(p >> 32)}
 }

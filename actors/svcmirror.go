@@ -43,15 +43,14 @@ func (fePacker) Pack(f feIndex) (uint64, bool) {
 	if f.kind != 4 || [12]byte(f.addr[:12]) != v4mapped {
 		return 0, false
 	}
-	a := f.addr[12:]
-	return uint64(a[0])<<56 | uint64(a[1])<<48 | uint64(a[2])<<40 | uint64(a[3])<<32 |
-		uint64(f.port)<<16 | uint64(f.proto)<<8 | uint64(f.scope), true
+	return addrBits([4]byte(f.addr[12:])) | uint64(f.port)<<16 | uint64(f.proto)<<8 | uint64(f.scope), true
 }
 
 func (fePacker) Unpack(p uint64) feIndex {
 	f := feIndex{ip: ip{kind: 4}, port: uint16(p >> 16), proto: uint8(p >> 8), scope: uint8(p)}
 	copy(f.addr[:], v4mapped[:])
-	f.addr[12], f.addr[13], f.addr[14], f.addr[15] = byte(p>>56), byte(p>>48), byte(p>>40), byte(p>>32)
+	a := bitsAddr(p)
+	copy(f.addr[12:], a[:])
 	return f
 }
 
