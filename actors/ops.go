@@ -325,20 +325,23 @@ func (s *Supervisor) flushOutbox(ctx actor.Context) {
 		if len(ps) == 0 {
 			continue
 		}
-		s.outbox[child] = ps[:0]
 		s.requestsSent += uint64(len(ps))
 		s.childMessages++
 		if len(ps) == 1 {
 			ps[0].sent = true
 			ctx.Request(s.children[child], ps[0].msg)
-			continue
+		} else {
+			msgs := make([]any, len(ps))
+			for i, p := range ps {
+				p.sent = true
+				msgs[i] = p.msg
+			}
+			ctx.Request(s.children[child], &messages.Batch{Msgs: msgs})
 		}
-		msgs := make([]any, len(ps))
-		for i, p := range ps {
-			p.sent = true
-			msgs[i] = p.msg
-		}
-		ctx.Request(s.children[child], &messages.Batch{Msgs: msgs})
+		// The array is kept for the next flush, emptied: requests it still
+		// pointed to would keep their ops and messages from the collector.
+		clear(ps)
+		s.outbox[child] = ps[:0]
 		if cap(ps) > scratchMax {
 			s.outbox[child] = nil
 		}
