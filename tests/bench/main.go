@@ -294,6 +294,14 @@ func run(out string, bulkN, insertN, callers, batch int) error {
 		return err
 	}
 
+	// The memory figure again for IPv6 services and backends (their keys
+	// do not pack).
+	v6, err := retainedV6(ctx, root+"/v6", sizes, bulkN, callers, log)
+	if err != nil {
+		return err
+	}
+	res.add("memory-10k-x10", "retained_bytes_per_service_ipv6", v6, "bytes")
+
 	// Upstream-comparable: insert then delete single-backend services.
 	if err := insertDelete(&res, root+"/insert", sizes, insertN, callers, batch, log); err != nil {
 		return err
@@ -386,6 +394,37 @@ func bulkServices(n, k int) []*lb.Service {
 		out[i] = svc
 	}
 	return out
+}
+
+// retainedV6 is the heap retained per service by n IPv6 services of 10
+// IPv6 backends, upserted one call each (as for memory-10k-x10) on a fresh
+// engine.
+func retainedV6(ctx context.Context, dir string, sizes maps.Sizes, n, callers int, log *logrus.Logger) (float64, error) {
+	svcs := bulkServices(n, 10)
+	for _, s := range svcs {
+		s.Frontend.Addr = netip.AddrFrom16([16]byte{0: 0xfd, 1: 0x96, 12: s.Frontend.Addr.As4()[2], 13: s.Frontend.Addr.As4()[3]})
+		for i := range s.Backends {
+			a := s.Backends[i].Addr.As4()
+			s.Backends[i].Addr = netip.AddrFrom16([16]byte{0: 0xfd, 1: 0x01, 12: a[0], 13: a[1], 14: a[2], 15: a[3]})
+		}
+	}
+	e, err := actorlb.New(ctx, actorlb.Config{BPFRoot: dir, MaxEntries: sizes, Logger: log})
+	if err != nil {
+		return 0, err
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	if err := upsertAll(ctx, e, svcs, callers); err != nil {
+		e.Close()
+		return 0, err
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if err := e.Close(); err != nil {
+		return 0, err
+	}
+	return float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / float64(n), maps.Remove(dir)
 }
 
 // entries returns the raw map contents the engine writes for svcs
