@@ -107,9 +107,9 @@ func newBackendMapActor(m maps.BackendMap) actor.Producer {
 		if m.Family() == maps.IPv4 {
 			// Half the memory per backend: the IPv4 map only holds IPv4
 			// addresses.
-			return &mapActor[maps.BackendEntry, uint32]{name: m.Name(), mirror: newMirror(m, splitBackend4, joinBackend4)}
+			return &mapActor[maps.BackendEntry, uint32]{name: m.Name(), mirror: newMirror(m, splitBackend(ip4Of), joinBackend[ip4])}
 		}
-		return &mapActor[maps.BackendEntry, uint32]{name: m.Name(), mirror: newMirror(m, splitBackend, joinBackend)}
+		return &mapActor[maps.BackendEntry, uint32]{name: m.Name(), mirror: newMirror(m, splitBackend(ipOf), joinBackend[ip])}
 	}
 }
 
@@ -167,8 +167,8 @@ type revNATActor struct {
 func newRevNATActor(m4, m6 maps.RevNATMap) actor.Producer {
 	return func() actor.Actor {
 		return &revNATActor{
-			v4: newMirror(maps.Map[maps.RevNATEntry, uint16](m4), splitRevNAT4, joinRevNAT4),
-			v6: newMirror(maps.Map[maps.RevNATEntry, uint16](m6), splitRevNAT, joinRevNAT),
+			v4: newMirror(maps.Map[maps.RevNATEntry, uint16](m4), splitRevNAT(ip4Of), joinRevNAT[ip4]),
+			v6: newMirror(maps.Map[maps.RevNATEntry, uint16](m6), splitRevNAT(ipOf), joinRevNAT[ip]),
 		}
 	}
 }

@@ -153,89 +153,70 @@ func (i ip) addr16() netip.Addr {
 	return netip.Addr{}
 }
 
-// backendVal is a maps.BackendValue without pointers (24 bytes, not 32).
-type backendVal struct {
-	ip
-	port    uint16
-	cluster uint16
-	proto   uint8
-	state   uint8
-	zone    uint8
-}
-
-func splitBackend(e maps.BackendEntry) (uint32, backendVal) {
-	v := e.Value
-	return e.ID, backendVal{ipOf(v.Address), v.Port, v.ClusterID, v.Proto, v.State, v.Zone}
-}
-
-func joinBackend(k uint32, v backendVal) maps.BackendEntry {
-	return maps.BackendEntry{ID: k, Value: maps.BackendValue{
-		Address: v.addr16(), Port: v.port, Proto: v.proto, State: v.state, ClusterID: v.cluster, Zone: v.zone,
-	}}
-}
-
-// backendVal4 is backendVal for the IPv4 backend map (12 bytes, not 24).
-// bad marks an address the IPv4 map cannot hold (never written: the write
-// fails first), so that it never equals a value the map holds.
-type backendVal4 struct {
-	addr    [4]byte
-	port    uint16
-	cluster uint16
-	proto   uint8
-	state   uint8
-	zone    uint8
-	bad     bool
-}
-
-func splitBackend4(e maps.BackendEntry) (uint32, backendVal4) {
-	v := e.Value
-	out := backendVal4{port: v.Port, cluster: v.ClusterID, proto: v.Proto, state: v.State, zone: v.Zone}
-	if a := v.Address.Unmap(); a.Is4() {
-		out.addr = a.As4()
-	} else {
-		out.bad = true
-	}
-	return e.ID, out
-}
-
-func joinBackend4(k uint32, v backendVal4) maps.BackendEntry {
-	return maps.BackendEntry{ID: k, Value: maps.BackendValue{
-		Address: netip.AddrFrom4(v.addr), Port: v.port, Proto: v.proto, State: v.state, ClusterID: v.cluster, Zone: v.zone,
-	}}
-}
-
-// revNATVal is a maps.RevNATValue without pointers.
-type revNATVal struct {
-	ip
-	port uint16
-}
-
-func splitRevNAT(e maps.RevNATEntry) (uint16, revNATVal) {
-	return e.ID, revNATVal{ipOf(e.Value.Address), e.Value.Port}
-}
-
-func joinRevNAT(k uint16, v revNATVal) maps.RevNATEntry {
-	return maps.RevNATEntry{ID: k, Value: maps.RevNATValue{Address: v.addr16(), Port: v.port}}
-}
-
-// revNATVal4 is revNATVal for the IPv4 revNAT map (8 bytes, not 20); bad
-// as in backendVal4.
-type revNATVal4 struct {
+// ip4 is an IPv4 address in 5 bytes, for the IPv4 maps' mirrors. bad
+// marks an address those maps cannot hold (never written: the write fails
+// first), so that it never equals an address they hold.
+type ip4 struct {
 	addr [4]byte
-	port uint16
 	bad  bool
 }
 
-func splitRevNAT4(e maps.RevNATEntry) (uint16, revNATVal4) {
-	out := revNATVal4{port: e.Value.Port}
-	if a := e.Value.Address.Unmap(); a.Is4() {
-		out.addr = a.As4()
-	} else {
-		out.bad = true
+func ip4Of(a netip.Addr) ip4 {
+	if a = a.Unmap(); a.Is4() {
+		return ip4{addr: a.As4()}
 	}
-	return e.ID, out
+	return ip4{bad: true}
 }
 
-func joinRevNAT4(k uint16, v revNATVal4) maps.RevNATEntry {
-	return maps.RevNATEntry{ID: k, Value: maps.RevNATValue{Address: netip.AddrFrom4(v.addr), Port: v.port}}
+func (i ip4) addr16() netip.Addr { return netip.AddrFrom4(i.addr) }
+
+// ipForm is how a mirror value holds its address: ip (17 bytes, any
+// address) or ip4 (5 bytes, IPv4 maps).
+type ipForm interface {
+	comparable
+	addr16() netip.Addr
+}
+
+// backendVal is a maps.BackendValue without pointers: 24 bytes with an ip,
+// 12 with an ip4 (not 32). The address comes last so that the small form
+// packs with the other fields.
+type backendVal[A ipForm] struct {
+	port    uint16
+	cluster uint16
+	proto   uint8
+	state   uint8
+	zone    uint8
+	addr    A
+}
+
+// splitBackend returns the mirror's split for addresses of form A (of
+// makes one).
+func splitBackend[A ipForm](of func(netip.Addr) A) func(maps.BackendEntry) (uint32, backendVal[A]) {
+	return func(e maps.BackendEntry) (uint32, backendVal[A]) {
+		v := e.Value
+		return e.ID, backendVal[A]{v.Port, v.ClusterID, v.Proto, v.State, v.Zone, of(v.Address)}
+	}
+}
+
+func joinBackend[A ipForm](k uint32, v backendVal[A]) maps.BackendEntry {
+	return maps.BackendEntry{ID: k, Value: maps.BackendValue{
+		Address: v.addr.addr16(), Port: v.port, Proto: v.proto, State: v.state, ClusterID: v.cluster, Zone: v.zone,
+	}}
+}
+
+// revNATVal is a maps.RevNATValue without pointers: 20 bytes with an ip,
+// 8 with an ip4.
+type revNATVal[A ipForm] struct {
+	port uint16
+	addr A
+}
+
+func splitRevNAT[A ipForm](of func(netip.Addr) A) func(maps.RevNATEntry) (uint16, revNATVal[A]) {
+	return func(e maps.RevNATEntry) (uint16, revNATVal[A]) {
+		return e.ID, revNATVal[A]{e.Value.Port, of(e.Value.Address)}
+	}
+}
+
+func joinRevNAT[A ipForm](k uint16, v revNATVal[A]) maps.RevNATEntry {
+	return maps.RevNATEntry{ID: k, Value: maps.RevNATValue{Address: v.addr.addr16(), Port: v.port}}
 }
