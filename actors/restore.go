@@ -2,9 +2,9 @@ package actors
 
 import (
 	"fmt"
-	"github.com/actorlb/actorlb/internal/packedmap"
 	"sort"
 
+	"github.com/actorlb/actorlb/internal/packedmap"
 	"github.com/actorlb/actorlb/internal/table"
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/maps"

@@ -2,11 +2,11 @@ package actors
 
 import (
 	"fmt"
-	"github.com/actorlb/actorlb/internal/packedmap"
 	"runtime/debug"
 	"sync/atomic"
 	"time"
 
+	"github.com/actorlb/actorlb/internal/packedmap"
 	"github.com/actorlb/actorlb/internal/table"
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/maps"

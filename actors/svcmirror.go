@@ -2,8 +2,8 @@ package actors
 
 import (
 	"fmt"
-	"github.com/actorlb/actorlb/internal/packedmap"
 
+	"github.com/actorlb/actorlb/internal/packedmap"
 	"github.com/actorlb/actorlb/maps"
 )
 

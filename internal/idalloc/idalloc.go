@@ -3,9 +3,10 @@ package idalloc
 import (
 	"cmp"
 	"fmt"
-	"github.com/actorlb/actorlb/internal/packedmap"
 	"math"
 	"slices"
+
+	"github.com/actorlb/actorlb/internal/packedmap"
 )
 
 // ID is any unsigned ID type (service IDs are uint16-based, backend IDs
