@@ -78,10 +78,7 @@ func (o *mirror[E, K, V]) apply(writes []E, deletes []K) (written, deleted int, 
 	}
 	if len(ws) > 0 {
 		if err := o.m.Update(ws); err != nil {
-			if lerr := o.load(); lerr != nil {
-				return 0, 0, fmt.Errorf("%w (and reloading the mirror failed: %v)", err, lerr)
-			}
-			return 0, 0, err
+			return 0, 0, reloadAfter(err, o.load)
 		}
 		for _, e := range ws {
 			k, v := o.split(e)
@@ -95,16 +92,22 @@ func (o *mirror[E, K, V]) apply(writes []E, deletes []K) (written, deleted int, 
 	}
 	if len(ds) > 0 {
 		if err := o.m.Delete(ds); err != nil {
-			if lerr := o.load(); lerr != nil {
-				return len(ws), 0, fmt.Errorf("%w (and reloading the mirror failed: %v)", err, lerr)
-			}
-			return len(ws), 0, err
+			return len(ws), 0, reloadAfter(err, o.load)
 		}
 		for _, k := range ds {
 			delete(o.entries, k)
 		}
 	}
 	return len(ws), len(ds), nil
+}
+
+// reloadAfter rereads a mirror's map (load) after the write that failed
+// with err, which may have written a prefix, and returns err.
+func reloadAfter(err error, load func() error) error {
+	if lerr := load(); lerr != nil {
+		return fmt.Errorf("%w (and reloading the mirror failed: %v)", err, lerr)
+	}
+	return err
 }
 
 // dump returns a copy of the mirror's entries (or, before index, the

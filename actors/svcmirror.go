@@ -1,8 +1,6 @@
 package actors
 
 import (
-	"fmt"
-
 	"github.com/actorlb/actorlb/internal/packedmap"
 	"github.com/actorlb/actorlb/maps"
 )
@@ -135,7 +133,7 @@ func (c *cursor) reserve(k maps.ServiceKey, run []maps.ServiceEntry) {
 	slots := c.at(k)
 	n := len(slots)
 	for _, e := range run {
-		if e.Key.Address != k.Address || e.Key.Port != k.Port || e.Key.Proto != k.Proto || e.Key.Scope != k.Scope {
+		if indexOf(e.Key) != c.fe {
 			break
 		}
 		n = max(n, int(e.Key.Slot)+1)
@@ -184,12 +182,12 @@ func (o *svcMirror) apply(writes []maps.ServiceEntry, deletes []maps.ServiceKey)
 	}
 	if len(ws) > 0 {
 		if err := o.m.Update(ws); err != nil {
-			return 0, 0, o.reload(err)
+			return 0, 0, reloadAfter(err, o.load)
 		}
 		c = cursor{o: o}
 		for i, e := range ws {
-			if i == 0 || indexOf(ws[i-1].Key) != indexOf(e.Key) {
-				c.reserve(e.Key, ws[i:])
+			if fe := indexOf(e.Key); !c.valid || fe != c.fe {
+				c.reserve(e.Key, ws[i:]) // the first write of a frontend's run
 			}
 			c.set(e.Key, e.Value)
 		}
@@ -202,7 +200,7 @@ func (o *svcMirror) apply(writes []maps.ServiceEntry, deletes []maps.ServiceKey)
 	}
 	if len(ds) > 0 {
 		if err := o.m.Delete(ds); err != nil {
-			return len(ws), 0, o.reload(err)
+			return len(ws), 0, reloadAfter(err, o.load)
 		}
 		c = cursor{o: o}
 		for _, k := range ds {
@@ -210,15 +208,6 @@ func (o *svcMirror) apply(writes []maps.ServiceEntry, deletes []maps.ServiceKey)
 		}
 	}
 	return len(ws), len(ds), nil
-}
-
-// reload rereads the map after a failed write (which may have written a
-// prefix) and returns err.
-func (o *svcMirror) reload(err error) error {
-	if lerr := o.load(); lerr != nil {
-		return fmt.Errorf("%w (and reloading the mirror failed: %v)", err, lerr)
-	}
-	return err
 }
 
 // dump returns the mirror's entries (before index, the loaded dump
