@@ -190,17 +190,15 @@ func (s *Supervisor) upsertOp(spec *lb.Service, reply func(id lb.ServiceID, crea
 			return
 		}
 		newSvc = newTableService(spec)
-		// The old service's backends (nil maps for a new service: most
-		// upserts create, and these would be most of their garbage).
+		// The old service's backends and their IDs (a nil map for a new
+		// service: most upserts create, and it would be most of their
+		// garbage).
 		var oldIDs map[lb.L3n4Addr]lb.BackendID
-		var oldBe map[lb.L3n4Addr]lb.Backend
 		if old != nil {
 			newSvc.Spec.Frontend.ID = old.ID()
 			oldIDs = make(map[lb.L3n4Addr]lb.BackendID, len(old.Spec.Backends))
-			oldBe = make(map[lb.L3n4Addr]lb.Backend, len(old.Spec.Backends))
 			for i, b := range old.Spec.Backends {
 				oldIDs[table.BackendKey(b)] = old.BackendIDs[i]
-				oldBe[table.BackendKey(b)] = b
 			}
 		}
 		acquire := make([]lb.L3n4Addr, 0, len(newSvc.Spec.Backends))
@@ -215,12 +213,12 @@ func (s *Supervisor) upsertOp(spec *lb.Service, reply func(id lb.ServiceID, crea
 			if newKeys != nil {
 				newKeys[k] = true
 			}
-			_, mine := oldBe[k]
+			oldID, mine := oldIDs[k]
 			if o.err = s.checkSharedState(b, k, mine, &restoreShared); o.err != nil {
 				return
 			}
-			if _, ok := oldBe[k]; ok {
-				newSvc.BackendIDs[i] = oldIDs[k]
+			if mine {
+				newSvc.BackendIDs[i] = oldID
 				continue
 			}
 			acquire = append(acquire, k)
