@@ -54,9 +54,10 @@ func (s *Supervisor) deleteBatchOp(fes []lb.L3n4Addr, reply func(i int, id lb.Se
 		if len(live) == 0 {
 			return
 		}
-		// Per family: the service keys (masters first), the backend keys.
+		// Per family: the service keys (masters first); the backend keys
+		// of both (the allocator's reply is sorted by family with v6IDs).
 		var svcKeys [2][]maps.ServiceKey
-		var beKeys [2][]lb.L3n4Addr
+		var beKeys []lb.L3n4Addr
 		var rev [2][]uint16
 		var rollback [2][]maps.ServiceEntry
 		var v6IDs map[lb.BackendID]bool // backend IDs of IPv6 services (IDs are unique across families)
@@ -67,7 +68,7 @@ func (s *Supervisor) deleteBatchOp(fes []lb.L3n4Addr, reply func(i int, id lb.Se
 			markV6(&v6IDs, it.old)
 			svcKeys[f] = append(svcKeys[f], slotKeys(it.old.Frontend(), 0, table.SlotCount(it.old))...)
 			for _, b := range it.old.Spec.Backends {
-				beKeys[f] = append(beKeys[f], table.BackendKey(b))
+				beKeys = append(beKeys, table.BackendKey(b))
 			}
 			rev[f] = append(rev[f], uint16(it.old.ID()))
 			rollback[f] = append(rollback[f], serviceWrites(it.old)...)
@@ -90,7 +91,7 @@ func (s *Supervisor) deleteBatchOp(fes []lb.L3n4Addr, reply func(i int, id lb.Se
 			}},
 			// One request, so that the references held are given back all
 			// at once (a restarted allocator counts o.beHolds).
-			releaseBackendsStep("release backend IDs", append(beKeys[0], beKeys[1]...), nil, inV6(v6IDs), &freed, func(o *op) { o.beHolds = nil }),
+			releaseBackendsStep("release backend IDs", beKeys, nil, inV6(v6IDs), &freed, func(o *op) { o.beHolds = nil }),
 			deleteFreedStep("delete backends", &freed),
 			{name: "delete revNAT", do: func(s *Supervisor, ctx actor.Context, o *op) {
 				id := s.newReqID()
