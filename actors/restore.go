@@ -51,21 +51,14 @@ func (s *Supervisor) startRestore(ctx actor.Context) {
 			o.steps = append(o.steps, fixSteps(r, maps.IPv6)...)
 			o.steps = append(o.steps, step{name: "restore allocator", do: func(s *Supervisor, ctx actor.Context, o *op) {
 				s.install(r)
-				svcs, bes, _ := s.allocBindings()
 				// The engine serves without waiting for the allocator: every
 				// request to it queues behind this snapshot. Reads are
 				// answered from the table at once.
-				a := &op{finish: func(s *Supervisor, err error) {
-					if err != nil && !s.stopping {
+				s.restoreAllocator(ctx, func(s *Supervisor, err error) {
+					if !s.stopping {
 						s.failServing(fmt.Errorf("restore: allocator: %w", err))
 					}
-				}}
-				a.steps = []step{{name: "restore allocator", do: func(s *Supervisor, ctx actor.Context, a *op) {
-					id := s.newReqID()
-					s.request(ctx, a, ChildAllocator, id, &messages.AllocRestore{ReqID: id, Services: svcs, Backends: bes}, done)
-					s.restoreFirst(ctx, id)
-				}}}
-				s.begin(ctx, a)
+				})
 			}})
 		}},
 	}

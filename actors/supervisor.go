@@ -291,7 +291,7 @@ func (s *Supervisor) onChildStopped(ctx actor.Context, name string) {
 	s.log.WithField("child", name).Warn("child actor stopped; respawning it")
 	s.spawn(ctx, name)
 	if name == ChildAllocator {
-		s.restoreAllocator(ctx)
+		s.restoreAllocator(ctx, logAllocatorRestore)
 	}
 	for id, p := range s.reqs.all {
 		if p.child == name && p.sent {
@@ -302,7 +302,7 @@ func (s *Supervisor) onChildStopped(ctx actor.Context, name string) {
 
 func (s *Supervisor) onChildFailed(ctx actor.Context, m *childFailed) {
 	if m.child == ChildAllocator {
-		s.restoreAllocator(ctx)
+		s.restoreAllocator(ctx, logAllocatorRestore)
 	}
 	// Every request the child owed is sent again: the one it failed on
 	// (counted against its retries) and those it had buffered or queued
@@ -474,21 +474,28 @@ func (s *Supervisor) allocBindings() (svcs, bes []messages.AllocBinding, held []
 	return svcs, bes, held
 }
 
-// restoreAllocator sends a restarted allocator its state, rebuilt from the
-// table and the IDs held by ops in flight.
-func (s *Supervisor) restoreAllocator(ctx actor.Context) {
+// restoreAllocator sends the allocator its state, rebuilt from the table
+// and the IDs held by ops in flight, ahead of every request queued for it
+// (restoreFirst); failed runs if the allocator refuses it.
+func (s *Supervisor) restoreAllocator(ctx actor.Context, failed func(s *Supervisor, err error)) {
 	svcs, bes, held := s.allocBindings()
 	o := &op{finish: func(s *Supervisor, err error) {
 		if err != nil {
-			s.log.WithError(err).Error("restore allocator after restart")
+			failed(s, err)
 		}
 	}}
 	o.steps = []step{{name: "restore allocator", do: func(s *Supervisor, ctx actor.Context, o *op) {
 		id := s.newReqID()
-		s.request(ctx, o, ChildAllocator, id, &messages.AllocRestore{ReqID: id, Services: svcs, Backends: bes, Held: held}, nil)
+		s.request(ctx, o, ChildAllocator, id, &messages.AllocRestore{ReqID: id, Services: svcs, Backends: bes, Held: held}, done)
 		s.restoreFirst(ctx, id)
 	}}}
 	s.begin(ctx, o)
+}
+
+// logAllocatorRestore is restoreAllocator's failure handler after an
+// allocator restart: the error is logged (a bug, or maps changed under us).
+func logAllocatorRestore(s *Supervisor, err error) {
+	s.log.WithError(err).Error("restore allocator after restart")
 }
 
 // restoreFirst moves the allocator snapshot id to the front of the
