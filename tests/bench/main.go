@@ -153,9 +153,7 @@ func run(out string, bulkN, insertN, callers, batch int) error {
 	if err != nil {
 		return err
 	}
-	var before runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
+	before := heapAfterGC()
 	sockDir, err := os.MkdirTemp("", "actorlb-bench-")
 	if err != nil {
 		return err
@@ -222,10 +220,7 @@ func run(out string, bulkN, insertN, callers, batch int) error {
 	res.add("upsert-latency", "max_us_rest", restProbe.p(100), "us")
 	res.add("upsert-latency", "samples_rest", float64(len(restProbe.samples)), "count")
 
-	var after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	res.add("memory-10k-x10", "retained_bytes_per_service", float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/float64(bulkN), "bytes")
+	res.add("memory-10k-x10", "retained_bytes_per_service", retainedPer(before, bulkN), "bytes")
 	if heapProfile != "" {
 		if err := writeHeapProfile(heapProfile); err != nil {
 			return err
@@ -412,19 +407,16 @@ func retainedV6(ctx context.Context, dir string, sizes maps.Sizes, n, callers in
 	if err != nil {
 		return 0, err
 	}
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
+	before := heapAfterGC()
 	if err := upsertAll(ctx, e, svcs, callers); err != nil {
 		e.Close()
 		return 0, err
 	}
-	runtime.GC()
-	runtime.ReadMemStats(&after)
+	retained := retainedPer(before, n)
 	if err := e.Close(); err != nil {
 		return 0, err
 	}
-	return float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / float64(n), maps.Remove(dir)
+	return retained, maps.Remove(dir)
 }
 
 // entries returns the raw map contents the engine writes for svcs
@@ -718,9 +710,7 @@ func insertDelete(res *results, root string, sizes maps.Sizes, n, callers, batch
 		if err != nil {
 			return err
 		}
-		var before, after runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&before)
+		before := heapAfterGC()
 		start := time.Now()
 		if err := forAll(chunks, callers, func(c []*lb.Service) error {
 			rs, err := e.UpsertBatch(ctx, c)
@@ -729,9 +719,7 @@ func insertDelete(res *results, root string, sizes maps.Sizes, n, callers, batch
 			return err
 		}
 		inss = append(inss, time.Since(start))
-		runtime.GC()
-		runtime.ReadMemStats(&after)
-		retained = append(retained, float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/float64(n))
+		retained = append(retained, retainedPer(before, n))
 		start = time.Now()
 		if err := forAll(chunks, callers, func(c []*lb.Service) error {
 			fes := make([]lb.L3n4Addr, len(c))
@@ -772,6 +760,20 @@ func insertDelete(res *results, root string, sizes maps.Sizes, n, callers, batch
 	res.add("insert-50k-x1", "services_per_s_single_calls", float64(n)/ins.Seconds(), "services/s")
 	res.add("insert-50k-x1", "delete_services_per_s_single_calls", float64(n)/del.Seconds(), "services/s")
 	return done()
+}
+
+// heapAfterGC collects garbage and returns the bytes left on the heap.
+func heapAfterGC() uint64 {
+	var m runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// retainedPer is the heap grown since before (a heapAfterGC), after
+// collecting garbage, per each of n services.
+func retainedPer(before uint64, n int) float64 {
+	return float64(int64(heapAfterGC())-int64(before)) / float64(n)
 }
 
 // median returns the median of ds.
