@@ -175,14 +175,6 @@ func (a *allocatorActor) release(m *messages.AllocRelease) *messages.AllocReleas
 			r.FreedBackends = append(r.FreedBackends, id)
 		}
 	}
-	if m.Service {
-		id, freed, err := a.svc.Release(m.Frontend)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("release service %s: %w", m.Frontend, err))
-		} else if freed {
-			r.FreedService = id
-		}
-	}
 	for _, fe := range m.Frontends {
 		if _, _, err := a.svc.Release(fe); err != nil {
 			errs = append(errs, fmt.Errorf("release service %s: %w", fe, err))

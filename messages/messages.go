@@ -282,21 +282,18 @@ type AllocAcquired struct {
 	Err        error
 }
 
-// AllocRelease drops one reference per backend key and, when Service is
-// set, the service ID of Frontend. Freed IDs are held until AllocUnhold.
+// AllocRelease drops one reference per backend key, then releases the
+// service IDs of Frontends. Freed backend IDs are held until AllocUnhold.
 type AllocRelease struct {
-	ReqID    uint64
-	Service  bool
-	Frontend lb.L3n4Addr
-	Backends []lb.L3n4Addr
-	// Frontends are more services whose IDs to release (a batch delete).
+	ReqID     uint64
+	Backends  []lb.L3n4Addr
 	Frontends []lb.L3n4Addr
 }
 
-// AllocReleased answers AllocRelease with the IDs that became free (held).
+// AllocReleased answers AllocRelease with the backend IDs that became free
+// (held).
 type AllocReleased struct {
 	ReqID         uint64
-	FreedService  lb.ServiceID
 	FreedBackends []lb.BackendID
 	Err           error
 }
