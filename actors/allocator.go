@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync/atomic"
 
+	"github.com/actorlb/actorlb/internal/addrkey"
 	"github.com/actorlb/actorlb/internal/idalloc"
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/messages"
@@ -16,7 +17,7 @@ import (
 // AllocRestore, built from the table.
 type allocatorActor struct {
 	svc *idalloc.Allocator[lb.L3n4Addr, lb.ServiceID]
-	be  *idalloc.Allocator[backendKey, lb.BackendID]
+	be  *idalloc.Allocator[addrkey.Backend, lb.BackendID]
 	// restarted is set on every incarnation but the first: the state is
 	// gone, so requests wait (in arrival order) until AllocRestore.
 	restarted bool
@@ -44,7 +45,7 @@ func newAllocatorProducer() actor.Producer {
 func (a *allocatorActor) Receive(ctx actor.Context) {
 	// In order, as if one by one; the answers go back in one message.
 	var replies []any
-	eachRequest(ctx.Message(), func(m any) { replies = a.receive(ctx, m, replies) })
+	messages.EachRequest(ctx.Message(), func(m any) { replies = a.receive(ctx, m, replies) })
 	respond(ctx, replies)
 }
 
@@ -128,10 +129,10 @@ func (a *allocatorActor) acquire(m *messages.AllocAcquire) *messages.AllocAcquir
 	}
 	r.BackendIDs = make([]lb.BackendID, 0, len(m.Backends))
 	for _, k := range m.Backends {
-		id, _, err := a.be.Acquire(compactKey(k))
+		id, _, err := a.be.Acquire(addrkey.BackendOf(k))
 		if err != nil {
 			for _, k := range m.Backends[:len(r.BackendIDs)] {
-				a.be.Release(compactKey(k))
+				a.be.Release(addrkey.BackendOf(k))
 			}
 			if m.Service {
 				a.svc.Release(m.Frontend)
@@ -165,7 +166,7 @@ func (a *allocatorActor) release(m *messages.AllocRelease) *messages.AllocReleas
 	r := &messages.AllocReleased{ReqID: m.ReqID}
 	var errs []error
 	for _, k := range m.Backends {
-		id, freed, err := a.be.Release(compactKey(k))
+		id, freed, err := a.be.Release(addrkey.BackendOf(k))
 		if err != nil {
 			errs = append(errs, fmt.Errorf("release backend %s: %w", k, err))
 			continue
@@ -194,7 +195,7 @@ func (a *allocatorActor) restore(m *messages.AllocRestore) error {
 		}
 	}
 	for _, b := range m.Backends {
-		if err := bind(a.be, compactKey(b.Key), lb.BackendID(b.ID), b.Refs); err != nil {
+		if err := bind(a.be, addrkey.BackendOf(b.Key), lb.BackendID(b.ID), b.Refs); err != nil {
 			errs = append(errs, err)
 		}
 	}

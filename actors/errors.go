@@ -1,34 +1,14 @@
 package actors
 
-import "errors"
+import "github.com/actorlb/actorlb/internal/engine"
 
+// The engine's sentinels (internal/engine says when each occurs).
 var (
-	// ErrServiceNotFound occurs when Get, Delete or DeleteByFrontend names a
-	// service that does not exist.
-	ErrServiceNotFound = errors.New("service not found")
-
-	// ErrServiceIDInUse occurs when an upsert asks for a service ID that is
-	// bound to another frontend.
-	ErrServiceIDInUse = errors.New("service ID in use")
-
-	// ErrFrontendInUse occurs when an upsert asks for a service ID while its
-	// frontend is already registered with another ID.
-	ErrFrontendInUse = errors.New("frontend in use")
-
-	// ErrIDSpaceExhausted occurs when every service ID (1..65535) or backend
-	// ID is taken.
-	ErrIDSpaceExhausted = errors.New("id space exhausted")
-
-	// ErrRevNATNotFound occurs when RevNATGet or RevNATDelete names an ID
-	// without a revNAT entry.
-	ErrRevNATNotFound = errors.New("revnat entry not found")
-
-	// ErrRevNATOwned occurs when RevNATAdd or RevNATDelete targets the
-	// revNAT entry of a service: it is created and removed with its service.
-	ErrRevNATOwned = errors.New("revnat entry belongs to a service")
-
-	// ErrEngineRestarted answers the calls in flight when the supervisor
-	// restarts or stops; the library API sends them again once the new
-	// incarnation has restored.
-	ErrEngineRestarted = errors.New("engine restarted while the operation was in flight")
+	ErrServiceNotFound  = engine.ErrServiceNotFound
+	ErrServiceIDInUse   = engine.ErrServiceIDInUse
+	ErrFrontendInUse    = engine.ErrFrontendInUse
+	ErrIDSpaceExhausted = engine.ErrIDSpaceExhausted
+	ErrRevNATNotFound   = engine.ErrRevNATNotFound
+	ErrRevNATOwned      = engine.ErrRevNATOwned
+	ErrEngineRestarted  = engine.ErrEngineRestarted
 )

@@ -3,6 +3,7 @@ package actors
 import (
 	"fmt"
 
+	"github.com/actorlb/actorlb/internal/addrkey"
 	"github.com/actorlb/actorlb/maps"
 	"github.com/actorlb/actorlb/messages"
 	"github.com/asynkron/protoactor-go/actor"
@@ -107,14 +108,14 @@ func newBackendMapActor(m maps.BackendMap) actor.Producer {
 		if m.Family() == maps.IPv4 {
 			// Half the memory per backend: the IPv4 map only holds IPv4
 			// addresses.
-			return &mapActor[maps.BackendEntry, uint32]{name: m.Name(), mirror: newMirror(m, splitBackend(ip4Of), joinBackend[ip4])}
+			return &mapActor[maps.BackendEntry, uint32]{name: m.Name(), mirror: newMirror(m, splitBackend(addrkey.IP4Of), joinBackend[addrkey.IP4])}
 		}
-		return &mapActor[maps.BackendEntry, uint32]{name: m.Name(), mirror: newMirror(m, splitBackend(ipOf), joinBackend[ip])}
+		return &mapActor[maps.BackendEntry, uint32]{name: m.Name(), mirror: newMirror(m, splitBackend(addrkey.IPOf), joinBackend[addrkey.IP])}
 	}
 }
 
 func (a *mapActor[E, K]) Receive(ctx actor.Context) {
-	eachRequest(ctx.Message(), func(m any) { a.receive(ctx, m) })
+	messages.EachRequest(ctx.Message(), func(m any) { a.receive(ctx, m) })
 }
 
 func (a *mapActor[E, K]) receive(ctx actor.Context, msg any) {
@@ -167,14 +168,14 @@ type revNATActor struct {
 func newRevNATActor(m4, m6 maps.RevNATMap) actor.Producer {
 	return func() actor.Actor {
 		return &revNATActor{
-			v4: newMirror(maps.Map[maps.RevNATEntry, uint16](m4), splitRevNAT(ip4Of), joinRevNAT[ip4]),
-			v6: newMirror(maps.Map[maps.RevNATEntry, uint16](m6), splitRevNAT(ipOf), joinRevNAT[ip]),
+			v4: newMirror(maps.Map[maps.RevNATEntry, uint16](m4), splitRevNAT(addrkey.IP4Of), joinRevNAT[addrkey.IP4]),
+			v6: newMirror(maps.Map[maps.RevNATEntry, uint16](m6), splitRevNAT(addrkey.IPOf), joinRevNAT[addrkey.IP]),
 		}
 	}
 }
 
 func (a *revNATActor) Receive(ctx actor.Context) {
-	eachRequest(ctx.Message(), func(m any) { a.receive(ctx, m) })
+	messages.EachRequest(ctx.Message(), func(m any) { a.receive(ctx, m) })
 }
 
 func (a *revNATActor) receive(ctx actor.Context, msg any) {

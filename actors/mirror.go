@@ -129,55 +129,11 @@ func (o *mirror[E, K, V]) dump() []E {
 // garbage collector (a netip.Addr holds one). Queue keys and the service
 // mirror's frontend index use the same form of an address.
 
-// ip is an IP address in 17 bytes: 16 of address and its kind.
-type ip struct {
-	addr [16]byte
-	kind uint8 // 0 invalid, 4 IPv4, 6 IPv6
-}
-
-func ipOf(a netip.Addr) ip {
-	switch {
-	case a.Is4():
-		return ip{a.As16(), 4}
-	case a.IsValid():
-		return ip{a.As16(), 6}
-	}
-	return ip{}
-}
-
-// addr16 returns the address ip was made from.
-func (i ip) addr16() netip.Addr {
-	switch i.kind {
-	case 4:
-		return netip.AddrFrom16(i.addr).Unmap()
-	case 6:
-		return netip.AddrFrom16(i.addr)
-	}
-	return netip.Addr{}
-}
-
-// ip4 is an IPv4 address in 5 bytes, for the IPv4 maps' mirrors. bad
-// marks an address those maps cannot hold (never written: the write fails
-// first), so that it never equals an address they hold.
-type ip4 struct {
-	addr [4]byte
-	bad  bool
-}
-
-func ip4Of(a netip.Addr) ip4 {
-	if a = a.Unmap(); a.Is4() {
-		return ip4{addr: a.As4()}
-	}
-	return ip4{bad: true}
-}
-
-func (i ip4) addr16() netip.Addr { return netip.AddrFrom4(i.addr) }
-
-// ipForm is how a mirror value holds its address: ip (17 bytes, any
-// address) or ip4 (5 bytes, IPv4 maps).
+// ipForm is how a mirror value holds its address: addrkey.IP (17 bytes, any
+// address) or addrkey.IP4 (5 bytes, IPv4 maps).
 type ipForm interface {
 	comparable
-	addr16() netip.Addr
+	Addr() netip.Addr
 }
 
 // backendVal is a maps.BackendValue without pointers: 24 bytes with an ip,
@@ -203,7 +159,7 @@ func splitBackend[A ipForm](of func(netip.Addr) A) func(maps.BackendEntry) (uint
 
 func joinBackend[A ipForm](k uint32, v backendVal[A]) maps.BackendEntry {
 	return maps.BackendEntry{ID: k, Value: maps.BackendValue{
-		Address: v.addr.addr16(), Port: v.port, Proto: v.proto, State: v.state, ClusterID: v.cluster, Zone: v.zone,
+		Address: v.addr.Addr(), Port: v.port, Proto: v.proto, State: v.state, ClusterID: v.cluster, Zone: v.zone,
 	}}
 }
 
@@ -221,5 +177,5 @@ func splitRevNAT[A ipForm](of func(netip.Addr) A) func(maps.RevNATEntry) (uint16
 }
 
 func joinRevNAT[A ipForm](k uint16, v revNATVal[A]) maps.RevNATEntry {
-	return maps.RevNATEntry{ID: k, Value: maps.RevNATValue{Address: v.addr.addr16(), Port: v.port}}
+	return maps.RevNATEntry{ID: k, Value: maps.RevNATValue{Address: v.addr.Addr(), Port: v.port}}
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/actorlb/actorlb/internal/addrkey"
 	"github.com/actorlb/actorlb/maps"
 	"github.com/stretchr/testify/require"
 )
@@ -37,20 +38,20 @@ func checkForm[A ipForm](t *testing.T, of func(netip.Addr) A, back, other []neti
 func TestCompactValuesRoundTrip(t *testing.T) {
 	v4 := []netip.Addr{netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("0.0.0.0"), netip.MustParseAddr("255.255.255.255")}
 	v6 := []netip.Addr{{}, netip.MustParseAddr("fd00::1"), netip.MustParseAddr("::ffff:10.0.0.1"), netip.MustParseAddr("::")}
-	checkForm(t, ipOf, append(v4, v6...), nil)
-	checkForm(t, ip4Of, v4, []netip.Addr{{}, netip.MustParseAddr("fd00::1"), netip.MustParseAddr("::")})
+	checkForm(t, addrkey.IPOf, append(v4, v6...), nil)
+	checkForm(t, addrkey.IP4Of, v4, []netip.Addr{{}, netip.MustParseAddr("fd00::1"), netip.MustParseAddr("::")})
 
 	// In the full form IPv4 and IPv4-mapped addresses stay different; in
 	// the IPv4 form they are one (the IPv4 map holds 4 bytes).
-	_, a := splitBackend(ipOf)(maps.BackendEntry{Value: maps.BackendValue{Address: netip.MustParseAddr("10.0.0.1")}})
-	_, b := splitBackend(ipOf)(maps.BackendEntry{Value: maps.BackendValue{Address: netip.MustParseAddr("::ffff:10.0.0.1")}})
+	_, a := splitBackend(addrkey.IPOf)(maps.BackendEntry{Value: maps.BackendValue{Address: netip.MustParseAddr("10.0.0.1")}})
+	_, b := splitBackend(addrkey.IPOf)(maps.BackendEntry{Value: maps.BackendValue{Address: netip.MustParseAddr("::ffff:10.0.0.1")}})
 	require.NotEqual(t, a, b)
-	_, a4 := splitBackend(ip4Of)(maps.BackendEntry{Value: maps.BackendValue{Address: netip.MustParseAddr("10.0.0.1")}})
-	_, b4 := splitBackend(ip4Of)(maps.BackendEntry{Value: maps.BackendValue{Address: netip.MustParseAddr("::ffff:10.0.0.1")}})
+	_, a4 := splitBackend(addrkey.IP4Of)(maps.BackendEntry{Value: maps.BackendValue{Address: netip.MustParseAddr("10.0.0.1")}})
+	_, b4 := splitBackend(addrkey.IP4Of)(maps.BackendEntry{Value: maps.BackendValue{Address: netip.MustParseAddr("::ffff:10.0.0.1")}})
 	require.Equal(t, a4, b4)
 
 	// The sizes the memory figures rely on.
-	require.Equal(t, uintptr(24), unsafe.Sizeof(backendVal[ip]{}))
-	require.Equal(t, uintptr(12), unsafe.Sizeof(backendVal[ip4]{}))
-	require.Equal(t, uintptr(8), unsafe.Sizeof(revNATVal[ip4]{}))
+	require.Equal(t, uintptr(24), unsafe.Sizeof(backendVal[addrkey.IP]{}))
+	require.Equal(t, uintptr(12), unsafe.Sizeof(backendVal[addrkey.IP4]{}))
+	require.Equal(t, uintptr(8), unsafe.Sizeof(revNATVal[addrkey.IP4]{}))
 }

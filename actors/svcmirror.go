@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"github.com/actorlb/actorlb/internal/addrkey"
 	"github.com/actorlb/actorlb/internal/packedmap"
 	"github.com/actorlb/actorlb/maps"
 )
@@ -12,52 +13,17 @@ import (
 // (no key per slot, no pointer in the key). Not safe for concurrent use.
 type svcMirror struct {
 	m       maps.ServiceMap
-	entries packedmap.Map[feIndex, []slotValue] // IPv4 frontends packed; valid once indexed
+	entries packedmap.Map[addrkey.ServiceKey, []slotValue] // IPv4 frontends packed; valid once indexed
 	indexed bool
 	loaded  []maps.ServiceEntry // the last load, until index
 	ws      []maps.ServiceEntry // scratch of apply
 	ds      []maps.ServiceKey
 }
 
-// feIndex is a service map key without its slot, without pointers.
-type feIndex struct {
-	ip
-	port  uint16
-	proto uint8
-	scope uint8
-}
-
 // slotValue is one slot of a frontend; ok is false for a hole.
 type slotValue struct {
 	v  maps.ServiceValue
 	ok bool
-}
-
-// fePacker packs IPv4 frontends' indexes: address, port, protocol and
-// scope in 64 bits.
-type fePacker struct{}
-
-func (fePacker) Pack(f feIndex) (uint64, bool) {
-	if f.kind != 4 || [12]byte(f.addr[:12]) != v4mapped {
-		return 0, false
-	}
-	return addrBits([4]byte(f.addr[12:])) | uint64(f.port)<<16 | uint64(f.proto)<<8 | uint64(f.scope), true
-}
-
-func (fePacker) Unpack(p uint64) feIndex {
-	f := feIndex{ip: ip{kind: 4}, port: uint16(p >> 16), proto: uint8(p >> 8), scope: uint8(p)}
-	copy(f.addr[:], v4mapped[:])
-	a := bitsAddr(p)
-	copy(f.addr[12:], a[:])
-	return f
-}
-
-func indexOf(k maps.ServiceKey) feIndex {
-	return feIndex{ip: ipOf(k.Address), port: k.Port, proto: k.Proto, scope: k.Scope}
-}
-
-func (f feIndex) key(slot uint16) maps.ServiceKey {
-	return maps.ServiceKey{Address: f.addr16(), Port: f.port, Slot: slot, Proto: f.proto, Scope: f.scope}
 }
 
 func newSvcMirror(m maps.ServiceMap) *svcMirror { return &svcMirror{m: m} }
@@ -77,7 +43,7 @@ func (o *svcMirror) index() {
 	if o.indexed {
 		return
 	}
-	o.entries, o.indexed = packedmap.New[feIndex, []slotValue](len(o.loaded)/4, fePacker{}), true
+	o.entries, o.indexed = packedmap.New[addrkey.ServiceKey, []slotValue](len(o.loaded)/4, addrkey.ServiceKeyPacker{}), true
 	c := cursor{o: o}
 	for _, e := range o.loaded {
 		c.set(e.Key, e.Value)
@@ -89,13 +55,13 @@ func (o *svcMirror) index() {
 // one request come frontend by frontend.
 type cursor struct {
 	o     *svcMirror
-	fe    feIndex
+	fe    addrkey.ServiceKey
 	slots []slotValue
 	valid bool
 }
 
 func (c *cursor) at(k maps.ServiceKey) []slotValue {
-	fe := indexOf(k)
+	fe := addrkey.ServiceKeyOf(k)
 	if !c.valid || c.fe != fe {
 		slots, _ := c.o.entries.Get(fe)
 		c.fe, c.slots, c.valid = fe, slots, true
@@ -133,7 +99,7 @@ func (c *cursor) reserve(k maps.ServiceKey, run []maps.ServiceEntry) {
 	slots := c.at(k)
 	n := len(slots)
 	for _, e := range run {
-		if indexOf(e.Key) != c.fe {
+		if addrkey.ServiceKeyOf(e.Key) != c.fe {
 			break
 		}
 		n = max(n, int(e.Key.Slot)+1)
@@ -186,7 +152,7 @@ func (o *svcMirror) apply(writes []maps.ServiceEntry, deletes []maps.ServiceKey)
 		}
 		c = cursor{o: o}
 		for i, e := range ws {
-			if fe := indexOf(e.Key); !c.valid || fe != c.fe {
+			if fe := addrkey.ServiceKeyOf(e.Key); !c.valid || fe != c.fe {
 				c.reserve(e.Key, ws[i:]) // the first write of a frontend's run
 			}
 			c.set(e.Key, e.Value)
@@ -224,7 +190,7 @@ func (o *svcMirror) dump() []maps.ServiceEntry {
 	for fe, slots := range o.entries.All {
 		for i, s := range slots {
 			if s.ok {
-				out = append(out, maps.ServiceEntry{Key: fe.key(uint16(i)), Value: s.v})
+				out = append(out, maps.ServiceEntry{Key: fe.Key(uint16(i)), Value: s.v})
 			}
 		}
 	}

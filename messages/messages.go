@@ -380,3 +380,174 @@ func (r DeleteBatchReply) Error() error {
 
 // Error returns nil: Stats always answers.
 func (r StatsReply) Error() error { return nil }
+
+// ---- What the engine's core needs of messages, instead of type switches.
+
+// Call is a call of the library API to the engine: it carries its own
+// reply channel (buffered: answering never blocks).
+type Call interface {
+	// Answer sends the reply r, of the call's own reply type, to the caller.
+	Answer(r any)
+	// Failed returns the reply that fails the call with err.
+	Failed(err error) any
+}
+
+// Request is a request of the engine to a child; the reply echoes its ID.
+type Request interface{ RequestID() uint64 }
+
+// Reply is a child's reply to the Request of the same ID.
+type Reply interface{ ReplyID() uint64 }
+
+// RequestID returns the ID the reply echoes.
+func (m *MapApply[E, K]) RequestID() uint64 { return m.ReqID }
+
+// RequestID returns the ID the reply echoes.
+func (m *RevNATApply) RequestID() uint64 { return m.ReqID }
+
+// RequestID returns the ID the reply echoes.
+func (m *MapDump) RequestID() uint64 { return m.ReqID }
+
+// RequestID returns the ID the reply echoes.
+func (m *AllocAcquire) RequestID() uint64 { return m.ReqID }
+
+// RequestID returns the ID the reply echoes.
+func (m *AllocRelease) RequestID() uint64 { return m.ReqID }
+
+// RequestID returns the ID the reply echoes.
+func (m *AllocUnhold) RequestID() uint64 { return m.ReqID }
+
+// RequestID returns the ID the reply echoes.
+func (m *AllocRestore) RequestID() uint64 { return m.ReqID }
+
+// RequestID returns the ID the reply echoes.
+func (m *AllocReserve) RequestID() uint64 { return m.ReqID }
+
+// RequestID returns the ID the reply echoes.
+func (m *AllocDrop) RequestID() uint64 { return m.ReqID }
+
+// ReplyID returns the ID of the request answered.
+func (m *MapApplied) ReplyID() uint64 { return m.ReqID }
+
+// ReplyID returns the ID of the request answered.
+func (m *MapDumped[E]) ReplyID() uint64 { return m.ReqID }
+
+// ReplyID returns the ID of the request answered.
+func (m *RevNATDumped) ReplyID() uint64 { return m.ReqID }
+
+// ReplyID returns the ID of the request answered.
+func (m *AllocAcquired) ReplyID() uint64 { return m.ReqID }
+
+// ReplyID returns the ID of the request answered.
+func (m *AllocReleased) ReplyID() uint64 { return m.ReqID }
+
+// ReplyID returns the ID of the request answered.
+func (m *AllocDone) ReplyID() uint64 { return m.ReqID }
+
+// Answer sends r (an UpsertReply).
+func (m *Upsert) Answer(r any) { m.Reply <- r.(UpsertReply) }
+
+// Failed returns the reply failing the call with err.
+func (m *Upsert) Failed(err error) any { return UpsertReply{Err: err} }
+
+// Answer sends r (a DeleteReply).
+func (m *Delete) Answer(r any) { m.Reply <- r.(DeleteReply) }
+
+// Failed returns the reply failing the call with err.
+func (m *Delete) Failed(err error) any { return DeleteReply{Err: err} }
+
+// Answer sends r (a DeleteReply).
+func (m *DeleteByFrontend) Answer(r any) { m.Reply <- r.(DeleteReply) }
+
+// Failed returns the reply failing the call with err.
+func (m *DeleteByFrontend) Failed(err error) any { return DeleteReply{Err: err} }
+
+// Answer sends r (an UpsertBatchReply).
+func (m *UpsertBatch) Answer(r any) { m.Reply <- r.(UpsertBatchReply) }
+
+// Failed returns the reply failing every service of the batch with err.
+func (m *UpsertBatch) Failed(err error) any {
+	r := UpsertBatchReply{Results: make([]UpsertReply, len(m.Services))}
+	for i := range r.Results {
+		r.Results[i].Err = err
+	}
+	return r
+}
+
+// Answer sends r (a DeleteBatchReply).
+func (m *DeleteBatch) Answer(r any) { m.Reply <- r.(DeleteBatchReply) }
+
+// Failed returns the reply failing every frontend of the batch with err.
+func (m *DeleteBatch) Failed(err error) any {
+	r := DeleteBatchReply{Results: make([]DeleteReply, len(m.Frontends))}
+	for i := range r.Results {
+		r.Results[i].Err = err
+	}
+	return r
+}
+
+// Answer sends r (a GetReply).
+func (m *Get) Answer(r any) { m.Reply <- r.(GetReply) }
+
+// Failed returns the reply failing the call with err.
+func (m *Get) Failed(err error) any { return GetReply{Err: err} }
+
+// Answer sends r (a ListReply).
+func (m *List) Answer(r any) { m.Reply <- r.(ListReply) }
+
+// Failed returns the reply failing the call with err.
+func (m *List) Failed(err error) any { return ListReply{Err: err} }
+
+// Answer sends r (a SyncReply).
+func (m *Sync) Answer(r any) { m.Reply <- r.(SyncReply) }
+
+// Failed returns the reply failing the call with err.
+func (m *Sync) Failed(err error) any { return SyncReply{Err: err} }
+
+// Answer sends r (a RevNATReply).
+func (m *RevNATAdd) Answer(r any) { m.Reply <- r.(RevNATReply) }
+
+// Failed returns the reply failing the call with err.
+func (m *RevNATAdd) Failed(err error) any { return RevNATReply{Err: err} }
+
+// Answer sends r (a RevNATReply).
+func (m *RevNATDelete) Answer(r any) { m.Reply <- r.(RevNATReply) }
+
+// Failed returns the reply failing the call with err.
+func (m *RevNATDelete) Failed(err error) any { return RevNATReply{Err: err} }
+
+// Answer sends r (a RevNATReply).
+func (m *RevNATDeleteAll) Answer(r any) { m.Reply <- r.(RevNATReply) }
+
+// Failed returns the reply failing the call with err.
+func (m *RevNATDeleteAll) Failed(err error) any { return RevNATReply{Err: err} }
+
+// Answer sends r (a RevNATReply).
+func (m *RevNATGet) Answer(r any) { m.Reply <- r.(RevNATReply) }
+
+// Failed returns the reply failing the call with err.
+func (m *RevNATGet) Failed(err error) any { return RevNATReply{Err: err} }
+
+// Answer sends r (a RevNATReply).
+func (m *RevNATDump) Answer(r any) { m.Reply <- r.(RevNATReply) }
+
+// Failed returns the reply failing the call with err.
+func (m *RevNATDump) Failed(err error) any { return RevNATReply{Err: err} }
+
+// Answer sends r (a StatsReply).
+func (m *Stats) Answer(r any) { m.Reply <- r.(StatsReply) }
+
+// Failed returns an empty StatsReply: the engine answers Stats even when
+// it cannot serve (it fills the reply in itself).
+func (m *Stats) Failed(error) any { return StatsReply{} }
+
+// EachRequest calls fn on each request msg carries: those of a Batch, in
+// order, or msg itself.
+func EachRequest(msg any, fn func(any)) {
+	if b, ok := msg.(*Batch); ok {
+		for _, m := range b.Msgs {
+			fn(m)
+		}
+		return
+	}
+	fn(msg)
+}

@@ -1,10 +1,10 @@
-package actors
+package engine
 
 // pendingTable holds the requests awaiting a reply, by request ID. It is a
 // slab, not a map: an ID is a slot index plus the slot's generation, so a
 // lookup is an index, a late reply to a reused slot is told apart, and a
 // warm table allocates nothing. (Thousands of requests are in flight
-// during a batch; a map cost two hash probes per request.)
+// during a batch.)
 type pendingTable struct {
 	slots []pendingSlot
 	free  []uint32

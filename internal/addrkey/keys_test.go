@@ -1,4 +1,4 @@
-package actors
+package addrkey
 
 import (
 	"net/netip"
@@ -49,12 +49,12 @@ func randomAddr(r interface{ IntN(int) int }) netip.Addr {
 }
 
 // Only IPv4 backends pack (an IPv4-mapped address is the same backend:
-// compactKey makes one key of both).
+// BackendOf makes one key of both).
 func TestBackendPacker(t *testing.T) {
 	r := testutil.Rand(t)
-	checkPacker(t, backendPacker{}, 3000, func() (backendKey, bool) {
+	checkPacker(t, BackendPacker{}, 3000, func() (Backend, bool) {
 		a := randomAddr(r)
-		k := compactKey(lb.L3n4Addr{Addr: a, Port: uint16(r.IntN(70000)), Protocol: lb.L4Type(r.IntN(256))})
+		k := BackendOf(lb.L3n4Addr{Addr: a, Port: uint16(r.IntN(70000)), Protocol: lb.L4Type(r.IntN(256))})
 		return k, a.Unmap().Is4()
 	})
 }
@@ -62,18 +62,18 @@ func TestBackendPacker(t *testing.T) {
 // Only plain IPv4 frontends pack: an IPv4-mapped one is another key.
 func TestFrontendPacker(t *testing.T) {
 	r := testutil.Rand(t)
-	checkPacker(t, frontendPacker{}, 3000, func() (lb.L3n4Addr, bool) {
+	checkPacker(t, FrontendPacker{}, 3000, func() (lb.L3n4Addr, bool) {
 		a := randomAddr(r)
 		return lb.L3n4Addr{Addr: a, Port: uint16(r.IntN(70000)), Protocol: lb.L4Type(r.IntN(256)), Scope: lb.Scope(r.IntN(256))}, a.Is4()
 	})
 }
 
 // The service mirror's frontend indexes pack for IPv4 frontends.
-func TestFePacker(t *testing.T) {
+func TestServiceKeyPacker(t *testing.T) {
 	r := testutil.Rand(t)
-	checkPacker(t, fePacker{}, 3000, func() (feIndex, bool) {
+	checkPacker(t, ServiceKeyPacker{}, 3000, func() (ServiceKey, bool) {
 		a := randomAddr(r)
 		k := maps.ServiceKey{Address: a, Port: uint16(r.IntN(70000)), Slot: uint16(r.IntN(5)), Proto: uint8(r.IntN(256)), Scope: uint8(r.IntN(256))}
-		return indexOf(k), a.Is4()
+		return ServiceKeyOf(k), a.Is4()
 	})
 }

@@ -1,0 +1,373 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	lb "github.com/actorlb/actorlb/loadbalancer"
+	"github.com/actorlb/actorlb/messages"
+)
+
+// handleCall serves a call of the library API. Before restore has
+// finished calls wait (in arrival order); after a failed restore they
+// fail.
+func (c *Core) handleCall(call messages.Call) {
+	if !c.ready {
+		if c.readyErr != nil {
+			if m, ok := call.(*messages.Stats); ok {
+				c.answer(m, c.stats())
+				return
+			}
+			c.answer(call, call.Failed(c.readyErr))
+			return
+		}
+		c.deferred = append(c.deferred, call)
+		return
+	}
+	switch m := call.(type) {
+	case *messages.Upsert:
+		if err := m.Service.Validate(); err != nil {
+			c.answer(m, messages.UpsertReply{Err: fmt.Errorf("upsert service: %w", err)})
+			return
+		}
+		c.run(c.upsertOp([]*lb.Service{m.Service}, newWaiter(m, waitUpsert, 1), []int{0}))
+	case *messages.UpsertBatch:
+		c.upsertBatch(m)
+	case *messages.Delete:
+		svc, ok := c.services[m.ID]
+		if !ok {
+			c.answer(m, messages.DeleteReply{Err: fmt.Errorf("delete service %d: %w", m.ID, ErrServiceNotFound)})
+			return
+		}
+		c.run(c.deleteOp([]deleteItem{{fe: svc.Frontend(), want: m.ID, to: newWaiter(m, waitDelete, 1)}}))
+	case *messages.DeleteByFrontend:
+		c.run(c.deleteOp([]deleteItem{{fe: m.Frontend, to: newWaiter(m, waitDelete, 1)}}))
+	case *messages.DeleteBatch:
+		c.deleteBatch(m)
+	case *messages.Get:
+		svc, ok := c.services[m.ID]
+		if !ok {
+			c.answer(m, messages.GetReply{Err: fmt.Errorf("get service %d: %w", m.ID, ErrServiceNotFound)})
+			return
+		}
+		c.answer(m, messages.GetReply{Service: svc.Spec.DeepCopy()})
+	case *messages.List:
+		c.answer(m, messages.ListReply{Services: c.list()})
+	case *messages.Sync:
+		c.sync(m)
+	case *messages.RevNATAdd:
+		c.revNATAdd(m)
+	case *messages.RevNATDelete:
+		c.revNATDelete(m.ID, newWaiter(m, waitRevNAT, 1))
+	case *messages.RevNATDeleteAll:
+		ids := make([]lb.ServiceID, 0, len(c.standalone))
+		for id := range c.standalone {
+			ids = append(ids, id)
+		}
+		slices.Sort(ids)
+		w := newWaiter(m, waitRevNAT, len(ids))
+		c.settle0(w)
+		for _, id := range ids {
+			c.revNATDelete(id, w)
+		}
+	case *messages.RevNATGet:
+		for _, e := range c.revNATs() {
+			if e.ID == m.ID {
+				c.answer(m, messages.RevNATReply{Entries: []messages.RevNAT{e}})
+				return
+			}
+		}
+		c.answer(m, messages.RevNATReply{Err: fmt.Errorf("get revNAT %d: %w", m.ID, ErrRevNATNotFound)})
+	case *messages.RevNATDump:
+		c.answer(m, messages.RevNATReply{Entries: c.revNATs()})
+	case *messages.Stats:
+		c.answer(m, c.stats())
+	default:
+		c.answer(call, call.Failed(fmt.Errorf("engine: unknown call %T", call)))
+	}
+}
+
+// waiter collects the outcomes of one call's operations and answers the
+// call when the last is in.
+type waiter struct {
+	call messages.Call
+	kind waitKind
+	left int
+
+	upserts           []messages.UpsertReply
+	deletes           []messages.DeleteReply
+	upserted, deleted int // Sync
+	errs              []error
+}
+
+type waitKind uint8
+
+const (
+	waitUpsert      waitKind = iota // Upsert: one UpsertReply
+	waitUpsertBatch                 // UpsertBatch: one per service
+	waitDelete                      // Delete, DeleteByFrontend: one DeleteReply
+	waitDeleteBatch                 // DeleteBatch: one per frontend
+	waitSync                        // Sync: counts and errors
+	waitRevNAT                      // RevNATDelete, RevNATDeleteAll: errors
+)
+
+func newWaiter(call messages.Call, kind waitKind, n int) *waiter {
+	w := &waiter{call: call, kind: kind, left: n}
+	switch kind {
+	case waitUpsert, waitUpsertBatch:
+		w.upserts = make([]messages.UpsertReply, n)
+	case waitDelete, waitDeleteBatch:
+		w.deletes = make([]messages.DeleteReply, n)
+	}
+	return w
+}
+
+// upserted records the outcome of the upsert in slot of w (nil: a refresh,
+// nobody waits).
+func (c *Core) upserted(w *waiter, slot int, r messages.UpsertReply) {
+	if w == nil {
+		return
+	}
+	if w.kind == waitSync {
+		if r.Err == nil {
+			w.upserted++
+		} else {
+			w.errs = append(w.errs, r.Err)
+		}
+	} else {
+		w.upserts[slot] = r
+	}
+	c.settleOne(w)
+}
+
+// deleted records the outcome of the delete in slot of w.
+func (c *Core) deleted(w *waiter, slot int, r messages.DeleteReply) {
+	if w.kind == waitSync {
+		switch {
+		case errors.Is(r.Err, ErrServiceNotFound):
+			// an in-flight create that failed: nothing to delete
+		case r.Err == nil:
+			w.deleted++
+		default:
+			w.errs = append(w.errs, r.Err)
+		}
+	} else {
+		w.deletes[slot] = r
+	}
+	c.settleOne(w)
+}
+
+// revNATDone records the outcome of a standalone revNAT delete.
+func (c *Core) revNATDone(w *waiter, err error) {
+	if err != nil {
+		w.errs = append(w.errs, err)
+	}
+	c.settleOne(w)
+}
+
+func (c *Core) settleOne(w *waiter) {
+	w.left--
+	c.settle0(w)
+}
+
+// settle0 answers the call of w if nothing is left to wait for.
+func (c *Core) settle0(w *waiter) {
+	if w.left != 0 {
+		return
+	}
+	w.left = -1 // answered
+	switch w.kind {
+	case waitUpsert:
+		c.answer(w.call, w.upserts[0])
+	case waitUpsertBatch:
+		c.answer(w.call, messages.UpsertBatchReply{Results: w.upserts})
+	case waitDelete:
+		c.answer(w.call, w.deletes[0])
+	case waitDeleteBatch:
+		c.answer(w.call, messages.DeleteBatchReply{Results: w.deletes})
+	case waitSync:
+		err := errors.Join(w.errs...)
+		if err != nil {
+			err = fmt.Errorf("sync: %w", err)
+		}
+		c.answer(w.call, messages.SyncReply{Upserted: w.upserted, Deleted: w.deleted, Err: err})
+	case waitRevNAT:
+		c.answer(w.call, messages.RevNATReply{Err: errors.Join(w.errs...)})
+	}
+}
+
+func (c *Core) list() []*lb.Service {
+	ids := make([]lb.ServiceID, 0, len(c.services))
+	for id := range c.services {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	out := make([]*lb.Service, len(ids))
+	for i, id := range ids {
+		out[i] = c.services[id].Spec.DeepCopy()
+	}
+	return out
+}
+
+func (c *Core) revNATs() []messages.RevNAT {
+	var out []messages.RevNAT
+	for id, svc := range c.services {
+		fe := svc.Frontend()
+		out = append(out, messages.RevNAT{ID: id, Address: lb.L3n4Addr{Addr: fe.Addr, Port: fe.Port}, Service: true})
+	}
+	for id, a := range c.standalone {
+		out = append(out, messages.RevNAT{ID: id, Address: a})
+	}
+	slices.SortFunc(out, func(a, b messages.RevNAT) int { return int(a.ID) - int(b.ID) })
+	return out
+}
+
+func (c *Core) stats() messages.StatsReply {
+	bes := map[lb.BackendID]bool{}
+	for _, svc := range c.services {
+		for _, id := range svc.BackendIDs {
+			bes[id] = true
+		}
+	}
+	steps := make(map[string]messages.StepTiming, len(c.steps))
+	for k, v := range c.steps {
+		steps[k] = *v
+	}
+	restarts := make(map[string]int, len(c.cfg.Restarts))
+	for k, v := range c.cfg.Restarts {
+		restarts[k] = v
+	}
+	return messages.StatsReply{
+		Services: len(c.services), Backends: len(bes), RevNAT: len(c.services) + len(c.standalone),
+		ActorRestarts: restarts, Restore: c.restore, Ready: c.ready, OpsInFlight: c.inflight, RequestsResent: c.resent,
+		RequestsSent: c.requestsSent, ChildMessages: c.childMessages, Steps: steps,
+	}
+}
+
+// sync validates the whole desired set, then, in this one Step, queues an
+// upsert for each desired service and a delete for every other frontend
+// known or in flight, and for every standalone revNAT entry. Calls that
+// arrive later are queued behind these, so nothing they add is deleted by
+// this sync.
+func (c *Core) sync(m *messages.Sync) {
+	desired := map[lb.L3n4Addr]int{}
+	ids := map[lb.ServiceID]int{}
+	for i, svc := range m.Desired {
+		if err := svc.Validate(); err != nil {
+			c.answer(m, messages.SyncReply{Err: fmt.Errorf("sync: service %d: %w", i, err)})
+			return
+		}
+		fe := svc.Frontend.L3n4Addr
+		if j, dup := desired[fe]; dup {
+			c.answer(m, messages.SyncReply{Err: fmt.Errorf("sync: service %d: %w: frontend %s also in service %d", i, errInvalidSync, fe, j)})
+			return
+		}
+		desired[fe] = i
+		if id := svc.Frontend.ID; id != 0 {
+			if j, dup := ids[id]; dup {
+				c.answer(m, messages.SyncReply{Err: fmt.Errorf("sync: service %d: %w: service ID %d also in service %d", i, errInvalidSync, id, j)})
+				return
+			}
+			ids[id] = i
+		}
+	}
+	var stale []lb.L3n4Addr
+	for fe := range c.byFE.All {
+		if _, ok := desired[fe]; !ok {
+			stale = append(stale, fe)
+		}
+	}
+	for key := range c.queues {
+		if key.backend {
+			continue
+		}
+		fe := key.l3n4()
+		if _, ok := desired[fe]; !ok && !slices.Contains(stale, fe) {
+			if _, known := c.byFE.Get(fe); !known {
+				stale = append(stale, fe)
+			}
+		}
+	}
+	var revs []lb.ServiceID
+	for id := range c.standalone {
+		revs = append(revs, id)
+	}
+	w := newWaiter(m, waitSync, len(m.Desired)+len(stale)+len(revs))
+	c.settle0(w)
+	for _, svc := range m.Desired {
+		c.run(c.upsertOp([]*lb.Service{svc}, w, []int{0}))
+	}
+	for _, fe := range stale {
+		c.run(c.deleteOp([]deleteItem{{fe: fe, to: w}}))
+	}
+	for _, id := range revs {
+		c.revNATDelete(id, w)
+	}
+}
+
+// upsertBatch starts the upserts of a batch, in order, in this one Step
+// (so their requests share the outbox), and answers when all have. Runs
+// of new services (a frontend without a service or a queued op, no backend
+// in two of them) go as one op each; the others as one op each.
+func (c *Core) upsertBatch(m *messages.UpsertBatch) {
+	w := newWaiter(m, waitUpsertBatch, len(m.Services))
+	c.settle0(w)
+	var run []*lb.Service
+	var runIdx []int
+	taken := map[qkey]bool{} // queue keys of the run
+	flush := func() {
+		if len(run) == 0 {
+			return
+		}
+		c.run(c.upsertOp(run, w, runIdx))
+		run, runIdx = nil, nil
+		clear(taken)
+	}
+	for i, svc := range m.Services {
+		if err := svc.Validate(); err != nil {
+			c.upserted(w, i, messages.UpsertReply{Err: fmt.Errorf("upsert service %d of the batch: %w", i, err)})
+			continue
+		}
+		fe := svc.Frontend.L3n4Addr
+		keys := opKeys(fe, svc.Backends)
+		for _, k := range keys {
+			if taken[k] { // shares a frontend or backend with the run: the run goes first
+				flush()
+				break
+			}
+		}
+		_, exists := c.byFE.Get(fe)
+		_, queued := c.queues[feQueue(fe)] // a flushed run counts
+		if !exists && !queued {
+			for _, k := range keys {
+				taken[k] = true
+			}
+			run, runIdx = append(run, svc), append(runIdx, i)
+			continue
+		}
+		flush()
+		c.run(c.upsertOp([]*lb.Service{svc}, w, []int{i}))
+	}
+	flush()
+}
+
+// deleteBatch deletes the services of the frontends in runs of distinct
+// frontends, each one op (a repeated frontend starts the next run, which
+// queues behind the first on that frontend, so the order holds).
+func (c *Core) deleteBatch(m *messages.DeleteBatch) {
+	w := newWaiter(m, waitDeleteBatch, len(m.Frontends))
+	c.settle0(w)
+	for start := 0; start < len(m.Frontends); {
+		seen := map[lb.L3n4Addr]bool{}
+		var items []deleteItem
+		end := start
+		for end < len(m.Frontends) && !seen[m.Frontends[end]] {
+			seen[m.Frontends[end]] = true
+			items = append(items, deleteItem{fe: m.Frontends[end], to: w, slot: end})
+			end++
+		}
+		c.run(c.deleteOp(items))
+		start = end
+	}
+}

@@ -1,0 +1,41 @@
+package engine
+
+import "github.com/actorlb/actorlb/maps"
+
+// Child names: the actors the engine's supervisor spawns, and the
+// addresses of the requests the core sends.
+const (
+	ChildAllocator = "alloc"
+	ChildService4  = "svc4"
+	ChildService6  = "svc6"
+	ChildBackend4  = "be4"
+	ChildBackend6  = "be6"
+	ChildRevNAT    = "revnat"
+)
+
+// Children lists the child names, in the order Ready lists requests.
+var Children = []string{ChildAllocator, ChildService4, ChildService6, ChildBackend4, ChildBackend6, ChildRevNAT}
+
+func svcChild(f maps.Family) string {
+	if f == maps.IPv6 {
+		return ChildService6
+	}
+	return ChildService4
+}
+
+func beChild(f maps.Family) string {
+	if f == maps.IPv6 {
+		return ChildBackend6
+	}
+	return ChildBackend4
+}
+
+// families index per-family lists: 0 IPv4, 1 IPv6.
+var families = [2]maps.Family{maps.IPv4, maps.IPv6}
+
+func famIndex(f maps.Family) int {
+	if f == maps.IPv6 {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,247 @@
+package engine
+
+import (
+	"time"
+
+	"github.com/actorlb/actorlb/internal/addrkey"
+	"github.com/actorlb/actorlb/internal/packedmap"
+	"github.com/actorlb/actorlb/internal/table"
+	lb "github.com/actorlb/actorlb/loadbalancer"
+	"github.com/actorlb/actorlb/messages"
+	"github.com/sirupsen/logrus"
+)
+
+// Config configures a Core.
+type Config struct {
+	Log *logrus.Entry
+	// Restore rebuilds the table from the maps at Start; when false the
+	// maps are emptied instead.
+	Restore bool
+	// MaxResends bounds how often a request lost in a child crash is sent
+	// again (default 3).
+	MaxResends int
+	// Restarts counts actor restarts by name; the core adds the children it
+	// is told stopped (Stats reports it). It outlives an incarnation of the
+	// core, so it is the caller's.
+	Restarts map[string]int
+	// OnUp runs when the core has restored and serves; OnDown when it stops
+	// serving; OnRestoreFailed when restore fails (the core then fails
+	// every call with err).
+	OnUp, OnDown    func()
+	OnRestoreFailed func(err error)
+	// Now is the clock of step timings (time.Now if nil).
+	Now func() time.Time
+}
+
+// Core is the engine's deterministic core: the table of services, the
+// queues, the operations in flight, the requests awaiting replies and the
+// outbox. It does no I/O: Step feeds it an input; Answers, Ready and
+// Advance hand out what to deliver. It is not safe for concurrent use.
+type Core struct {
+	cfg Config
+	log *logrus.Entry
+	now func() time.Time
+
+	// The table.
+	services   map[lb.ServiceID]*table.Service
+	byFE       packedmap.Map[lb.L3n4Addr, lb.ServiceID] // frontend -> service (IPv4 keys packed)
+	users      packedmap.Map[addrkey.Backend, users]     // backend -> services using it (IPv4 keys packed)
+	shared     map[addrkey.Backend][]lb.ServiceID        // users beyond the first, of shared backends
+	standalone map[lb.ServiceID]lb.L3n4Addr              // revNAT entries without a service
+
+	queues     map[qkey]queue
+	queuesPeak int // most keys queues held since it was last made
+	reqs       pendingTable
+	inflight   int // ops begun and not complete
+	outbox     map[string][]*pendingReq
+	answers    []Answer
+
+	// Stats.
+	requestsSent, childMessages uint64
+	steps                       map[string]*messages.StepTiming
+	resent                      int
+	restore                     messages.RestoreStats
+
+	ready    bool
+	readyErr error
+	deferred []messages.Call // calls that came before restore finished
+	stopping bool
+}
+
+// New returns a core with an empty table; Step(Start{}) restores it.
+func New(cfg Config) *Core {
+	if cfg.Log == nil {
+		cfg.Log = logrus.NewEntry(logrus.StandardLogger())
+	}
+	if cfg.MaxResends == 0 {
+		cfg.MaxResends = 3
+	}
+	if cfg.Restarts == nil {
+		cfg.Restarts = map[string]int{}
+	}
+	if cfg.OnUp == nil {
+		cfg.OnUp = func() {}
+	}
+	if cfg.OnDown == nil {
+		cfg.OnDown = func() {}
+	}
+	if cfg.OnRestoreFailed == nil {
+		cfg.OnRestoreFailed = func(error) {}
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Core{
+		cfg:        cfg,
+		log:        cfg.Log,
+		now:        cfg.Now,
+		services:   map[lb.ServiceID]*table.Service{},
+		byFE:       packedmap.New[lb.L3n4Addr, lb.ServiceID](0, addrkey.FrontendPacker{}),
+		users:      packedmap.New[addrkey.Backend, users](0, addrkey.BackendPacker{}),
+		standalone: map[lb.ServiceID]lb.L3n4Addr{},
+		queues:     map[qkey]queue{},
+	}
+}
+
+// Input is what Step takes: Start, Stop, a messages.Call, a
+// messages.Reply (or messages.Replies), ChildFailed or ChildStopped.
+type Input any
+
+// Start begins the restore from the children's maps.
+type Start struct{}
+
+// Stop tells the core it is going away (its actor restarts or stops):
+// every call in flight is answered with Err.
+type Stop struct{ Err error }
+
+// ChildFailed tells the core that a child failed while handling Failed
+// (a request or a messages.Batch) and was restarted in place.
+type ChildFailed struct {
+	Child  string
+	Failed any
+}
+
+// ChildStopped tells the core that a child stopped for good and was
+// spawned again.
+type ChildStopped struct{ Child string }
+
+// Answer is a reply to a caller: deliver it with Call.Answer(Reply).
+type Answer struct {
+	Call  messages.Call
+	Reply any
+}
+
+// Outgoing is what one child is sent: one bare request or, when there are
+// several, one messages.Batch.
+type Outgoing struct {
+	Child string
+	Msg   any
+}
+
+// Ready is the requests waiting in the outbox, by child, in the order of
+// Children.
+type Ready struct {
+	Requests []Outgoing
+}
+
+// Step feeds the core one input.
+func (c *Core) Step(in Input) {
+	switch m := in.(type) {
+	case Start:
+		c.startRestore()
+	case Stop:
+		c.stopping = true
+		c.cfg.OnDown()
+		c.abortAll(m.Err)
+	case ChildFailed:
+		c.onChildFailed(m)
+	case ChildStopped:
+		if !c.stopping {
+			c.onChildStopped(m.Child)
+		}
+	case *messages.Replies:
+		for _, r := range m.Msgs {
+			if r, ok := r.(messages.Reply); ok {
+				c.onReply(r.ReplyID(), r)
+			}
+		}
+	case messages.Reply:
+		c.onReply(m.ReplyID(), m)
+	case messages.Call:
+		c.handleCall(m)
+	}
+}
+
+// Answers returns the replies to callers produced since the last call
+// (deliver them at once).
+func (c *Core) Answers() []Answer {
+	a := c.answers
+	c.answers = nil
+	return a
+}
+
+// HasReady reports whether requests wait in the outbox.
+func (c *Core) HasReady() bool {
+	for _, ps := range c.outbox {
+		if len(ps) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// Ready returns the requests in the outbox, per child: all those queued
+// while the inputs since the last Advance were stepped. Send them, then
+// call Advance.
+func (c *Core) Ready() Ready {
+	var rd Ready
+	for _, child := range Children {
+		ps := c.outbox[child]
+		switch len(ps) {
+		case 0:
+			continue
+		case 1:
+			rd.Requests = append(rd.Requests, Outgoing{child, ps[0].msg})
+		default:
+			msgs := make([]any, len(ps))
+			for i, p := range ps {
+				msgs[i] = p.msg
+			}
+			rd.Requests = append(rd.Requests, Outgoing{child, &messages.Batch{Msgs: msgs}})
+		}
+	}
+	return rd
+}
+
+// Advance acknowledges the last Ready: its requests were sent.
+func (c *Core) Advance() {
+	for _, child := range Children {
+		ps := c.outbox[child]
+		if len(ps) == 0 {
+			continue
+		}
+		c.requestsSent += uint64(len(ps))
+		c.childMessages++
+		for _, p := range ps {
+			p.sent = true
+		}
+		// The array is kept for the next flush, emptied: requests it still
+		// pointed to would keep their ops and messages from the collector.
+		clear(ps)
+		c.outbox[child] = ps[:0]
+		if cap(ps) > scratchMax {
+			c.outbox[child] = nil
+		}
+	}
+}
+
+// scratchMax is the largest outbox array kept between flushes.
+const scratchMax = 4096
+
+// answer queues a reply to a caller.
+func (c *Core) answer(call messages.Call, reply any) {
+	c.answers = append(c.answers, Answer{call, reply})
+}
+
+// Ready reports whether the core has restored and serves.
+func (c *Core) Serving() bool { return c.ready }

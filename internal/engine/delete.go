@@ -1,0 +1,181 @@
+package engine
+
+import (
+	"fmt"
+
+	"github.com/actorlb/actorlb/internal/table"
+	lb "github.com/actorlb/actorlb/loadbalancer"
+	"github.com/actorlb/actorlb/maps"
+	"github.com/actorlb/actorlb/messages"
+)
+
+// deletePlan deletes the services of distinct frontends: one for Delete,
+// several for DeleteBatch, with one request per child (and family) at each
+// step for all of them. A frontend without a service fails alone
+// (ErrServiceNotFound); a map write that fails fails the op, whose
+// rollback writes the services back.
+//
+// Steps, in make-before-break order: delete the services' masters and
+// slots; commit (they leave the table); give back their backends'
+// references; delete the backends that became free; delete the revNAT
+// entries; let the freed backend IDs and the service IDs be reused.
+type deletePlan struct {
+	items     []deleteItem
+	committed bool
+	releaser
+}
+
+// deleteItem is one frontend of a delete plan.
+type deleteItem struct {
+	fe   lb.L3n4Addr
+	want lb.ServiceID // the service must still have this ID (0: any)
+	to   *waiter
+	slot int
+
+	old *table.Service // what start found
+	err error          // this frontend failed alone
+}
+
+func (c *Core) deleteOp(items []deleteItem) *op {
+	o := &op{plan: &deletePlan{items: items}, keys: make([]qkey, len(items))}
+	for i, it := range items {
+		o.keys[i] = feQueue(it.fe)
+	}
+	return o
+}
+
+func (p *deletePlan) start(c *Core, _ *op) []step {
+	live := 0
+	for i := range p.items {
+		it := &p.items[i]
+		id, ok := c.byFE.Get(it.fe)
+		if !ok || (it.want != 0 && id != it.want) {
+			it.err = ErrServiceNotFound
+			continue
+		}
+		it.old = c.services[id]
+		live++
+	}
+	if live == 0 {
+		return nil
+	}
+	return []step{
+		{name: StepDeleteService, send: p.deleteServices, retry: mapRetries},
+		{name: StepCommit, send: p.commit},
+		// One request, so that the references held are given back all at
+		// once (a restarted allocator counts o.beHolds).
+		{name: StepReleaseBackendIDs, send: p.releaseBackends},
+		{name: StepDeleteBackends, send: p.deleteFreed, retry: mapRetries},
+		{name: StepDeleteRevNAT, send: p.deleteRevNAT, retry: mapRetries},
+		{name: StepReleaseServiceID, send: p.releaseServiceIDs},
+	}
+}
+
+// live yields the frontends that have a service to delete.
+func (p *deletePlan) live(yield func(*deleteItem) bool) {
+	for i := range p.items {
+		if it := &p.items[i]; it.old != nil && it.err == nil && !yield(it) {
+			return
+		}
+	}
+}
+
+func (p *deletePlan) deleteServices(c *Core, o *op) {
+	var ds [2][]maps.ServiceKey
+	for it := range p.live {
+		f := famIndex(it.old.Family())
+		ds[f] = append(ds[f], slotKeys(it.fe, 0, table.SlotCount(it.old))...) // master first
+	}
+	c.applyServices(o, [2][]maps.ServiceEntry{}, ds)
+}
+
+// commit drops the services from the table; until released, the op holds
+// their references.
+func (p *deletePlan) commit(c *Core, o *op) {
+	for it := range p.live {
+		c.drop(it.old)
+		o.svcHolds = append(o.svcHolds, messages.AllocBinding{Key: it.fe, ID: uint64(it.old.ID()), Refs: 1})
+		for j, b := range it.old.Spec.Backends {
+			o.beHolds = append(o.beHolds, messages.AllocBinding{Key: table.BackendKey(b), ID: uint64(it.old.BackendIDs[j]), Refs: 1})
+		}
+	}
+	p.committed = true
+}
+
+func (p *deletePlan) releaseBackends(c *Core, o *op) {
+	var keys []lb.L3n4Addr
+	for it := range p.live {
+		for _, b := range it.old.Spec.Backends {
+			keys = append(keys, table.BackendKey(b))
+		}
+		p.markV6(it.old)
+	}
+	p.release(c, o, keys, nil)
+}
+
+func (p *deletePlan) deleteRevNAT(c *Core, o *op) {
+	var rev [2][]uint16
+	for it := range p.live {
+		f := famIndex(it.old.Family())
+		rev[f] = append(rev[f], uint16(it.old.ID()))
+	}
+	c.applyRevNAT(o, nil, rev)
+}
+
+// releaseServiceIDs lets the freed backend IDs be reused and gives the
+// service IDs back: one allocator round trip, the last step.
+func (p *deletePlan) releaseServiceIDs(c *Core, o *op) {
+	p.reuse(c, o)
+	var fes []lb.L3n4Addr
+	for it := range p.live {
+		fes = append(fes, it.fe)
+	}
+	c.request(o, ChildAllocator, 0, releasedServices, func(id uint64) messages.Request {
+		return &messages.AllocRelease{ReqID: id, Frontends: fes}
+	})
+}
+
+// releasedServices folds the release of the service IDs.
+func releasedServices(o *op, _ int, reply any) error {
+	o.svcHolds = nil
+	return reply.(*messages.AllocReleased).Err
+}
+
+// rollback writes the services back (before the commit, nothing else was
+// changed).
+func (p *deletePlan) rollback(*Core, *op) []step {
+	if p.committed {
+		return nil
+	}
+	return []step{{name: StepRollbackService, send: p.rewriteServices, retry: mapRetries}}
+}
+
+func (p *deletePlan) rewriteServices(c *Core, o *op) {
+	var ws [2][]maps.ServiceEntry
+	for it := range p.live {
+		f := famIndex(it.old.Family())
+		ws[f] = append(ws[f], table.SlotsAndMaster(it.old)...)
+	}
+	c.applyServices(o, ws, [2][]maps.ServiceKey{})
+}
+
+func (p *deletePlan) finish(c *Core, _ *op, err error) {
+	for i := range p.items {
+		it := &p.items[i]
+		e := err
+		if it.err != nil {
+			e = it.err
+		}
+		r := messages.DeleteReply{}
+		if e != nil {
+			what := it.fe.String()
+			if it.want != 0 {
+				what = fmt.Sprint(it.want)
+			}
+			r.Err = fmt.Errorf("delete service %s: %w", what, e)
+		} else {
+			r.ID = it.old.ID()
+		}
+		c.deleted(it.to, it.slot, r)
+	}
+}

@@ -1,0 +1,96 @@
+package engine
+
+import (
+	"github.com/actorlb/actorlb/internal/addrkey"
+	"github.com/actorlb/actorlb/internal/table"
+	lb "github.com/actorlb/actorlb/loadbalancer"
+)
+
+// queuesKeep is the most keys the queue table may have held and still be
+// kept once empty (about 2 MB).
+const queuesKeep = 1 << 15
+
+// qkey names a queue: that of a frontend, or that of a backend (whose
+// state an op writes).
+type qkey struct {
+	addrkey.IP // no pointer: hashed as plain bytes
+	port       uint16
+	proto      lb.L4Type
+	scope      lb.Scope
+	backend    bool
+}
+
+func feQueue(a lb.L3n4Addr) qkey {
+	return qkey{IP: addrkey.IPOf(a.Addr), port: a.Port, proto: a.Protocol, scope: a.Scope}
+}
+
+func beQueue(a lb.L3n4Addr) qkey {
+	k := feQueue(a)
+	k.backend = true
+	return k
+}
+
+// l3n4 returns the address the queue is for.
+func (k qkey) l3n4() lb.L3n4Addr {
+	return lb.L3n4Addr{Addr: k.Addr(), Port: k.port, Protocol: k.proto, Scope: k.scope}
+}
+
+// queue is the ops waiting on one key: the one running (or about to) and
+// those behind it. Most queues hold one op, which needs no allocation.
+type queue struct {
+	head *op
+	rest []*op
+}
+
+// all yields the ops of the queue in order.
+func (q queue) all(yield func(*op) bool) {
+	if !yield(q.head) {
+		return
+	}
+	for _, o := range q.rest {
+		if !yield(o) {
+			return
+		}
+	}
+}
+
+// opKeys are the queues of an op on fe writing backends bs (validated, so
+// without duplicates).
+func opKeys(fe lb.L3n4Addr, bs []lb.Backend) []qkey {
+	keys := make([]qkey, 0, 1+len(bs))
+	keys = append(keys, feQueue(fe))
+	for _, b := range bs {
+		keys = append(keys, beQueue(table.BackendKey(b)))
+	}
+	return keys
+}
+
+// dequeue takes a completed op out of its queues (it heads each) and
+// begins the ops it was the last to block.
+func (c *Core) dequeue(o *op) {
+	for _, k := range o.keys {
+		q := c.queues[k]
+		if len(q.rest) == 0 {
+			delete(c.queues, k)
+			if len(c.queues) == 0 && c.queuesPeak > queuesKeep {
+				// Go maps never shrink: a burst (a large Sync queues an op
+				// per service and backend) would keep its table for good.
+				// Up to queuesKeep keys it is kept, so that bursts of
+				// batches do not grow it again each time.
+				c.queues = map[qkey]queue{}
+				c.queuesPeak = 0
+			}
+			continue
+		}
+		h := q.rest[0]
+		q.head, q.rest = h, q.rest[1:]
+		if len(q.rest) == 0 {
+			q.rest = nil
+		}
+		c.queues[k] = q
+		h.blocked--
+		if h.blocked == 0 {
+			c.begin(h)
+		}
+	}
+}

@@ -1,0 +1,284 @@
+package engine
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/actorlb/actorlb/internal/addrkey"
+	"github.com/actorlb/actorlb/internal/packedmap"
+	"github.com/actorlb/actorlb/internal/table"
+	lb "github.com/actorlb/actorlb/loadbalancer"
+	"github.com/actorlb/actorlb/maps"
+	"github.com/actorlb/actorlb/messages"
+	"github.com/sirupsen/logrus"
+)
+
+// Restore runs as two ops. The first dumps the map owners' mirrors (which
+// they loaded from the pinned maps when they started) and rebuilds the
+// table from them (table.Rebuild, or flushAll when restore is off). The
+// second applies the repairs the rebuild found, in the safe order, then
+// installs the table and sends the allocator its snapshot: every request
+// to the allocator queues behind it, so the core serves from then on.
+
+// restorePlan is the first op: dump and rebuild.
+type restorePlan struct {
+	dump     table.Dump
+	restored *table.Restored
+}
+
+func (c *Core) startRestore() {
+	c.begin(&op{plan: &restorePlan{}})
+}
+
+func (p *restorePlan) start(*Core, *op) []step {
+	return []step{
+		{name: StepDumpMaps, send: p.dumpMaps},
+		{name: StepRebuild, send: p.rebuild},
+	}
+}
+
+// dumpMaps asks each map owner for its entries; item is the child's index
+// in dumpChildren.
+func (p *restorePlan) dumpMaps(c *Core, o *op) {
+	for i, child := range dumpChildren {
+		c.request(o, child, i, p.dumped, func(id uint64) messages.Request { return &messages.MapDump{ReqID: id} })
+	}
+}
+
+var dumpChildren = []string{ChildService4, ChildService6, ChildBackend4, ChildBackend6, ChildRevNAT}
+
+func (p *restorePlan) dumped(_ *op, i int, r any) error {
+	switch dumpChildren[i] {
+	case ChildService4:
+		p.dump.Services4 = r.(*messages.MapDumped[maps.ServiceEntry]).Entries
+	case ChildService6:
+		p.dump.Services6 = r.(*messages.MapDumped[maps.ServiceEntry]).Entries
+	case ChildBackend4:
+		p.dump.Backends4 = r.(*messages.MapDumped[maps.BackendEntry]).Entries
+	case ChildBackend6:
+		p.dump.Backends6 = r.(*messages.MapDumped[maps.BackendEntry]).Entries
+	case ChildRevNAT:
+		rev := r.(*messages.RevNATDumped)
+		p.dump.RevNAT4, p.dump.RevNAT6 = rev.V4, rev.V6
+	}
+	return nil
+}
+
+func (p *restorePlan) rebuild(c *Core, _ *op) {
+	if c.cfg.Restore {
+		p.restored = table.Rebuild(p.dump)
+	} else {
+		p.restored = flushAll(p.dump)
+	}
+	p.dump = table.Dump{}
+}
+
+func (p *restorePlan) rollback(*Core, *op) []step { return nil }
+
+func (p *restorePlan) finish(c *Core, _ *op, err error) {
+	if err != nil {
+		c.restoreFailed(err)
+		return
+	}
+	c.begin(&op{plan: &repairPlan{restored: p.restored}})
+}
+
+// repairPlan is the second op: repairs, install, allocator snapshot.
+type repairPlan struct {
+	restored *table.Restored
+}
+
+// fix is one repair step: the entries of one kind of one family.
+type fix struct {
+	name string
+	f    maps.Family
+	svc  func(fx *table.Fixes) ([]maps.ServiceEntry, []maps.ServiceKey)
+	be   func(fx *table.Fixes) []uint32
+	rev  func(fx *table.Fixes) ([]maps.RevNATEntry, []uint16)
+}
+
+// fixOrder is the safe order of the repairs of one family.
+var fixOrder = []fix{
+	{name: "repair: write revNAT", rev: func(fx *table.Fixes) ([]maps.RevNATEntry, []uint16) { return fx.RevNATWrites, nil }},
+	{name: "repair: delete masters", svc: func(fx *table.Fixes) ([]maps.ServiceEntry, []maps.ServiceKey) { return nil, fx.MasterDeletes }},
+	{name: "repair: write slots", svc: func(fx *table.Fixes) ([]maps.ServiceEntry, []maps.ServiceKey) { return fx.SlotWrites, nil }},
+	{name: "repair: write masters", svc: func(fx *table.Fixes) ([]maps.ServiceEntry, []maps.ServiceKey) { return fx.MasterWrites, nil }},
+	{name: "repair: delete slots", svc: func(fx *table.Fixes) ([]maps.ServiceEntry, []maps.ServiceKey) { return nil, fx.SlotDeletes }},
+	{name: "repair: delete backends", be: func(fx *table.Fixes) []uint32 { return fx.BackendDeletes }},
+	{name: "repair: delete revNAT", rev: func(fx *table.Fixes) ([]maps.RevNATEntry, []uint16) { return nil, fx.RevNATDeletes }},
+}
+
+func (p *repairPlan) start(*Core, *op) []step {
+	var steps []step
+	for _, f := range families {
+		if p.restored.Fixes(f).Empty() {
+			continue
+		}
+		for _, fx := range fixOrder {
+			fx.f = f
+			if !fx.empty(p.restored) {
+				steps = append(steps, step{name: fx.name, send: fx.send(p.restored), retry: mapRetries})
+			}
+		}
+	}
+	return append(steps, step{name: StepInstall, send: p.install})
+}
+
+func (fx fix) empty(r *table.Restored) bool {
+	x := r.Fixes(fx.f)
+	switch {
+	case fx.svc != nil:
+		w, d := fx.svc(x)
+		return len(w) == 0 && len(d) == 0
+	case fx.be != nil:
+		return len(fx.be(x)) == 0
+	default:
+		w, d := fx.rev(x)
+		return len(w) == 0 && len(d) == 0
+	}
+}
+
+// send returns the step's send: the fix's entries of r.
+func (fx fix) send(r *table.Restored) func(c *Core, o *op) {
+	return func(c *Core, o *op) {
+		x, fi := r.Fixes(fx.f), famIndex(fx.f)
+		switch {
+		case fx.svc != nil:
+			var ws [2][]maps.ServiceEntry
+			var ds [2][]maps.ServiceKey
+			ws[fi], ds[fi] = fx.svc(x)
+			c.applyServices(o, ws, ds)
+		case fx.be != nil:
+			var ds [2][]uint32
+			ds[fi] = fx.be(x)
+			c.applyBackends(o, [2][]maps.BackendEntry{}, ds)
+		default:
+			w, d := fx.rev(x)
+			var ds [2][]uint16
+			ds[fi] = d
+			c.applyRevNAT(o, w, ds)
+		}
+	}
+}
+
+// install makes the restored services the table and sends the allocator
+// its snapshot; the core serves without waiting for the allocator's
+// answer (every request to it queues behind the snapshot; reads are
+// answered from the table at once).
+func (p *repairPlan) install(c *Core, _ *op) {
+	r := p.restored
+	if len(c.services) == 0 {
+		n := 0
+		for _, svc := range r.Services {
+			n += len(svc.BackendIDs)
+		}
+		c.services = make(map[lb.ServiceID]*table.Service, len(r.Services))
+		c.byFE = packedmap.New[lb.L3n4Addr, lb.ServiceID](len(r.Services), addrkey.FrontendPacker{})
+		c.users = packedmap.New[addrkey.Backend, users](n, addrkey.BackendPacker{})
+	}
+	for _, svc := range r.Services {
+		c.put(svc)
+	}
+	c.snapshotAllocator((*Core).failServing)
+}
+
+func (p *repairPlan) rollback(*Core, *op) []step { return nil }
+
+func (p *repairPlan) finish(c *Core, _ *op, err error) {
+	if err != nil {
+		c.restoreFailed(err)
+		return
+	}
+	c.ready = true
+	c.recordRestore(p.restored)
+	c.cfg.OnUp()
+	c.replayDeferred()
+}
+
+// restoreFailed fails the incarnation: it serves nothing and answers every
+// call with the error.
+func (c *Core) restoreFailed(err error) {
+	c.readyErr = fmt.Errorf("restore: %w", err)
+	c.log.WithError(err).Error("restore from the pinned maps failed")
+	c.cfg.OnRestoreFailed(c.readyErr)
+	c.replayDeferred()
+}
+
+// replayDeferred handles the calls that came before restore finished.
+func (c *Core) replayDeferred() {
+	deferred := c.deferred
+	c.deferred = nil
+	for _, m := range deferred {
+		c.handleCall(m)
+	}
+}
+
+// failServing stops serving after a failure found once serving began
+// (the allocator refused the restored IDs: a bug, or maps changed under
+// us). Later calls fail with err; restarting the engine restores again.
+func (c *Core) failServing(err error) {
+	if c.stopping {
+		return
+	}
+	err = fmt.Errorf("restore: allocator: %w", err)
+	c.log.WithError(err).Error("restore from the pinned maps failed")
+	c.ready = false
+	c.readyErr = err
+	c.abortAll(err) // ops that came after the snapshot: none has written yet
+	c.cfg.OnDown()
+	c.cfg.OnRestoreFailed(err)
+}
+
+func (c *Core) recordRestore(r *table.Restored) {
+	st := messages.RestoreStats{
+		Services:      len(r.Services),
+		OrphanRevNAT:  len(r.OrphanRevNAT),
+		Repairs:       len(r.Repairs),
+		RepairsByKind: map[string]int{},
+		Writes:        r.Fixes4.Writes() + r.Fixes6.Writes(),
+	}
+	bes := map[lb.BackendID]bool{}
+	for _, svc := range r.Services {
+		for _, id := range svc.BackendIDs {
+			bes[id] = true
+		}
+	}
+	st.Backends = len(bes)
+	for _, rep := range r.Repairs {
+		st.RepairsByKind[string(rep.Kind)]++
+		c.log.WithFields(logrus.Fields{
+			"repair": rep.Kind, "family": rep.Family.String(), "serviceID": rep.ServiceID,
+			"frontend": rep.Frontend, "backendID": rep.BackendID,
+		}).Warn("restore repaired the maps: " + rep.Detail)
+	}
+	c.restore = st
+	c.log.WithFields(logrus.Fields{"services": st.Services, "backends": st.Backends, "repairs": st.Repairs, "writes": st.Writes}).Info("restored from pinned maps")
+}
+
+// flushAll is the "restore off" plan: every entry of every map is deleted.
+func flushAll(d table.Dump) *table.Restored {
+	r := &table.Restored{}
+	for _, fam := range []struct {
+		f   maps.Family
+		svc []maps.ServiceEntry
+		be  []maps.BackendEntry
+		rev []maps.RevNATEntry
+	}{{maps.IPv4, d.Services4, d.Backends4, d.RevNAT4}, {maps.IPv6, d.Services6, d.Backends6, d.RevNAT6}} {
+		fx := r.Fixes(fam.f)
+		for _, e := range fam.svc {
+			if e.Key.Slot == 0 {
+				fx.MasterDeletes = append(fx.MasterDeletes, e.Key)
+			} else {
+				fx.SlotDeletes = append(fx.SlotDeletes, e.Key)
+			}
+		}
+		for _, e := range fam.be {
+			fx.BackendDeletes = append(fx.BackendDeletes, e.ID)
+		}
+		for _, e := range fam.rev {
+			fx.RevNATDeletes = append(fx.RevNATDeletes, e.ID)
+		}
+		sort.Slice(fx.BackendDeletes, func(i, j int) bool { return fx.BackendDeletes[i] < fx.BackendDeletes[j] })
+	}
+	return r
+}

@@ -1,0 +1,171 @@
+package engine
+
+import (
+	"github.com/actorlb/actorlb/internal/table"
+	lb "github.com/actorlb/actorlb/loadbalancer"
+	"github.com/actorlb/actorlb/maps"
+	"github.com/actorlb/actorlb/messages"
+)
+
+// Step names: Stats.Steps times each by these names, and errors say which
+// step failed with them.
+const (
+	StepQueued             = "wait in queue" // behind other ops on the same frontend or backend
+	StepAcquire            = "acquire IDs"
+	StepWriteBackends      = "write backends and revNAT"
+	StepWriteService       = "write service"
+	StepCommit             = "commit"
+	StepReleaseIDs         = "release IDs"
+	StepDeleteBackends     = "delete backends"
+	StepReuseBackendIDs    = "reuse backend IDs"
+	StepDeleteService      = "delete service"
+	StepReleaseBackendIDs  = "release backend IDs"
+	StepDeleteRevNAT       = "delete revNAT"
+	StepReleaseServiceID   = "release service ID"
+	StepRefreshBackends    = "refresh backends and revNAT"
+	StepRefreshService     = "refresh service"
+	StepReserveID          = "reserve ID"
+	StepWriteRevNAT        = "write revNAT"
+	StepReleaseID          = "release ID"
+	StepDumpMaps           = "dump maps"
+	StepRebuild            = "rebuild"
+	StepInstall            = "install"
+	StepRestoreAllocator   = "restore allocator"
+	StepRollbackBackends   = "roll back: write backends and revNAT"
+	StepRollbackService    = "roll back: write service"
+	StepRollbackRevNAT     = "roll back: delete revNAT"
+	StepRollbackReleaseIDs = "roll back: release IDs"
+	StepRollbackDeleteBEs  = "roll back: delete backends"
+	StepRollbackReuseIDs   = "roll back: reuse backend IDs"
+)
+
+// Requests shared by the plans: each sends one request per child (and
+// family) for everything given, and nothing when given nothing.
+
+// applyServices sends each family's service map owner its writes (slots
+// then masters, make before break) and deletes (masters first).
+func (c *Core) applyServices(o *op, writes [2][]maps.ServiceEntry, deletes [2][]maps.ServiceKey) {
+	for f := range families {
+		if len(writes[f]) > 0 || len(deletes[f]) > 0 {
+			c.request(o, svcChild(families[f]), 0, replyErr, func(id uint64) messages.Request {
+				return &messages.ServiceApply{ReqID: id, Writes: writes[f], Deletes: deletes[f]}
+			})
+		}
+	}
+}
+
+// applyBackends is applyServices for the backend maps.
+func (c *Core) applyBackends(o *op, writes [2][]maps.BackendEntry, deletes [2][]uint32) {
+	for f := range families {
+		if len(writes[f]) > 0 || len(deletes[f]) > 0 {
+			c.request(o, beChild(families[f]), 0, replyErr, func(id uint64) messages.Request {
+				return &messages.BackendApply{ReqID: id, Writes: writes[f], Deletes: deletes[f]}
+			})
+		}
+	}
+}
+
+// applyRevNAT sends the revNAT owner writes (of both families) and
+// deletes by family.
+func (c *Core) applyRevNAT(o *op, writes []maps.RevNATEntry, deletes [2][]uint16) {
+	if len(writes) == 0 && len(deletes[0]) == 0 && len(deletes[1]) == 0 {
+		return
+	}
+	c.request(o, ChildRevNAT, 0, replyErr, func(id uint64) messages.Request {
+		return &messages.RevNATApply{ReqID: id, Writes: writes, Deletes4: deletes[0], Deletes6: deletes[1]}
+	})
+}
+
+// slotKeys returns the service map keys of slots from..to of fe.
+func slotKeys(fe lb.L3n4Addr, from, to int) []maps.ServiceKey {
+	if from > to {
+		return nil
+	}
+	out := make([]maps.ServiceKey, 0, to-from+1)
+	for i := from; i <= to; i++ {
+		out = append(out, table.Key(fe, uint16(i)))
+	}
+	return out
+}
+
+// releaser gives backend references back to the allocator and deletes the
+// backends that became unreferenced, then lets their IDs be reused: the
+// release steps of the upsert and delete plans and their rollbacks.
+type releaser struct {
+	// v6 holds the backend IDs of IPv6 services (IDs are unique across
+	// families), to sort the freed IDs by family.
+	v6    map[lb.BackendID]bool
+	freed [2][]uint32 // freed backend IDs by family, to delete
+}
+
+// markV6 adds the backend IDs of svc to v6 if svc is an IPv6 service.
+func (r *releaser) markV6(svc *table.Service) {
+	if svc == nil || svc.Family() != maps.IPv6 {
+		return
+	}
+	if r.v6 == nil {
+		r.v6 = map[lb.BackendID]bool{}
+	}
+	for _, b := range svc.BackendIDs {
+		r.v6[b] = true
+	}
+}
+
+// release sends the allocator the references to give back: keys, and the
+// service IDs of fes; the reply's freed IDs are held by o until reuse.
+func (r *releaser) release(c *Core, o *op, keys, fes []lb.L3n4Addr) {
+	if len(keys) == 0 && len(fes) == 0 {
+		return
+	}
+	item := 0
+	if len(fes) > 0 {
+		item = 1 // the reply also gives the op's service holds back
+	}
+	c.request(o, ChildAllocator, item, r.released, func(id uint64) messages.Request {
+		return &messages.AllocRelease{ReqID: id, Backends: keys, Frontends: fes}
+	})
+}
+
+// released folds an AllocReleased: the references it gave back are no
+// longer the op's (item 1: its service IDs neither).
+func (r *releaser) released(o *op, item int, reply any) error {
+	rep := reply.(*messages.AllocReleased)
+	for _, b := range rep.FreedBackends {
+		f := 0
+		if r.v6[b] {
+			f = 1
+		}
+		r.freed[f] = append(r.freed[f], uint32(b))
+		o.freed = append(o.freed, uint32(b))
+	}
+	o.beHolds = nil
+	if item == 1 {
+		o.svcHolds = nil
+	}
+	return rep.Err
+}
+
+// deleteFreed deletes the backends the release freed.
+func (r *releaser) deleteFreed(c *Core, o *op) {
+	c.applyBackends(o, [2][]maps.BackendEntry{}, r.freed)
+}
+
+// reuse lets the backend IDs the op freed be reused.
+func (r *releaser) reuse(c *Core, o *op) {
+	if len(o.freed) == 0 {
+		return
+	}
+	ids := make([]lb.BackendID, len(o.freed))
+	for i, id := range o.freed {
+		ids[i] = lb.BackendID(id)
+	}
+	c.request(o, ChildAllocator, 0, unheld, func(id uint64) messages.Request {
+		return &messages.AllocUnhold{ReqID: id, BackendIDs: ids}
+	})
+}
+
+// unheld folds the reply to AllocUnhold: the op holds no freed ID.
+func unheld(o *op, _ int, reply any) error {
+	o.freed = nil
+	return replyErr(o, 0, reply)
+}

@@ -1,0 +1,271 @@
+package engine
+
+import (
+	"fmt"
+
+	"github.com/actorlb/actorlb/internal/addrkey"
+	lb "github.com/actorlb/actorlb/loadbalancer"
+	"github.com/actorlb/actorlb/messages"
+)
+
+// fold folds a child's reply into its op: item says which of the plan's
+// items the request was for. It returns the reply's error.
+type fold func(o *op, item int, reply any) error
+
+// pendingReq is a request sent to a child and not yet answered.
+type pendingReq struct {
+	op    *op
+	child string
+	msg   messages.Request
+	item  int
+	fold  fold
+	tries int
+	// sent is set once the request has left the outbox: only requests a
+	// child has seen are sent again when it fails.
+	sent bool
+}
+
+// replyErr is the fold of replies that only carry an error.
+func replyErr(_ *op, _ int, r any) error {
+	switch r := r.(type) {
+	case *messages.MapApplied:
+		return r.Err
+	case *messages.AllocDone:
+		return r.Err
+	}
+	return nil
+}
+
+// request queues a request of o's current step for child, built by
+// build(reqID); f folds its reply (for item).
+func (c *Core) request(o *op, child string, item int, f fold, build func(id uint64) messages.Request) uint64 {
+	id := c.reqs.reserve()
+	p := &pendingReq{op: o, child: child, msg: build(id), item: item, fold: f}
+	o.pending++
+	c.reqs.set(id, p)
+	c.enqueue(p)
+	return id
+}
+
+// enqueue puts p in its child's outbox. Every request goes this way, first
+// sends and resends alike, so that a child gets them in the order they were
+// made (after a crash: the allocator's fresh snapshot first, see
+// snapshotFirst).
+func (c *Core) enqueue(p *pendingReq) {
+	p.sent = false
+	if c.outbox == nil {
+		c.outbox = map[string][]*pendingReq{}
+	}
+	c.outbox[p.child] = append(c.outbox[p.child], p)
+}
+
+// onReply folds a child's reply to request id into its op.
+func (c *Core) onReply(id uint64, reply any) {
+	p, ok := c.reqs.get(id)
+	if !ok {
+		return // a duplicate reply to a request that was resent
+	}
+	c.reqs.del(id)
+	o := p.op
+	o.pending--
+	if p.fold != nil {
+		o.fail(p.fold(o, p.item, reply))
+	}
+	c.advance(o)
+}
+
+// failRequest answers a pending request with err (the child could not).
+func (c *Core) failRequest(id uint64, err error) {
+	p, ok := c.reqs.get(id)
+	if !ok {
+		return
+	}
+	c.reqs.del(id)
+	p.op.pending--
+	p.op.fail(err)
+	c.advance(p.op)
+}
+
+// onChildStopped resends what a child that stopped for good and was
+// spawned again owed (restoring the allocator first if it was the
+// allocator).
+func (c *Core) onChildStopped(name string) {
+	c.cfg.Restarts[name]++
+	c.log.WithField("child", name).Warn("child actor stopped; respawning it")
+	if name == ChildAllocator {
+		c.snapshotAllocator(nil)
+	}
+	for id, p := range c.reqs.all {
+		if p.child == name && p.sent {
+			c.resend(id, p)
+		}
+	}
+}
+
+// onChildFailed resends what a child restarted in place owed.
+func (c *Core) onChildFailed(m ChildFailed) {
+	if m.Child == ChildAllocator {
+		c.snapshotAllocator(nil)
+	}
+	// Every request the child owed is sent again: the one it failed on
+	// (counted against its retries) and those it had buffered or queued
+	// (map owners buffer requests until they flush; resending is
+	// idempotent, and a second reply is ignored).
+	failed := map[uint64]bool{}
+	messages.EachRequest(m.Failed, func(msg any) {
+		if r, ok := msg.(messages.Request); ok {
+			failed[r.RequestID()] = true
+		}
+	})
+	for id, p := range c.reqs.all {
+		if p.child != m.Child || !p.sent {
+			continue // requests still in the outbox go to the new incarnation anyway
+		}
+		switch {
+		case failed[id]:
+			c.resend(id, p)
+		case m.Child != ChildAllocator:
+			// Map owners only: their requests are idempotent. The
+			// allocator's are not (a second acquire takes a second
+			// reference); its queued requests survive the restart.
+			c.resent++
+			c.enqueue(p)
+		}
+	}
+}
+
+// resend sends a lost request again, counting a try; past MaxResends the
+// request fails. A lost allocator snapshot is not sent again: the fresh
+// one sent after the crash supersedes it.
+func (c *Core) resend(id uint64, p *pendingReq) {
+	if _, ok := p.msg.(*messages.AllocRestore); ok {
+		c.onReply(id, &messages.AllocDone{ReqID: id})
+		return
+	}
+	p.tries++
+	if p.tries > c.cfg.MaxResends {
+		c.failRequest(id, fmt.Errorf("%s failed %d times on this request", p.child, p.tries))
+		return
+	}
+	c.resent++
+	c.enqueue(p)
+}
+
+// allocBindings computes the allocator's state from the table: one
+// reference per service using a backend (the backend index counts them),
+// standalone revNAT IDs reserved, plus what ops in flight hold.
+func (c *Core) allocBindings() (svcs, bes []messages.AllocBinding, held []lb.BackendID) {
+	svcs = make([]messages.AllocBinding, 0, len(c.services)+len(c.standalone))
+	for id, svc := range c.services {
+		svcs = append(svcs, messages.AllocBinding{Key: svc.Frontend(), ID: uint64(id), Refs: 1})
+	}
+	for id, addr := range c.standalone {
+		svcs = append(svcs, messages.AllocBinding{Key: addr, ID: uint64(id)})
+	}
+	// References held by ops in flight, by backend (few). An op that holds
+	// IDs always awaits a reply.
+	var extra map[addrkey.Backend]messages.AllocBinding
+	seen := map[*op]bool{}
+	for _, p := range c.reqs.all {
+		if seen[p.op] {
+			continue
+		}
+		seen[p.op] = true
+		svcs = append(svcs, p.op.svcHolds...)
+		for _, h := range p.op.beHolds {
+			if extra == nil {
+				extra = map[addrkey.Backend]messages.AllocBinding{}
+			}
+			k := addrkey.BackendOf(h.Key)
+			b := extra[k]
+			b.Key, b.ID, b.Refs = h.Key, h.ID, b.Refs+1
+			extra[k] = b
+		}
+		for _, id := range p.op.freed {
+			held = append(held, lb.BackendID(id))
+		}
+	}
+	bes = make([]messages.AllocBinding, 0, c.users.Len()+len(extra))
+	for k, u := range c.users.All {
+		b := messages.AllocBinding{Key: k.L3n4(), ID: uint64(u.id), Refs: u.n()}
+		if x, ok := extra[k]; ok {
+			b.Refs += x.Refs
+			delete(extra, k)
+		}
+		bes = append(bes, b)
+	}
+	for _, x := range extra {
+		bes = append(bes, x)
+	}
+	return svcs, bes, held
+}
+
+// snapshotPlan sends the allocator its state, rebuilt from the table and
+// the IDs held by ops in flight, ahead of every request queued for it.
+type snapshotPlan struct {
+	msg *messages.AllocRestore
+	// failed runs if the allocator refuses the snapshot (nil: log it).
+	failed func(c *Core, err error)
+}
+
+// snapshotAllocator begins the op that restores the allocator from the
+// table (after an allocator restart, or at the end of restore).
+func (c *Core) snapshotAllocator(failed func(c *Core, err error)) {
+	svcs, bes, held := c.allocBindings()
+	c.begin(&op{plan: &snapshotPlan{
+		msg:    &messages.AllocRestore{Services: svcs, Backends: bes, Held: held},
+		failed: failed,
+	}})
+}
+
+func (p *snapshotPlan) start(*Core, *op) []step {
+	return []step{{name: StepRestoreAllocator, send: p.send}}
+}
+
+func (p *snapshotPlan) send(c *Core, o *op) {
+	id := c.request(o, ChildAllocator, 0, replyErr, func(id uint64) messages.Request {
+		p.msg.ReqID = id
+		return p.msg
+	})
+	c.snapshotFirst(id)
+}
+
+func (p *snapshotPlan) rollback(*Core, *op) []step { return nil }
+
+func (p *snapshotPlan) finish(c *Core, _ *op, err error) {
+	if err == nil {
+		return
+	}
+	if p.failed != nil {
+		p.failed(c, err)
+		return
+	}
+	// A bug, or maps changed under us.
+	c.log.WithError(err).Error("restore allocator after restart")
+}
+
+// snapshotFirst moves the allocator snapshot id to the front of the
+// allocator's outbox. The requests queued there are not in the snapshot,
+// so they must reach the allocator after it; an older snapshot still queued
+// is superseded by this one and answered as done.
+func (c *Core) snapshotFirst(id uint64) {
+	ps := c.outbox[ChildAllocator]
+	snap, _ := c.reqs.get(id)
+	out := make([]*pendingReq, 0, len(ps))
+	out = append(out, snap)
+	var stale []uint64
+	for _, p := range ps {
+		if p == snap {
+			continue
+		}
+		if r, ok := p.msg.(*messages.AllocRestore); ok {
+			stale = append(stale, r.ReqID)
+			continue
+		}
+		out = append(out, p)
+	}
+	c.outbox[ChildAllocator] = out
+	for _, sid := range stale {
+		c.onReply(sid, &messages.AllocDone{ReqID: sid})
+	}
+}

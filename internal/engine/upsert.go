@@ -1,0 +1,386 @@
+package engine
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/actorlb/actorlb/internal/table"
+	lb "github.com/actorlb/actorlb/loadbalancer"
+	"github.com/actorlb/actorlb/maps"
+	"github.com/actorlb/actorlb/messages"
+)
+
+// upsertPlan creates or updates services: one for Upsert, a run of new
+// services for UpsertBatch. Each step sends one request per child (and
+// family) for all its services. A service that the table or the allocator
+// refuses fails alone; a map write that fails fails the op, whose
+// rollback undoes what every service still in it may have written.
+//
+// Steps, in make-before-break order: acquire IDs; write backends and
+// revNAT; write service (slots, then the master, then stale slots); commit
+// (the table changes: past this the op no longer rolls back); give back
+// the references of backends the services no longer use, delete the
+// backends that became free, let their IDs be reused.
+type upsertPlan struct {
+	items     []upsertItem
+	committed bool
+	releaser
+}
+
+// upsertItem is one service of an upsert plan.
+type upsertItem struct {
+	spec *lb.Service // validated
+	to   *waiter
+	slot int
+
+	// What start found and planned.
+	old           *table.Service // nil: a creation
+	svc           *table.Service // the service to write, IDs filled by acquire
+	acquire       []lb.L3n4Addr  // backends to acquire IDs for
+	acquireIdx    []int          // their index in svc
+	removed       []lb.L3n4Addr  // backends of old not in svc
+	removedIDs    []lb.BackendID
+	restoreShared []maps.BackendEntry // what gives the other services their backends' states back
+	maxSlots      int                 // slots to clear beyond the service's own
+	acquired      bool                // holds its IDs (or needed none)
+	err           error               // this service failed alone
+}
+
+func (c *Core) upsertOp(specs []*lb.Service, to *waiter, slots []int) *op {
+	p := &upsertPlan{items: make([]upsertItem, len(specs))}
+	o := &op{plan: p}
+	for i, spec := range specs {
+		p.items[i] = upsertItem{spec: spec, to: to, slot: slots[i]}
+		o.keys = append(o.keys, opKeys(spec.Frontend.L3n4Addr, spec.Backends)...)
+	}
+	return o
+}
+
+func (p *upsertPlan) start(c *Core, o *op) []step {
+	live := 0
+	for i := range p.items {
+		if it := &p.items[i]; c.planUpsert(it) == nil {
+			live++
+		}
+	}
+	if live == 0 {
+		return nil
+	}
+	return []step{
+		{name: StepAcquire, send: p.acquireIDs},
+		// Everything is sent, changed or not: the map owners skip entries
+		// their map already holds, and an upsert (or Sync) of an unchanged
+		// service still repairs maps that drifted.
+		{name: StepWriteBackends, send: p.writeBackends, retry: mapRetries},
+		{name: StepWriteService, send: p.writeService, retry: mapRetries},
+		{name: StepCommit, send: p.commit},
+		{name: StepReleaseIDs, send: p.releaseRemoved},
+		{name: StepDeleteBackends, send: p.deleteFreed, retry: mapRetries},
+		{name: StepReuseBackendIDs, send: p.reuse},
+	}
+}
+
+// planUpsert checks it against the table and plans it; the error (also
+// in it.err) fails this service alone.
+func (c *Core) planUpsert(it *upsertItem) error {
+	fe := it.spec.Frontend.L3n4Addr
+	want := it.spec.Frontend.ID
+	if id, ok := c.byFE.Get(fe); ok {
+		it.old = c.services[id]
+		if want != 0 && want != id {
+			it.err = fmt.Errorf("%w: frontend %s is already registered with ID %d", ErrFrontendInUse, fe, id)
+			return it.err
+		}
+	}
+	if it.err = c.checkWantedID(fe, want); it.err != nil {
+		return it.err
+	}
+	it.svc = newTableService(it.spec)
+	// The old service's backends and their IDs (none for a new service:
+	// most upserts create, and the map would be most of their garbage).
+	var oldIDs map[lb.L3n4Addr]lb.BackendID
+	if it.old != nil {
+		it.svc.Spec.Frontend.ID = it.old.ID()
+		oldIDs = make(map[lb.L3n4Addr]lb.BackendID, len(it.old.Spec.Backends))
+		for i, b := range it.old.Spec.Backends {
+			oldIDs[table.BackendKey(b)] = it.old.BackendIDs[i]
+		}
+	}
+	bs := it.svc.Spec.Backends
+	it.acquire = make([]lb.L3n4Addr, 0, len(bs))
+	it.acquireIdx = make([]int, 0, len(bs))
+	for i, b := range bs {
+		k := table.BackendKey(b)
+		oldID, mine := oldIDs[k]
+		if it.err = c.checkSharedState(b, k, mine, &it.restoreShared); it.err != nil {
+			return it.err
+		}
+		if mine {
+			it.svc.BackendIDs[i] = oldID
+			delete(oldIDs, k)
+			continue
+		}
+		it.acquire = append(it.acquire, k)
+		it.acquireIdx = append(it.acquireIdx, i)
+	}
+	oldSlots := 0
+	if it.old != nil {
+		oldSlots = table.SlotCount(it.old)
+		// What is left of oldIDs is what the service no longer uses, in
+		// the old service's order.
+		for _, b := range it.old.Spec.Backends {
+			if id, gone := oldIDs[table.BackendKey(b)]; gone {
+				it.removed = append(it.removed, table.BackendKey(b))
+				it.removedIDs = append(it.removedIDs, id)
+			}
+		}
+	}
+	it.maxSlots = max(oldSlots, len(bs))
+	it.acquired = it.old != nil && len(it.acquire) == 0
+	return nil
+}
+
+// live yields the services still in the plan.
+func (p *upsertPlan) live(yield func(*upsertItem) bool) {
+	for i := range p.items {
+		if it := &p.items[i]; it.err == nil && it.svc != nil && !yield(it) {
+			return
+		}
+	}
+}
+
+func (p *upsertPlan) acquireIDs(c *Core, o *op) {
+	for i := range p.items {
+		it := &p.items[i]
+		if it.err != nil || it.svc == nil || it.acquired {
+			continue
+		}
+		c.request(o, ChildAllocator, i, p.acquiredIDs, func(id uint64) messages.Request {
+			return &messages.AllocAcquire{
+				ReqID: id, Service: it.old == nil, Frontend: it.svc.Frontend(), WantID: it.spec.Frontend.ID, Backends: it.acquire,
+			}
+		})
+	}
+}
+
+// acquiredIDs folds the allocator's answer for item i. A refusal fails
+// that service alone: the allocator took nothing for it.
+func (p *upsertPlan) acquiredIDs(o *op, i int, reply any) error {
+	it := &p.items[i]
+	rep := reply.(*messages.AllocAcquired)
+	if rep.Err != nil {
+		it.err = fmt.Errorf("%s: %w", StepAcquire, rep.Err)
+		return nil
+	}
+	it.acquired = true
+	if it.old == nil {
+		it.svc.Spec.Frontend.ID = rep.ServiceID
+		o.svcHolds = append(o.svcHolds, messages.AllocBinding{Key: it.svc.Frontend(), ID: uint64(rep.ServiceID), Refs: 1})
+	}
+	for j, bi := range it.acquireIdx {
+		it.svc.BackendIDs[bi] = rep.BackendIDs[j]
+		o.beHolds = append(o.beHolds, messages.AllocBinding{Key: it.acquire[j], ID: uint64(rep.BackendIDs[j]), Refs: 1})
+	}
+	return nil
+}
+
+func (p *upsertPlan) writeBackends(c *Core, o *op) {
+	var bes [2][]maps.BackendEntry
+	var revs []maps.RevNATEntry
+	for it := range p.live {
+		f := famIndex(it.svc.Family())
+		bes[f] = append(bes[f], table.BackendEntries(it.svc)...)
+		revs = append(revs, table.RevNAT(it.svc))
+	}
+	c.applyBackends(o, bes, [2][]uint32{})
+	c.applyRevNAT(o, revs, [2][]uint16{})
+}
+
+func (p *upsertPlan) writeService(c *Core, o *op) {
+	var ws [2][]maps.ServiceEntry
+	var ds [2][]maps.ServiceKey
+	for it := range p.live {
+		f := famIndex(it.svc.Family())
+		ws[f] = append(ws[f], table.SlotsAndMaster(it.svc)...)
+		ds[f] = append(ds[f], slotKeys(it.svc.Frontend(), table.SlotCount(it.svc)+1, it.maxSlots)...)
+	}
+	c.applyServices(o, ws, ds)
+}
+
+// commit puts the services in the table. The references of removed
+// backends leave the table now but are held by the op until it releases
+// them.
+func (p *upsertPlan) commit(c *Core, o *op) {
+	o.svcHolds, o.beHolds = nil, nil
+	for it := range p.live {
+		c.commit(it.svc)
+		for j, k := range it.removed {
+			o.beHolds = append(o.beHolds, messages.AllocBinding{Key: k, ID: uint64(it.removedIDs[j]), Refs: 1})
+		}
+	}
+	p.committed = true // past the point of no return
+}
+
+func (p *upsertPlan) releaseRemoved(c *Core, o *op) {
+	var keys []lb.L3n4Addr
+	for it := range p.live {
+		keys = append(keys, it.removed...)
+		p.markV6(it.old)
+	}
+	p.release(c, o, keys, nil)
+}
+
+// rollback undoes what the services that hold their IDs may have written:
+// old backends and revNAT entries back, shared backends' states back,
+// old services back (new ones deleted, master first), new revNAT entries
+// deleted; then the IDs they acquired are given back.
+func (p *upsertPlan) rollback(*Core, *op) []step {
+	if p.committed {
+		return nil
+	}
+	some := false
+	for it := range p.live {
+		some = some || it.acquired
+	}
+	if !some {
+		return nil // nothing was acquired, so nothing was written
+	}
+	return []step{
+		{name: StepRollbackBackends, send: p.rollbackBackends, retry: mapRetries},
+		{name: StepRollbackService, send: p.rollbackService, retry: mapRetries},
+		{name: StepRollbackRevNAT, send: p.rollbackRevNAT, retry: mapRetries},
+		{name: StepRollbackReleaseIDs, send: p.rollbackRelease},
+		{name: StepRollbackDeleteBEs, send: p.deleteFreed, retry: mapRetries},
+		{name: StepRollbackReuseIDs, send: p.reuse},
+	}
+}
+
+// undone yields the services the rollback undoes.
+func (p *upsertPlan) undone(yield func(*upsertItem) bool) {
+	for it := range p.live {
+		if it.acquired && !yield(it) {
+			return
+		}
+	}
+}
+
+func (p *upsertPlan) rollbackBackends(c *Core, o *op) {
+	var bes [2][]maps.BackendEntry
+	var revs []maps.RevNATEntry
+	for it := range p.undone {
+		f := famIndex(it.svc.Family())
+		if it.old != nil {
+			bes[f] = append(bes[f], table.BackendEntries(it.old)...)
+			revs = append(revs, table.RevNAT(it.old))
+		}
+		bes[f] = append(bes[f], it.restoreShared...)
+	}
+	c.applyBackends(o, bes, [2][]uint32{})
+	c.applyRevNAT(o, revs, [2][]uint16{})
+}
+
+func (p *upsertPlan) rollbackService(c *Core, o *op) {
+	var ws [2][]maps.ServiceEntry
+	var ds [2][]maps.ServiceKey
+	for it := range p.undone {
+		f := famIndex(it.svc.Family())
+		if it.old != nil {
+			ws[f] = append(ws[f], table.SlotsAndMaster(it.old)...)
+			ds[f] = append(ds[f], slotKeys(it.old.Frontend(), table.SlotCount(it.old)+1, it.maxSlots)...)
+		} else {
+			ds[f] = append(ds[f], slotKeys(it.svc.Frontend(), 0, it.maxSlots)...) // master first
+		}
+	}
+	c.applyServices(o, ws, ds)
+}
+
+func (p *upsertPlan) rollbackRevNAT(c *Core, o *op) {
+	var rev [2][]uint16
+	for it := range p.undone {
+		if it.old == nil {
+			f := famIndex(it.svc.Family())
+			rev[f] = append(rev[f], uint16(it.svc.ID()))
+		}
+	}
+	c.applyRevNAT(o, nil, rev)
+}
+
+func (p *upsertPlan) rollbackRelease(c *Core, o *op) {
+	var keys, fes []lb.L3n4Addr
+	for it := range p.undone {
+		keys = append(keys, it.acquire...)
+		if it.old == nil {
+			fes = append(fes, it.svc.Frontend())
+		}
+		p.markV6(it.svc)
+	}
+	p.release(c, o, keys, fes)
+}
+
+func (p *upsertPlan) finish(c *Core, _ *op, err error) {
+	for i := range p.items {
+		it := &p.items[i]
+		e := err // the op's (or, aborted while queued, every service's)
+		if it.err != nil {
+			e = it.err // this service's alone
+		}
+		r := messages.UpsertReply{}
+		if e != nil {
+			r.Err = fmt.Errorf("upsert service %s: %w", it.spec.Frontend.L3n4Addr, e)
+		} else {
+			r.ID, r.Created = it.svc.ID(), it.old == nil
+		}
+		c.upserted(it.to, it.slot, r)
+	}
+}
+
+// checkWantedID checks that the service ID want (0: any) is not taken by
+// another frontend than fe or by a standalone revNAT entry.
+func (c *Core) checkWantedID(fe lb.L3n4Addr, want lb.ServiceID) error {
+	if want == 0 {
+		return nil
+	}
+	if other, ok := c.services[want]; ok && other.Frontend() != fe {
+		return fmt.Errorf("%w: service ID %d is already registered to %s", ErrServiceIDInUse, want, other.Frontend())
+	}
+	if addr, ok := c.standalone[want]; ok {
+		return fmt.Errorf("%w: service ID %d is already registered to revNAT entry %s", ErrServiceIDInUse, want, addr.AddrPort())
+	}
+	return nil
+}
+
+// checkSharedState checks b's state against the one backend k has in the
+// other services (one state per backend, across services). If b changes
+// it and k is not the service's own already (mine), the entry that gives
+// the other services theirs back is added to *restore: the backend is
+// written with the new state before the commit, so a rollback needs it.
+func (c *Core) checkSharedState(b lb.Backend, k lb.L3n4Addr, mine bool, restore *[]maps.BackendEntry) error {
+	cur, id, ok := c.backendState(k)
+	if !ok {
+		return nil
+	}
+	if err := lb.ValidateStateTransition(cur, b.State); err != nil {
+		return fmt.Errorf("backend %s: %w", b.AddrPort(), err)
+	}
+	if !mine && cur != b.State {
+		prev := b
+		prev.State = cur
+		*restore = append(*restore, table.BackendEntry(prev, id))
+	}
+	return nil
+}
+
+// newTableService returns the table's form of spec: a copy (the caller's
+// spec stays as sent), backends in slot order, IDs to fill in.
+func newTableService(spec *lb.Service) *table.Service {
+	svc := &table.Service{Spec: *spec}
+	svc.Spec.Backends = slices.Clone(spec.Backends)
+	if svc.Spec.SessionAffinity && svc.Spec.SessionAffinityTimeout == 0 {
+		// What the master slot holds, so Get answers the same before and
+		// after a restart.
+		svc.Spec.SessionAffinityTimeout = lb.DefaultSessionAffinityTimeout
+	}
+	table.SlotOrder(svc.Spec.Backends, nil)
+	svc.BackendIDs = make([]lb.BackendID, len(svc.Spec.Backends))
+	return svc
+}
