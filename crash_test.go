@@ -268,7 +268,10 @@ func TestAllocatorStoppedAfterReplyKeepsIDsUnique(t *testing.T) {
 // Regression (found by the chaos suite): the allocator restarts between an
 // update's commit and its release of the removed backends; the references
 // the op still held were missing from the restored allocator, and the
-// release then freed a backend another service still used.
+// release then freed a backend another service still used. Two other
+// services use the backend when the allocator is restored, so a snapshot
+// that counted one reference per backend instead of one per service would
+// free it as soon as one of them lets go.
 func TestAllocatorRestartBeforeReleaseKeepsSharedBackends(t *testing.T) {
 	e := newEngine(t, "", Config{ChildMiddleware: []actor.ReceiverMiddleware{
 		crashBeforeFirst[*messages.AllocRelease](actors.ChildAllocator),
@@ -276,7 +279,9 @@ func TestAllocatorRestartBeforeReleaseKeepsSharedBackends(t *testing.T) {
 	ctx := ctxT(t)
 	_, _, err := e.Upsert(ctx, mustService(t, "10.96.0.1:80", "10.0.1.5:8080", "10.0.1.6:8080"))
 	require.NoError(t, err)
-	_, _, err = e.Upsert(ctx, mustService(t, "10.96.0.2:80", "10.0.1.5:8080"))
+	second, _, err := e.Upsert(ctx, mustService(t, "10.96.0.2:80", "10.0.1.5:8080"))
+	require.NoError(t, err)
+	third, _, err := e.Upsert(ctx, mustService(t, "10.96.0.3:80", "10.0.1.5:8080"))
 	require.NoError(t, err)
 	// Drops 10.0.1.5 from the first service: its release crashes the
 	// allocator, which is restored from the table and the op's references.
@@ -285,11 +290,31 @@ func TestAllocatorRestartBeforeReleaseKeepsSharedBackends(t *testing.T) {
 	settle(t, e)
 	b4, err := e.Maps().Backend4.Dump()
 	require.NoError(t, err)
-	require.Len(t, b4, 2, "10.0.1.5 is still used by the second service")
+	require.Len(t, b4, 2, "10.0.1.5 is still used by the second and third services")
 	checkInvariants(t, e)
 	st, err := e.Stats(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, st.ActorRestarts[actors.ChildAllocator])
+
+	// The restored allocator counts both remaining users: deleting one
+	// keeps the backend for the other.
+	require.NoError(t, e.Delete(ctx, second))
+	settle(t, e)
+	b4, err = e.Maps().Backend4.Dump()
+	require.NoError(t, err)
+	require.Len(t, b4, 2, "10.0.1.5 is still used by the third service")
+	got, err := e.Get(ctx, third)
+	require.NoError(t, err)
+	require.Equal(t, "10.0.1.5:8080/TCP", got.Backends[0].String())
+	checkInvariants(t, e)
+
+	// The last user lets go: now it is freed.
+	require.NoError(t, e.Delete(ctx, third))
+	settle(t, e)
+	b4, err = e.Maps().Backend4.Dump()
+	require.NoError(t, err)
+	require.Len(t, b4, 1, "only 10.0.1.6 of the first service is left")
+	checkInvariants(t, e)
 }
 
 // crashBeforeFirst panics in child on the first message of type T, before
