@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -424,4 +425,114 @@ func verifyDump(tb testing.TB, root string) (string, error) {
 	}
 	slices.Sort(lines)
 	return strings.Join(lines, "\n"), nil
+}
+
+// backendApplies returns the backend map requests msg carries (alone or in
+// a Batch).
+func backendApplies(msg any) []*messages.BackendApply {
+	var out []*messages.BackendApply
+	msgs := []any{msg}
+	if b, ok := msg.(*messages.Batch); ok {
+		msgs = b.Msgs
+	}
+	for _, m := range msgs {
+		if r, ok := m.(*messages.BackendApply); ok {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// deleteWithNextRequest makes the child that owns a backend map take the
+// first backend delete it gets once armed together with the next backend
+// request, as when both wait in its mailbox: it keeps the delete back
+// (closing kept) and hands both over, in arrival order, when the next one
+// comes, so that the owner writes them in one batch.
+func deleteWithNextRequest(child string, armed *atomic.Bool, kept chan<- struct{}) actor.ReceiverMiddleware {
+	var (
+		mu   sync.Mutex // the owner's goroutine may change between messages
+		held *actor.MessageEnvelope
+		done bool
+	)
+	return func(next actor.ReceiverFunc) actor.ReceiverFunc {
+		return func(c actor.ReceiverContext, env *actor.MessageEnvelope) {
+			reqs := backendApplies(env.Message)
+			if c.Self().Id != actors.EnginePID+"/"+child || len(reqs) == 0 || !armed.Load() {
+				next(c, env)
+				return
+			}
+			mu.Lock()
+			first := held
+			switch {
+			case first != nil:
+				held, done = nil, true
+			case !done && slices.ContainsFunc(reqs, func(r *messages.BackendApply) bool { return len(r.Deletes) > 0 }):
+				held = env
+				mu.Unlock()
+				close(kept)
+				return
+			}
+			mu.Unlock()
+			if first != nil {
+				next(c, first)
+			}
+			next(c, env)
+		}
+	}
+}
+
+// A backend ID freed by one operation is not handed to another until the
+// first has deleted the backend's map entry: otherwise the new backend's
+// write and the old one's delete of the same ID can reach the map owner
+// together, and the delete removes the new backend. The engine restarts
+// first, so the allocator starts its search for free IDs at the lowest one
+// again and the freed ID is the next candidate.
+func TestFreedBackendIDIsNotReusedBeforeItsEntryIsDeleted(t *testing.T) {
+	root := testutil.PinDir(t)
+	ctx := ctxT(t)
+	e1 := newEngine(t, root, Config{})
+	oldID, _, err := e1.Upsert(ctx, mustService(t, "10.96.0.1:80", "10.0.1.5:8080"))
+	require.NoError(t, err)
+	require.NoError(t, e1.Close())
+
+	var armed atomic.Bool
+	kept := make(chan struct{})
+	e := newEngine(t, root, Config{ChildMiddleware: []actor.ReceiverMiddleware{
+		deleteWithNextRequest(actors.ChildBackend4, &armed, kept),
+	}})
+	b4, err := e.Maps().Backend4.Dump()
+	require.NoError(t, err)
+	require.Len(t, b4, 1)
+	freedID := b4[0].ID
+	armed.Store(true)
+
+	// The delete frees the backend's ID; its "delete backends" request is
+	// kept back until the upsert's backend write arrives.
+	deleted := make(chan error, 1)
+	go func() { deleted <- e.Delete(ctx, oldID) }()
+	select {
+	case <-kept:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the delete's backend delete never reached the backend map owner")
+	}
+	newID, created, err := e.Upsert(ctx, mustService(t, "10.96.0.2:80", "10.0.1.6:8080"))
+	require.NoError(t, err)
+	require.True(t, created)
+	select {
+	case err := <-deleted:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the delete did not finish")
+	}
+	settle(t, e)
+
+	b4, err = e.Maps().Backend4.Dump()
+	require.NoError(t, err)
+	require.Len(t, b4, 1, "the new backend is in the map, the old one is gone")
+	require.Equal(t, netip.MustParseAddr("10.0.1.6"), b4[0].Value.Address)
+	require.NotEqual(t, freedID, b4[0].ID, "the freed ID was handed out before its entry was deleted")
+	got, err := e.Get(ctx, newID)
+	require.NoError(t, err)
+	require.Equal(t, "10.0.1.6:8080/TCP", got.Backends[0].String())
+	checkInvariants(t, e)
 }
