@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -268,7 +269,10 @@ func TestAllocatorStoppedAfterReplyKeepsIDsUnique(t *testing.T) {
 // Regression (found by the chaos suite): the allocator restarts between an
 // update's commit and its release of the removed backends; the references
 // the op still held were missing from the restored allocator, and the
-// release then freed a backend another service still used.
+// release then freed a backend another service still used. Two other
+// services use the backend when the allocator is restored, so a snapshot
+// that counted one reference per backend instead of one per service would
+// free it as soon as one of them lets go.
 func TestAllocatorRestartBeforeReleaseKeepsSharedBackends(t *testing.T) {
 	e := newEngine(t, "", Config{ChildMiddleware: []actor.ReceiverMiddleware{
 		crashBeforeFirst[*messages.AllocRelease](actors.ChildAllocator),
@@ -276,7 +280,9 @@ func TestAllocatorRestartBeforeReleaseKeepsSharedBackends(t *testing.T) {
 	ctx := ctxT(t)
 	_, _, err := e.Upsert(ctx, mustService(t, "10.96.0.1:80", "10.0.1.5:8080", "10.0.1.6:8080"))
 	require.NoError(t, err)
-	_, _, err = e.Upsert(ctx, mustService(t, "10.96.0.2:80", "10.0.1.5:8080"))
+	second, _, err := e.Upsert(ctx, mustService(t, "10.96.0.2:80", "10.0.1.5:8080"))
+	require.NoError(t, err)
+	third, _, err := e.Upsert(ctx, mustService(t, "10.96.0.3:80", "10.0.1.5:8080"))
 	require.NoError(t, err)
 	// Drops 10.0.1.5 from the first service: its release crashes the
 	// allocator, which is restored from the table and the op's references.
@@ -285,11 +291,31 @@ func TestAllocatorRestartBeforeReleaseKeepsSharedBackends(t *testing.T) {
 	settle(t, e)
 	b4, err := e.Maps().Backend4.Dump()
 	require.NoError(t, err)
-	require.Len(t, b4, 2, "10.0.1.5 is still used by the second service")
+	require.Len(t, b4, 2, "10.0.1.5 is still used by the second and third services")
 	checkInvariants(t, e)
 	st, err := e.Stats(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, st.ActorRestarts[actors.ChildAllocator])
+
+	// The restored allocator counts both remaining users: deleting one
+	// keeps the backend for the other.
+	require.NoError(t, e.Delete(ctx, second))
+	settle(t, e)
+	b4, err = e.Maps().Backend4.Dump()
+	require.NoError(t, err)
+	require.Len(t, b4, 2, "10.0.1.5 is still used by the third service")
+	got, err := e.Get(ctx, third)
+	require.NoError(t, err)
+	require.Equal(t, "10.0.1.5:8080/TCP", got.Backends[0].String())
+	checkInvariants(t, e)
+
+	// The last user lets go: now it is freed.
+	require.NoError(t, e.Delete(ctx, third))
+	settle(t, e)
+	b4, err = e.Maps().Backend4.Dump()
+	require.NoError(t, err)
+	require.Len(t, b4, 1, "only 10.0.1.6 of the first service is left")
+	checkInvariants(t, e)
 }
 
 // crashBeforeFirst panics in child on the first message of type T, before
@@ -399,4 +425,114 @@ func verifyDump(tb testing.TB, root string) (string, error) {
 	}
 	slices.Sort(lines)
 	return strings.Join(lines, "\n"), nil
+}
+
+// backendApplies returns the backend map requests msg carries (alone or in
+// a Batch).
+func backendApplies(msg any) []*messages.BackendApply {
+	var out []*messages.BackendApply
+	msgs := []any{msg}
+	if b, ok := msg.(*messages.Batch); ok {
+		msgs = b.Msgs
+	}
+	for _, m := range msgs {
+		if r, ok := m.(*messages.BackendApply); ok {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// deleteWithNextRequest makes the child that owns a backend map take the
+// first backend delete it gets once armed together with the next backend
+// request, as when both wait in its mailbox: it keeps the delete back
+// (closing kept) and hands both over, in arrival order, when the next one
+// comes, so that the owner writes them in one batch.
+func deleteWithNextRequest(child string, armed *atomic.Bool, kept chan<- struct{}) actor.ReceiverMiddleware {
+	var (
+		mu   sync.Mutex // the owner's goroutine may change between messages
+		held *actor.MessageEnvelope
+		done bool
+	)
+	return func(next actor.ReceiverFunc) actor.ReceiverFunc {
+		return func(c actor.ReceiverContext, env *actor.MessageEnvelope) {
+			reqs := backendApplies(env.Message)
+			if c.Self().Id != actors.EnginePID+"/"+child || len(reqs) == 0 || !armed.Load() {
+				next(c, env)
+				return
+			}
+			mu.Lock()
+			first := held
+			switch {
+			case first != nil:
+				held, done = nil, true
+			case !done && slices.ContainsFunc(reqs, func(r *messages.BackendApply) bool { return len(r.Deletes) > 0 }):
+				held = env
+				mu.Unlock()
+				close(kept)
+				return
+			}
+			mu.Unlock()
+			if first != nil {
+				next(c, first)
+			}
+			next(c, env)
+		}
+	}
+}
+
+// A backend ID freed by one operation is not handed to another until the
+// first has deleted the backend's map entry: otherwise the new backend's
+// write and the old one's delete of the same ID can reach the map owner
+// together, and the delete removes the new backend. The engine restarts
+// first, so the allocator starts its search for free IDs at the lowest one
+// again and the freed ID is the next candidate.
+func TestFreedBackendIDIsNotReusedBeforeItsEntryIsDeleted(t *testing.T) {
+	root := testutil.PinDir(t)
+	ctx := ctxT(t)
+	e1 := newEngine(t, root, Config{})
+	oldID, _, err := e1.Upsert(ctx, mustService(t, "10.96.0.1:80", "10.0.1.5:8080"))
+	require.NoError(t, err)
+	require.NoError(t, e1.Close())
+
+	var armed atomic.Bool
+	kept := make(chan struct{})
+	e := newEngine(t, root, Config{ChildMiddleware: []actor.ReceiverMiddleware{
+		deleteWithNextRequest(actors.ChildBackend4, &armed, kept),
+	}})
+	b4, err := e.Maps().Backend4.Dump()
+	require.NoError(t, err)
+	require.Len(t, b4, 1)
+	freedID := b4[0].ID
+	armed.Store(true)
+
+	// The delete frees the backend's ID; its "delete backends" request is
+	// kept back until the upsert's backend write arrives.
+	deleted := make(chan error, 1)
+	go func() { deleted <- e.Delete(ctx, oldID) }()
+	select {
+	case <-kept:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the delete's backend delete never reached the backend map owner")
+	}
+	newID, created, err := e.Upsert(ctx, mustService(t, "10.96.0.2:80", "10.0.1.6:8080"))
+	require.NoError(t, err)
+	require.True(t, created)
+	select {
+	case err := <-deleted:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the delete did not finish")
+	}
+	settle(t, e)
+
+	b4, err = e.Maps().Backend4.Dump()
+	require.NoError(t, err)
+	require.Len(t, b4, 1, "the new backend is in the map, the old one is gone")
+	require.Equal(t, netip.MustParseAddr("10.0.1.6"), b4[0].Value.Address)
+	require.NotEqual(t, freedID, b4[0].ID, "the freed ID was handed out before its entry was deleted")
+	got, err := e.Get(ctx, newID)
+	require.NoError(t, err)
+	require.Equal(t, "10.0.1.6:8080/TCP", got.Backends[0].String())
+	checkInvariants(t, e)
 }

@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"os"
 	"sort"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -179,6 +181,66 @@ func TestMapFullRollsBack(t *testing.T) {
 	_, _, err = e.Upsert(ctx, mustService(t, "10.96.0.11:80", "10.0.2.1:80", "10.0.2.2:80", "10.0.2.3:80", "10.0.2.4:80"))
 	require.ErrorIs(t, err, ErrMapFull)
 	require.Equal(t, before, dumpAll(t, e))
+}
+
+// An update that gives a backend of another service a new state writes
+// that backend before the service map; when the service map then refuses
+// the writes (more often than they are retried), the rollback gives the
+// other service its backend state back: the maps are as before.
+func TestFailedUpdateRestoresSharedBackendState(t *testing.T) {
+	var failWrites atomic.Bool
+	var refused atomic.Int64
+	e := newEngine(t, "", Config{Fault: func(name string, op maps.Op, n uint64, entries int) error {
+		if failWrites.Load() && op == maps.OpUpdate && name == maps.Service4Name {
+			refused.Add(1)
+			return syscall.EBUSY
+		}
+		return nil
+	}})
+	ctx := ctxT(t)
+	keep := mustService(t, "10.96.9.9:80", "10.0.1.1:8080") // active
+	keepID, _, err := e.Upsert(ctx, keep)
+	require.NoError(t, err)
+	upd := mustService(t, "10.96.0.1:80", "10.0.1.2:8080")
+	updID, _, err := e.Upsert(ctx, upd)
+	require.NoError(t, err)
+	before, err := e.List(ctx)
+	require.NoError(t, err)
+	mapsBefore := dumpAll(t, e)
+
+	upd = mustService(t, "10.96.0.1:80", "10.0.1.1:8080", "10.0.1.2:8080")
+	upd.Backends[0].State = lb.BackendStateQuarantined // shared with keep
+	failWrites.Store(true)
+	_, created, err := e.Upsert(ctx, upd)
+	failWrites.Store(false)
+	require.ErrorIs(t, err, syscall.EBUSY)
+	require.ErrorContains(t, err, "upsert service 10.96.0.1:80/TCP: write service:")
+	require.False(t, created)
+	require.Greater(t, refused.Load(), int64(1), "the service write was retried")
+	settle(t, e)
+
+	require.Equal(t, mapsBefore, dumpAll(t, e), "maps as before, the shared backend's state included")
+	after, err := e.List(ctx)
+	require.NoError(t, err)
+	require.Equal(t, before, after, "the update was rolled back")
+	got, err := e.Get(ctx, keepID)
+	require.NoError(t, err)
+	require.Equal(t, lb.BackendStateActive, got.Backends[0].State)
+	checkInvariants(t, e)
+
+	// Once the map takes writes again, the same update goes through and
+	// the new state reaches the other service.
+	_, created, err = e.Upsert(ctx, upd)
+	require.NoError(t, err)
+	require.False(t, created)
+	settle(t, e)
+	got, err = e.Get(ctx, keepID)
+	require.NoError(t, err)
+	require.Equal(t, lb.BackendStateQuarantined, got.Backends[0].State)
+	got, err = e.Get(ctx, updID)
+	require.NoError(t, err)
+	require.Len(t, got.Backends, 2)
+	checkInvariants(t, e)
 }
 
 // dumpAll renders every map as sorted lines.
