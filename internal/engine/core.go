@@ -45,9 +45,9 @@ type Core struct {
 	// The table.
 	services   map[lb.ServiceID]*table.Service
 	byFE       packedmap.Map[lb.L3n4Addr, lb.ServiceID] // frontend -> service (IPv4 keys packed)
-	users      packedmap.Map[addrkey.Backend, users]     // backend -> services using it (IPv4 keys packed)
-	shared     map[addrkey.Backend][]lb.ServiceID        // users beyond the first, of shared backends
-	standalone map[lb.ServiceID]lb.L3n4Addr              // revNAT entries without a service
+	users      packedmap.Map[addrkey.Backend, users]    // backend -> services using it (IPv4 keys packed)
+	shared     map[addrkey.Backend][]lb.ServiceID       // users beyond the first, of shared backends
+	standalone map[lb.ServiceID]lb.L3n4Addr             // revNAT entries without a service
 
 	queues     map[qkey]queue
 	queuesPeak int // most keys queues held since it was last made
