@@ -6,6 +6,10 @@ import (
 	"github.com/actorlb/actorlb/maps"
 )
 
+// The ID sets of a rebuild, each shaped for the common case: backendSet (the
+// backends of one family, rules 4 to 6), idMarks (rule 6) and firstSeen
+// (the backends already in a service's slots, rule 5).
+
 // backendSet holds the backend entries of one family during a rebuild, by
 // ID. Backend IDs are handed out from 1 upward, so they are usually dense:
 // then the set is an array indexed by ID (a lookup is one load, and the IDs
@@ -130,4 +134,42 @@ func (u idMarks) has(id uint32) bool {
 		return u.m[id]
 	}
 	return int(id) < len(u.dense) && u.dense[id]
+}
+
+// firstSeen is a small set of backend IDs with a value each: an array up
+// to 16 entries (most services, no allocation), a map beyond.
+type firstSeen[V any] struct {
+	n    int
+	ids  [16]uint32
+	vals [16]V
+	m    map[uint32]V // past 16
+}
+
+func (f *firstSeen[V]) get(id uint32) (V, bool) {
+	if f.m != nil {
+		v, ok := f.m[id]
+		return v, ok
+	}
+	for i, x := range f.ids[:f.n] {
+		if x == id {
+			return f.vals[i], true
+		}
+	}
+	var zero V
+	return zero, false
+}
+
+func (f *firstSeen[V]) put(id uint32, v V) {
+	if f.m == nil && f.n < len(f.ids) {
+		f.ids[f.n], f.vals[f.n] = id, v
+		f.n++
+		return
+	}
+	if f.m == nil {
+		f.m = make(map[uint32]V, 2*f.n)
+		for i, x := range f.ids[:f.n] {
+			f.m[x] = f.vals[i]
+		}
+	}
+	f.m[id] = v
 }

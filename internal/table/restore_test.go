@@ -584,8 +584,9 @@ func restoreCases() []restoreCase {
 	const v4, v6 = maps.IPv4, maps.IPv6
 	svcB := svc(feB, 1, nil, be("[fd00::2:1]:80/tcp", 41))
 	return []restoreCase{
+		// Rule 1: slots without master: deleted, and its backends and revNAT left to rules 6 and 7.
 		{
-			name:    "slots without master",
+			name:    "rule 1: slots without master",
 			corrupt: func(d *Dump) { d.Services4 = slices.DeleteFunc(d.Services4, atKey(k(fe2, 0))) },
 			fixes4: Fixes{
 				SlotDeletes:    []maps.ServiceKey{k(fe2, 1), k(fe2, 2)},
@@ -601,77 +602,96 @@ func restoreCases() []restoreCase {
 			orphans:  []maps.RevNATEntry{rev(2, "10.96.0.20:80")},
 			services: withBackends(2),
 		},
+		// Rule 2: invalid frontends are removed.
 		{
-			name:    "missing slot",
-			corrupt: func(d *Dump) { d.Services4 = slices.DeleteFunc(d.Services4, atKey(k(fe1, 2))) },
+			name:    "rule 2: invalid entry: master with rev_nat_index 0",
+			corrupt: func(d *Dump) { editSvc(d.Services4, k(fe2, 0), func(v *maps.ServiceValue) { v.RevNATIndex = 0 }) },
 			fixes4: Fixes{
-				SlotWrites:     []maps.ServiceEntry{slotE(fe1, 2, 13, 1)},
-				MasterWrites:   []maps.ServiceEntry{masterE(fe1, 1, 1, 1)},
-				SlotDeletes:    []maps.ServiceKey{k(fe1, 3)},
-				BackendDeletes: []uint32{12},
+				MasterDeletes:  []maps.ServiceKey{k(fe2, 0)},
+				SlotDeletes:    []maps.ServiceKey{k(fe2, 1), k(fe2, 2)},
+				BackendDeletes: []uint32{21, 22},
+				RevNATDeletes:  []uint16{2},
 			},
 			repairs: []Repair{
-				rep(RepairMissingSlot, v4, 1, fe1, 0, "slot 2 of count+qcount 3 missing: dropped"),
-				orphanRep(v4, 12, "10.0.1.2:53/UDP, active"),
+				rep(RepairInvalidEntry, v4, 0, fe2, 0, "master has rev_nat_index 0: service removed"),
+				orphanRep(v4, 21, "10.0.2.1:80/TCP, active"),
+				orphanRep(v4, 22, "10.0.2.2:80/TCP, quarantined"),
+				rep(RepairOrphanRevNAT, v4, 2, "", 0, "revNAT entry 10.96.0.20:80 of no service: deleted"),
 			},
-			services: withBackends(1, 11, 13),
+			orphans:  []maps.RevNATEntry{rev(2, "10.96.0.20:80")},
+			services: withBackends(2),
 		},
 		{
-			name:    "extra slot",
-			corrupt: func(d *Dump) { d.Services4 = append(d.Services4, slotE(fe1, 4, 21, 1), slotE(fe1, 6, 21, 1)) },
-			fixes4:  Fixes{SlotDeletes: []maps.ServiceKey{k(fe1, 4), k(fe1, 6)}},
-			repairs: []Repair{rep(RepairExtraSlot, v4, 1, fe1, 0, "slots 4, 6 beyond count+qcount 3: deleted")},
-		},
-		{
-			name:    "dangling slot",
-			corrupt: func(d *Dump) { editSvc(d.Services4, k(fe1, 1), setBackendID(99)) },
+			name:    "rule 2: invalid entry: unknown protocol, its revNAT deleted",
+			corrupt: func(d *Dump) { rekey(d.Services4, fe2, 99, 0) },
 			fixes4: Fixes{
-				SlotWrites:     []maps.ServiceEntry{slotE(fe1, 1, 12, 1), slotE(fe1, 2, 13, 1)},
-				MasterWrites:   []maps.ServiceEntry{masterE(fe1, 1, 1, 1)},
-				SlotDeletes:    []maps.ServiceKey{k(fe1, 3)},
-				BackendDeletes: []uint32{11},
+				MasterDeletes:  []maps.ServiceKey{kp(fe2, 0, 99, 0)},
+				SlotDeletes:    []maps.ServiceKey{kp(fe2, 1, 99, 0), kp(fe2, 2, 99, 0)},
+				BackendDeletes: []uint32{21, 22},
+				RevNATDeletes:  []uint16{2},
 			},
 			repairs: []Repair{
-				rep(RepairDanglingSlot, v4, 1, fe1, 99, "slot 1 points to missing backend 99: dropped"),
-				orphanRep(v4, 11, "10.0.1.1:53/UDP, active"),
-			},
-			services: withBackends(1, 12, 13),
-		},
-		{
-			name: "dangling slot: backend in maintenance",
-			corrupt: func(d *Dump) {
-				editBackend(d.Backends4, 12, func(v *maps.BackendValue) { v.State = uint8(lb.BackendStateMaintenance) })
-			},
-			fixes4: Fixes{
-				SlotWrites:     []maps.ServiceEntry{slotE(fe1, 2, 13, 1)},
-				MasterWrites:   []maps.ServiceEntry{masterE(fe1, 1, 1, 1)},
-				SlotDeletes:    []maps.ServiceKey{k(fe1, 3)},
-				BackendDeletes: []uint32{12},
-			},
-			repairs: []Repair{
-				rep(RepairDanglingSlot, v4, 1, fe1, 12, "slot 2 points to backend 12 in maintenance: dropped"),
-				orphanRep(v4, 12, "10.0.1.2:53/UDP, maintenance"),
-			},
-			services: withBackends(1, 11, 13),
-		},
-		{
-			name: "dangling slot: backend ID 0",
-			corrupt: func(d *Dump) {
-				editSvc(d.Services4, k(fe2, 2), setBackendID(0))
-			},
-			fixes4: Fixes{
-				MasterWrites:   []maps.ServiceEntry{masterE(fe2, 1, 0, 2)},
-				SlotDeletes:    []maps.ServiceKey{k(fe2, 2)},
-				BackendDeletes: []uint32{22},
-			},
-			repairs: []Repair{
-				rep(RepairDanglingSlot, v4, 2, fe2, 0, "slot 2 points to missing backend 0: dropped"),
+				{Kind: RepairInvalidEntry, Family: v4, ServiceID: 2, Frontend: "10.96.0.20:80/L4Type(99)", Detail: "master has unknown protocol 99: service removed"},
+				{Kind: RepairInvalidEntry, Family: v4, ServiceID: 2, Frontend: "10.96.0.20:80/L4Type(99)", Detail: "revNAT entry of the removed frontend: deleted"},
+				orphanRep(v4, 21, "10.0.2.1:80/TCP, active"),
 				orphanRep(v4, 22, "10.0.2.2:80/TCP, quarantined"),
 			},
-			services: withBackends(2, 21),
+			services: withBackends(2),
 		},
 		{
-			name: "duplicate service ID: both revNATs match, lowest frontend kept",
+			name: "rule 2: invalid entry: unknown scope, revNAT kept for a service with the ID",
+			corrupt: func(d *Dump) {
+				rekey(d.Services6, fe3, uint8(lb.TCP), 3)
+				// A valid twin with the same ID and address (scope internal)
+				// keeps ID 3 and its revNAT.
+				twin := svc("[fd00::a]:443/tcp/internal", 3, nil, be("[fd00::1:1]:8443/tcp", 31))
+				d.Services6 = append(d.Services6, dumpOf(twin).Services6...)
+			},
+			fixes6: Fixes{
+				MasterDeletes:  []maps.ServiceKey{kp(fe3, 0, 6, 3)},
+				SlotDeletes:    []maps.ServiceKey{kp(fe3, 1, 6, 3), kp(fe3, 2, 6, 3)},
+				BackendDeletes: []uint32{32},
+			},
+			repairs: []Repair{
+				{Kind: RepairInvalidEntry, Family: v6, ServiceID: 3, Frontend: "[fd00::a]:443/TCP/Scope(3)", Detail: "master has unknown scope 3: service removed"},
+				orphanRep(v6, 32, "[fd00::1:2]:8443/TCP, active"),
+			},
+			services: withBackends(3, 31),
+		},
+		{
+			name: "rule 2: invalid entry: frontend address of the wrong family",
+			corrupt: func(d *Dump) {
+				// fe2's master and slots move to the IPv6 map.
+				for _, e := range d.Services4 {
+					if e.Key.Address == fe(fe2).Addr {
+						d.Services6 = append(d.Services6, e)
+					}
+				}
+				d.Services4 = slices.DeleteFunc(d.Services4, func(e maps.ServiceEntry) bool { return e.Key.Address == fe(fe2).Addr })
+			},
+			fixes4: Fixes{
+				BackendDeletes: []uint32{21, 22},
+				RevNATDeletes:  []uint16{2},
+			},
+			fixes6: Fixes{
+				MasterDeletes: []maps.ServiceKey{k(fe2, 0)},
+				SlotDeletes:   []maps.ServiceKey{k(fe2, 1), k(fe2, 2)},
+			},
+			repairs: []Repair{
+				rep(RepairInvalidEntry, v6, 2, fe2, 0, "frontend address 10.96.0.20 of the wrong family: service removed"),
+				orphanRep(v4, 21, "10.0.2.1:80/TCP, active"),
+				orphanRep(v4, 22, "10.0.2.2:80/TCP, quarantined"),
+				// Rule 7 looks for a removed owner in the entry's own family
+				// only: the IPv4 entry of the frontend removed from the IPv6
+				// map is an orphan.
+				rep(RepairOrphanRevNAT, v4, 2, "", 0, "revNAT entry 10.96.0.20:80 of no service: deleted"),
+			},
+			orphans:  []maps.RevNATEntry{rev(2, "10.96.0.20:80")},
+			services: withBackends(2),
+		},
+		// Rule 3: one frontend per service ID.
+		{
+			name: "rule 3: duplicate service ID: both revNATs match, lowest frontend kept",
 			corrupt: func(d *Dump) {
 				b := dumpOf(svcB)
 				d.Services6 = append(d.Services6, b.Services6...)
@@ -691,7 +711,7 @@ func restoreCases() []restoreCase {
 			},
 		},
 		{
-			name: "duplicate service ID: the frontend matching its revNAT kept",
+			name: "rule 3: duplicate service ID: the frontend matching its revNAT kept",
 			corrupt: func(d *Dump) {
 				b := dumpOf(svcB)
 				d.Services6 = append(d.Services6, b.Services6...)
@@ -714,30 +734,54 @@ func restoreCases() []restoreCase {
 			},
 			services: withBackends(1, 41),
 		},
+		// Rule 4: valid, unique backends (rule 5 then drops or rewrites the slots naming them).
 		{
-			name: "missing revNAT",
+			name: "rule 4: invalid entry: backend with unknown state",
 			corrupt: func(d *Dump) {
-				d.RevNAT4 = slices.DeleteFunc(d.RevNAT4, func(e maps.RevNATEntry) bool { return e.ID == 2 })
+				editBackend(d.Backends4, 22, func(v *maps.BackendValue) { v.State = 9 })
 			},
-			fixes4:  Fixes{RevNATWrites: []maps.RevNATEntry{rev(2, "10.96.0.20:80")}},
-			repairs: []Repair{rep(RepairMissingRevNAT, v4, 2, fe2, 0, "no revNAT entry: written")},
+			fixes4: Fixes{
+				MasterWrites:   []maps.ServiceEntry{masterE(fe2, 1, 0, 2)},
+				SlotDeletes:    []maps.ServiceKey{k(fe2, 2)},
+				BackendDeletes: []uint32{22},
+			},
+			repairs: []Repair{
+				rep(RepairDanglingSlot, v4, 2, fe2, 22, "slot 2 points to missing backend 22: dropped"),
+				rep(RepairInvalidEntry, v4, 0, "", 22, "backend 22 has unknown state 9: deleted"),
+			},
+			services: withBackends(2, 21),
 		},
 		{
-			name: "wrong revNAT",
+			name: "rule 4: invalid entry: backend with unknown protocol, backend ID 0",
 			corrupt: func(d *Dump) {
-				d.RevNAT4[slices.IndexFunc(d.RevNAT4, func(e maps.RevNATEntry) bool { return e.ID == 2 })] = rev(2, "10.96.0.99:80")
+				d.Backends4 = append(d.Backends4,
+					maps.BackendEntry{ID: 0, Value: bval("10.0.9.9:80", lb.TCP, lb.BackendStateActive)},
+					maps.BackendEntry{ID: 51, Value: bval("10.0.9.9:80", 99, lb.BackendStateActive)})
 			},
-			fixes4:  Fixes{RevNATWrites: []maps.RevNATEntry{rev(2, "10.96.0.20:80")}},
-			repairs: []Repair{rep(RepairWrongRevNAT, v4, 2, fe2, 0, "revNAT entry points to 10.96.0.99:80, want 10.96.0.20:80: rewritten")},
+			fixes4: Fixes{BackendDeletes: []uint32{0, 51}},
+			repairs: []Repair{
+				rep(RepairInvalidEntry, v4, 0, "", 0, "backend 0 has the invalid ID 0: deleted"),
+				rep(RepairInvalidEntry, v4, 0, "", 51, "backend 51 has unknown protocol 99: deleted"),
+			},
 		},
 		{
-			name:    "wrong revNAT: in the other family",
-			corrupt: func(d *Dump) { d.RevNAT6 = append(d.RevNAT6, rev(2, "[fd00::99]:80")) },
-			fixes6:  Fixes{RevNATDeletes: []uint16{2}},
-			repairs: []Repair{rep(RepairWrongRevNAT, v6, 2, fe2, 0, "revNAT entry in the ipv6 map for a service of the ipv4 map: deleted")},
+			name: "rule 4: invalid entry: backend address of the wrong family",
+			corrupt: func(d *Dump) {
+				d.Backends4 = append(d.Backends4, maps.BackendEntry{ID: 60, Value: bval("[fd00::9]:80", lb.TCP, lb.BackendStateActive)})
+			},
+			fixes4:  Fixes{BackendDeletes: []uint32{60}},
+			repairs: []Repair{rep(RepairInvalidEntry, v4, 0, "", 60, "backend 60 has address fd00::9 of the wrong family: deleted")},
 		},
 		{
-			name: "duplicate backend",
+			name: "rule 4: invalid entry: backend ID in both families",
+			corrupt: func(d *Dump) {
+				d.Backends6 = append(d.Backends6, maps.BackendEntry{ID: 11, Value: bval("[fd00::9]:80", lb.TCP, lb.BackendStateActive)})
+			},
+			fixes6:  Fixes{BackendDeletes: []uint32{11}},
+			repairs: []Repair{rep(RepairInvalidEntry, v6, 0, "", 11, "backend 11 is also in the ipv4 backend map: deleted here")},
+		},
+		{
+			name: "rule 4: duplicate backend",
 			corrupt: func(d *Dump) {
 				d.Backends4 = append(d.Backends4, maps.BackendEntry{ID: 14, Value: backendOf(d.Backends4, 11)})
 				editSvc(d.Services4, k(fe1, 1), setBackendID(14))
@@ -752,7 +796,7 @@ func restoreCases() []restoreCase {
 			},
 		},
 		{
-			name: "duplicate backend: the service then has it twice",
+			name: "rule 4: duplicate backend: the service then has it twice",
 			corrupt: func(d *Dump) {
 				d.Backends4 = append(d.Backends4, maps.BackendEntry{ID: 14, Value: backendOf(d.Backends4, 12)})
 				editSvc(d.Services4, k(fe1, 1), setBackendID(14))
@@ -771,73 +815,64 @@ func restoreCases() []restoreCase {
 			},
 			services: withBackends(1, 12, 13),
 		},
+		// Rule 5: each kept service rebuilt from its slots.
 		{
-			name: "orphan backend",
-			corrupt: func(d *Dump) {
-				d.Backends4 = append(d.Backends4, maps.BackendEntry{ID: 50, Value: bval("10.0.9.9:80", lb.TCP, lb.BackendStateActive)})
-			},
-			fixes4:  Fixes{BackendDeletes: []uint32{50}},
-			repairs: []Repair{orphanRep(v4, 50, "10.0.9.9:80/TCP, active")},
-		},
-		{
-			name:    "invalid entry: master with rev_nat_index 0",
-			corrupt: func(d *Dump) { editSvc(d.Services4, k(fe2, 0), func(v *maps.ServiceValue) { v.RevNATIndex = 0 }) },
+			name:    "rule 5: missing slot",
+			corrupt: func(d *Dump) { d.Services4 = slices.DeleteFunc(d.Services4, atKey(k(fe1, 2))) },
 			fixes4: Fixes{
-				MasterDeletes:  []maps.ServiceKey{k(fe2, 0)},
-				SlotDeletes:    []maps.ServiceKey{k(fe2, 1), k(fe2, 2)},
-				BackendDeletes: []uint32{21, 22},
-				RevNATDeletes:  []uint16{2},
+				SlotWrites:     []maps.ServiceEntry{slotE(fe1, 2, 13, 1)},
+				MasterWrites:   []maps.ServiceEntry{masterE(fe1, 1, 1, 1)},
+				SlotDeletes:    []maps.ServiceKey{k(fe1, 3)},
+				BackendDeletes: []uint32{12},
 			},
 			repairs: []Repair{
-				rep(RepairInvalidEntry, v4, 0, fe2, 0, "master has rev_nat_index 0: service removed"),
-				orphanRep(v4, 21, "10.0.2.1:80/TCP, active"),
-				orphanRep(v4, 22, "10.0.2.2:80/TCP, quarantined"),
-				rep(RepairOrphanRevNAT, v4, 2, "", 0, "revNAT entry 10.96.0.20:80 of no service: deleted"),
+				rep(RepairMissingSlot, v4, 1, fe1, 0, "slot 2 of count+qcount 3 missing: dropped"),
+				orphanRep(v4, 12, "10.0.1.2:53/UDP, active"),
 			},
-			orphans:  []maps.RevNATEntry{rev(2, "10.96.0.20:80")},
-			services: withBackends(2),
+			services: withBackends(1, 11, 13),
 		},
 		{
-			name:    "invalid entry: unknown protocol, its revNAT deleted",
-			corrupt: func(d *Dump) { rekey(d.Services4, fe2, 99, 0) },
+			name:    "rule 5: extra slot",
+			corrupt: func(d *Dump) { d.Services4 = append(d.Services4, slotE(fe1, 4, 21, 1), slotE(fe1, 6, 21, 1)) },
+			fixes4:  Fixes{SlotDeletes: []maps.ServiceKey{k(fe1, 4), k(fe1, 6)}},
+			repairs: []Repair{rep(RepairExtraSlot, v4, 1, fe1, 0, "slots 4, 6 beyond count+qcount 3: deleted")},
+		},
+		{
+			name:    "rule 5: dangling slot",
+			corrupt: func(d *Dump) { editSvc(d.Services4, k(fe1, 1), setBackendID(99)) },
 			fixes4: Fixes{
-				MasterDeletes:  []maps.ServiceKey{kp(fe2, 0, 99, 0)},
-				SlotDeletes:    []maps.ServiceKey{kp(fe2, 1, 99, 0), kp(fe2, 2, 99, 0)},
-				BackendDeletes: []uint32{21, 22},
-				RevNATDeletes:  []uint16{2},
+				SlotWrites:     []maps.ServiceEntry{slotE(fe1, 1, 12, 1), slotE(fe1, 2, 13, 1)},
+				MasterWrites:   []maps.ServiceEntry{masterE(fe1, 1, 1, 1)},
+				SlotDeletes:    []maps.ServiceKey{k(fe1, 3)},
+				BackendDeletes: []uint32{11},
 			},
 			repairs: []Repair{
-				{Kind: RepairInvalidEntry, Family: v4, ServiceID: 2, Frontend: "10.96.0.20:80/L4Type(99)", Detail: "master has unknown protocol 99: service removed"},
-				{Kind: RepairInvalidEntry, Family: v4, ServiceID: 2, Frontend: "10.96.0.20:80/L4Type(99)", Detail: "revNAT entry of the removed frontend: deleted"},
-				orphanRep(v4, 21, "10.0.2.1:80/TCP, active"),
-				orphanRep(v4, 22, "10.0.2.2:80/TCP, quarantined"),
+				rep(RepairDanglingSlot, v4, 1, fe1, 99, "slot 1 points to missing backend 99: dropped"),
+				orphanRep(v4, 11, "10.0.1.1:53/UDP, active"),
 			},
-			services: withBackends(2),
+			services: withBackends(1, 12, 13),
 		},
 		{
-			name: "invalid entry: unknown scope, revNAT kept for a service with the ID",
+			name: "rule 5: dangling slot: backend in maintenance",
 			corrupt: func(d *Dump) {
-				rekey(d.Services6, fe3, uint8(lb.TCP), 3)
-				// A valid twin with the same ID and address (scope internal)
-				// keeps ID 3 and its revNAT.
-				twin := svc("[fd00::a]:443/tcp/internal", 3, nil, be("[fd00::1:1]:8443/tcp", 31))
-				d.Services6 = append(d.Services6, dumpOf(twin).Services6...)
+				editBackend(d.Backends4, 12, func(v *maps.BackendValue) { v.State = uint8(lb.BackendStateMaintenance) })
 			},
-			fixes6: Fixes{
-				MasterDeletes:  []maps.ServiceKey{kp(fe3, 0, 6, 3)},
-				SlotDeletes:    []maps.ServiceKey{kp(fe3, 1, 6, 3), kp(fe3, 2, 6, 3)},
-				BackendDeletes: []uint32{32},
+			fixes4: Fixes{
+				SlotWrites:     []maps.ServiceEntry{slotE(fe1, 2, 13, 1)},
+				MasterWrites:   []maps.ServiceEntry{masterE(fe1, 1, 1, 1)},
+				SlotDeletes:    []maps.ServiceKey{k(fe1, 3)},
+				BackendDeletes: []uint32{12},
 			},
 			repairs: []Repair{
-				{Kind: RepairInvalidEntry, Family: v6, ServiceID: 3, Frontend: "[fd00::a]:443/TCP/Scope(3)", Detail: "master has unknown scope 3: service removed"},
-				orphanRep(v6, 32, "[fd00::1:2]:8443/TCP, active"),
+				rep(RepairDanglingSlot, v4, 1, fe1, 12, "slot 2 points to backend 12 in maintenance: dropped"),
+				orphanRep(v4, 12, "10.0.1.2:53/UDP, maintenance"),
 			},
-			services: withBackends(3, 31),
+			services: withBackends(1, 11, 13),
 		},
 		{
-			name: "invalid entry: backend with unknown state",
+			name: "rule 5: dangling slot: backend ID 0",
 			corrupt: func(d *Dump) {
-				editBackend(d.Backends4, 22, func(v *maps.BackendValue) { v.State = 9 })
+				editSvc(d.Services4, k(fe2, 2), setBackendID(0))
 			},
 			fixes4: Fixes{
 				MasterWrites:   []maps.ServiceEntry{masterE(fe2, 1, 0, 2)},
@@ -845,46 +880,44 @@ func restoreCases() []restoreCase {
 				BackendDeletes: []uint32{22},
 			},
 			repairs: []Repair{
-				rep(RepairDanglingSlot, v4, 2, fe2, 22, "slot 2 points to missing backend 22: dropped"),
-				rep(RepairInvalidEntry, v4, 0, "", 22, "backend 22 has unknown state 9: deleted"),
+				rep(RepairDanglingSlot, v4, 2, fe2, 0, "slot 2 points to missing backend 0: dropped"),
+				orphanRep(v4, 22, "10.0.2.2:80/TCP, quarantined"),
 			},
 			services: withBackends(2, 21),
 		},
 		{
-			name: "invalid entry: backend with unknown protocol, backend ID 0",
+			name: "rule 5: duplicate backend: a later slot names the duplicate of an earlier slot's backend",
 			corrupt: func(d *Dump) {
-				d.Backends4 = append(d.Backends4,
-					maps.BackendEntry{ID: 0, Value: bval("10.0.9.9:80", lb.TCP, lb.BackendStateActive)},
-					maps.BackendEntry{ID: 51, Value: bval("10.0.9.9:80", 99, lb.BackendStateActive)})
+				d.Backends4 = append(d.Backends4, maps.BackendEntry{ID: 14, Value: backendOf(d.Backends4, 11)})
+				editSvc(d.Services4, k(fe1, 2), setBackendID(14))
 			},
-			fixes4: Fixes{BackendDeletes: []uint32{0, 51}},
+			fixes4: Fixes{
+				SlotWrites:     []maps.ServiceEntry{slotE(fe1, 2, 13, 1)},
+				MasterWrites:   []maps.ServiceEntry{masterE(fe1, 1, 1, 1)},
+				SlotDeletes:    []maps.ServiceKey{k(fe1, 3)},
+				BackendDeletes: []uint32{12, 14},
+			},
 			repairs: []Repair{
-				rep(RepairInvalidEntry, v4, 0, "", 0, "backend 0 has the invalid ID 0: deleted"),
-				rep(RepairInvalidEntry, v4, 0, "", 51, "backend 51 has unknown protocol 99: deleted"),
+				rep(RepairDuplicateBackend, v4, 0, "", 14, "backend 14 duplicates backend 11 (10.0.1.1:53/UDP): deleted"),
+				rep(RepairDuplicateBackend, v4, 1, fe1, 14, "slot 2 points to duplicate backend 14 of backend 11, already in slot 1: dropped"),
+				orphanRep(v4, 12, "10.0.1.2:53/UDP, active"),
 			},
+			services: withBackends(1, 11, 13),
 		},
 		{
-			name: "invalid entry: backend ID in both families",
-			corrupt: func(d *Dump) {
-				d.Backends6 = append(d.Backends6, maps.BackendEntry{ID: 11, Value: bval("[fd00::9]:80", lb.TCP, lb.BackendStateActive)})
-			},
-			fixes6:  Fixes{BackendDeletes: []uint32{11}},
-			repairs: []Repair{rep(RepairInvalidEntry, v6, 0, "", 11, "backend 11 is also in the ipv4 backend map: deleted here")},
-		},
-		{
-			name:    "invalid entry: slot with another rev_nat_index",
+			name:    "rule 5: invalid entry: slot with another rev_nat_index",
 			corrupt: func(d *Dump) { editSvc(d.Services4, k(fe1, 1), func(v *maps.ServiceValue) { v.RevNATIndex = 9 }) },
 			fixes4:  Fixes{SlotWrites: []maps.ServiceEntry{slotE(fe1, 1, 11, 1)}},
 			repairs: []Repair{rep(RepairInvalidEntry, v4, 1, fe1, 11, "slot 1 has rev_nat_index 9, want 1: rewritten")},
 		},
 		{
-			name:    "invalid entry: slot with stray flags",
+			name:    "rule 5: invalid entry: slot with stray flags",
 			corrupt: func(d *Dump) { editSvc(d.Services6, k(fe3, 2), func(v *maps.ServiceValue) { v.Flags = 3 }) },
 			fixes6:  Fixes{SlotWrites: []maps.ServiceEntry{slotE(fe3, 2, 32, 3)}},
 			repairs: []Repair{rep(RepairInvalidEntry, v6, 3, fe3, 32, "slot 2 has stray count, qcount or flags: rewritten")},
 		},
 		{
-			name: "invalid entry: slot repeats a backend",
+			name: "rule 5: invalid entry: slot repeats a backend",
 			corrupt: func(d *Dump) {
 				editSvc(d.Services4, k(fe1, 2), setBackendID(11))
 			},
@@ -901,7 +934,7 @@ func restoreCases() []restoreCase {
 			services: withBackends(1, 11, 13),
 		},
 		{
-			name: "invalid entry: master flags and algorithm",
+			name: "rule 5: invalid entry: master flags and algorithm",
 			corrupt: func(d *Dump) {
 				editSvc(d.Services4, k(fe1, 0), func(v *maps.ServiceValue) {
 					v.Flags |= lb.FlagSourceRange
@@ -912,13 +945,7 @@ func restoreCases() []restoreCase {
 			repairs: []Repair{rep(RepairInvalidEntry, v4, 1, fe1, 0, "master value not as the engine writes it (affinity/algorithm 0x7000000 -> 0x0, flags 0xc0 -> 0x40): rewritten")},
 		},
 		{
-			name:    "invalid entry: revNAT with ID 0",
-			corrupt: func(d *Dump) { d.RevNAT4 = append(d.RevNAT4, rev(0, "10.96.0.99:80")) },
-			fixes4:  Fixes{RevNATDeletes: []uint16{0}},
-			repairs: []Repair{rep(RepairInvalidEntry, v4, 0, "", 0, "revNAT entry with the invalid ID 0 (10.96.0.99:80): deleted")},
-		},
-		{
-			name: "slot order: states out of order",
+			name: "rule 5: slot order: states out of order",
 			corrupt: func(d *Dump) {
 				editSvc(d.Services4, k(fe1, 2), setBackendID(13))
 				editSvc(d.Services4, k(fe1, 3), setBackendID(12))
@@ -927,15 +954,53 @@ func restoreCases() []restoreCase {
 			repairs: []Repair{rep(RepairSlotOrder, v4, 1, fe1, 0, "slots not in state order (active, terminating, quarantined): reordered")},
 		},
 		{
-			name: "slot order: count and qcount wrong for the states",
+			name: "rule 5: slot order: count and qcount wrong for the states",
 			corrupt: func(d *Dump) {
 				editSvc(d.Services4, k(fe1, 0), func(v *maps.ServiceValue) { v.Count, v.QCount = 3, 0 })
 			},
 			fixes4:  Fixes{MasterWrites: []maps.ServiceEntry{masterE(fe1, 2, 1, 1)}},
 			repairs: []Repair{rep(RepairSlotOrder, v4, 1, fe1, 0, "count/qcount 3/0 wrong for the slot states: now 2/1")},
 		},
+		// Rule 6: orphan backends.
 		{
-			name:    "orphan revNAT deleted",
+			name: "rule 6: orphan backend",
+			corrupt: func(d *Dump) {
+				d.Backends4 = append(d.Backends4, maps.BackendEntry{ID: 50, Value: bval("10.0.9.9:80", lb.TCP, lb.BackendStateActive)})
+			},
+			fixes4:  Fixes{BackendDeletes: []uint32{50}},
+			repairs: []Repair{orphanRep(v4, 50, "10.0.9.9:80/TCP, active")},
+		},
+		// Rule 7: revNAT entries follow the services.
+		{
+			name: "rule 7: missing revNAT",
+			corrupt: func(d *Dump) {
+				d.RevNAT4 = slices.DeleteFunc(d.RevNAT4, func(e maps.RevNATEntry) bool { return e.ID == 2 })
+			},
+			fixes4:  Fixes{RevNATWrites: []maps.RevNATEntry{rev(2, "10.96.0.20:80")}},
+			repairs: []Repair{rep(RepairMissingRevNAT, v4, 2, fe2, 0, "no revNAT entry: written")},
+		},
+		{
+			name: "rule 7: wrong revNAT",
+			corrupt: func(d *Dump) {
+				d.RevNAT4[slices.IndexFunc(d.RevNAT4, func(e maps.RevNATEntry) bool { return e.ID == 2 })] = rev(2, "10.96.0.99:80")
+			},
+			fixes4:  Fixes{RevNATWrites: []maps.RevNATEntry{rev(2, "10.96.0.20:80")}},
+			repairs: []Repair{rep(RepairWrongRevNAT, v4, 2, fe2, 0, "revNAT entry points to 10.96.0.99:80, want 10.96.0.20:80: rewritten")},
+		},
+		{
+			name:    "rule 7: wrong revNAT: in the other family",
+			corrupt: func(d *Dump) { d.RevNAT6 = append(d.RevNAT6, rev(2, "[fd00::99]:80")) },
+			fixes6:  Fixes{RevNATDeletes: []uint16{2}},
+			repairs: []Repair{rep(RepairWrongRevNAT, v6, 2, fe2, 0, "revNAT entry in the ipv6 map for a service of the ipv4 map: deleted")},
+		},
+		{
+			name:    "rule 7: invalid entry: revNAT with ID 0",
+			corrupt: func(d *Dump) { d.RevNAT4 = append(d.RevNAT4, rev(0, "10.96.0.99:80")) },
+			fixes4:  Fixes{RevNATDeletes: []uint16{0}},
+			repairs: []Repair{rep(RepairInvalidEntry, v4, 0, "", 0, "revNAT entry with the invalid ID 0 (10.96.0.99:80): deleted")},
+		},
+		{
+			name:    "rule 7: orphan revNAT deleted",
 			corrupt: func(d *Dump) { d.RevNAT6 = append(d.RevNAT6, rev(9, "[fd00::99]:80")) },
 			fixes6:  Fixes{RevNATDeletes: []uint16{9}},
 			repairs: []Repair{rep(RepairOrphanRevNAT, v6, 9, "", 0, "revNAT entry [fd00::99]:80 of no service: deleted")},
@@ -977,7 +1042,7 @@ func TestRebuildRepairs(t *testing.T) {
 func TestRepairKindStrings(t *testing.T) {
 	kinds := []RepairKind{RepairSlotsWithoutMaster, RepairMissingSlot, RepairExtraSlot, RepairDanglingSlot,
 		RepairDuplicateServiceID, RepairMissingRevNAT, RepairWrongRevNAT, RepairDuplicateBackend,
-		RepairOrphanBackend, RepairInvalidEntry, RepairSlotOrder}
+		RepairOrphanBackend, RepairOrphanRevNAT, RepairInvalidEntry, RepairSlotOrder}
 	seen := map[string]bool{}
 	for _, k := range kinds {
 		assert.Regexp(t, `^[a-z]+(-[a-z]+)*$`, k.String())

@@ -1,0 +1,225 @@
+package table
+
+import (
+	"cmp"
+	"slices"
+
+	lb "github.com/actorlb/actorlb/loadbalancer"
+	"github.com/actorlb/actorlb/maps"
+)
+
+// Loading is the step before the rules: every input list is normalized
+// (IPv4 addresses of the v4 maps unmapped), one entry is kept per key (the
+// least value in the fixed order of the compare functions below, should a
+// hand-made dump repeat a key) and the service entries are grouped by
+// frontend. Nothing is repaired here; the rules (rules.go) do that.
+
+// Dump is what was read back from the six maps.
+type Dump struct {
+	Services4, Services6 []maps.ServiceEntry
+	Backends4, Backends6 []maps.BackendEntry
+	RevNAT4, RevNAT6     []maps.RevNATEntry
+}
+
+var families = [2]maps.Family{maps.IPv4, maps.IPv6}
+
+type groupState int
+
+const (
+	groupKept    groupState = iota
+	groupRemoved            // removed by rule 2 (invalid) or 3 (duplicate ID)
+	groupGone               // slots without master (rule 1)
+)
+
+// group is every service map entry of one frontend.
+type group struct {
+	key       maps.ServiceKey // slot 0
+	fe        lb.L3n4Addr
+	hasMaster bool
+	master    maps.ServiceValue
+	slotNs    []uint16            // ascending
+	slotVs    []maps.ServiceValue // slotVs[i] is the value of slot slotNs[i]
+	nslots    int                 // slot entries (loadServices' count)
+	state     groupState          // set by rules 1-3
+	svc       *Service            // the rebuilt service (rule 5), nil if not kept
+}
+
+func (g *group) id() uint16 { return g.master.RevNATIndex }
+
+// sortSlots orders the slots by number and keeps the least value of a
+// repeated one (most groups have a few dozen slots: an insertion sort).
+func (g *group) sortSlots() {
+	ns, vs := g.slotNs, g.slotVs
+	if len(ns) > 32 { // a large service: sort pairs
+		type pair struct {
+			n uint16
+			v maps.ServiceValue
+		}
+		ps := make([]pair, len(ns))
+		for i := range ns {
+			ps[i] = pair{ns[i], vs[i]}
+		}
+		slices.SortFunc(ps, func(a, b pair) int {
+			return cmp.Or(cmp.Compare(a.n, b.n), compareServiceValue(a.v, b.v))
+		})
+		for i, p := range ps {
+			ns[i], vs[i] = p.n, p.v
+		}
+	}
+	less := func(i, j int) bool {
+		return ns[i] < ns[j] || ns[i] == ns[j] && compareServiceValue(vs[i], vs[j]) < 0
+	}
+	for i := 1; i < len(ns); i++ { // sorted already if large
+		for j := i; j > 0 && less(j, j-1); j-- {
+			ns[j], ns[j-1] = ns[j-1], ns[j]
+			vs[j], vs[j-1] = vs[j-1], vs[j]
+		}
+	}
+	w := 0
+	for r := range ns {
+		if w > 0 && ns[r] == ns[w-1] {
+			continue
+		}
+		ns[w], vs[w] = ns[r], vs[r]
+		w++
+	}
+	g.slotNs, g.slotVs = ns[:w], vs[:w]
+}
+
+// slot returns the value of slot n, if the map has it.
+func (g *group) slot(n uint16) (maps.ServiceValue, bool) {
+	if i, ok := slices.BinarySearch(g.slotNs, n); ok {
+		return g.slotVs[i], true
+	}
+	return maps.ServiceValue{}, false
+}
+
+// loadRevNAT indexes each family's revNAT entries by ID, one value per ID
+// (the least, if a dump repeats an ID). Rule 7 reconciles them.
+func (rb *rebuild) loadRevNAT(d Dump) {
+	in := [2][]maps.RevNATEntry{d.RevNAT4, d.RevNAT6}
+	for i, fs := range rb.fam {
+		es := slices.Clone(in[i])
+		if fs.fam == maps.IPv4 {
+			for j := range es {
+				es[j].Value.Address = es[j].Value.Address.Unmap()
+			}
+		}
+		slices.SortFunc(es, func(a, b maps.RevNATEntry) int {
+			if c := cmp.Compare(a.ID, b.ID); c != 0 {
+				return c // the value is compared only for a repeated ID (cmp.Or would compare it every time)
+			}
+			return compareRevNAT(a.Value, b.Value)
+		})
+		es = slices.CompactFunc(es, func(a, b maps.RevNATEntry) bool { return a.ID == b.ID })
+		fs.revnat = make(map[uint16]maps.RevNATValue, len(es))
+		for _, e := range es {
+			fs.revnat[e.ID] = e.Value
+			fs.revIDs = append(fs.revIDs, e.ID)
+		}
+	}
+}
+
+// loadBackends indexes each family's backend entries by ID, one value per
+// ID (the least, if a dump repeats an ID). Rule 4 filters them.
+func (rb *rebuild) loadBackends(d Dump) {
+	in := [2][]maps.BackendEntry{d.Backends4, d.Backends6}
+	for i, fs := range rb.fam {
+		fs.backends = newBackendSet(in[i], fs.fam == maps.IPv4)
+	}
+}
+
+// loadServices groups the service entries by frontend: one group per
+// frontend, its master and its slots sorted by number. Rules 1 and 2 then
+// check the groups.
+func (rb *rebuild) loadServices(d Dump) {
+	in := [2][]maps.ServiceEntry{d.Services4, d.Services6}
+	for i, fs := range rb.fam {
+		// Grouped by frontend with a map, then the groups sorted by key and
+		// each group's slots by number: cheaper than sorting every entry.
+		type feIdx struct {
+			addr        [16]byte
+			v4          bool
+			port        uint16
+			proto, scop uint8
+		}
+		idx := make(map[feIdx]*group, len(in[i])/4+1)
+		// Two passes: the first finds each entry's group and counts the
+		// slots, the second fills every group's slots, carved from one
+		// array (no slice grown slot by slot).
+		at := make([]*group, len(in[i]))
+		nslots := 0
+		for j, e := range in[i] {
+			k := e.Key
+			if fs.fam == maps.IPv4 {
+				k.Address = k.Address.Unmap()
+			}
+			slot := k.Slot
+			k.Slot = 0
+			fi := feIdx{k.Address.As16(), k.Address.Is4(), k.Port, k.Proto, k.Scope}
+			g := idx[fi]
+			if g == nil {
+				g = &group{key: k, fe: FrontendFromKey(k)}
+				idx[fi] = g
+				fs.groups = append(fs.groups, g)
+			}
+			if slot == 0 {
+				// A repeated key (a hand-made dump) keeps its least value.
+				if !g.hasMaster || compareServiceValue(e.Value, g.master) < 0 {
+					g.hasMaster, g.master = true, e.Value
+				}
+				continue
+			}
+			at[j] = g
+			g.nslots++
+			nslots++
+		}
+		ns, vs := make([]uint16, nslots), make([]maps.ServiceValue, nslots)
+		off := 0
+		for _, g := range fs.groups {
+			n := off + g.nslots
+			g.slotNs, g.slotVs = ns[off:off:n], vs[off:off:n]
+			off = n
+		}
+		for j, g := range at {
+			if g != nil {
+				g.slotNs = append(g.slotNs, in[i][j].Key.Slot)
+				g.slotVs = append(g.slotVs, in[i][j].Value)
+			}
+		}
+		slices.SortFunc(fs.groups, func(a, b *group) int { return compareKey(a.key, b.key) })
+		for _, g := range fs.groups {
+			g.sortSlots()
+		}
+	}
+}
+
+// Orders. They make Rebuild deterministic: loading keeps the least value of
+// a repeated key, and Fixes lists are sorted by them.
+
+// compareKey orders service keys by frontend (address, port, protocol,
+// scope), then slot.
+func compareKey(a, b maps.ServiceKey) int {
+	if c := a.Address.Compare(b.Address); c != 0 {
+		return c
+	}
+	return cmp.Or(cmp.Compare(a.Port, b.Port), cmp.Compare(a.Proto, b.Proto),
+		cmp.Compare(a.Scope, b.Scope), cmp.Compare(a.Slot, b.Slot))
+}
+
+func compareServiceValue(a, b maps.ServiceValue) int {
+	return cmp.Or(cmp.Compare(a.BackendID, b.BackendID), cmp.Compare(a.Count, b.Count), cmp.Compare(a.QCount, b.QCount),
+		cmp.Compare(a.RevNATIndex, b.RevNATIndex), cmp.Compare(a.Flags, b.Flags), cmp.Compare(a.Flags2, b.Flags2))
+}
+
+func compareBackend(a, b maps.BackendValue) int {
+	if c := a.Address.Compare(b.Address); c != 0 {
+		return c
+	}
+	return cmp.Or(cmp.Compare(a.Port, b.Port), cmp.Compare(a.Proto, b.Proto),
+		cmp.Compare(a.State, b.State), cmp.Compare(a.ClusterID, b.ClusterID), cmp.Compare(a.Zone, b.Zone))
+}
+
+func compareRevNAT(a, b maps.RevNATValue) int {
+	return cmp.Or(a.Address.Compare(b.Address), cmp.Compare(a.Port, b.Port))
+}

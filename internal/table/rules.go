@@ -1,0 +1,611 @@
+package table
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	lb "github.com/actorlb/actorlb/loadbalancer"
+	"github.com/actorlb/actorlb/maps"
+)
+
+// The repair rules of Rebuild, one function each, in the order of their
+// numbers (the package doc defines them; Rebuild shows the order they run
+// in). Loading is in load.go, the output types in fixes.go, the ID sets the
+// rules use in backendset.go.
+
+// Rebuild rebuilds the engine's table from the dumped maps, which are the
+// only source of truth, and computes the writes that repair them, by the
+// rules 1-7 of the package doc. It is deterministic: the same entries in any
+// order give the same result. A dump of what the engine itself writes
+// (Master, Slots, BackendEntry, RevNAT) gives no fixes and no repairs.
+//
+// Decisions the design left open, taken in the rules:
+//   - Duplicate keys within one input list (impossible in a real map dump)
+//     are reduced to one entry, the lowest value in a fixed order.
+//   - A frontend or backend address of the other family than its map is an
+//     invalid entry: the frontend's entries or the backend are deleted.
+//   - A backend ID in both families is deleted from the v6 map only if the
+//     v4 entry is valid; an invalid v4 entry is deleted and the v6 one kept.
+//   - A slot pointing to a backend in maintenance is dropped as a dangling
+//     slot; the backend is then deleted as an orphan unless another slot
+//     refers to it (maintenance backends have no slot, so the maps cannot
+//     say which service they belong to).
+//   - A master with an unknown LB algorithm, with the affinity flag and a
+//     zero timeout, or with flag bits the engine does not set is kept and
+//     rewritten (invalid entry), not removed: the Spec is normalized so that
+//     SpecFromMaster(Master(svc)) == svc.Spec.
+//   - Of several frontends with one ID whose revNAT entries all match, the
+//     lowest matching one is kept.
+//   - A revNAT entry with ID 0 is invalid and deleted.
+//
+// Concurrency: Rebuild starts goroutines at two places, one at a time, and
+// returns only when they are done. At loading, the service entries load
+// (with rules 1 and 2) on a goroutine of their own while the revNAT and
+// backend entries load (with rule 4) on the caller's. At rule 5, a family
+// of parallelGroups frontends or more is rebuilt in two halves
+// (rebuildServices). Each goroutine has its own rebuild (repair list and
+// scratch) and writes nothing another one reads or writes; the lists are
+// joined when both are done and finish sorts them, so the output is the
+// serial one (TestRebuildInHalvesEqualsSerial).
+func Rebuild(d Dump) *Restored {
+	rb := &rebuild{out: &Restored{}}
+	for i, f := range families {
+		rb.fam[i] = &famState{fam: f, fixes: rb.out.Fixes(f)}
+	}
+	// Parallel: the service entries load on another goroutine, with rules 1
+	// and 2, while the revNAT and backend entries load here, with rule 4.
+	// They share nothing but the repair list, which each fills on its own
+	// and which is joined in the serial order, and the famStates, of which
+	// they write disjoint fields (groups, MasterDeletes and SlotDeletes
+	// there; revnat, revIDs, backends, alias, ids and BackendDeletes here).
+	svcs := &rebuild{out: &Restored{}, fam: rb.fam}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		svcs.loadServices(d)
+		svcs.deleteSlotsWithoutMaster() // rule 1
+		svcs.removeInvalidFrontends()   // rule 2
+	}()
+	rb.loadRevNAT(d)
+	rb.loadBackends(d)
+	rb.filterBackends() // rule 4
+	<-done
+	rb.out.Repairs = append(rb.out.Repairs, svcs.out.Repairs...)
+	rb.dedupeServiceIDs() // rule 3
+	for _, fs := range rb.fam {
+		rb.rebuildServices(fs) // rule 5 (parallel halves for a large family)
+	}
+	rb.deleteOrphanBackends() // rule 6
+	rb.reconcileRevNAT()      // rule 7
+	rb.finish()
+	return rb.out
+}
+
+type famState struct {
+	fam      maps.Family
+	fixes    *Fixes
+	backends backendSet        // valid backends, after rule 4
+	alias    map[uint32]uint32 // duplicate backend ID -> kept ID (rule 4)
+	revnat   map[uint16]maps.RevNATValue
+	revIDs   []uint16 // ascending
+	ids      []uint32 // IDs of the valid backends, ascending (before duplicates are removed)
+	groups   []*group // by key
+}
+
+type rebuild struct {
+	out *Restored
+	fam [2]*famState
+	// list is rebuildService's scratch, kept from one service to the next
+	// (each goroutine of Rebuild has its own rebuild).
+	list []slotted
+}
+
+func (rb *rebuild) other(fs *famState) *famState {
+	if fs == rb.fam[0] {
+		return rb.fam[1]
+	}
+	return rb.fam[0]
+}
+
+func (rb *rebuild) repair(kind RepairKind, fam maps.Family, sid uint16, fe string, bid uint32, format string, args ...any) {
+	rb.out.Repairs = append(rb.out.Repairs, Repair{
+		Kind: kind, Family: fam, ServiceID: lb.ServiceID(sid), Frontend: fe, BackendID: lb.BackendID(bid),
+		Detail: fmt.Sprintf(format, args...),
+	})
+}
+
+func (rb *rebuild) svcRepair(kind RepairKind, fs *famState, g *group, bid uint32, format string, args ...any) {
+	rb.repair(kind, fs.fam, g.id(), g.fe.String(), bid, format, args...)
+}
+
+// deleteSlotsWithoutMaster applies rule 1: the slots of a frontend that has
+// no master are deleted, and the frontend is gone for the later rules.
+func (rb *rebuild) deleteSlotsWithoutMaster() {
+	for _, fs := range rb.fam {
+		for _, g := range fs.groups {
+			if g.hasMaster {
+				continue
+			}
+			g.state = groupGone
+			rb.repair(RepairSlotsWithoutMaster, fs.fam, 0, g.fe.String(), 0,
+				"%s without master: deleted", plural("slot", len(g.slotNs), slotList(g.slotNs)))
+			for _, s := range g.slotNs {
+				fs.fixes.SlotDeletes = append(fs.fixes.SlotDeletes, slotKey(g.key, s))
+			}
+		}
+	}
+}
+
+// removeInvalidFrontends applies rule 2: a frontend with a master is
+// removed if its address is of the wrong family, its master has
+// rev_nat_index 0, or its protocol or scope is unknown (the first reason
+// found is reported).
+func (rb *rebuild) removeInvalidFrontends() {
+	for _, fs := range rb.fam {
+		for _, g := range fs.groups {
+			switch {
+			case !g.hasMaster:
+				// rule 1's
+			case !g.key.Address.IsValid() || maps.FamilyOf(g.key.Address) != fs.fam:
+				rb.remove(fs, g, RepairInvalidEntry, "frontend address "+g.key.Address.String()+" of the wrong family: service removed")
+			case g.master.RevNATIndex == 0:
+				rb.remove(fs, g, RepairInvalidEntry, "master has rev_nat_index 0: service removed")
+			case !lb.L4Type(g.key.Proto).IsValid():
+				rb.remove(fs, g, RepairInvalidEntry, "master has unknown protocol "+strconv.Itoa(int(g.key.Proto))+": service removed")
+			case !lb.Scope(g.key.Scope).IsValid():
+				rb.remove(fs, g, RepairInvalidEntry, "master has unknown scope "+strconv.Itoa(int(g.key.Scope))+": service removed")
+			}
+		}
+	}
+}
+
+// remove deletes every entry of g's frontend, master first.
+func (rb *rebuild) remove(fs *famState, g *group, kind RepairKind, detail string) {
+	g.state = groupRemoved
+	rb.svcRepair(kind, fs, g, 0, "%s", detail)
+	fs.fixes.MasterDeletes = append(fs.fixes.MasterDeletes, g.key)
+	for _, s := range g.slotNs {
+		fs.fixes.SlotDeletes = append(fs.fixes.SlotDeletes, slotKey(g.key, s))
+	}
+}
+
+// dedupeServiceIDs applies rule 3 over both families (one ID space): of
+// the frontends left by rules 1 and 2 that share a service ID, one is kept,
+// preferring those whose revNAT entry matches, and the others removed.
+func (rb *rebuild) dedupeServiceIDs() {
+	type cand struct {
+		fs *famState
+		g  *group
+	}
+	byID := make(map[uint16][]cand)
+	for _, fs := range rb.fam {
+		for _, g := range fs.groups {
+			if g.state == groupKept {
+				byID[g.id()] = append(byID[g.id()], cand{fs, g})
+			}
+		}
+	}
+	for _, id := range sortedKeys(byID) {
+		cs := byID[id]
+		if len(cs) < 2 {
+			continue
+		}
+		var matching []cand
+		for _, c := range cs {
+			if v, ok := c.fs.revnat[id]; ok && v == revNATValue(c.g.fe) {
+				matching = append(matching, c)
+			}
+		}
+		pool := cs
+		if len(matching) > 0 {
+			pool = matching
+		}
+		keep := slices.MinFunc(pool, func(a, b cand) int { return a.g.fe.Compare(b.g.fe) })
+		for _, c := range cs {
+			if c.g != keep.g {
+				rb.remove(c.fs, c.g, RepairDuplicateServiceID,
+					fmt.Sprintf("service ID %d also used by %s, which is kept: service removed", id, keep.g.fe))
+			}
+		}
+	}
+}
+
+// filterBackends applies rule 4 to the loaded backends: (a) invalid
+// backends, (b) IDs in both families and (c) duplicate backend addresses
+// are deleted; (c) records each deleted duplicate in alias for rule 5.
+func (rb *rebuild) filterBackends() {
+	var ids [2][]uint32 // valid backend IDs of each family, sorted
+	for i, fs := range rb.fam {
+		fs.alias = make(map[uint32]uint32)
+		all := fs.backends.sortedIDs()
+		ids[i] = all[:0] // filtered in place
+		for _, id := range all {
+			v, _ := fs.backends.get(id)
+			e := maps.BackendEntry{ID: id, Value: v}
+			if reason := invalidBackend(fs.fam, e); reason != "" {
+				rb.repair(RepairInvalidEntry, fs.fam, 0, "", e.ID, "backend %d %s: deleted", e.ID, reason)
+				fs.fixes.BackendDeletes = append(fs.fixes.BackendDeletes, e.ID)
+				fs.backends.drop(id)
+				continue
+			}
+			ids[i] = append(ids[i], id)
+		}
+	}
+
+	v4, v6 := rb.fam[0], rb.fam[1]
+	ids[1] = slices.DeleteFunc(ids[1], func(id uint32) bool {
+		if _, ok := v4.backends.get(id); !ok {
+			return false
+		}
+		rb.repair(RepairInvalidEntry, v6.fam, 0, "", id, "backend %d is also in the ipv4 backend map: deleted here", id)
+		v6.backends.drop(id)
+		v6.fixes.BackendDeletes = append(v6.fixes.BackendDeletes, id)
+		return true
+	})
+
+	for i, fs := range rb.fam {
+		fs.ids = ids[i]
+		// A backend's identity: address, port, protocol (what BackendKey
+		// keeps), in a key without pointers.
+		type identity struct {
+			addr  [16]byte
+			port  uint16
+			proto uint8
+		}
+		byKey := make(map[identity]uint32, len(ids[i]))
+		for _, id := range ids[i] { // by ID: the lowest of duplicates is kept
+			v, _ := fs.backends.get(id)
+			ik := identity{v.Address.As16(), v.Port, v.Proto}
+			kept, dup := byKey[ik]
+			if !dup {
+				byKey[ik] = id
+				continue
+			}
+			k := BackendKey(BackendFromValue(v))
+			rb.repair(RepairDuplicateBackend, fs.fam, 0, "", id, "backend %d duplicates backend %d (%s): deleted", id, kept, k)
+			fs.alias[id] = kept
+			fs.backends.drop(id)
+			fs.fixes.BackendDeletes = append(fs.fixes.BackendDeletes, id)
+		}
+	}
+}
+
+func invalidBackend(fam maps.Family, e maps.BackendEntry) string {
+	switch {
+	case e.ID == 0:
+		return "has the invalid ID 0"
+	case !e.Value.Address.IsValid() || maps.FamilyOf(e.Value.Address) != fam:
+		return "has address " + e.Value.Address.String() + " of the wrong family"
+	case !lb.L4Type(e.Value.Proto).IsValid():
+		return "has unknown protocol " + strconv.Itoa(int(e.Value.Proto))
+	case !lb.BackendState(e.Value.State).IsValid():
+		return "has unknown state " + strconv.Itoa(int(e.Value.State))
+	}
+	return ""
+}
+
+// rebuildServices applies rule 5 to every frontend of fs kept by rules 1-3,
+// one at a time (rebuildService).
+//
+// Parallel halves: a family of parallelGroups frontends or more is rebuilt
+// in two halves, the second on another goroutine with its own rebuild
+// (repair list and scratch) and its own Fixes (fs2, a copy of fs with fresh
+// fixes). Both halves only read fs's backends and alias (rule 4 is done
+// with them) and each writes only the groups of its half. The halves are
+// joined here, and finish sorts every list, so the result is the serial
+// one (TestRebuildInHalvesEqualsSerial).
+func (rb *rebuild) rebuildServices(fs *famState) {
+	run := func(rb *rebuild, fs *famState, gs []*group) {
+		for _, g := range gs {
+			if g.state == groupKept {
+				rb.rebuildService(fs, g)
+			}
+		}
+	}
+	if len(fs.groups) < parallelGroups {
+		run(rb, fs, fs.groups)
+		return
+	}
+	half := len(fs.groups) / 2
+	rb2 := &rebuild{out: &Restored{}, fam: rb.fam}
+	fs2 := *fs
+	fs2.fixes = &Fixes{}
+	done := make(chan struct{})
+	go func() { // the second half, beside the first
+		defer close(done)
+		run(rb2, &fs2, fs.groups[half:])
+	}()
+	run(rb, fs, fs.groups[:half])
+	<-done
+	rb.out.Repairs = append(rb.out.Repairs, rb2.out.Repairs...)
+	fs.fixes.add(fs2.fixes)
+}
+
+// parallelGroups is the number of frontends from which rebuildServices
+// splits the work (a variable for tests).
+var parallelGroups = 512
+
+type slotted struct {
+	id lb.BackendID
+	b  lb.Backend
+}
+
+// rebuildService applies rule 5 to a kept frontend: the service is what
+// its master and slots 1..count+qcount say, less what cannot be served, in
+// slot order; its master and slots are rewritten to what the engine writes
+// for it.
+func (rb *rebuild) rebuildService(fs *famState, g *group) {
+	m := g.master
+	n := int(m.Count) + int(m.QCount)
+	list := rb.list[:0]
+	defer func() { rb.list = list[:0] }()
+	var missing []int
+	dropped := false
+	type first struct {
+		slot int
+		orig uint32 // backend ID of that slot before rewriting duplicates
+	}
+	seen := firstSeen[first]{}
+	for s := 1; s <= n; s++ {
+		v, ok := g.slot(uint16(s))
+		if s > 0xFFFF || !ok {
+			missing = append(missing, s)
+			dropped = true
+			continue
+		}
+		orig := v.BackendID
+		id := orig
+		if kept, ok := fs.alias[id]; ok {
+			id = kept
+		}
+		bv, ok := fs.backends.get(id)
+		if id == 0 || !ok {
+			rb.svcRepair(RepairDanglingSlot, fs, g, orig, "slot %d points to missing backend %d: dropped", s, orig)
+			dropped = true
+			continue
+		}
+		b := BackendFromValue(bv)
+		if b.State == lb.BackendStateMaintenance {
+			rb.svcRepair(RepairDanglingSlot, fs, g, orig, "slot %d points to backend %d in maintenance: dropped", s, orig)
+			dropped = true
+			continue
+		}
+		if f, dup := seen.get(id); dup {
+			switch {
+			case orig != id:
+				rb.svcRepair(RepairDuplicateBackend, fs, g, orig,
+					"slot %d points to duplicate backend %d of backend %d, already in slot %d: dropped", s, orig, id, f.slot)
+			case f.orig != id:
+				rb.svcRepair(RepairDuplicateBackend, fs, g, orig,
+					"slot %d points to backend %d, already in slot %d (rewritten from %d): dropped", s, id, f.slot, f.orig)
+			default:
+				rb.svcRepair(RepairInvalidEntry, fs, g, orig, "slot %d repeats backend %d of slot %d: dropped", s, orig, f.slot)
+			}
+			dropped = true
+			continue
+		}
+		seen.put(id, first{s, orig})
+		if orig != id {
+			rb.svcRepair(RepairDuplicateBackend, fs, g, orig, "slot %d points to duplicate backend %d: rewritten to %d", s, orig, id)
+		}
+		switch {
+		case v.RevNATIndex != m.RevNATIndex:
+			rb.svcRepair(RepairInvalidEntry, fs, g, id, "slot %d has rev_nat_index %d, want %d: rewritten", s, v.RevNATIndex, m.RevNATIndex)
+		case v.Count != 0 || v.QCount != 0 || v.Flags != 0 || v.Flags2 != 0:
+			rb.svcRepair(RepairInvalidEntry, fs, g, id, "slot %d has stray count, qcount or flags: rewritten", s)
+		}
+		list = append(list, slotted{lb.BackendID(id), b})
+	}
+	if len(missing) > 0 {
+		rb.svcRepair(RepairMissingSlot, fs, g, 0, "%s of count+qcount %d missing: dropped", plural("slot", len(missing), rangeList(missing)), n)
+	}
+	var extra []uint16
+	for _, s := range g.slotNs {
+		if int(s) > n {
+			extra = append(extra, s)
+		}
+	}
+	if len(extra) > 0 {
+		rb.svcRepair(RepairExtraSlot, fs, g, 0, "%s beyond count+qcount %d: deleted", plural("slot", len(extra), slotList(extra)), n)
+	}
+
+	byRank := func(a, b slotted) int { return cmp.Compare(stateRank(a.b.State), stateRank(b.b.State)) }
+	sorted, reordered := list, false
+	if !slices.IsSortedFunc(list, byRank) { // the common case needs no copy
+		sorted = slices.Clone(list)
+		slices.SortStableFunc(sorted, byRank)
+		reordered = true
+	}
+
+	svc := &Service{Spec: SpecFromMaster(g.fe, m)}
+	if !svc.Spec.LBAlgorithm.IsValid() {
+		svc.Spec.LBAlgorithm = lb.LBAlgDefault
+	}
+	if svc.Spec.SessionAffinity && svc.Spec.SessionAffinityTimeout == 0 {
+		svc.Spec.SessionAffinityTimeout = lb.DefaultSessionAffinityTimeout
+	}
+	if len(sorted) > 0 { // a service without backends keeps nil slices
+		svc.Spec.Backends = make([]lb.Backend, len(sorted))
+		svc.BackendIDs = make([]lb.BackendID, len(sorted))
+		for i, sl := range sorted {
+			svc.Spec.Backends[i], svc.BackendIDs[i] = sl.b, sl.id
+		}
+	}
+	g.svc = svc
+
+	want := Master(svc)
+	wv := want.Value
+	countsWrong := !dropped && (wv.Count != m.Count || wv.QCount != m.QCount)
+	switch {
+	case reordered && countsWrong:
+		rb.svcRepair(RepairSlotOrder, fs, g, 0, "slots not in state order (active, terminating, quarantined): reordered, count/qcount %d/%d -> %d/%d",
+			m.Count, m.QCount, wv.Count, wv.QCount)
+	case reordered:
+		rb.svcRepair(RepairSlotOrder, fs, g, 0, "slots not in state order (active, terminating, quarantined): reordered")
+	case countsWrong:
+		rb.svcRepair(RepairSlotOrder, fs, g, 0, "count/qcount %d/%d wrong for the slot states: now %d/%d", m.Count, m.QCount, wv.Count, wv.QCount)
+	}
+	var diffs []string
+	if m.BackendID != wv.BackendID {
+		diffs = append(diffs, fmt.Sprintf("affinity/algorithm %#x -> %#x", m.BackendID, wv.BackendID))
+	}
+	if m.Flags != wv.Flags {
+		diffs = append(diffs, fmt.Sprintf("flags 0x%02x -> 0x%02x", m.Flags, wv.Flags))
+	}
+	if m.Flags2 != wv.Flags2 {
+		diffs = append(diffs, fmt.Sprintf("flags2 0x%02x -> 0x%02x", m.Flags2, wv.Flags2))
+	}
+	if len(diffs) > 0 {
+		rb.svcRepair(RepairInvalidEntry, fs, g, 0, "master value not as the engine writes it (%s): rewritten", strings.Join(diffs, ", "))
+	}
+
+	if wv != m {
+		fs.fixes.MasterWrites = append(fs.fixes.MasterWrites, want)
+	}
+	// The slots as Slots writes them, compared without building them.
+	nslots := SlotCount(svc)
+	for i := range nslots {
+		want := slotValue(svc, i)
+		if v, ok := g.slot(uint16(i + 1)); !ok || v != want {
+			fs.fixes.SlotWrites = append(fs.fixes.SlotWrites, maps.ServiceEntry{Key: Key(svc.Frontend(), uint16(i+1)), Value: want})
+		}
+	}
+	for _, s := range g.slotNs {
+		if int(s) > nslots {
+			fs.fixes.SlotDeletes = append(fs.fixes.SlotDeletes, slotKey(g.key, s))
+		}
+	}
+}
+
+// deleteOrphanBackends applies rule 6: a backend left by rule 4 that no
+// slot of a rebuilt service refers to is deleted.
+func (rb *rebuild) deleteOrphanBackends() {
+	for _, fs := range rb.fam {
+		used := fs.backends.marks()
+		for _, g := range fs.groups {
+			if g.svc != nil {
+				for _, id := range g.svc.BackendIDs {
+					used.mark(uint32(id))
+				}
+			}
+		}
+		for _, id := range fs.ids {
+			if bv, ok := fs.backends.get(id); ok && !used.has(id) {
+				b := BackendFromValue(bv)
+				rb.repair(RepairOrphanBackend, fs.fam, 0, "", id, "backend %d (%s, %s) referenced by no slot: deleted", id, BackendKey(b), b.State)
+				fs.fixes.BackendDeletes = append(fs.fixes.BackendDeletes, id)
+			}
+		}
+	}
+}
+
+// reconcileRevNAT applies rule 7: every rebuilt service has its revNAT
+// entry in its family's map and none in the other's; every other entry is
+// deleted.
+func (rb *rebuild) reconcileRevNAT() {
+	kept := make(map[uint16]*famState) // service ID -> family of the kept service
+	for _, fs := range rb.fam {
+		for _, g := range fs.groups {
+			if g.svc == nil {
+				continue
+			}
+			id := g.id()
+			kept[id] = fs
+			want := RevNAT(g.svc)
+			v, ok := fs.revnat[id]
+			switch {
+			case !ok:
+				rb.svcRepair(RepairMissingRevNAT, fs, g, 0, "no revNAT entry: written")
+				fs.fixes.RevNATWrites = append(fs.fixes.RevNATWrites, want)
+			case v != want.Value:
+				rb.svcRepair(RepairWrongRevNAT, fs, g, 0, "revNAT entry points to %s, want %s: rewritten",
+					addrPort(v), addrPort(want.Value))
+				fs.fixes.RevNATWrites = append(fs.fixes.RevNATWrites, want)
+			}
+			ofs := rb.other(fs)
+			if _, ok := ofs.revnat[id]; ok {
+				rb.repair(RepairWrongRevNAT, ofs.fam, id, g.fe.String(), 0,
+					"revNAT entry in the %s map for a service of the %s map: deleted", ofs.fam, fs.fam)
+				ofs.fixes.RevNATDeletes = append(ofs.fixes.RevNATDeletes, id)
+			}
+		}
+	}
+	for _, fs := range rb.fam {
+		for _, id := range fs.revIDs {
+			if kept[id] != nil {
+				continue // handled above
+			}
+			v := fs.revnat[id]
+			if id == 0 {
+				rb.repair(RepairInvalidEntry, fs.fam, 0, "", 0, "revNAT entry with the invalid ID 0 (%s): deleted", addrPort(v))
+				fs.fixes.RevNATDeletes = append(fs.fixes.RevNATDeletes, id)
+				continue
+			}
+			if g := removedOwner(fs, id, v); g != nil {
+				rb.svcRepair(RepairInvalidEntry, fs, g, 0, "revNAT entry of the removed frontend: deleted")
+				fs.fixes.RevNATDeletes = append(fs.fixes.RevNATDeletes, id)
+				continue
+			}
+			rb.out.OrphanRevNAT = append(rb.out.OrphanRevNAT, maps.RevNATEntry{ID: id, Value: v})
+			rb.repair(RepairOrphanRevNAT, fs.fam, id, "", 0, "revNAT entry %s of no service: deleted", addrPort(v))
+			fs.fixes.RevNATDeletes = append(fs.fixes.RevNATDeletes, id)
+		}
+	}
+}
+
+// removedOwner returns the first frontend of fs removed by rule 2 or 3 with
+// service ID id whose address and port are v, or nil.
+func removedOwner(fs *famState, id uint16, v maps.RevNATValue) *group {
+	for _, g := range fs.groups {
+		if g.state == groupRemoved && g.id() == id && revNATValue(g.fe) == v {
+			return g
+		}
+	}
+	return nil
+}
+
+// finish sorts every output.
+func (rb *rebuild) finish() {
+	for _, fs := range rb.fam {
+		fs.fixes.sort()
+		for _, g := range fs.groups {
+			if g.svc != nil {
+				rb.out.Services = append(rb.out.Services, g.svc)
+			}
+		}
+	}
+	slices.SortFunc(rb.out.Services, func(a, b *Service) int { return cmp.Compare(a.ID(), b.ID()) })
+	slices.SortFunc(rb.out.Repairs, func(a, b Repair) int {
+		return cmp.Or(
+			cmp.Compare(a.Kind, b.Kind),
+			cmp.Compare(a.Family, b.Family),
+			cmp.Compare(a.ServiceID, b.ServiceID),
+			cmp.Compare(a.Frontend, b.Frontend),
+			cmp.Compare(a.BackendID, b.BackendID),
+			cmp.Compare(a.Detail, b.Detail),
+		)
+	})
+}
+
+// Helpers of the rules.
+
+func sortedKeys[K cmp.Ordered, V any](m map[K]V) []K {
+	ks := make([]K, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}
+
+func slotKey(k maps.ServiceKey, slot uint16) maps.ServiceKey {
+	k.Slot = slot
+	return k
+}
+
+func revNATValue(fe lb.L3n4Addr) maps.RevNATValue {
+	return maps.RevNATValue{Address: fe.Addr, Port: fe.Port}
+}
