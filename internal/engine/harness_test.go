@@ -1,0 +1,339 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	lb "github.com/actorlb/actorlb/loadbalancer"
+	"github.com/actorlb/actorlb/maps"
+	"github.com/actorlb/actorlb/messages"
+	"github.com/sirupsen/logrus"
+	"github.com/stretchr/testify/require"
+)
+
+// harness drives a Core as its actor would, with the test playing every
+// child: each request the core sends is printed as one line, and the test
+// answers it. Scripts read as protocol stories:
+//
+//	h.call(upsert(...))
+//	h.expect("alloc: acquire service 10.96.0.1:80/TCP backends [10.0.1.1:8080/TCP]")
+//	h.reply("alloc", acquired(1, 1))
+type harness struct {
+	t    *testing.T
+	c    *Core
+	sent map[string][]messages.Request // per child, oldest first: requests sent and not yet answered
+	// answered collects the answers to calls, printed.
+	answered []string
+	events   []string // OnUp, OnDown, OnRestoreFailed
+}
+
+// newHarness returns a core restored from empty maps, serving.
+func newHarness(t *testing.T) *harness {
+	t.Helper()
+	h := newIdleHarness(t)
+	h.step(Start{})
+	h.expect("svc4: dump", "svc6: dump", "be4: dump", "be6: dump", "revnat: dump")
+	h.reply("svc4", dumpedServices())
+	h.reply("svc6", dumpedServices())
+	h.reply("be4", dumpedBackends())
+	h.reply("be6", dumpedBackends())
+	h.reply("revnat", func(r messages.Request) any { return &messages.RevNATDumped{ReqID: r.RequestID()} })
+	h.expect("alloc: restore services [] backends [] held []")
+	h.reply("alloc", done())
+	h.expectEvents("up")
+	return h
+}
+
+// newIdleHarness returns a core that has not started.
+func newIdleHarness(t *testing.T) *harness {
+	t.Helper()
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	h := &harness{t: t, sent: map[string][]messages.Request{}}
+	clock := time.Unix(0, 0)
+	h.c = New(Config{
+		Log: logrus.NewEntry(log), Restore: true,
+		Now:             func() time.Time { clock = clock.Add(time.Microsecond); return clock },
+		OnUp:            func() { h.events = append(h.events, "up") },
+		OnDown:          func() { h.events = append(h.events, "down") },
+		OnRestoreFailed: func(err error) { h.events = append(h.events, "restore failed: "+err.Error()) },
+	})
+	return h
+}
+
+// step feeds the core one input and collects the answers to calls.
+func (h *harness) step(in Input) {
+	h.t.Helper()
+	h.c.Step(in)
+	for _, a := range h.c.Answers() {
+		h.answered = append(h.answered, printAnswer(a.Reply))
+	}
+}
+
+// call steps a call.
+func (h *harness) call(m messages.Call) { h.t.Helper(); h.step(m) }
+
+// expect flushes the outbox (as the actor does once its mailbox is
+// drained) and checks the requests sent, in order, one line each.
+func (h *harness) expect(want ...string) {
+	h.t.Helper()
+	var got []string
+	for _, out := range h.c.Ready().Requests {
+		messages.EachRequest(out.Msg, func(m any) {
+			r := m.(messages.Request)
+			h.sent[out.Child] = append(h.sent[out.Child], r)
+			got = append(got, out.Child+": "+printRequest(r))
+		})
+	}
+	h.c.Advance()
+	if want == nil {
+		want = []string{}
+	}
+	if got == nil {
+		got = []string{}
+	}
+	require.Equal(h.t, want, got, "requests sent")
+}
+
+// reply answers the oldest unanswered request of child with r (built
+// from the request, so that it carries its ID).
+func (h *harness) reply(child string, r func(req messages.Request) any) {
+	h.t.Helper()
+	q := h.sent[child]
+	require.NotEmpty(h.t, q, "no request of %s to answer", child)
+	req := q[0]
+	h.sent[child] = q[1:]
+	h.step(r(req))
+}
+
+// replyTo answers the oldest unanswered request of child whose printed
+// form starts with prefix (a restarted allocator answers its snapshot
+// before the requests queued ahead of it).
+func (h *harness) replyTo(child, prefix string, r func(req messages.Request) any) {
+	h.t.Helper()
+	q := h.sent[child]
+	for i, req := range q {
+		if strings.HasPrefix(printRequest(req), prefix) {
+			h.sent[child] = append(q[:i:i], q[i+1:]...)
+			h.step(r(req))
+			return
+		}
+	}
+	h.t.Fatalf("no request of %s starting with %q to answer", child, prefix)
+}
+
+// lose forgets the oldest unanswered request of child (the child failed
+// on it) and returns it.
+func (h *harness) lose(child string) messages.Request {
+	h.t.Helper()
+	q := h.sent[child]
+	require.NotEmpty(h.t, q, "no request of %s to lose", child)
+	h.sent[child] = q[1:]
+	return q[0]
+}
+
+// forget drops every unanswered request of child (it restarted and lost
+// them).
+func (h *harness) forget(child string) { h.sent[child] = nil }
+
+// expectAnswers checks the answers to calls since the last check.
+func (h *harness) expectAnswers(want ...string) {
+	h.t.Helper()
+	got := h.answered
+	h.answered = nil
+	if want == nil {
+		want = []string{}
+	}
+	if got == nil {
+		got = []string{}
+	}
+	require.Equal(h.t, want, got, "answers")
+}
+
+func (h *harness) expectEvents(want ...string) {
+	h.t.Helper()
+	require.Equal(h.t, want, h.events, "events")
+	h.events = nil
+}
+
+// ---- Calls.
+
+func svc(t *testing.T, fe string, backends ...string) *lb.Service {
+	t.Helper()
+	a, err := lb.ParseL3n4Addr(fe)
+	require.NoError(t, err)
+	s := &lb.Service{Frontend: lb.Frontend{L3n4Addr: a}}
+	for _, b := range backends {
+		be, err := lb.ParseBackend(b)
+		require.NoError(t, err)
+		s.Backends = append(s.Backends, be)
+	}
+	return s
+}
+
+func upsert(s *lb.Service) *messages.Upsert {
+	return &messages.Upsert{Service: s, Reply: make(chan messages.UpsertReply, 1)}
+}
+
+func deleteFE(t *testing.T, fe string) *messages.DeleteByFrontend {
+	a, err := lb.ParseL3n4Addr(fe)
+	require.NoError(t, err)
+	return &messages.DeleteByFrontend{Frontend: a, Reply: make(chan messages.DeleteReply, 1)}
+}
+
+// ---- Replies.
+
+func ok() func(messages.Request) any {
+	return func(r messages.Request) any {
+		switch r.(type) {
+		case *messages.AllocUnhold, *messages.AllocRestore, *messages.AllocReserve, *messages.AllocDrop:
+			return &messages.AllocDone{ReqID: r.RequestID()}
+		case *messages.AllocRelease:
+			return &messages.AllocReleased{ReqID: r.RequestID()}
+		}
+		return &messages.MapApplied{ReqID: r.RequestID()}
+	}
+}
+
+func done() func(messages.Request) any { return ok() }
+
+// fail answers a map request with err.
+func fail(err error) func(messages.Request) any {
+	return func(r messages.Request) any {
+		switch r.(type) {
+		case *messages.AllocAcquire:
+			return &messages.AllocAcquired{ReqID: r.RequestID(), Err: err}
+		case *messages.AllocRelease:
+			return &messages.AllocReleased{ReqID: r.RequestID(), Err: err}
+		case *messages.AllocUnhold, *messages.AllocRestore, *messages.AllocReserve, *messages.AllocDrop:
+			return &messages.AllocDone{ReqID: r.RequestID(), Err: err}
+		}
+		return &messages.MapApplied{ReqID: r.RequestID(), Err: err}
+	}
+}
+
+func acquired(svcID lb.ServiceID, backendIDs ...lb.BackendID) func(messages.Request) any {
+	return func(r messages.Request) any {
+		return &messages.AllocAcquired{ReqID: r.RequestID(), ServiceID: svcID, BackendIDs: backendIDs}
+	}
+}
+
+func released(freed ...lb.BackendID) func(messages.Request) any {
+	return func(r messages.Request) any {
+		return &messages.AllocReleased{ReqID: r.RequestID(), FreedBackends: freed}
+	}
+}
+
+func dumpedServices(es ...maps.ServiceEntry) func(messages.Request) any {
+	return func(r messages.Request) any {
+		return &messages.MapDumped[maps.ServiceEntry]{ReqID: r.RequestID(), Entries: es}
+	}
+}
+
+func dumpedBackends(es ...maps.BackendEntry) func(messages.Request) any {
+	return func(r messages.Request) any {
+		return &messages.MapDumped[maps.BackendEntry]{ReqID: r.RequestID(), Entries: es}
+	}
+}
+
+var errBusy = errors.New("device or resource busy")
+
+// ---- Printing.
+
+func printRequest(r messages.Request) string {
+	switch m := r.(type) {
+	case *messages.ServiceApply:
+		return "write " + list(m.Writes, func(e maps.ServiceEntry) string {
+			return fmt.Sprintf("%s#%d", feOf(e.Key), e.Key.Slot)
+		}) + del(m.Deletes, func(k maps.ServiceKey) string { return fmt.Sprintf("%s#%d", feOf(k), k.Slot) })
+	case *messages.BackendApply:
+		return "write " + list(m.Writes, func(e maps.BackendEntry) string {
+			s := fmt.Sprintf("%d=%s:%d", e.ID, e.Value.Address, e.Value.Port)
+			if st := lb.BackendState(e.Value.State); st != lb.BackendStateActive {
+				s += "(" + st.String() + ")"
+			}
+			return s
+		}) + del(m.Deletes, func(id uint32) string { return fmt.Sprint(id) })
+	case *messages.RevNATApply:
+		s := "write " + list(m.Writes, func(e maps.RevNATEntry) string { return fmt.Sprintf("%d=%s:%d", e.ID, e.Value.Address, e.Value.Port) })
+		s += del(m.Deletes4, func(id uint16) string { return fmt.Sprint(id) })
+		return s + del(m.Deletes6, func(id uint16) string { return fmt.Sprint(id) })
+	case *messages.MapDump:
+		return "dump"
+	case *messages.AllocAcquire:
+		s := "acquire"
+		if m.Service {
+			s += " service " + m.Frontend.String()
+			if m.WantID != 0 {
+				s += fmt.Sprintf(" id %d", m.WantID)
+			}
+		}
+		return s + " backends " + list(m.Backends, lb.L3n4Addr.String)
+	case *messages.AllocRelease:
+		return "release backends " + list(m.Backends, lb.L3n4Addr.String) + " services " + list(m.Frontends, lb.L3n4Addr.String)
+	case *messages.AllocUnhold:
+		return "unhold " + list(m.BackendIDs, func(id lb.BackendID) string { return fmt.Sprint(id) })
+	case *messages.AllocRestore:
+		binding := func(b messages.AllocBinding) string { return fmt.Sprintf("%s=%d×%d", b.Key, b.ID, b.Refs) }
+		svcs, bes := slices.Clone(m.Services), slices.Clone(m.Backends)
+		slices.SortFunc(svcs, func(a, b messages.AllocBinding) int { return int(a.ID) - int(b.ID) })
+		slices.SortFunc(bes, func(a, b messages.AllocBinding) int { return int(a.ID) - int(b.ID) })
+		return "restore services " + list(svcs, binding) + " backends " + list(bes, binding) +
+			" held " + list(m.Held, func(id lb.BackendID) string { return fmt.Sprint(id) })
+	case *messages.AllocReserve:
+		return fmt.Sprintf("reserve %d for %s", m.ID, m.Key)
+	case *messages.AllocDrop:
+		return "drop " + m.Key.String()
+	}
+	return fmt.Sprintf("%T", r)
+}
+
+func feOf(k maps.ServiceKey) string {
+	return lb.L3n4Addr{Addr: k.Address, Port: k.Port, Protocol: lb.L4Type(k.Proto)}.String()
+}
+
+func list[T any](xs []T, f func(T) string) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = f(x)
+	}
+	return "[" + strings.Join(s, " ") + "]"
+}
+
+func del[T any](xs []T, f func(T) string) string {
+	if len(xs) == 0 {
+		return ""
+	}
+	return " delete " + list(xs, f)
+}
+
+func printAnswer(r any) string {
+	errOr := func(err error, s string) string {
+		if err != nil {
+			return "error: " + err.Error()
+		}
+		return s
+	}
+	switch r := r.(type) {
+	case messages.UpsertReply:
+		return "upsert: " + errOr(r.Err, fmt.Sprintf("id %d created %v", r.ID, r.Created))
+	case messages.DeleteReply:
+		return "delete: " + errOr(r.Err, fmt.Sprintf("id %d", r.ID))
+	case messages.UpsertBatchReply:
+		return "upsert batch: " + list(r.Results, func(x messages.UpsertReply) string {
+			return errOr(x.Err, fmt.Sprintf("id %d created %v", x.ID, x.Created))
+		})
+	case messages.DeleteBatchReply:
+		return "delete batch: " + list(r.Results, func(x messages.DeleteReply) string { return errOr(x.Err, fmt.Sprintf("id %d", x.ID)) })
+	case messages.SyncReply:
+		return "sync: " + errOr(r.Err, fmt.Sprintf("upserted %d deleted %d", r.Upserted, r.Deleted))
+	case messages.RevNATReply:
+		return "revNAT: " + errOr(r.Err, fmt.Sprintf("%d entries", len(r.Entries)))
+	}
+	return fmt.Sprintf("%T", r)
+}

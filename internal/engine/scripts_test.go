@@ -1,0 +1,265 @@
+package engine
+
+import (
+	"fmt"
+	"testing"
+
+	lb "github.com/actorlb/actorlb/loadbalancer"
+	"github.com/actorlb/actorlb/messages"
+)
+
+// Scripts: each test is a protocol story of the core, in the order its
+// requests leave and its children answer. The harness (harness_test.go)
+// plays every child; "expect" lists what the core sends when its outbox
+// is flushed.
+
+// A new service: IDs, then backends and revNAT, then slots before the
+// master, then the commit and the answer.
+func TestScriptUpsertCreatesInWriteOrder(t *testing.T) {
+	h := newHarness(t)
+	h.call(upsert(svc(t, "10.96.0.1:80", "10.0.1.1:8080", "10.0.1.2:8080")))
+	h.expect("alloc: acquire service 10.96.0.1:80/TCP backends [10.0.1.1:8080/TCP 10.0.1.2:8080/TCP]")
+	h.reply("alloc", acquired(1, 1, 2))
+	h.expect("be4: write [1=10.0.1.1:8080 2=10.0.1.2:8080]", "revnat: write [1=10.96.0.1:80]")
+	h.reply("be4", ok())
+	h.expect() // nothing until every reply of the step is in
+	h.reply("revnat", ok())
+	h.expect("svc4: write [10.96.0.1:80/TCP#1 10.96.0.1:80/TCP#2 10.96.0.1:80/TCP#0]")
+	h.expectAnswers()
+	h.reply("svc4", ok())
+	h.expect()
+	h.expectAnswers("upsert: id 1 created true")
+}
+
+// A service write that keeps failing (EBUSY) is retried three times, then
+// the op rolls back what it wrote and gives its IDs back; the caller
+// learns which step failed.
+func TestScriptUpsertRollsBackWhenServiceWriteKeepsFailing(t *testing.T) {
+	h := newHarness(t)
+	h.call(upsert(svc(t, "10.96.0.1:80", "10.0.1.1:8080")))
+	h.expect("alloc: acquire service 10.96.0.1:80/TCP backends [10.0.1.1:8080/TCP]")
+	h.reply("alloc", acquired(1, 1))
+	h.expect("be4: write [1=10.0.1.1:8080]", "revnat: write [1=10.96.0.1:80]")
+	h.reply("be4", ok())
+	h.reply("revnat", ok())
+	for range 1 + mapRetries {
+		h.expect("svc4: write [10.96.0.1:80/TCP#1 10.96.0.1:80/TCP#0]")
+		h.reply("svc4", fail(errBusy))
+	}
+	h.expect("svc4: write [] delete [10.96.0.1:80/TCP#0 10.96.0.1:80/TCP#1]") // master first
+	h.reply("svc4", ok())
+	h.expect("revnat: write [] delete [1]")
+	h.reply("revnat", ok())
+	h.expect("alloc: release backends [10.0.1.1:8080/TCP] services [10.96.0.1:80/TCP]")
+	h.reply("alloc", released(1))
+	h.expect("be4: write [] delete [1]")
+	h.reply("be4", ok())
+	h.expect("alloc: unhold [1]")
+	h.expectAnswers()
+	h.reply("alloc", ok())
+	h.expectAnswers("upsert: error: upsert service 10.96.0.1:80/TCP: write service: device or resource busy")
+	h.call(&messages.List{Reply: make(chan messages.ListReply, 1)})
+	require0(t, len(h.c.services))
+}
+
+func require0(t *testing.T, n int) {
+	t.Helper()
+	if n != 0 {
+		t.Fatalf("got %d, want 0", n)
+	}
+}
+
+// The allocator refuses the ID a service asks for: that service fails
+// alone, nothing was written, and its neighbours in the batch are created.
+func TestScriptBatchCreatesRunAsOneOpAndAllocatorRefusalFailsOneService(t *testing.T) {
+	h := newHarness(t)
+	a, b := svc(t, "10.96.0.1:80", "10.0.1.1:8080"), svc(t, "10.96.0.2:80", "10.0.1.2:8080")
+	b.Frontend.ID = 7
+	h.call(&messages.UpsertBatch{Services: []*lb.Service{a, b}, Reply: make(chan messages.UpsertBatchReply, 1)})
+	// One op for the run: one message to the allocator carrying both
+	// requests (printed one per line), then one request per child.
+	h.expect(
+		"alloc: acquire service 10.96.0.1:80/TCP backends [10.0.1.1:8080/TCP]",
+		"alloc: acquire service 10.96.0.2:80/TCP id 7 backends [10.0.1.2:8080/TCP]",
+	)
+	h.reply("alloc", acquired(1, 1))
+	h.reply("alloc", fail(ErrServiceIDInUse))
+	h.expect("be4: write [1=10.0.1.1:8080]", "revnat: write [1=10.96.0.1:80]")
+	h.reply("be4", ok())
+	h.reply("revnat", ok())
+	h.expect("svc4: write [10.96.0.1:80/TCP#1 10.96.0.1:80/TCP#0]")
+	h.reply("svc4", ok())
+	h.expectAnswers("upsert batch: [id 1 created true error: upsert service 10.96.0.2:80/TCP: acquire IDs: service ID in use]")
+}
+
+// Deleting a service: master first, then the table, the references, the
+// backends that became free, the revNAT entry; only then may the freed
+// backend IDs be reused, together with the service ID (issue 20: an ID
+// freed by one op is not handed out before its entry is deleted).
+func TestScriptDeleteHoldsFreedIDsUntilTheirEntriesAreGone(t *testing.T) {
+	h := newHarness(t)
+	create(t, h, svc(t, "10.96.0.1:80", "10.0.1.1:8080"), 1, 1)
+	h.call(deleteFE(t, "10.96.0.1:80"))
+	h.expect("svc4: write [] delete [10.96.0.1:80/TCP#0 10.96.0.1:80/TCP#1]")
+	h.reply("svc4", ok())
+	h.expect("alloc: release backends [10.0.1.1:8080/TCP] services []")
+	h.reply("alloc", released(1))
+	h.expect("be4: write [] delete [1]")
+	h.reply("be4", ok())
+	h.expect("revnat: write [] delete [1]")
+	h.reply("revnat", ok())
+	h.expect("alloc: unhold [1]", "alloc: release backends [] services [10.96.0.1:80/TCP]")
+	h.reply("alloc", ok())
+	h.expectAnswers()
+	h.reply("alloc", ok())
+	h.expectAnswers("delete: id 1")
+}
+
+// create runs an upsert of a new service to its end, answering every
+// request with success (IDs: service sid, backends from beID on).
+func create(t *testing.T, h *harness, s *lb.Service, sid lb.ServiceID, beID lb.BackendID) {
+	t.Helper()
+	h.call(upsert(s))
+	h.expect(fmt.Sprintf("alloc: acquire service %s backends %s", s.Frontend.L3n4Addr, list(s.Backends, lb.Backend.String)))
+	ids := make([]lb.BackendID, len(s.Backends))
+	for i := range ids {
+		ids[i] = beID + lb.BackendID(i)
+	}
+	h.reply("alloc", acquired(sid, ids...))
+	h.flushAnswering(t)
+	h.expectAnswers(fmt.Sprintf("upsert: id %d created true", sid))
+}
+
+// flushAnswering answers every request with success until the core sends
+// nothing more.
+func (h *harness) flushAnswering(t *testing.T) {
+	t.Helper()
+	for range 100 {
+		var n int
+		for _, out := range h.c.Ready().Requests {
+			messages.EachRequest(out.Msg, func(m any) {
+				h.sent[out.Child] = append(h.sent[out.Child], m.(messages.Request))
+				n++
+			})
+		}
+		h.c.Advance()
+		if n == 0 {
+			return
+		}
+		for child, q := range h.sent {
+			for range q {
+				h.reply(child, ok())
+			}
+		}
+	}
+	t.Fatal("the core kept sending")
+}
+
+// The allocator fails on the release of a backend the update removed:
+// the restarted allocator gets a snapshot of the table plus what the op
+// holds (the removed backend's reference, out of the table since the
+// commit), ahead of the release sent again; so the reference is released
+// once, and the backend deleted only then.
+func TestScriptAllocatorRestartBetweenCommitAndRelease(t *testing.T) {
+	h := newHarness(t)
+	create(t, h, svc(t, "10.96.0.1:80", "10.0.1.1:8080", "10.0.1.2:8080"), 1, 1)
+	h.call(upsert(svc(t, "10.96.0.1:80", "10.0.1.1:8080")))
+	h.expect("be4: write [1=10.0.1.1:8080]", "revnat: write [1=10.96.0.1:80]")
+	h.reply("be4", ok())
+	h.reply("revnat", ok())
+	h.expect("svc4: write [10.96.0.1:80/TCP#1 10.96.0.1:80/TCP#0] delete [10.96.0.1:80/TCP#2]")
+	h.reply("svc4", ok())
+	h.expect("alloc: release backends [10.0.1.2:8080/TCP] services []")
+	h.step(ChildFailed{Child: ChildAllocator, Failed: h.lose("alloc")})
+	h.expect(
+		"alloc: restore services [10.96.0.1:80/TCP=1×1] backends [10.0.1.1:8080/TCP=1×1 10.0.1.2:8080/TCP=2×1] held []",
+		"alloc: release backends [10.0.1.2:8080/TCP] services []",
+	)
+	h.reply("alloc", ok())
+	h.reply("alloc", released(2))
+	h.expect("be4: write [] delete [2]")
+	h.reply("be4", ok())
+	h.expect("alloc: unhold [2]")
+	h.reply("alloc", ok())
+	h.expectAnswers("upsert: id 1 created false")
+}
+
+// A backend used by three services is restored with three references (one
+// per service): a snapshot with one would free its ID while two services
+// still use it (issue 20).
+func TestScriptAllocatorSnapshotCountsEveryUserOfASharedBackend(t *testing.T) {
+	h := newHarness(t)
+	create(t, h, svc(t, "10.96.0.1:80", "10.0.1.5:8080"), 1, 1)
+	for i, fe := range []string{"10.96.0.2:80", "10.96.0.3:80"} {
+		h.call(upsert(svc(t, fe, "10.0.1.5:8080")))
+		h.expect(fmt.Sprintf("alloc: acquire service %s/TCP backends [10.0.1.5:8080/TCP]", fe))
+		h.reply("alloc", acquired(lb.ServiceID(i+2), 1)) // the same backend ID: one more reference
+		h.flushAnswering(t)
+		h.expectAnswers(fmt.Sprintf("upsert: id %d created true", i+2))
+	}
+	h.step(ChildStopped{Child: ChildAllocator})
+	h.expect("alloc: restore services [10.96.0.1:80/TCP=1×1 10.96.0.2:80/TCP=2×1 10.96.0.3:80/TCP=3×1] backends [10.0.1.5:8080/TCP=1×3] held []")
+}
+
+// The allocator fails twice in a row: the first snapshot, lost in the
+// second crash, is not sent again (it would be stale: requests answered
+// since are not in it); the fresh one goes first, ahead of the request the
+// allocator owed.
+func TestScriptSecondAllocatorCrashDropsTheStaleSnapshot(t *testing.T) {
+	h := newHarness(t)
+	create(t, h, svc(t, "10.96.0.1:80", "10.0.1.1:8080"), 1, 1)
+	h.call(upsert(svc(t, "10.96.0.2:80", "10.0.1.2:8080")))
+	h.expect("alloc: acquire service 10.96.0.2:80/TCP backends [10.0.1.2:8080/TCP]")
+	acquire := h.lose("alloc")
+	h.step(ChildFailed{Child: ChildAllocator, Failed: acquire})
+	h.expect(
+		"alloc: restore services [10.96.0.1:80/TCP=1×1] backends [10.0.1.1:8080/TCP=1×1] held []",
+		"alloc: acquire service 10.96.0.2:80/TCP backends [10.0.1.2:8080/TCP]",
+	)
+	// It fails again, on the snapshot; the acquire is still in its mailbox
+	// (queued requests survive an allocator restart).
+	h.step(ChildFailed{Child: ChildAllocator, Failed: h.lose("alloc")})
+	h.expect("alloc: restore services [10.96.0.1:80/TCP=1×1] backends [10.0.1.1:8080/TCP=1×1] held []")
+	h.replyTo("alloc", "restore", ok()) // the fresh snapshot first
+	h.replyTo("alloc", "acquire", acquired(2, 2))
+	h.flushAnswering(t)
+	h.expectAnswers("upsert: id 2 created true")
+
+	// Two crashes before the outbox is flushed: one snapshot leaves.
+	h.step(ChildFailed{Child: ChildAllocator})
+	h.step(ChildFailed{Child: ChildAllocator})
+	h.expect("alloc: restore services [10.96.0.1:80/TCP=1×1 10.96.0.2:80/TCP=2×1] backends [10.0.1.1:8080/TCP=1×1 10.0.1.2:8080/TCP=2×1] held []")
+	h.reply("alloc", ok())
+	if n := h.c.stats().OpsInFlight; n != 0 {
+		t.Fatalf("%d ops still in flight: the superseded snapshot was never answered", n)
+	}
+}
+
+// An update that adds a backend another service uses, in another state,
+// fails at the service write: the rollback writes the old backends back
+// and gives the other service its backend's state back (issue 20).
+func TestScriptFailedUpdateRestoresSharedBackendState(t *testing.T) {
+	h := newHarness(t)
+	create(t, h, svc(t, "10.96.9.9:80", "10.0.1.1:8080"), 1, 1)
+	create(t, h, svc(t, "10.96.0.1:80", "10.0.1.2:8080"), 2, 2)
+	upd := svc(t, "10.96.0.1:80", "10.0.1.2:8080", "10.0.1.1:8080")
+	upd.Backends[1].State = lb.BackendStateQuarantined
+	h.call(upsert(upd))
+	h.expect("alloc: acquire backends [10.0.1.1:8080/TCP]")
+	h.reply("alloc", acquired(0, 1))
+	h.expect("be4: write [2=10.0.1.2:8080 1=10.0.1.1:8080(quarantined)]", "revnat: write [2=10.96.0.1:80]")
+	h.reply("be4", ok())
+	h.reply("revnat", ok())
+	for range 1 + mapRetries {
+		h.expect("svc4: write [10.96.0.1:80/TCP#1 10.96.0.1:80/TCP#2 10.96.0.1:80/TCP#0]")
+		h.reply("svc4", fail(errBusy))
+	}
+	h.expect("be4: write [2=10.0.1.2:8080 1=10.0.1.1:8080]", "revnat: write [2=10.96.0.1:80]")
+	h.reply("be4", ok())
+	h.reply("revnat", ok())
+	h.expect("svc4: write [10.96.0.1:80/TCP#1 10.96.0.1:80/TCP#0] delete [10.96.0.1:80/TCP#2]")
+	h.reply("svc4", ok())
+	h.expect("alloc: release backends [10.0.1.1:8080/TCP] services []")
+	h.reply("alloc", released()) // 10.96.9.9 still holds it
+	h.expectAnswers("upsert: error: upsert service 10.96.0.1:80/TCP: write service: device or resource busy")
+}
