@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/actorlb/actorlb/actors"
+	"github.com/actorlb/actorlb/internal/enginetest"
 	"github.com/actorlb/actorlb/internal/testutil"
 	"github.com/actorlb/actorlb/internal/verify"
 	lb "github.com/actorlb/actorlb/loadbalancer"
@@ -42,7 +43,7 @@ func crash(child string, n int64, before bool) actor.ReceiverMiddleware {
 }
 
 func TestChildCrashAfterWrite(t *testing.T) {
-	e := newEngine(t, "", Config{ChildMiddleware: []actor.ReceiverMiddleware{crash(actors.ChildService4, 2, false)}})
+	e := newEngine(t, "", Config{hooks: enginetest.Hooks{ChildMiddleware: []actor.ReceiverMiddleware{crash(actors.ChildService4, 2, false)}}})
 	ctx := ctxT(t)
 	id, _, err := e.Upsert(ctx, mustService(t, "10.96.0.10:80", "10.0.1.5:8080"))
 	require.NoError(t, err)
@@ -62,7 +63,7 @@ func TestChildCrashAfterWrite(t *testing.T) {
 }
 
 func TestChildCrashBeforeWriteIsResent(t *testing.T) {
-	e := newEngine(t, "", Config{ChildMiddleware: []actor.ReceiverMiddleware{crash(actors.ChildService4, 2, true)}})
+	e := newEngine(t, "", Config{hooks: enginetest.Hooks{ChildMiddleware: []actor.ReceiverMiddleware{crash(actors.ChildService4, 2, true)}}})
 	ctx := ctxT(t)
 	id, _, err := e.Upsert(ctx, mustService(t, "10.96.0.10:80", "10.0.1.5:8080"))
 	require.NoError(t, err)
@@ -97,7 +98,7 @@ func TestStoppedChildIsRespawned(t *testing.T) {
 	id2, _, err := e.Upsert(ctx, mustService(t, "10.96.0.11:80", "10.0.1.5:8080", "10.0.1.7:8080"))
 	require.NoError(t, err)
 	require.Equal(t, lb.ServiceID(2), id2, "service ID 1 stays taken")
-	b4, err := e.Maps().Backend4.Dump()
+	b4, err := e.maps.Backend4.Dump()
 	require.NoError(t, err)
 	require.Len(t, b4, 2, "the shared backend kept one ID")
 	checkInvariants(t, e)
@@ -172,7 +173,7 @@ func crashSupervisorAfter[T any]() actor.ReceiverMiddleware {
 }
 
 func TestSupervisorRestartRebuildsTable(t *testing.T) {
-	e := newEngine(t, "", Config{SupervisorMiddleware: []actor.ReceiverMiddleware{crashSupervisorAfter[*messages.List]()}})
+	e := newEngine(t, "", Config{hooks: enginetest.Hooks{SupervisorMiddleware: []actor.ReceiverMiddleware{crashSupervisorAfter[*messages.List]()}}})
 	ctx := ctxT(t)
 	for i := range 3 {
 		_, _, err := e.Upsert(ctx, mustService(t, fmt.Sprintf("10.96.0.%d:80", i+1), "10.0.1.5:8080", fmt.Sprintf("10.0.1.%d:8080", i+10)))
@@ -249,7 +250,7 @@ func TestAllocatorStoppedAfterReplyKeepsIDsUnique(t *testing.T) {
 		<-ready
 		require.NoError(t, e.StopActor(actors.ChildAllocator))
 	})
-	e = newEngine(t, "", Config{ChildMiddleware: []actor.ReceiverMiddleware{hook}})
+	e = newEngine(t, "", Config{hooks: enginetest.Hooks{ChildMiddleware: []actor.ReceiverMiddleware{hook}}})
 	close(ready)
 	ctx := ctxT(t)
 	ids := map[lb.ServiceID]bool{}
@@ -270,9 +271,9 @@ func TestAllocatorStoppedAfterReplyKeepsIDsUnique(t *testing.T) {
 // the op still held were missing from the restored allocator, and the
 // release then freed a backend another service still used.
 func TestAllocatorRestartBeforeReleaseKeepsSharedBackends(t *testing.T) {
-	e := newEngine(t, "", Config{ChildMiddleware: []actor.ReceiverMiddleware{
+	e := newEngine(t, "", Config{hooks: enginetest.Hooks{ChildMiddleware: []actor.ReceiverMiddleware{
 		crashBeforeFirst[*messages.AllocRelease](actors.ChildAllocator),
-	}})
+	}}})
 	ctx := ctxT(t)
 	_, _, err := e.Upsert(ctx, mustService(t, "10.96.0.1:80", "10.0.1.5:8080", "10.0.1.6:8080"))
 	require.NoError(t, err)
@@ -283,7 +284,7 @@ func TestAllocatorRestartBeforeReleaseKeepsSharedBackends(t *testing.T) {
 	_, _, err = e.Upsert(ctx, mustService(t, "10.96.0.1:80", "10.0.1.6:8080"))
 	require.NoError(t, err)
 	settle(t, e)
-	b4, err := e.Maps().Backend4.Dump()
+	b4, err := e.maps.Backend4.Dump()
 	require.NoError(t, err)
 	require.Len(t, b4, 2, "10.0.1.5 is still used by the second service")
 	checkInvariants(t, e)
@@ -312,10 +313,10 @@ func crashBeforeFirst[T any](child string) actor.ReceiverMiddleware {
 // cannot make the two snapshots differ, so the suite is its regression
 // test.)
 func TestLostAllocatorSnapshotIsNotResent(t *testing.T) {
-	e := newEngine(t, "", Config{ChildMiddleware: []actor.ReceiverMiddleware{
+	e := newEngine(t, "", Config{hooks: enginetest.Hooks{ChildMiddleware: []actor.ReceiverMiddleware{
 		crashBeforeFirst[*messages.AllocAcquire](actors.ChildAllocator),
 		crashBeforeFirst[*messages.AllocRestore](actors.ChildAllocator),
-	}})
+	}}})
 	ctx := ctxT(t)
 	ids := map[lb.ServiceID]bool{}
 	for i := range 5 {
@@ -362,7 +363,7 @@ func TestAllocatorRefusingRestoreStopsServing(t *testing.T) {
 	}
 	// Either New already sees the refusal, or the engine serves first and
 	// stops serving when the allocator answers: both must fail calls.
-	e2, err := New(ctx, Config{BPFRoot: root, Logger: quietLogger(), ChildMiddleware: []actor.ReceiverMiddleware{conflict}})
+	e2, err := New(ctx, Config{BPFRoot: root, Logger: quietLogger(), hooks: enginetest.Hooks{ChildMiddleware: []actor.ReceiverMiddleware{conflict}}})
 	if err != nil {
 		require.ErrorContains(t, err, "restore: allocator:")
 	} else {
