@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/actorlb/actorlb/actors"
+	"github.com/actorlb/actorlb/internal/enginetest"
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/maps"
 	"github.com/actorlb/actorlb/messages"
@@ -54,17 +55,28 @@ type Config struct {
 	// CallTimeout bounds calls whose context has no deadline.
 	CallTimeout time.Duration
 
-	// For tests: injected map faults and actor middleware.
-	Fault                maps.FaultFunc
-	ChildMiddleware      []actor.ReceiverMiddleware
-	SupervisorMiddleware []actor.ReceiverMiddleware
+	// hooks are the test knobs (map faults, actor middleware): set here by
+	// this package's tests, through enginetest.With by the module's others.
+	hooks enginetest.Hooks
+}
+
+func init() {
+	enginetest.Install(func(cfg any) *enginetest.Hooks {
+		if c, ok := cfg.(*Config); ok {
+			return &c.hooks
+		}
+		return nil
+	})
 }
 
 // Engine is a running actorlb.
 type Engine struct {
-	cfg     Config
-	log     *logrus.Entry
-	maps    *maps.LBMaps
+	cfg  Config
+	log  *logrus.Entry
+	maps *maps.LBMaps
+	// mapsMu keeps Close from closing the maps while DumpMaps reads them.
+	mapsMu  sync.RWMutex
+	mapsOff bool
 	sys     *actor.ActorSystem
 	keeper  *actor.PID
 	sup     *actor.PID
@@ -84,10 +96,13 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		cfg.CallTimeout = DefaultCallTimeout
 	}
 	lbm, err := maps.Open(maps.Config{
-		Root: cfg.BPFRoot, MaxEntries: cfg.MaxEntries, Recreate: cfg.RecreateMaps, InMemory: cfg.InMemory, Fault: cfg.Fault,
+		Root: cfg.BPFRoot, MaxEntries: cfg.MaxEntries, Recreate: cfg.RecreateMaps, InMemory: cfg.InMemory, Fault: cfg.hooks.Fault,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("new engine: %w", err)
+	}
+	if cfg.hooks.Maps != nil {
+		cfg.hooks.Maps(lbm)
 	}
 	e := &Engine{
 		cfg: cfg, log: logrus.NewEntry(cfg.Logger), maps: lbm,
@@ -101,12 +116,12 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	)
 	var once sync.Once
 	props := actors.NewKeeperProps(actors.Config{
-		Maps: lbm, Log: e.log, Restore: !cfg.NoRestore, ChildMiddleware: cfg.ChildMiddleware,
+		Maps: lbm, Log: e.log, Restore: !cfg.NoRestore, ChildMiddleware: cfg.hooks.ChildMiddleware,
 		OnStopped:       func() { once.Do(func() { close(e.stopped) }) },
 		OnUp:            e.gate.setUp,
 		OnDown:          e.gate.setDown,
 		OnRestoreFailed: e.gate.fail,
-	}, cfg.SupervisorMiddleware...)
+	}, cfg.hooks.SupervisorMiddleware...)
 	e.keeper, err = e.sys.Root.SpawnNamed(props, actors.KeeperName)
 	if err != nil {
 		lbm.Close()
@@ -120,8 +135,46 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	return e, nil
 }
 
-// Maps returns the engine's maps (read them; never write them).
-func (e *Engine) Maps() *maps.LBMaps { return e.maps }
+// BPFRoot returns the bpffs directory the maps are pinned in ("" for
+// in-memory maps).
+func (e *Engine) BPFRoot() string { return e.maps.Root }
+
+// MapEntries are the decoded entries of the six maps, in no particular
+// order.
+type MapEntries struct {
+	Services4, Services6 []maps.ServiceEntry
+	Backends4, Backends6 []maps.BackendEntry
+	RevNAT4, RevNAT6     []maps.RevNATEntry
+}
+
+// DumpMaps reads every entry of the six maps, as the datapath sees them
+// (the kernel's maps, not the engine's table). It reads one map after the
+// other while the engine may write: an operation in flight may show in
+// some maps and not yet in others.
+func (e *Engine) DumpMaps(ctx context.Context) (MapEntries, error) {
+	e.mapsMu.RLock()
+	defer e.mapsMu.RUnlock()
+	if e.mapsOff {
+		return MapEntries{}, fmt.Errorf("dump maps: %w", ErrClosed)
+	}
+	var d MapEntries
+	for _, step := range []func() error{
+		func() (err error) { d.Services4, err = e.maps.Service4.Dump(); return err },
+		func() (err error) { d.Backends4, err = e.maps.Backend4.Dump(); return err },
+		func() (err error) { d.RevNAT4, err = e.maps.RevNAT4.Dump(); return err },
+		func() (err error) { d.Services6, err = e.maps.Service6.Dump(); return err },
+		func() (err error) { d.Backends6, err = e.maps.Backend6.Dump(); return err },
+		func() (err error) { d.RevNAT6, err = e.maps.RevNAT6.Dump(); return err },
+	} {
+		if err := ctx.Err(); err != nil {
+			return MapEntries{}, fmt.Errorf("dump maps: %w", err)
+		}
+		if err := step(); err != nil {
+			return MapEntries{}, fmt.Errorf("dump maps: %w", err)
+		}
+	}
+	return d, nil
+}
 
 // Close stops the actors top-down (queued calls are served first) and
 // closes the maps; they stay pinned. It is safe to call more than once.
@@ -136,7 +189,10 @@ func (e *Engine) Close() error {
 			err = errors.New("close: actors did not stop within 10s")
 		}
 		e.sys.Shutdown()
+		e.mapsMu.Lock()
+		e.mapsOff = true
 		err = errors.Join(err, e.maps.Close())
+		e.mapsMu.Unlock()
 	})
 	return err
 }
@@ -333,7 +389,13 @@ func (e *Engine) Sync(ctx context.Context, desired []*lb.Service) (SyncResult, e
 }
 
 // RevNAT is one reverse-NAT entry.
-type RevNAT = messages.RevNAT
+type RevNAT struct {
+	ID      lb.ServiceID
+	Address lb.L3n4Addr // address and port; protocol and scope unused
+	// Service is true when the entry belongs to a service (it is created
+	// and removed with it) rather than added on its own.
+	Service bool
+}
 
 func (e *Engine) revNAT(ctx context.Context, what string, build func(chan<- messages.RevNATReply) any) ([]RevNAT, error) {
 	r, retried, err := call(ctx, e, build)
@@ -343,14 +405,21 @@ func (e *Engine) revNAT(ctx context.Context, what string, build func(chan<- mess
 	if retried && what == "delete revNAT" && errors.Is(r.Err, ErrRevNATNotFound) {
 		return nil, nil // an earlier attempt deleted it
 	}
-	return r.Entries, r.Err
+	if r.Err != nil {
+		return nil, r.Err
+	}
+	out := make([]RevNAT, len(r.Entries))
+	for i, x := range r.Entries {
+		out[i] = RevNAT{ID: x.ID, Address: x.Address, Service: x.Service}
+	}
+	return out, nil
 }
 
 // RevNATAdd adds a standalone revNAT entry (service entries come with
 // their services).
 func (e *Engine) RevNATAdd(ctx context.Context, id lb.ServiceID, addr lb.L3n4Addr) error {
 	_, err := e.revNAT(ctx, "add revNAT", func(ch chan<- messages.RevNATReply) any {
-		return &messages.RevNATAdd{Entry: RevNAT{ID: id, Address: addr}, Reply: ch}
+		return &messages.RevNATAdd{Entry: messages.RevNAT{ID: id, Address: addr}, Reply: ch}
 	})
 	return err
 }
@@ -389,16 +458,75 @@ func (e *Engine) RevNATDump(ctx context.Context) ([]RevNAT, error) {
 	})
 }
 
-// MapStats counts the entries written and deleted through one map.
+// MapStats are the figures of one map.
 type MapStats struct {
 	Name       string
 	MaxEntries int
-	maps.Counters
+	// Entries the map holds, as its owner counts them (no map is read to
+	// answer Stats).
+	Entries int
+	// Updated counts the entries written through the map since the engine
+	// started (a failed write may have written a prefix), Deleted the
+	// keys deleted.
+	Updated uint64
+	Deleted uint64
 }
 
-// Stats are the engine's counters.
+// Fill is Entries divided by MaxEntries (0 for a map without capacity).
+func (m MapStats) Fill() float64 {
+	if m.MaxEntries <= 0 {
+		return 0
+	}
+	return float64(m.Entries) / float64(m.MaxEntries)
+}
+
+// StepTiming counts the runs of one step of the engine's operations and
+// their total duration (retries included).
+type StepTiming struct {
+	Count uint64
+	Total time.Duration
+}
+
+// RestoreStats describe the last restore from the pinned maps.
+type RestoreStats struct {
+	Services     int
+	Backends     int
+	OrphanRevNAT int // standalone revNAT entries found (and deleted)
+	Repairs      int
+	// RepairsByKind counts the repairs by kind ("orphan-revnat", ...).
+	RepairsByKind map[string]int
+	Writes        int // map entries written or deleted to repair
+}
+
+// Stats are the engine's figures.
 type Stats struct {
-	messages.StatsReply
+	// Services and Backends in the engine's table (a backend counts once
+	// however many services use it), RevNAT entries (of services and
+	// standalone).
+	Services int
+	Backends int
+	RevNAT   int
+	// Ready is true when the engine has restored and serves.
+	Ready bool
+	// ActorRestarts counts restarts by actor (names of ActorNames); an
+	// actor that never restarted may be absent.
+	ActorRestarts map[string]int
+	// Restore describes the last restore.
+	Restore RestoreStats
+	// OpsInFlight counts the operations started and not finished.
+	OpsInFlight int
+	// RequestsResent counts the requests sent again to a restarted actor.
+	RequestsResent int
+	// RequestsSent counts the requests the engine sent its actors,
+	// ChildMessages the messages that carried them (several requests go in
+	// one message): their ratio is the average batch.
+	RequestsSent  uint64
+	ChildMessages uint64
+	// Steps is the time operations spent in each step, by step name ("wait
+	// in queue": behind other operations on the same frontend or backend),
+	// since the engine last (re)started.
+	Steps map[string]StepTiming
+	// Maps are the figures of the six maps, in the order of maps.Names.
 	Maps []MapStats
 }
 
@@ -411,26 +539,65 @@ func (s Stats) MapWrites() uint64 {
 	return n
 }
 
-// Stats returns counts of services and backends, map writes by map, actor
-// restarts and the figures of the last restore.
+// Stats returns counts of services and backends, entries and writes by
+// map, actor restarts and the figures of the last restore. It reads no
+// map: the entry counts are those the maps' owners keep.
 func (e *Engine) Stats(ctx context.Context) (Stats, error) {
 	r, _, err := call(ctx, e, func(ch chan<- messages.StatsReply) any { return &messages.Stats{Reply: ch} })
 	if err != nil {
 		return Stats{}, fmt.Errorf("stats: %w", err)
 	}
-	st := Stats{StatsReply: r}
+	st := statsOf(r)
 	for _, m := range []interface {
 		Name() string
 		MaxEntries() int
+		Entries() int
 		Counters() maps.Counters
 	}{e.maps.Service4, e.maps.Backend4, e.maps.RevNAT4, e.maps.Service6, e.maps.Backend6, e.maps.RevNAT6} {
-		st.Maps = append(st.Maps, MapStats{Name: m.Name(), MaxEntries: m.MaxEntries(), Counters: m.Counters()})
+		c := m.Counters()
+		st.Maps = append(st.Maps, MapStats{Name: m.Name(), MaxEntries: m.MaxEntries(), Entries: m.Entries(), Updated: c.Updated, Deleted: c.Deleted})
 	}
 	return st, nil
 }
 
-// ActorNames lists the names StopActor takes.
-var ActorNames = append([]string{actors.SupervisorName}, actors.Children...)
+// cloneCounts copies m (nil stays nil).
+func cloneCounts(m map[string]int) map[string]int {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]int, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// statsOf converts the supervisor's answer into the façade's figures
+// (maps copied: the caller owns them).
+func statsOf(r messages.StatsReply) Stats {
+	st := Stats{
+		Services: r.Services, Backends: r.Backends, RevNAT: r.RevNAT, Ready: r.Ready,
+		ActorRestarts: cloneCounts(r.ActorRestarts),
+		Restore: RestoreStats{
+			Services: r.Restore.Services, Backends: r.Restore.Backends, OrphanRevNAT: r.Restore.OrphanRevNAT,
+			Repairs: r.Restore.Repairs, RepairsByKind: cloneCounts(r.Restore.RepairsByKind), Writes: r.Restore.Writes,
+		},
+		OpsInFlight: r.OpsInFlight, RequestsResent: r.RequestsResent,
+		RequestsSent: r.RequestsSent, ChildMessages: r.ChildMessages,
+	}
+	if r.Steps != nil {
+		st.Steps = make(map[string]StepTiming, len(r.Steps))
+		for name, t := range r.Steps {
+			st.Steps[name] = StepTiming{Count: t.Count, Total: t.Total}
+		}
+	}
+	return st
+}
+
+// ActorNames lists the engine's actors, the names StopActor takes and
+// Stats.ActorRestarts counts by: the supervisor, the ID allocator, the
+// service and backend map owners per family and the revNAT maps' owner.
+var ActorNames = []string{"supervisor", "alloc", "svc4", "svc6", "be4", "be6", "revnat"}
 
 // StopActor stops one actor of the engine outright, as a crash would
 // (chaos testing and drills): its parent spawns it again, it rebuilds its

@@ -6,6 +6,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/actorlb/actorlb/internal/enginetest"
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/maps"
 	"github.com/stretchr/testify/require"
@@ -100,12 +101,12 @@ func TestUpsertBatchAndDeleteBatch(t *testing.T) {
 // refuses the deletes leaves every service of the batch as it was.
 func TestDeleteBatchOp(t *testing.T) {
 	var failDeletes atomic.Bool
-	e := newEngine(t, "", Config{Fault: func(name string, op maps.Op, n uint64, entries int) error {
+	e := newEngine(t, "", Config{hooks: enginetest.Hooks{Fault: func(name string, op maps.Op, n uint64, entries int) error {
 		if failDeletes.Load() && op == maps.OpDelete && (name == maps.Service4Name || name == maps.Service6Name) {
 			return syscall.EBUSY
 		}
 		return nil
-	}})
+	}}})
 	ctx := ctxT(t)
 	keep := mustService(t, "10.96.9.9:80", "10.0.1.1:8080")
 	a := mustService(t, "10.96.0.1:80", "10.0.1.1:8080", "10.0.1.2:8080")
@@ -147,10 +148,10 @@ func TestDeleteBatchOp(t *testing.T) {
 	st, err := e.Stats(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, st.Backends, "the shared backend stays, the others are gone")
-	be, err := e.Maps().Backend4.Dump()
+	be, err := e.maps.Backend4.Dump()
 	require.NoError(t, err)
 	require.Len(t, be, 1)
-	be6, err := e.Maps().Backend6.Dump()
+	be6, err := e.maps.Backend6.Dump()
 	require.NoError(t, err)
 	require.Empty(t, be6)
 	rev, err := e.RevNATDump(ctx)
@@ -173,19 +174,19 @@ func TestDeleteBatchOp(t *testing.T) {
 // back every service of the run (shared state restored, IDs free again).
 func TestCreateBatchOp(t *testing.T) {
 	var failWrites atomic.Bool
-	e := newEngine(t, "", Config{Fault: func(name string, op maps.Op, n uint64, entries int) error {
+	e := newEngine(t, "", Config{hooks: enginetest.Hooks{Fault: func(name string, op maps.Op, n uint64, entries int) error {
 		if failWrites.Load() && op == maps.OpUpdate && (name == maps.Service4Name || name == maps.Service6Name) {
 			return syscall.EBUSY
 		}
 		return nil
-	}})
+	}}})
 	ctx := ctxT(t)
 	old := mustService(t, "10.96.9.9:80", "10.0.1.1:8080")
 	oldID, _, err := e.Upsert(ctx, old)
 	require.NoError(t, err)
 	before, err := e.List(ctx)
 	require.NoError(t, err)
-	mapsBefore, err := verifyDump(t, e.Maps().Root)
+	mapsBefore, err := verifyDump(t, e.maps.Root)
 	require.NoError(t, err)
 
 	a := mustService(t, "10.96.0.1:80", "10.0.1.1:8080", "10.0.1.2:8080")
@@ -210,7 +211,7 @@ func TestCreateBatchOp(t *testing.T) {
 	after, err := e.List(ctx)
 	require.NoError(t, err)
 	require.Equal(t, before, after, "the run was rolled back")
-	mapsAfter, err := verifyDump(t, e.Maps().Root)
+	mapsAfter, err := verifyDump(t, e.maps.Root)
 	require.NoError(t, err)
 	require.Equal(t, mapsBefore, mapsAfter, "maps as before, shared backend state included")
 	checkInvariants(t, e)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/actorlb/actorlb/actors"
+	"github.com/actorlb/actorlb/internal/enginetest"
 	"github.com/actorlb/actorlb/internal/testutil"
 	"github.com/actorlb/actorlb/internal/verify"
 	lb "github.com/actorlb/actorlb/loadbalancer"
@@ -43,7 +44,7 @@ func crash(child string, n int64, before bool) actor.ReceiverMiddleware {
 }
 
 func TestChildCrashAfterWrite(t *testing.T) {
-	e := newEngine(t, "", Config{ChildMiddleware: []actor.ReceiverMiddleware{crash(actors.ChildService4, 2, false)}})
+	e := newEngine(t, "", Config{hooks: enginetest.Hooks{ChildMiddleware: []actor.ReceiverMiddleware{crash(actors.ChildService4, 2, false)}}})
 	ctx := ctxT(t)
 	id, _, err := e.Upsert(ctx, mustService(t, "10.96.0.10:80", "10.0.1.5:8080"))
 	require.NoError(t, err)
@@ -63,7 +64,7 @@ func TestChildCrashAfterWrite(t *testing.T) {
 }
 
 func TestChildCrashBeforeWriteIsResent(t *testing.T) {
-	e := newEngine(t, "", Config{ChildMiddleware: []actor.ReceiverMiddleware{crash(actors.ChildService4, 2, true)}})
+	e := newEngine(t, "", Config{hooks: enginetest.Hooks{ChildMiddleware: []actor.ReceiverMiddleware{crash(actors.ChildService4, 2, true)}}})
 	ctx := ctxT(t)
 	id, _, err := e.Upsert(ctx, mustService(t, "10.96.0.10:80", "10.0.1.5:8080"))
 	require.NoError(t, err)
@@ -98,7 +99,7 @@ func TestStoppedChildIsRespawned(t *testing.T) {
 	id2, _, err := e.Upsert(ctx, mustService(t, "10.96.0.11:80", "10.0.1.5:8080", "10.0.1.7:8080"))
 	require.NoError(t, err)
 	require.Equal(t, lb.ServiceID(2), id2, "service ID 1 stays taken")
-	b4, err := e.Maps().Backend4.Dump()
+	b4, err := e.maps.Backend4.Dump()
 	require.NoError(t, err)
 	require.Len(t, b4, 2, "the shared backend kept one ID")
 	checkInvariants(t, e)
@@ -173,7 +174,7 @@ func crashSupervisorAfter[T any]() actor.ReceiverMiddleware {
 }
 
 func TestSupervisorRestartRebuildsTable(t *testing.T) {
-	e := newEngine(t, "", Config{SupervisorMiddleware: []actor.ReceiverMiddleware{crashSupervisorAfter[*messages.List]()}})
+	e := newEngine(t, "", Config{hooks: enginetest.Hooks{SupervisorMiddleware: []actor.ReceiverMiddleware{crashSupervisorAfter[*messages.List]()}}})
 	ctx := ctxT(t)
 	for i := range 3 {
 		_, _, err := e.Upsert(ctx, mustService(t, fmt.Sprintf("10.96.0.%d:80", i+1), "10.0.1.5:8080", fmt.Sprintf("10.0.1.%d:8080", i+10)))
@@ -250,7 +251,7 @@ func TestAllocatorStoppedAfterReplyKeepsIDsUnique(t *testing.T) {
 		<-ready
 		require.NoError(t, e.StopActor(actors.ChildAllocator))
 	})
-	e = newEngine(t, "", Config{ChildMiddleware: []actor.ReceiverMiddleware{hook}})
+	e = newEngine(t, "", Config{hooks: enginetest.Hooks{ChildMiddleware: []actor.ReceiverMiddleware{hook}}})
 	close(ready)
 	ctx := ctxT(t)
 	ids := map[lb.ServiceID]bool{}
@@ -274,9 +275,9 @@ func TestAllocatorStoppedAfterReplyKeepsIDsUnique(t *testing.T) {
 // that counted one reference per backend instead of one per service would
 // free it as soon as one of them lets go.
 func TestAllocatorRestartBeforeReleaseKeepsSharedBackends(t *testing.T) {
-	e := newEngine(t, "", Config{ChildMiddleware: []actor.ReceiverMiddleware{
+	e := newEngine(t, "", Config{hooks: enginetest.Hooks{ChildMiddleware: []actor.ReceiverMiddleware{
 		crashBeforeFirst[*messages.AllocRelease](actors.ChildAllocator),
-	}})
+	}}})
 	ctx := ctxT(t)
 	_, _, err := e.Upsert(ctx, mustService(t, "10.96.0.1:80", "10.0.1.5:8080", "10.0.1.6:8080"))
 	require.NoError(t, err)
@@ -289,7 +290,7 @@ func TestAllocatorRestartBeforeReleaseKeepsSharedBackends(t *testing.T) {
 	_, _, err = e.Upsert(ctx, mustService(t, "10.96.0.1:80", "10.0.1.6:8080"))
 	require.NoError(t, err)
 	settle(t, e)
-	b4, err := e.Maps().Backend4.Dump()
+	b4, err := e.maps.Backend4.Dump()
 	require.NoError(t, err)
 	require.Len(t, b4, 2, "10.0.1.5 is still used by the second and third services")
 	checkInvariants(t, e)
@@ -301,7 +302,7 @@ func TestAllocatorRestartBeforeReleaseKeepsSharedBackends(t *testing.T) {
 	// keeps the backend for the other.
 	require.NoError(t, e.Delete(ctx, second))
 	settle(t, e)
-	b4, err = e.Maps().Backend4.Dump()
+	b4, err = e.maps.Backend4.Dump()
 	require.NoError(t, err)
 	require.Len(t, b4, 2, "10.0.1.5 is still used by the third service")
 	got, err := e.Get(ctx, third)
@@ -312,7 +313,7 @@ func TestAllocatorRestartBeforeReleaseKeepsSharedBackends(t *testing.T) {
 	// The last user lets go: now it is freed.
 	require.NoError(t, e.Delete(ctx, third))
 	settle(t, e)
-	b4, err = e.Maps().Backend4.Dump()
+	b4, err = e.maps.Backend4.Dump()
 	require.NoError(t, err)
 	require.Len(t, b4, 1, "only 10.0.1.6 of the first service is left")
 	checkInvariants(t, e)
@@ -338,10 +339,10 @@ func crashBeforeFirst[T any](child string) actor.ReceiverMiddleware {
 // cannot make the two snapshots differ, so the suite is its regression
 // test.)
 func TestLostAllocatorSnapshotIsNotResent(t *testing.T) {
-	e := newEngine(t, "", Config{ChildMiddleware: []actor.ReceiverMiddleware{
+	e := newEngine(t, "", Config{hooks: enginetest.Hooks{ChildMiddleware: []actor.ReceiverMiddleware{
 		crashBeforeFirst[*messages.AllocAcquire](actors.ChildAllocator),
 		crashBeforeFirst[*messages.AllocRestore](actors.ChildAllocator),
-	}})
+	}}})
 	ctx := ctxT(t)
 	ids := map[lb.ServiceID]bool{}
 	for i := range 5 {
@@ -388,7 +389,7 @@ func TestAllocatorRefusingRestoreStopsServing(t *testing.T) {
 	}
 	// Either New already sees the refusal, or the engine serves first and
 	// stops serving when the allocator answers: both must fail calls.
-	e2, err := New(ctx, Config{BPFRoot: root, Logger: quietLogger(), ChildMiddleware: []actor.ReceiverMiddleware{conflict}})
+	e2, err := New(ctx, Config{BPFRoot: root, Logger: quietLogger(), hooks: enginetest.Hooks{ChildMiddleware: []actor.ReceiverMiddleware{conflict}}})
 	if err != nil {
 		require.ErrorContains(t, err, "restore: allocator:")
 	} else {
@@ -497,10 +498,10 @@ func TestFreedBackendIDIsNotReusedBeforeItsEntryIsDeleted(t *testing.T) {
 
 	var armed atomic.Bool
 	kept := make(chan struct{})
-	e := newEngine(t, root, Config{ChildMiddleware: []actor.ReceiverMiddleware{
+	e := newEngine(t, root, Config{hooks: enginetest.Hooks{ChildMiddleware: []actor.ReceiverMiddleware{
 		deleteWithNextRequest(actors.ChildBackend4, &armed, kept),
-	}})
-	b4, err := e.Maps().Backend4.Dump()
+	}}})
+	b4, err := e.maps.Backend4.Dump()
 	require.NoError(t, err)
 	require.Len(t, b4, 1)
 	freedID := b4[0].ID
@@ -526,7 +527,7 @@ func TestFreedBackendIDIsNotReusedBeforeItsEntryIsDeleted(t *testing.T) {
 	}
 	settle(t, e)
 
-	b4, err = e.Maps().Backend4.Dump()
+	b4, err = e.maps.Backend4.Dump()
 	require.NoError(t, err)
 	require.Len(t, b4, 1, "the new backend is in the map, the old one is gone")
 	require.Equal(t, netip.MustParseAddr("10.0.1.6"), b4[0].Value.Address)

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/actorlb/actorlb/internal/enginetest"
 	"github.com/actorlb/actorlb/internal/testutil"
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/maps"
@@ -94,13 +95,13 @@ func TestUpsertGetDelete(t *testing.T) {
 	for _, m := range []interface{ Dump() (any, error) }{} {
 		_ = m
 	}
-	s4, err := e.Maps().Service4.Dump()
+	s4, err := e.maps.Service4.Dump()
 	require.NoError(t, err)
 	require.Empty(t, s4)
-	b4, err := e.Maps().Backend4.Dump()
+	b4, err := e.maps.Backend4.Dump()
 	require.NoError(t, err)
 	require.Empty(t, b4)
-	r4, err := e.Maps().RevNAT4.Dump()
+	r4, err := e.maps.RevNAT4.Dump()
 	require.NoError(t, err)
 	require.Empty(t, r4)
 }
@@ -152,10 +153,10 @@ func TestUpsertErrors(t *testing.T) {
 	require.ErrorIs(t, err, ErrServiceNotFound)
 
 	// Nothing rejected touched a map: one service, one backend, one revNAT.
-	s4, err := e.Maps().Service4.Dump()
+	s4, err := e.maps.Service4.Dump()
 	require.NoError(t, err)
 	require.Len(t, s4, 2)
-	b4, err := e.Maps().Backend4.Dump()
+	b4, err := e.maps.Backend4.Dump()
 	require.NoError(t, err)
 	require.Len(t, b4, 1)
 	require.Equal(t, uint8(lb.BackendStateTerminating), b4[0].Value.State)
@@ -190,13 +191,13 @@ func TestMapFullRollsBack(t *testing.T) {
 func TestFailedUpdateRestoresSharedBackendState(t *testing.T) {
 	var failWrites atomic.Bool
 	var refused atomic.Int64
-	e := newEngine(t, "", Config{Fault: func(name string, op maps.Op, n uint64, entries int) error {
+	e := newEngine(t, "", Config{hooks: enginetest.Hooks{Fault: func(name string, op maps.Op, n uint64, entries int) error {
 		if failWrites.Load() && op == maps.OpUpdate && name == maps.Service4Name {
 			refused.Add(1)
 			return syscall.EBUSY
 		}
 		return nil
-	}})
+	}}})
 	ctx := ctxT(t)
 	keep := mustService(t, "10.96.9.9:80", "10.0.1.1:8080") // active
 	keepID, _, err := e.Upsert(ctx, keep)
@@ -247,7 +248,7 @@ func TestFailedUpdateRestoresSharedBackendState(t *testing.T) {
 func dumpAll(tb testing.TB, e *Engine) []string {
 	tb.Helper()
 	var out []string
-	m := e.Maps()
+	m := e.maps
 	for _, sm := range []maps.ServiceMap{m.Service4, m.Service6} {
 		es, err := sm.Dump()
 		require.NoError(tb, err)
@@ -359,7 +360,7 @@ func TestBackendStateIsSharedAcrossServices(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "10.0.1.7:8080/TCP", got.Backends[0].String(), "active first")
 	require.Equal(t, lb.BackendStateTerminating, got.Backends[1].State)
-	master, ok, err := e.Maps().Service4.Lookup(maps.ServiceKey{Address: netip.MustParseAddr("10.96.0.11"), Port: 80, Proto: 6})
+	master, ok, err := e.maps.Service4.Lookup(maps.ServiceKey{Address: netip.MustParseAddr("10.96.0.11"), Port: 80, Proto: 6})
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, uint16(1), master.Value.Count)
@@ -417,7 +418,7 @@ func TestConcurrentStateChangesOnASharedBackend(t *testing.T) {
 		// refused, quarantined then terminating is allowed.
 		require.Equal(t, lb.BackendStateTerminating, st, "round %d (errors: %v, %v)", round, e1, e2)
 		require.NoError(t, e1, "round %d: active or quarantined to terminating is allowed", round)
-		b4, err := e.Maps().Backend4.Dump()
+		b4, err := e.maps.Backend4.Dump()
 		require.NoError(t, err)
 		require.Len(t, b4, 1)
 		require.Equal(t, uint8(st), b4[0].Value.State, "round %d: the map holds it", round)

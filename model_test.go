@@ -22,7 +22,7 @@ func checkInvariants(tb testing.TB, e *Engine) {
 	ctx := ctxT(tb)
 	list, err := e.List(ctx)
 	require.NoError(tb, err)
-	m := e.Maps()
+	m := e.maps
 	ids := map[uint16]string{}
 	beByAddr := map[string]uint32{}
 	usedBe := map[uint32]bool{}

@@ -86,7 +86,7 @@ func TestRevNAT(t *testing.T) {
 	got, err := e.RevNATGet(ctx, 20)
 	require.NoError(t, err)
 	require.Equal(t, RevNAT{ID: 20, Address: addr}, got)
-	r6, err := e.Maps().RevNAT6.Dump()
+	r6, err := e.maps.RevNAT6.Dump()
 	require.NoError(t, err)
 	require.Len(t, r6, 1)
 
@@ -119,7 +119,7 @@ func TestRevNAT(t *testing.T) {
 	all, err = e.RevNATDump(ctx)
 	require.NoError(t, err)
 	require.Len(t, all, 1, "service entries stay")
-	r6, err = e.Maps().RevNAT6.Dump()
+	r6, err = e.maps.RevNAT6.Dump()
 	require.NoError(t, err)
 	require.Empty(t, r6)
 	checkInvariants(t, e)

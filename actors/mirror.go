@@ -47,6 +47,7 @@ func (o *mirror[E, K, V]) load() error {
 		return err
 	}
 	o.loaded, o.entries = es, nil
+	o.m.SetEntries(len(es))
 	return nil
 }
 
@@ -61,15 +62,22 @@ func (o *mirror[E, K, V]) index() {
 		o.entries[k] = v
 	}
 	o.loaded = nil
+	o.m.SetEntries(len(o.entries)) // a dump may repeat a key
 }
 
 // apply writes the entries that differ, in order, then deletes the keys
 // present, in order. After a failed write the mirror is reloaded from the
-// map, which may hold a prefix of the writes.
+// map, which may hold a prefix of the writes. Either way the map's entry
+// count (maps.Map.SetEntries) is the mirror's when it returns.
 func (o *mirror[E, K, V]) apply(writes []E, deletes []K) (written, deleted int, err error) {
 	o.index()
 	ws, ds := o.ws[:0], o.ds[:0]
-	defer func() { o.ws, o.ds = scratch(ws, ds) }()
+	defer func() {
+		o.ws, o.ds = scratch(ws, ds)
+		if o.entries != nil { // nil after a reload: load has set the count
+			o.m.SetEntries(len(o.entries))
+		}
+	}()
 	for _, e := range writes {
 		k, v := o.split(e)
 		if cur, ok := o.entries[k]; !ok || cur != v {

@@ -15,6 +15,7 @@ type svcMirror struct {
 	m       maps.ServiceMap
 	entries packedmap.Map[addrkey.ServiceKey, []slotValue] // IPv4 frontends packed; valid once indexed
 	indexed bool
+	n       int                 // slots held, once indexed
 	loaded  []maps.ServiceEntry // the last load, until index
 	ws      []maps.ServiceEntry // scratch of apply
 	ds      []maps.ServiceKey
@@ -35,6 +36,7 @@ func (o *svcMirror) load() error {
 		return err
 	}
 	o.loaded, o.indexed = es, false
+	o.m.SetEntries(len(es))
 	return nil
 }
 
@@ -43,12 +45,13 @@ func (o *svcMirror) index() {
 	if o.indexed {
 		return
 	}
-	o.entries, o.indexed = packedmap.New[addrkey.ServiceKey, []slotValue](len(o.loaded)/4, addrkey.ServiceKeyPacker{}), true
+	o.entries, o.indexed, o.n = packedmap.New[addrkey.ServiceKey, []slotValue](len(o.loaded)/4, addrkey.ServiceKeyPacker{}), true, 0
 	c := cursor{o: o}
 	for _, e := range o.loaded {
 		c.set(e.Key, e.Value)
 	}
 	o.loaded = nil
+	o.m.SetEntries(o.n) // a dump may repeat a key
 }
 
 // cursor caches the slots of the last frontend looked up: the entries of
@@ -89,6 +92,9 @@ func (c *cursor) set(k maps.ServiceKey, v maps.ServiceValue) {
 		c.o.entries.Set(c.fe, slots)
 		c.slots = slots
 	}
+	if !slots[k.Slot].ok {
+		c.o.n++
+	}
 	slots[k.Slot] = slotValue{v, true}
 }
 
@@ -115,9 +121,10 @@ func (c *cursor) reserve(k maps.ServiceKey, run []maps.ServiceEntry) {
 // del removes slot k; a frontend without slots leaves the index.
 func (c *cursor) del(k maps.ServiceKey) {
 	slots := c.at(k)
-	if int(k.Slot) >= len(slots) {
+	if int(k.Slot) >= len(slots) || !slots[k.Slot].ok {
 		return
 	}
+	c.o.n--
 	slots[k.Slot] = slotValue{}
 	n := len(slots)
 	for n > 0 && !slots[n-1].ok {
@@ -135,11 +142,17 @@ func (c *cursor) del(k maps.ServiceKey) {
 }
 
 // apply is mirror.apply: writes that differ, in order, then deletes of
-// present keys, in order; after a failure the mirror is reloaded.
+// present keys, in order; after a failure the mirror is reloaded. Either
+// way the map's entry count is the mirror's when it returns.
 func (o *svcMirror) apply(writes []maps.ServiceEntry, deletes []maps.ServiceKey) (written, deleted int, err error) {
 	o.index()
 	ws, ds := o.ws[:0], o.ds[:0]
-	defer func() { o.ws, o.ds = scratch(ws, ds) }()
+	defer func() {
+		o.ws, o.ds = scratch(ws, ds)
+		if o.indexed { // not after a reload: load has set the count
+			o.m.SetEntries(o.n)
+		}
+	}()
 	c := cursor{o: o}
 	for _, e := range writes {
 		if cur, ok := c.get(e.Key); !ok || cur != e.Value {

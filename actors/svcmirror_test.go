@@ -32,9 +32,19 @@ func sortedEntries(es []maps.ServiceEntry) []maps.ServiceEntry {
 	return es
 }
 
+// requireEntriesReported checks that the entry count a map's owner
+// reported (maps.Map.Entries) is what the map holds.
+func requireEntriesReported(t *testing.T, m maps.ServiceMap) {
+	t.Helper()
+	es, err := m.Dump()
+	require.NoError(t, err)
+	require.Equal(t, len(es), m.Entries(), "entries reported for %s", m.Name())
+}
+
 // The per-frontend service mirror behaves exactly as the generic mirror
 // (the reference): same writes and deletes reach the map, same dump, also
 // with holes, repeated keys, failed writes, reloads and v4/v6 frontends.
+// Both report their map's entry count after every load and apply.
 func TestSvcMirrorMatchesGenericMirror(t *testing.T) {
 	r := testutil.Rand(t)
 	var calls uint64
@@ -54,8 +64,14 @@ func TestSvcMirrorMatchesGenericMirror(t *testing.T) {
 				func(k maps.ServiceKey, v maps.ServiceValue) maps.ServiceEntry {
 					return maps.ServiceEntry{Key: k, Value: v}
 				})
+			// Entries written before the mirrors load count too.
+			seed := []maps.ServiceEntry{{Key: maps.ServiceKey{Address: addrs0(fam), Port: 443, Proto: 6}, Value: maps.ServiceValue{RevNATIndex: 1}}}
+			require.NoError(t, a.Services(fam).Update(seed))
+			require.NoError(t, b.Services(fam).Update(seed))
 			require.NoError(t, got.load())
 			require.NoError(t, want.load())
+			requireEntriesReported(t, a.Services(fam))
+			requireEntriesReported(t, b.Services(fam))
 			addrs := []netip.Addr{netip.MustParseAddr("10.96.0.1"), netip.MustParseAddr("10.96.0.2")}
 			if fam == maps.IPv6 {
 				addrs = []netip.Addr{netip.MustParseAddr("fd00::1"), netip.MustParseAddr("fd00::2")}
@@ -81,6 +97,8 @@ func TestSvcMirrorMatchesGenericMirror(t *testing.T) {
 					require.NoError(t, b.Services(fam).Delete(keysOf(want.dump())))
 					require.NoError(t, b.Services(fam).Update(es))
 					require.NoError(t, want.load())
+					requireEntriesReported(t, a.Services(fam))
+					requireEntriesReported(t, b.Services(fam))
 					continue
 				}
 				w2, d2, err := want.apply(ws, ds)
@@ -88,6 +106,8 @@ func TestSvcMirrorMatchesGenericMirror(t *testing.T) {
 				require.Equal(t, w2, w, "written")
 				require.Equal(t, d2, d, "deleted")
 				require.Equal(t, sortedEntries(want.dump()), sortedEntries(got.dump()))
+				requireEntriesReported(t, a.Services(fam))
+				requireEntriesReported(t, b.Services(fam))
 			}
 			es, err := a.Services(fam).Dump()
 			require.NoError(t, err)
@@ -95,6 +115,13 @@ func TestSvcMirrorMatchesGenericMirror(t *testing.T) {
 		})
 	}
 	require.NotZero(t, calls)
+}
+
+func addrs0(fam maps.Family) netip.Addr {
+	if fam == maps.IPv6 {
+		return netip.MustParseAddr("fd00::9")
+	}
+	return netip.MustParseAddr("10.96.0.9")
 }
 
 func keysOf(es []maps.ServiceEntry) []maps.ServiceKey {

@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/actorlb/actorlb/internal/table"
+	"github.com/actorlb/actorlb"
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/maps"
 )
@@ -251,7 +251,7 @@ func revNATEntries(es []maps.RevNATEntry) []RevNATMapEntry {
 
 // NewMapsDump converts the entries read from the maps pinned under root
 // into a MapsDump (every list non-nil and sorted).
-func NewMapsDump(root string, d table.Dump) *MapsDump {
+func NewMapsDump(root string, d actorlb.MapEntries) *MapsDump {
 	return &MapsDump{
 		Root:      root,
 		Services4: serviceEntries(d.Services4),
@@ -265,7 +265,7 @@ func NewMapsDump(root string, d table.Dump) *MapsDump {
 
 // RevNATFromDump lists the revNAT entries of both families sorted by ID;
 // an entry belongs to a service when a master of its family has its ID.
-func RevNATFromDump(d table.Dump) []RevNATEntry {
+func RevNATFromDump(d actorlb.MapEntries) []RevNATEntry {
 	out := []RevNATEntry{}
 	for _, fam := range []struct {
 		svcs []maps.ServiceEntry

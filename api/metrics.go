@@ -7,7 +7,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/actorlb/actorlb/actors"
+	"github.com/actorlb/actorlb"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -134,7 +134,7 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(descMapWrites, float64(m.Deleted), m.Name, "delete")
 	}
 	restarts := map[string]int{}
-	for _, name := range actors.Children {
+	for _, name := range actorlb.ActorNames {
 		restarts[name] = 0 // every actor has a series, even before its first restart
 	}
 	for name, n := range st.ActorRestarts {

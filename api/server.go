@@ -18,9 +18,7 @@ import (
 	"time"
 
 	"github.com/actorlb/actorlb"
-	"github.com/actorlb/actorlb/internal/verify"
 	lb "github.com/actorlb/actorlb/loadbalancer"
-	"github.com/actorlb/actorlb/maps"
 	"github.com/sirupsen/logrus"
 )
 
@@ -33,7 +31,7 @@ type Engine interface {
 	List(ctx context.Context) ([]*lb.Service, error)
 	RevNATDump(ctx context.Context) ([]actorlb.RevNAT, error)
 	Stats(ctx context.Context) (actorlb.Stats, error)
-	Maps() *maps.LBMaps
+	DumpMaps(ctx context.Context) (actorlb.MapEntries, error)
 }
 
 var _ Engine = (*actorlb.Engine)(nil)
@@ -548,8 +546,10 @@ func (s *Server) listRevNAT(_ http.ResponseWriter, r *http.Request) reply {
 	return reply{code: http.StatusOK, body: out}
 }
 
-func (s *Server) dumpMaps(_ http.ResponseWriter, _ *http.Request) reply {
-	d, err := verify.Dump(s.engine.Maps())
+func (s *Server) dumpMaps(_ http.ResponseWriter, r *http.Request) reply {
+	ctx, cancel := s.ctx(r)
+	defer cancel()
+	d, err := s.engine.DumpMaps(ctx)
 	if err != nil {
 		return reply{code: http.StatusInternalServerError, err: err}
 	}
@@ -564,7 +564,7 @@ func (s *Server) openAPI(w http.ResponseWriter, _ *http.Request) reply {
 }
 
 // status gathers the agent's figures: engine stats and the fill of every
-// map.
+// map (as the maps' owners count their entries: no map is read).
 func (s *Server) status(ctx context.Context) (*Status, error) {
 	st, err := s.engine.Stats(ctx)
 	if err != nil {
@@ -604,20 +604,10 @@ func (s *Server) status(ctx context.Context) (*Status, error) {
 	if out.ActorRestarts == nil {
 		out.ActorRestarts = map[string]int{}
 	}
-	d, err := verify.Dump(s.engine.Maps())
-	if err != nil {
-		return nil, err
-	}
-	counts := map[string]int{
-		maps.Service4Name: len(d.Services4), maps.Backend4Name: len(d.Backends4), maps.RevNAT4Name: len(d.RevNAT4),
-		maps.Service6Name: len(d.Services6), maps.Backend6Name: len(d.Backends6), maps.RevNAT6Name: len(d.RevNAT6),
-	}
 	for _, m := range st.Maps {
-		ms := MapStatus{Name: m.Name, Entries: counts[m.Name], MaxEntries: m.MaxEntries, Updated: m.Updated, Deleted: m.Deleted}
-		if m.MaxEntries > 0 {
-			ms.Fill = float64(ms.Entries) / float64(m.MaxEntries)
-		}
-		out.Maps = append(out.Maps, ms)
+		out.Maps = append(out.Maps, MapStatus{
+			Name: m.Name, Entries: m.Entries, MaxEntries: m.MaxEntries, Fill: m.Fill(), Updated: m.Updated, Deleted: m.Deleted,
+		})
 	}
 	return out, nil
 }

@@ -62,7 +62,9 @@ func (f *failingEngine) RevNATDump(ctx context.Context) ([]actorlb.RevNAT, error
 func (f *failingEngine) Stats(ctx context.Context) (actorlb.Stats, error) {
 	return actorlb.Stats{}, f.fail(ctx)
 }
-func (f *failingEngine) Maps() *maps.LBMaps { return nil }
+func (f *failingEngine) DumpMaps(ctx context.Context) (actorlb.MapEntries, error) {
+	return actorlb.MapEntries{}, f.fail(ctx)
+}
 
 func TestEngineErrorsToStatus(t *testing.T) {
 	put := `{"frontend-address": {"ip": "10.96.0.10", "port": 80}, "backend-addresses": [{"ip": "10.0.1.5", "port": 8080}]}`
@@ -87,6 +89,7 @@ func TestEngineErrorsToStatus(t *testing.T) {
 		{"DELETE", "/v1/service/1", "", fmt.Errorf("delete service 1: delete service: %w", maps.ErrInjected), 500},
 		{"GET", "/v1/service", "", actorlb.ErrClosed, 500},
 		{"GET", "/v1/lb/revnat", "", actorlb.ErrClosed, 500},
+		{"GET", "/v1/lb/maps", "", actorlb.ErrClosed, 500},
 		{"GET", "/v1/healthz", "", actorlb.ErrClosed, 503},
 	}
 	for _, tc := range cases {
@@ -158,4 +161,57 @@ func TestPutServicesResults(t *testing.T) {
 		s.Handler().ServeHTTP(rec, httptest.NewRequest("PUT", "/v1/services", strings.NewReader(bad)))
 		require.Equal(t, 400, rec.Code, bad)
 	}
+}
+
+// statsEngine answers Stats with st and counts DumpMaps calls; everything
+// else fails.
+type statsEngine struct {
+	failingEngine
+	st    actorlb.Stats
+	dumps int
+}
+
+func (f *statsEngine) Stats(context.Context) (actorlb.Stats, error) { return f.st, nil }
+func (f *statsEngine) DumpMaps(ctx context.Context) (actorlb.MapEntries, error) {
+	f.dumps++
+	return actorlb.MapEntries{}, nil
+}
+
+// /v1/healthz and /metrics report each map's entries from the engine's
+// Stats and read no map.
+func TestHealthAndMetricsReadNoMap(t *testing.T) {
+	eng := &statsEngine{failingEngine: failingEngine{err: errors.New("not called")}, st: actorlb.Stats{
+		Ready: true, Services: 1,
+		Maps: []actorlb.MapStats{
+			{Name: maps.Service4Name, MaxEntries: 100, Entries: 3, Updated: 3},
+			{Name: maps.Backend4Name, MaxEntries: 100, Entries: 2, Updated: 2, Deleted: 1},
+		},
+	}}
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	s, err := NewServer(Config{Engine: eng, Log: logrus.NewEntry(log)})
+	require.NoError(t, err)
+
+	rec := httptest.NewRecorder()
+	s.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/v1/healthz", nil))
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	var st Status
+	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &st))
+	require.Equal(t, []MapStatus{
+		{Name: maps.Service4Name, Entries: 3, MaxEntries: 100, Fill: 0.03, Updated: 3},
+		{Name: maps.Backend4Name, Entries: 2, MaxEntries: 100, Fill: 0.02, Updated: 2, Deleted: 1},
+	}, st.Maps)
+
+	rec = httptest.NewRecorder()
+	s.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	require.Equal(t, http.StatusOK, rec.Code)
+	for _, want := range []string{
+		`actorlb_map_entries{map="lb4_services"} 3`,
+		`actorlb_map_fill_ratio{map="lb4_backends"} 0.02`,
+		`actorlb_map_writes_total{map="lb4_backends",op="delete"} 1`,
+		`actorlb_up 1`,
+	} {
+		require.Contains(t, rec.Body.String(), want)
+	}
+	require.Zero(t, eng.dumps, "health and metrics dumped the maps")
 }

@@ -14,7 +14,9 @@
 // Lifecycle: Open returns an LBMaps holding open file descriptors; the caller
 // must keep it and call Close when done. Close never unpins: pinned maps, and
 // so the datapath's view, survive the process. Each map is meant to have one
-// writer (its owner actor); reads from other goroutines are safe.
+// writer (its owner actor); reads from other goroutines are safe. The owner
+// also reports how many entries the map holds (SetEntries), so that others
+// read the count (Entries) without dumping the map.
 //
 // Error contract: Update and Delete are all-or-reported: on error some
 // entries may have been applied (as in the kernel), and the caller repairs by

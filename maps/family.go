@@ -23,6 +23,14 @@ type Map[E, KT any] interface {
 	Lookup(key KT) (E, bool, error)
 	// Counters returns the number of entries written and deleted so far.
 	Counters() Counters
+	// Entries returns the number of entries the map holds as its owner
+	// last counted them (SetEntries), without reading the map: 0 until the
+	// owner first reports.
+	Entries() int
+	// SetEntries records how many entries the map holds. Only the map's
+	// owner calls it (it knows the count from its copy of the entries);
+	// anyone may read it back with Entries.
+	SetEntries(n int)
 	// Close releases the file descriptor; the pin stays.
 	Close() error
 }
@@ -61,6 +69,7 @@ type typedMap[E, KT any, K, V comparable] struct {
 	c       codec[E, KT, K, V]
 	updated atomic.Uint64
 	deleted atomic.Uint64
+	entries atomic.Int64
 }
 
 func (m *typedMap[E, KT, K, V]) Name() string    { return m.st.name() }
@@ -70,6 +79,9 @@ func (m *typedMap[E, KT, K, V]) Close() error    { return m.st.close() }
 func (m *typedMap[E, KT, K, V]) Counters() Counters {
 	return Counters{Updated: m.updated.Load(), Deleted: m.deleted.Load()}
 }
+
+func (m *typedMap[E, KT, K, V]) Entries() int     { return int(m.entries.Load()) }
+func (m *typedMap[E, KT, K, V]) SetEntries(n int) { m.entries.Store(int64(n)) }
 
 func (m *typedMap[E, KT, K, V]) Update(entries []E) error {
 	if len(entries) == 0 {

@@ -301,7 +301,7 @@ func agent(ctx context.Context, c *agentConfig) error {
 
 	var socketLB func() string
 	if c.socketLB && !c.dryRun {
-		info, err := bpf.Attach(bpf.Config{Root: engine.Maps().Root, Cgroup: c.socketLBCgroup})
+		info, err := bpf.Attach(bpf.Config{Root: engine.BPFRoot(), Cgroup: c.socketLBCgroup})
 		switch {
 		case err != nil && c.socketLBAsked:
 			return fmt.Errorf("%w (run with --socket-lb=false to go without the datapath)", err)
@@ -313,7 +313,7 @@ func agent(ctx context.Context, c *agentConfig) error {
 		}
 	}
 	if !c.dryRun {
-		root := engine.Maps().Root
+		root := engine.BPFRoot()
 		socketLB = func() string {
 			st, err := bpf.Status(root)
 			if err != nil {
@@ -322,7 +322,7 @@ func agent(ctx context.Context, c *agentConfig) error {
 			return st.Summary()
 		}
 	}
-	srv, err := api.NewServer(api.Config{Engine: engine, Log: logrus.NewEntry(log), BPFRoot: engine.Maps().Root, DryRun: c.dryRun, SocketLB: socketLB})
+	srv, err := api.NewServer(api.Config{Engine: engine, Log: logrus.NewEntry(log), BPFRoot: engine.BPFRoot(), DryRun: c.dryRun, SocketLB: socketLB})
 	if err != nil {
 		return err
 	}
@@ -354,7 +354,7 @@ func agent(ctx context.Context, c *agentConfig) error {
 		go func() { serveErr <- srv.Serve(l) }()
 	}
 
-	mapsAt := engine.Maps().Root
+	mapsAt := engine.BPFRoot()
 	if c.dryRun {
 		mapsAt = "memory (dry run)"
 	}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/actorlb/actorlb"
 	"github.com/actorlb/actorlb/api"
 	"github.com/actorlb/actorlb/internal/table"
 	"github.com/actorlb/actorlb/internal/verify"
@@ -28,6 +29,10 @@ func (e *env) dumpPinned() (string, table.Dump, error) {
 	d, err := verify.DumpPinned(root)
 	return root, d, err
 }
+
+// entriesOf is d as the library's type (the same fields: the conversion
+// stops compiling if they part).
+func entriesOf(d table.Dump) actorlb.MapEntries { return actorlb.MapEntries(d) }
 
 func bpfListCommand() *command {
 	return &command{
@@ -55,7 +60,7 @@ decoded, with the field names of the datapath's C structs.`,
 				return err
 			}
 			if out == outJSON {
-				return writeJSON(e.stdout, api.NewMapsDump(root, d))
+				return writeJSON(e.stdout, api.NewMapsDump(root, entriesOf(d)))
 			}
 			return printServiceMaps(e.stdout, d)
 		},
@@ -162,7 +167,7 @@ ID exists in the service map (owner "service") or the entry stands alone.`,
 			if err != nil {
 				return err
 			}
-			entries := api.RevNATFromDump(d)
+			entries := api.RevNATFromDump(entriesOf(d))
 			if out == outJSON {
 				return writeJSON(e.stdout, entries)
 			}

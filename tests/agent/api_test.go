@@ -10,6 +10,7 @@ import (
 
 	"github.com/actorlb/actorlb/api"
 	"github.com/actorlb/actorlb/internal/verify"
+	"github.com/actorlb/actorlb/maps"
 	"github.com/stretchr/testify/require"
 )
 
@@ -149,14 +150,30 @@ func TestEndpoints(t *testing.T) {
 	dump := decode[api.MapsDump](t, c.expect("GET", "/v1/lb/maps", "", http.StatusOK).body)
 	pinned, err := verify.DumpPinned(a.root)
 	require.NoError(t, err)
-	require.Equal(t, *api.NewMapsDump(a.root, pinned), dump)
+	require.Equal(t, mapsDump(a.root, pinned), dump)
 	require.Len(t, dump.Services4, 3)
 	require.Len(t, dump.Backends4, 2)
 	require.Empty(t, verify.Check(pinned))
 
+	// Health counts every map's entries as pinned (from the maps' owners).
+	pinnedCounts := map[string]int{
+		maps.Service4Name: len(pinned.Services4), maps.Backend4Name: len(pinned.Backends4), maps.RevNAT4Name: len(pinned.RevNAT4),
+		maps.Service6Name: len(pinned.Services6), maps.Backend6Name: len(pinned.Backends6), maps.RevNAT6Name: len(pinned.RevNAT6),
+	}
+	st = decode[api.Status](t, c.expect("GET", "/v1/healthz", "", http.StatusOK).body)
+	healthCounts := map[string]int{}
+	for _, m := range st.Maps {
+		healthCounts[m.Name] = m.Entries
+		require.InDelta(t, float64(m.Entries)/float64(m.MaxEntries), m.Fill, 1e-12, m.Name)
+	}
+	require.Equal(t, pinnedCounts, healthCounts)
+
 	// Metrics.
 	r = c.expect("GET", "/metrics", "", http.StatusOK)
 	require.Contains(t, r.hdr.Get("Content-Type"), "text/plain")
+	for name, n := range pinnedCounts {
+		require.Contains(t, string(r.body), fmt.Sprintf(`actorlb_map_entries{map=%q} %d`, name, n))
+	}
 	for _, want := range []string{
 		`actorlb_operations_total{operation="service_put",result="ok"} 4`,
 		`actorlb_operations_total{operation="service_put",result="invalid"} 3`,
@@ -167,6 +184,7 @@ func TestEndpoints(t *testing.T) {
 		`actorlb_map_fill_ratio{map="lb6_services"}`,
 		`actorlb_map_writes_total{map="lb4_backends",op="update"}`,
 		`actorlb_actor_restarts_total{actor="svc4"} 0`,
+		`actorlb_actor_restarts_total{actor="supervisor"} 0`,
 		`actorlb_restore_services 0`,
 		`actorlb_restore_writes 0`,
 		`actorlb_services 2`,
@@ -183,7 +201,7 @@ func TestEndpoints(t *testing.T) {
 	c.expect("DELETE", "/v1/service/65535", "", http.StatusOK)
 	pinned, err = verify.DumpPinned(a.root)
 	require.NoError(t, err)
-	require.Equal(t, *api.NewMapsDump(a.root, pinned), decode[api.MapsDump](t, c.expect("GET", "/v1/lb/maps", "", http.StatusOK).body))
+	require.Equal(t, mapsDump(a.root, pinned), decode[api.MapsDump](t, c.expect("GET", "/v1/lb/maps", "", http.StatusOK).body))
 	require.Empty(t, pinned.Services4)
 	require.Empty(t, pinned.Backends4)
 	require.Empty(t, pinned.RevNAT6)
@@ -236,7 +254,7 @@ func TestMapFullIs500(t *testing.T) {
 	require.Contains(t, string(r.body), "map full")
 	after, err := verify.DumpPinned(a.root)
 	require.NoError(t, err)
-	require.Equal(t, *api.NewMapsDump(a.root, before), *api.NewMapsDump(a.root, after))
+	require.Equal(t, mapsDump(a.root, before), mapsDump(a.root, after))
 	got, err := a.client.GetService(ctxT(t), 1)
 	require.NoError(t, err)
 	require.Len(t, got.Spec.BackendAddresses, 1)

@@ -55,7 +55,7 @@ func TestRestartRestoresAndVerifyRepairs(t *testing.T) {
 	require.Equal(t, "10.96.0.11", svc.Spec.FrontendAddress.IP)
 	after, err := verify.DumpPinned(root)
 	require.NoError(t, err)
-	require.Equal(t, *api.NewMapsDump(root, before), *api.NewMapsDump(root, after))
+	require.Equal(t, mapsDump(root, before), mapsDump(root, after))
 	st, err := b.client.Health(ctxT(t))
 	require.NoError(t, err)
 	require.Equal(t, 2, st.Restore.Services)

@@ -18,10 +18,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/actorlb/actorlb"
 	"github.com/actorlb/actorlb/api"
+	"github.com/actorlb/actorlb/internal/table"
 	"github.com/actorlb/actorlb/internal/testutil"
 	"github.com/stretchr/testify/require"
 )
+
+// mapsDump is what GET /v1/lb/maps answers for the maps pinned under root
+// that read d.
+func mapsDump(root string, d table.Dump) api.MapsDump {
+	return *api.NewMapsDump(root, actorlb.MapEntries(d))
+}
 
 // binary is the actorlb binary built by TestMain.
 var binary string

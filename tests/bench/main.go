@@ -865,7 +865,7 @@ func (p *latencyProbe) p(q float64) float64 {
 
 // serveREST serves the API for e on a unix socket and returns a client.
 func serveREST(e *actorlb.Engine, socket string, log *logrus.Logger) (*api.Server, *api.Client, error) {
-	srv, err := api.NewServer(api.Config{Engine: e, Log: logrus.NewEntry(log), BPFRoot: e.Maps().Root})
+	srv, err := api.NewServer(api.Config{Engine: e, Log: logrus.NewEntry(log), BPFRoot: e.BPFRoot()})
 	if err != nil {
 		return nil, nil, err
 	}

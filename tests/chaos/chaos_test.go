@@ -19,6 +19,7 @@ import (
 
 	"github.com/actorlb/actorlb"
 	"github.com/actorlb/actorlb/actors"
+	"github.com/actorlb/actorlb/internal/enginetest"
 	"github.com/actorlb/actorlb/internal/testutil"
 	"github.com/actorlb/actorlb/internal/verify"
 	lb "github.com/actorlb/actorlb/loadbalancer"
@@ -28,6 +29,15 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
+
+// newEngine starts an engine with the test hooks h and returns it with
+// its maps, to read while it runs.
+func newEngine(ctx context.Context, cfg actorlb.Config, h enginetest.Hooks) (*actorlb.Engine, *lbmaps.LBMaps, error) {
+	var m *lbmaps.LBMaps
+	h.Maps = func(x *lbmaps.LBMaps) { m = x }
+	e, err := actorlb.New(ctx, enginetest.With(cfg, h))
+	return e, m, err
+}
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m,
@@ -134,8 +144,7 @@ func TestChaos(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute+time.Duration(cfg.ops)*20*time.Millisecond)
 	defer cancel()
-	e, err := actorlb.New(ctx, actorlb.Config{
-		BPFRoot: root, Logger: log, CallTimeout: 20 * time.Second,
+	e, m, err := newEngine(ctx, actorlb.Config{BPFRoot: root, Logger: log, CallTimeout: 20 * time.Second}, enginetest.Hooks{
 		Fault:                faults(seed, cfg.faultRate, &faultCount),
 		ChildMiddleware:      []actor.ReceiverMiddleware{plan.middleware()},
 		SupervisorMiddleware: []actor.ReceiverMiddleware{plan.middleware()},
@@ -143,7 +152,7 @@ func TestChaos(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { require.NoError(t, e.Close()) }()
 
-	reader := startReader(t, e.Maps())
+	reader := startReader(t, m)
 
 	// Each client has its own 48 backends, shared by its services (a
 	// backend has one state across services, so backends shared between
@@ -227,8 +236,8 @@ func TestChaos(t *testing.T) {
 	list, err := e.List(ctx)
 	require.NoError(t, err)
 	require.Empty(t, want.Diff(list), "engine vs model (TEST_SEED=%d)", seed)
-	requireMapsEqual(t, e, list)
-	d, err := verify.Dump(e.Maps())
+	requireMapsEqual(t, m, list)
+	d, err := verify.Dump(m)
 	require.NoError(t, err)
 	require.Empty(t, verify.Check(d), "invariants 1-4 (what actorlb bpf lb verify checks)")
 	st, err := e.Stats(ctx)

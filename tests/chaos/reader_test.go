@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/actorlb/actorlb"
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/maps"
 	"github.com/stretchr/testify/require"
@@ -110,9 +109,8 @@ func walk(m *maps.LBMaps, f maps.Family) string {
 // requireMapsEqual checks that the maps hold exactly the services listed:
 // each master with its slots in order, each slot's backend with the
 // listed address and state, one revNAT per service, no other entry.
-func requireMapsEqual(t *testing.T, e *actorlb.Engine, list []*lb.Service) {
+func requireMapsEqual(t *testing.T, m *maps.LBMaps, list []*lb.Service) {
 	t.Helper()
-	m := e.Maps()
 	masters, revs := 0, 0
 	backends := map[string]uint32{}
 	for _, f := range []maps.Family{maps.IPv4, maps.IPv6} {

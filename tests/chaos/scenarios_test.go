@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/actorlb/actorlb"
+	"github.com/actorlb/actorlb/internal/enginetest"
 	"github.com/actorlb/actorlb/internal/testutil"
 	"github.com/actorlb/actorlb/internal/verify"
 	lb "github.com/actorlb/actorlb/loadbalancer"
@@ -32,10 +33,10 @@ func TestMapFullMidUpsert(t *testing.T) {
 	rng := testutil.Rand(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	e, err := actorlb.New(ctx, actorlb.Config{BPFRoot: testutil.PinDir(t), Logger: quiet(), MaxEntries: lbmaps.Sizes{Services: 96}})
+	e, m, err := newEngine(ctx, actorlb.Config{BPFRoot: testutil.PinDir(t), Logger: quiet(), MaxEntries: lbmaps.Sizes{Services: 96}}, enginetest.Hooks{})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, e.Close()) }()
-	reader := startReader(t, e.Maps())
+	reader := startReader(t, m)
 	pool := make([]lb.Backend, 40)
 	for i := range pool {
 		pool[i] = lb.Backend{L3n4Addr: lb.L3n4Addr{Addr: netip.AddrFrom4([4]byte{10, 1, 0, byte(i + 1)}), Port: 8080, Protocol: lb.TCP}, Weight: lb.DefaultBackendWeight}
@@ -67,8 +68,8 @@ func TestMapFullMidUpsert(t *testing.T) {
 	list, err := e.List(ctx)
 	require.NoError(t, err)
 	require.Empty(t, model.Diff(list))
-	requireMapsEqual(t, e, list)
-	d, err := verify.Dump(e.Maps())
+	requireMapsEqual(t, m, list)
+	d, err := verify.Dump(m)
 	require.NoError(t, err)
 	require.Empty(t, verify.Check(d))
 }
@@ -107,7 +108,7 @@ func TestCorruptedMapsAreRepaired(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	e, err := actorlb.New(ctx, actorlb.Config{BPFRoot: root, Logger: quiet()})
+	e, em, err := newEngine(ctx, actorlb.Config{BPFRoot: root, Logger: quiet()}, enginetest.Hooks{})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, e.Close()) }()
 	st, err := e.Stats(ctx)
@@ -115,11 +116,11 @@ func TestCorruptedMapsAreRepaired(t *testing.T) {
 	for _, kind := range []string{"dangling-slot", "missing-revnat", "duplicate-backend", "duplicate-service-id"} {
 		require.Positive(t, st.Restore.RepairsByKind[kind], "repair %s reported: %v", kind, st.Restore.RepairsByKind)
 	}
-	d, err = verify.Dump(e.Maps())
+	d, err = verify.Dump(em)
 	require.NoError(t, err)
 	require.Empty(t, verify.Check(d), "invariants after restore")
 
-	reader := startReader(t, e.Maps())
+	reader := startReader(t, em)
 	for i := range 50 {
 		svc := &lb.Service{Frontend: lb.Frontend{L3n4Addr: lb.L3n4Addr{Addr: ip("10.96.0.10"), Port: 80, Protocol: lb.TCP}}}
 		for j := range 1 + i%5 {
@@ -129,7 +130,7 @@ func TestCorruptedMapsAreRepaired(t *testing.T) {
 		require.NoError(t, err)
 	}
 	reader.stop(t)
-	d, err = verify.Dump(e.Maps())
+	d, err = verify.Dump(em)
 	require.NoError(t, err)
 	require.Empty(t, verify.Check(d))
 }
