@@ -48,15 +48,17 @@ func requireEntriesReported(t *testing.T, m maps.ServiceMap) {
 func TestSvcMirrorMatchesGenericMirror(t *testing.T) {
 	r := testutil.Rand(t)
 	var calls uint64
+	armed := false // off while the seed entries are written
 	fault := func(name string, op maps.Op, n uint64, entries int) error {
 		calls++
-		if (op == maps.OpUpdate || op == maps.OpDelete) && r.IntN(20) == 0 {
+		if armed && (op == maps.OpUpdate || op == maps.OpDelete) && r.IntN(20) == 0 {
 			return syscall.EBUSY
 		}
 		return nil
 	}
 	for _, fam := range []maps.Family{maps.IPv4, maps.IPv6} {
 		t.Run(fam.String(), func(t *testing.T) {
+			armed = false
 			a, b := openMemory(t, fault), openMemory(t, nil)
 			got := newSvcMirror(a.Services(fam))
 			want := newMirror[maps.ServiceEntry, maps.ServiceKey, maps.ServiceValue](b.Services(fam),
@@ -72,6 +74,7 @@ func TestSvcMirrorMatchesGenericMirror(t *testing.T) {
 			require.NoError(t, want.load())
 			requireEntriesReported(t, a.Services(fam))
 			requireEntriesReported(t, b.Services(fam))
+			armed = true
 			addrs := []netip.Addr{netip.MustParseAddr("10.96.0.1"), netip.MustParseAddr("10.96.0.2")}
 			if fam == maps.IPv6 {
 				addrs = []netip.Addr{netip.MustParseAddr("fd00::1"), netip.MustParseAddr("fd00::2")}
