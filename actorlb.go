@@ -127,7 +127,7 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		lbm.Close()
 		return nil, fmt.Errorf("new engine: spawn keeper: %w", err)
 	}
-	e.sup = actor.NewPID(e.sys.Address(), actors.EnginePID)
+	e.sup = actor.NewPID(e.sys.Address(), actors.SupervisorPID)
 	if _, err := e.gate.wait(ctx); err != nil {
 		e.Close()
 		return nil, fmt.Errorf("new engine: %w", err)
@@ -607,11 +607,11 @@ func (e *Engine) StopActor(name string) error {
 	id := ""
 	switch {
 	case name == actors.SupervisorName:
-		id = actors.EnginePID
+		id = actors.SupervisorPID
 	default:
 		for _, c := range actors.Children {
 			if c == name {
-				id = actors.EnginePID + "/" + c
+				id = actors.SupervisorPID + "/" + c
 			}
 		}
 	}

@@ -29,7 +29,7 @@ func crash(child string, n int64, before bool) actor.ReceiverMiddleware {
 	return func(next actor.ReceiverFunc) actor.ReceiverFunc {
 		return func(c actor.ReceiverContext, env *actor.MessageEnvelope) {
 			hit := false
-			if _, ok := env.Message.(*messages.ServiceApply); ok && c.Self().Id == actors.EnginePID+"/"+child {
+			if _, ok := env.Message.(*messages.ServiceApply); ok && c.Self().Id == actors.SupervisorPID+"/"+child {
 				hit = seen.Add(1) == n
 			}
 			if hit && before {
@@ -88,7 +88,7 @@ func TestStoppedChildIsRespawned(t *testing.T) {
 	_, _, err := e.Upsert(ctx, mustService(t, "10.96.0.10:80", "10.0.1.5:8080"))
 	require.NoError(t, err)
 	for _, child := range []string{actors.ChildBackend4, actors.ChildAllocator, actors.ChildRevNAT} {
-		e.sys.Root.Stop(actor.NewPID(e.sys.Address(), actors.EnginePID+"/"+child))
+		e.sys.Root.Stop(actor.NewPID(e.sys.Address(), actors.SupervisorPID+"/"+child))
 	}
 	// The allocator was rebuilt from the table: the next backend gets a new
 	// ID, the existing one keeps its own.
@@ -231,7 +231,7 @@ func onAllocator[T any](n int64, hook func()) actor.ReceiverMiddleware {
 	return func(next actor.ReceiverFunc) actor.ReceiverFunc {
 		return func(c actor.ReceiverContext, env *actor.MessageEnvelope) {
 			next(c, env)
-			if _, ok := env.Message.(T); ok && c.Self().Id == actors.EnginePID+"/"+actors.ChildAllocator {
+			if _, ok := env.Message.(T); ok && c.Self().Id == actors.SupervisorPID+"/"+actors.ChildAllocator {
 				if seen.Add(1) == n {
 					hook()
 				}
@@ -325,7 +325,7 @@ func crashBeforeFirst[T any](child string) actor.ReceiverMiddleware {
 	var fired atomic.Bool
 	return func(next actor.ReceiverFunc) actor.ReceiverFunc {
 		return func(c actor.ReceiverContext, env *actor.MessageEnvelope) {
-			if _, ok := env.Message.(T); ok && c.Self().Id == actors.EnginePID+"/"+child && fired.CompareAndSwap(false, true) {
+			if _, ok := env.Message.(T); ok && c.Self().Id == actors.SupervisorPID+"/"+child && fired.CompareAndSwap(false, true) {
 				panic(fmt.Sprintf("injected crash before %T", env.Message))
 			}
 			next(c, env)
@@ -458,7 +458,7 @@ func deleteWithNextRequest(child string, armed *atomic.Bool, kept chan<- struct{
 	return func(next actor.ReceiverFunc) actor.ReceiverFunc {
 		return func(c actor.ReceiverContext, env *actor.MessageEnvelope) {
 			reqs := backendApplies(env.Message)
-			if c.Self().Id != actors.EnginePID+"/"+child || len(reqs) == 0 || !armed.Load() {
+			if c.Self().Id != actors.SupervisorPID+"/"+child || len(reqs) == 0 || !armed.Load() {
 				next(c, env)
 				return
 			}

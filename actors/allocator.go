@@ -3,6 +3,7 @@ package actors
 import (
 	"errors"
 	"fmt"
+	"math"
 	"sync/atomic"
 
 	"github.com/actorlb/actorlb/internal/addrkey"
@@ -217,4 +218,20 @@ func bind[K comparable, I idalloc.ID](a *idalloc.Allocator[K, I], key K, id I, r
 		}
 	}
 	return nil
+}
+
+// Keys of the allocator and the supervisor's indexes. Most services and
+// backends are IPv4: their keys are kept packed in 8 bytes
+// (internal/packedmap), the others whole.
+
+// newBackendIDs returns the backend ID allocator, with room for n
+// backends: IPv4 backends' keys are kept packed in 8 bytes.
+func newBackendIDs(n int) *idalloc.Allocator[addrkey.Backend, lb.BackendID] {
+	return idalloc.NewCompact[addrkey.Backend, lb.BackendID](math.MaxUint32, n, addrkey.BackendPacker{})
+}
+
+// newServiceIDs returns the service ID allocator, with room for n
+// frontends: IPv4 frontends are kept packed.
+func newServiceIDs(n int) *idalloc.Allocator[lb.L3n4Addr, lb.ServiceID] {
+	return idalloc.NewCompact[lb.L3n4Addr, lb.ServiceID](lb.MaxServiceID, n, addrkey.FrontendPacker{})
 }

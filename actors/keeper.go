@@ -6,13 +6,13 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 )
 
-// KeeperName and EngineName name the top-level keeper and its one child,
-// the supervisor: the supervisor's PID is "actorlb/engine".
+// KeeperName names the top-level keeper; its one child is the supervisor
+// (SupervisorName), whose PID is "actorlb/supervisor": one name for the
+// actor, its PID and its restart count.
 const (
 	KeeperName = "actorlb"
-	EngineName = "engine"
-	// EnginePID is the Id of the supervisor's PID.
-	EnginePID = KeeperName + "/" + EngineName
+	// SupervisorPID is the Id of the supervisor's PID.
+	SupervisorPID = KeeperName + "/" + SupervisorName
 )
 
 // keeper is the top-level actor. Its only child is the supervisor: it
@@ -59,7 +59,7 @@ func (k *keeper) Receive(ctx actor.Context) {
 }
 
 func (k *keeper) spawn(ctx actor.Context) {
-	if _, err := ctx.SpawnNamed(k.props, EngineName); err != nil {
+	if _, err := ctx.SpawnNamed(k.props, SupervisorName); err != nil {
 		panic(err)
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/actorlb/actorlb"
 	"github.com/actorlb/actorlb/api"
 	"github.com/actorlb/actorlb/internal/bpffs"
+	"github.com/actorlb/actorlb/internal/engine"
 	"github.com/actorlb/actorlb/internal/table"
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/maps"
@@ -201,8 +202,8 @@ func run(out string, bulkN, insertN, callers, batch int) error {
 	res.add("bulk-10k-x10", "alloc_bytes_per_service", float64(m1.TotalAlloc-m0.TotalAlloc)/float64(bulkN), "bytes")
 	res.add("bulk-10k-x10", "requests_per_child_message", float64(st1.RequestsSent-st0.RequestsSent)/float64(max(1, st1.ChildMessages-st0.ChildMessages)), "requests")
 	for _, step := range []struct{ name, metric string }{
-		{"wait in queue", "step_us_queued"}, {"acquire IDs", "step_us_acquire"},
-		{"write backends and revNAT", "step_us_backends_revnat"}, {"write service", "step_us_service"},
+		{engine.StepQueued, "step_us_queued"}, {engine.StepAcquire, "step_us_acquire"},
+		{engine.StepWriteBackends, "step_us_backends_revnat"}, {engine.StepWriteService, "step_us_service"},
 	} {
 		a, b := st0.Steps[step.name], st1.Steps[step.name]
 		if n := b.Count - a.Count; n > 0 {
@@ -277,7 +278,7 @@ func run(out string, bulkN, insertN, callers, batch int) error {
 	res.add("restore-10k-x10", "typed_dump_ms", float64(median(typed).Microseconds())/1000, "ms")
 	res.add("restore-10k-x10", "ratio_to_typed_dump", ready.Seconds()/median(typed).Seconds(), "x")
 	for _, step := range []struct{ name, metric string }{
-		{"dump maps", "step_ms_dump"}, {"rebuild", "step_ms_rebuild"}, {"restore allocator", "step_ms_install"},
+		{engine.StepDumpMaps, "step_ms_dump"}, {engine.StepRebuild, "step_ms_rebuild"}, {engine.StepInstall, "step_ms_install"},
 	} {
 		if ts := restoreSteps[step.name]; len(ts) > 0 {
 			res.add("restore-10k-x10", step.metric, float64(median(ts).Microseconds())/1000, "ms")

@@ -181,7 +181,7 @@ func TestChaos(t *testing.T) {
 	victims := actorlb.ActorNames
 	kill := func(rng *rand.Rand) {
 		name := victims[rng.IntN(len(victims))]
-		id := actors.EnginePID
+		id := actors.SupervisorPID
 		if name != actors.SupervisorName {
 			id += "/" + name
 		}
