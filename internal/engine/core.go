@@ -242,6 +242,3 @@ const scratchMax = 4096
 func (c *Core) answer(call messages.Call, reply any) {
 	c.answers = append(c.answers, Answer{call, reply})
 }
-
-// Ready reports whether the core has restored and serves.
-func (c *Core) Serving() bool { return c.ready }

@@ -263,3 +263,76 @@ func TestScriptFailedUpdateRestoresSharedBackendState(t *testing.T) {
 	h.reply("alloc", released()) // 10.96.9.9 still holds it
 	h.expectAnswers("upsert: error: upsert service 10.96.0.1:80/TCP: write service: device or resource busy")
 }
+
+// A backend has one state across services: an update that changes the
+// state of a shared backend commits, then rewrites the other service's
+// maps from the table (a refresh queued on its frontend), so no two
+// services disagree about one backend (a bug the chaos suite found).
+func TestScriptSharedBackendStateReachesTheOtherService(t *testing.T) {
+	h := newHarness(t)
+	create(t, h, svc(t, "10.96.0.1:80", "10.0.1.1:8080", "10.0.1.9:8080"), 1, 1)
+	h.call(upsert(svc(t, "10.96.0.2:80", "10.0.1.9:8080")))
+	h.expect("alloc: acquire service 10.96.0.2:80/TCP backends [10.0.1.9:8080/TCP]")
+	h.reply("alloc", acquired(2, 2))
+	h.flushAnswering(t)
+	h.expectAnswers("upsert: id 2 created true")
+
+	upd := svc(t, "10.96.0.2:80", "10.0.1.9:8080")
+	upd.Backends[0].State = lb.BackendStateTerminating
+	h.call(upsert(upd))
+	h.expect("be4: write [2=10.0.1.9:8080(terminating)]", "revnat: write [2=10.96.0.2:80]")
+	h.reply("be4", ok())
+	h.reply("revnat", ok())
+	h.expect("svc4: write [10.96.0.2:80/TCP#1 10.96.0.2:80/TCP#0]")
+	h.reply("svc4", ok())
+	// The commit answers the caller and queues the refresh of 10.96.0.1,
+	// whose slots now put the terminating backend last.
+	h.expectAnswers("upsert: id 2 created false")
+	h.expect("be4: write [1=10.0.1.1:8080 2=10.0.1.9:8080(terminating)]", "revnat: write [1=10.96.0.1:80]")
+	h.reply("be4", ok())
+	h.reply("revnat", ok())
+	h.expect("svc4: write [10.96.0.1:80/TCP#1 10.96.0.1:80/TCP#0]")
+	h.reply("svc4", ok())
+	h.expect()
+	require.Equal(t, lb.BackendStateTerminating, h.c.services[1].Spec.Backends[1].State)
+}
+
+// Ops on one frontend apply in arrival order: a delete that arrives while
+// an upsert of the same frontend runs sends nothing until the upsert is
+// done, and then deletes what the upsert created.
+func TestScriptOpsOnOneFrontendQueueInArrivalOrder(t *testing.T) {
+	h := newHarness(t)
+	h.call(upsert(svc(t, "10.96.0.1:80", "10.0.1.1:8080")))
+	h.call(deleteFE(t, "10.96.0.1:80"))
+	h.expect("alloc: acquire service 10.96.0.1:80/TCP backends [10.0.1.1:8080/TCP]")
+	h.reply("alloc", acquired(1, 1))
+	h.expect("be4: write [1=10.0.1.1:8080]", "revnat: write [1=10.96.0.1:80]")
+	h.reply("be4", ok())
+	h.reply("revnat", ok())
+	h.expect("svc4: write [10.96.0.1:80/TCP#1 10.96.0.1:80/TCP#0]")
+	h.reply("svc4", ok())
+	h.expectAnswers("upsert: id 1 created true")
+	h.expect("svc4: write [] delete [10.96.0.1:80/TCP#0 10.96.0.1:80/TCP#1]")
+	h.reply("svc4", ok())
+	h.flushAnswering(t)
+	h.expectAnswers("delete: id 1")
+}
+
+// Calls that come before restore has finished wait, and are served in
+// arrival order once it has; the allocator gets its snapshot first.
+func TestScriptCallsWaitForRestore(t *testing.T) {
+	h := newIdleHarness(t)
+	h.step(Start{})
+	h.call(upsert(svc(t, "10.96.0.1:80", "10.0.1.1:8080")))
+	h.expect("svc4: dump", "svc6: dump", "be4: dump", "be6: dump", "revnat: dump")
+	h.reply("svc4", dumpedServices())
+	h.reply("svc6", dumpedServices())
+	h.reply("be4", dumpedBackends())
+	h.reply("be6", dumpedBackends())
+	h.reply("revnat", func(r messages.Request) any { return &messages.RevNATDumped{ReqID: r.RequestID()} })
+	h.expectEvents("up")
+	h.expect(
+		"alloc: restore services [] backends [] held []",
+		"alloc: acquire service 10.96.0.1:80/TCP backends [10.0.1.1:8080/TCP]",
+	)
+}
