@@ -6,6 +6,7 @@ import (
 
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/messages"
+	"github.com/stretchr/testify/require"
 )
 
 // Scripts: each test is a protocol story of the core, in the order its
@@ -291,7 +292,7 @@ func TestScriptSharedBackendStateReachesTheOtherService(t *testing.T) {
 	h.expect("be4: write [1=10.0.1.1:8080 2=10.0.1.9:8080(terminating)]", "revnat: write [1=10.96.0.1:80]")
 	h.reply("be4", ok())
 	h.reply("revnat", ok())
-	h.expect("svc4: write [10.96.0.1:80/TCP#1 10.96.0.1:80/TCP#0]")
+	h.expect("svc4: write [10.96.0.1:80/TCP#1 10.96.0.1:80/TCP#2 10.96.0.1:80/TCP#0]")
 	h.reply("svc4", ok())
 	h.expect()
 	require.Equal(t, lb.BackendStateTerminating, h.c.services[1].Spec.Backends[1].State)
