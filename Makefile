@@ -7,7 +7,7 @@ BPF_ROOT ?= /sys/fs/bpf/actorlb
 # Test flags: -race everywhere; CI sets ACTORLB_REQUIRE_PRIVILEGED=1.
 TEST_FLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: all build run test bench chaos lint generate clean
+.PHONY: all build run test test-deps bench chaos lint generate clean
 
 all: build
 
@@ -18,8 +18,25 @@ build:
 run: build
 	./$(BIN) agent --bpf-root $(BPF_ROOT)
 
-test: lint
+test: lint test-deps
 	$(GO) test $(TEST_FLAGS) ./...
+
+# What the tests need on a fresh machine, as root: bpftool (the BTF test
+# reads our maps with it), iproute2 (network namespaces) and bpffs at
+# /sys/fs/bpf. Without root nothing is installed: the privileged tests
+# skip (or fail under ACTORLB_REQUIRE_PRIVILEGED=1).
+test-deps:
+	@if [ "$$(id -u)" = 0 ]; then \
+	  need=""; \
+	  command -v bpftool >/dev/null || need="$$need bpftool"; \
+	  command -v ip >/dev/null || need="$$need iproute2"; \
+	  if [ -n "$$need" ]; then \
+	    echo "installing:$$need"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$need >/dev/null; \
+	  fi; \
+	  mkdir -p /sys/fs/bpf; \
+	  mount | grep -q ' /sys/fs/bpf type bpf' || mount -t bpf bpf /sys/fs/bpf; \
+	fi
 
 # Benchmarks (as root, real maps): Go micro-benchmarks, the socket-LB
 # connect rate, then the engine harness, which writes bench-results.json.

@@ -292,7 +292,7 @@ func TestBpftoolShowsFieldNames(t *testing.T) {
 	bpftool, err := exec.LookPath("bpftool")
 	if err != nil {
 		if os.Getenv(testutil.RequirePrivilegedEnv) == "1" {
-			t.Fatalf("bpftool not installed (.ci/run installs it): %v", err)
+			t.Fatalf("bpftool not installed (make test installs it): %v", err)
 		}
 		t.Skip("bpftool not installed")
 	}
