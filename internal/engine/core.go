@@ -243,5 +243,5 @@ func (c *Core) answer(call messages.Call, reply any) {
 	c.answers = append(c.answers, Answer{call, reply})
 }
 
-// Ready reports whether the core has restored and serves.
+// Serving reports whether the core has restored and serves.
 func (c *Core) Serving() bool { return c.ready }
