@@ -15,8 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// checkInvariants checks ARCHITECTURE.md's invariants 1-4 on the maps and
-// that the maps equal List() (invariant 5).
+// checkInvariants checks the invariants 1-4 of docs/architecture.md on
+// the maps and that the maps equal List() (invariant 5).
 func checkInvariants(tb testing.TB, e *Engine) {
 	tb.Helper()
 	ctx := ctxT(tb)

@@ -1,17 +1,52 @@
-// Package actors holds actorlb's actors: the supervisor (engine), the ID
-// allocator, the service and backend map owners per IP family and the
-// revNAT owner. Each owns one piece of state; they talk only by messages.
+// Package actors holds actorlb's actors (protoactor-go). Each owns one
+// piece of state, and they talk only by messages (package messages). The
+// names used here (engine, core, edge, call, op, step, request, reply,
+// queue, outbox, holds, snapshot, owner, mirror) are defined once, in the
+// glossary of docs/architecture.md.
 //
-// Batching: the supervisor queues its requests per child (its outbox) and
-// sends them when it has handled the messages in its mailbox, several in
-// one messages.Batch; children answer several at once with
-// messages.Replies, and map owners write what their mailbox holds in one
-// batched system call. A child handles a Batch exactly as the requests one
-// by one, so crash handling is per request.
+//   - The keeper (keeper.go) is the top-level actor. Its one child is the
+//     supervisor, which it restarts when it fails and spawns again when
+//     it is stopped.
+//   - The supervisor (supervisor.go) is the engine's actor: it spawns and
+//     supervises the children and is a thin translation over the core
+//     (internal/engine.Core), which holds all the operation logic.
+//     Receive turns messages into inputs of the core: calls from the edge,
+//     replies from children, a child failed (HandleFailure) or stopped.
+//     It delivers the core's answers at once, and sends the core's requests
+//     when a flush message to itself comes back, after the messages that
+//     were in its mailbox: the requests of every op they advanced go to
+//     each child together (one message per child: the request itself, or
+//     a messages.Batch of several).
+//   - The allocator (allocator.go, keys.go) owns the service and backend
+//     ID spaces (internal/idalloc). Its state is only in memory: after a
+//     restart it queues every request until the core's snapshot
+//     (messages.AllocRestore) arrives.
+//   - The map owners (mapowner.go) own one map each (svc4, svc6: the
+//     service maps; be4, be6: the backend maps) or both revNAT maps
+//     (revnat), and an in-memory mirror of it (mirror.go, svcmirror.go).
+//     They write what their mailbox holds in one batched call, skip
+//     entries the map already holds, and answer dumps from the mirror.
 //
-// Lifecycle: the supervisor spawns its children and restarts them when they
-// fail; every map owner rebuilds its mirror from its map when it starts.
+// Children handle a messages.Batch exactly as its requests one by one,
+// and may answer several at once with messages.Replies, so crash handling
+// is per request.
 //
-// Error contract: every request gets a typed reply whose Err says which step
-// failed; nothing is left half-applied.
+// Lifecycle: the keeper spawns the supervisor; each incarnation of the
+// supervisor spawns its children, starts an empty core and restores from
+// the maps. A map owner loads its mirror from its map whenever it starts,
+// before it handles any message. When a child fails, the supervisor has
+// it restarted; when it stops, the supervisor spawns it again; either
+// way the core resends what the child owed (the allocator's snapshot
+// first). When the supervisor restarts, its children
+// are stopped with it and the calls in flight are answered with
+// ErrEngineRestarted, which the edge sends again.
+//
+// Error contract: every request gets a typed reply whose Err says what
+// failed. Map owners report the maps' errors (maps.ErrMapFull, ...) and
+// reload their mirror after a failed write. The allocator maps idalloc's
+// errors onto the engine's sentinels (ErrServiceIDInUse, ErrFrontendInUse,
+// ErrIDSpaceExhausted), and an acquire that fails takes nothing. A map
+// owner that cannot read its map at start panics, so that it is
+// restarted. The supervisor answers a call it panicked on with an error
+// before the keeper restarts it.
 package actors

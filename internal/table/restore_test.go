@@ -262,8 +262,8 @@ func apply(t *testing.T, d Dump, r *Restored) Dump {
 	return st.dump()
 }
 
-// invariantProblems checks ARCHITECTURE invariants 1-4 (and that the maps
-// hold only what the engine writes) on a dump.
+// invariantProblems checks the invariants 1-4 of docs/architecture.md
+// (and that the maps hold only what the engine writes) on a dump.
 func invariantProblems(d Dump) []string {
 	var out []string
 	bad := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }

@@ -1,4 +1,4 @@
-// Package verify checks the invariants of ARCHITECTURE.md (1-4) on the
+// Package verify checks the invariants of docs/architecture.md (1-4) on the
 // entries of the six LB maps, and reads those entries from an open LBMaps
 // or, read-only, from the maps pinned under a bpffs directory.
 //

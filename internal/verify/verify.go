@@ -52,7 +52,7 @@ const (
 	OrphanBackend Kind = "orphan-backend"
 )
 
-// Invariant returns the number of the ARCHITECTURE.md invariant that a
+// Invariant returns the number of the docs/architecture.md invariant that a
 // violation of kind k breaks (0 for an unknown kind).
 func (k Kind) Invariant() int {
 	switch k {

@@ -1,0 +1,87 @@
+// Package engine is the deterministic core of actorlb's engine: the
+// operation logic that the supervisor actor (package actors) runs inside
+// itself. A Core owns the table of services (by ID, by frontend, the
+// services using each backend, the standalone revNAT entries), the
+// per-key queues, the operations in flight, the pending table of requests
+// awaiting replies and the outbox of requests not yet sent. It imports no
+// actor library and does no I/O: inputs go in through Step, and what to
+// deliver comes out of Answers and Ready.
+//
+// # Glossary
+//
+// One name per thing (docs/architecture.md has the full glossary):
+//
+//   - engine: the supervisor actor together with this core.
+//   - edge: the library API (package actorlb), where calls come from.
+//   - call: a messages.Call from the edge; it gets exactly one answer
+//     (Answer).
+//   - op: one operation (op), a plan plus the state of its run.
+//   - plan: what an op does, as data (plan: start, rollback, finish).
+//   - step: one stage of an op (step); its requests go out together, and
+//     the op moves on when all are answered. Names: the Step* constants.
+//   - request / reply: a messages.Request to a child and its
+//     messages.Reply, matched by request ID through the pending table.
+//   - queue: the ops waiting on one frontend or one backend (qkey).
+//   - outbox: the requests made and not yet sent, per child.
+//   - holds: IDs an op has taken from the allocator, or taken out of the
+//     table, and not yet given back (op.svcHolds, op.beHolds), and the
+//     freed backend IDs the allocator keeps out of use until their
+//     entries are deleted (op.freed).
+//   - snapshot: the allocator's whole state computed from the table and
+//     the holds (allocBindings), sent after an allocator crash and at the
+//     end of restore ahead of every queued allocator request.
+//   - restore: two ops, restorePlan (dump the map owners' mirrors,
+//     table.Rebuild) then repairPlan (repairs in the fix order of
+//     internal/table, install the table, allocator snapshot).
+//
+// # Op lifecycle
+//
+// run puts an op in all its queues at once. When it heads every one of
+// them, begin asks its plan for its steps (plan.start). advance runs the
+// steps in order. Each step sends its requests through Core.request, and
+// each reply is folded into the op. When the last reply of a step is in,
+// settle runs the step again after a transient failure, up to the step's
+// retry count; otherwise the op fails. The first failure replaces the
+// remaining steps with the plan's rollback, computed from what the op
+// recorded. When no step is left, complete answers the callers
+// (plan.finish), and dequeue begins the ops that were waiting behind it.
+// Upserts and deletes write in make-before-break order and roll back only
+// before their commit step.
+//
+// # Lifecycle
+//
+// A Core is NOT safe for concurrent use: one goroutine at a time calls
+// it (in actorlb, the supervisor's). New returns an idle core, and Step(Start{}) begins the
+// restore; calls stepped before the restore finishes wait, in arrival
+// order. The contract with the caller:
+//
+//  1. Step one input at a time: Start, Stop, a messages.Call, a
+//     messages.Reply or *messages.Replies, ChildFailed, ChildStopped.
+//  2. After each Step, deliver every Answer from Answers at once
+//     (Call.Answer).
+//  3. When HasReady reports requests, call Ready, possibly after several
+//     more Steps (their requests then travel together). Send each
+//     Outgoing to its child, then call Advance before the next Step.
+//     Advance marks the requests sent (only sent requests are resent
+//     when a child fails) and empties the outbox.
+//  4. Step the children's replies, and tell the core when a child failed
+//     (ChildFailed, with the message it failed on) or stopped and was
+//     spawned again (ChildStopped).
+//  5. Step(Stop{Err}) when the core goes away: every op in flight or
+//     queued is answered with Err.
+//
+// Config.OnUp, OnDown and OnRestoreFailed run inside Step. Config.Now is
+// the only clock.
+//
+// # Error contract
+//
+// Nothing here panics on a bad call: a call that fails validation gets
+// its answer with the error (wrapping loadbalancer.ErrInvalid) and starts
+// no op. Failures wrap the sentinels of errors.go (ErrServiceNotFound,
+// ErrServiceIDInUse, ...) or the children's errors (maps.ErrMapFull, ...).
+// They are prefixed with the operation, and with the step that failed
+// when one did: "upsert service 10.96.0.1:80/TCP: write service: ...".
+// A rollback that fails too appends "; rollback failed: ...". Restore
+// failures start with "restore: ", and every call after one fails with
+// that error. One service of a batch can fail alone: the others go on.
+package engine
