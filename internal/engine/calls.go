@@ -67,7 +67,7 @@ func (c *Core) handleCall(call messages.Call) {
 		}
 		slices.Sort(ids)
 		w := newWaiter(m, waitRevNAT, len(ids))
-		c.settle0(w)
+		c.answerIfDone(w)
 		for _, id := range ids {
 			c.revNATDelete(id, w)
 		}
@@ -138,7 +138,7 @@ func (c *Core) upserted(w *waiter, slot int, r messages.UpsertReply) {
 	} else {
 		w.upserts[slot] = r
 	}
-	c.settleOne(w)
+	c.countDone(w)
 }
 
 // deleted records the outcome of the delete in slot of w.
@@ -155,7 +155,7 @@ func (c *Core) deleted(w *waiter, slot int, r messages.DeleteReply) {
 	} else {
 		w.deletes[slot] = r
 	}
-	c.settleOne(w)
+	c.countDone(w)
 }
 
 // revNATDone records the outcome of a standalone revNAT delete.
@@ -163,16 +163,16 @@ func (c *Core) revNATDone(w *waiter, err error) {
 	if err != nil {
 		w.errs = append(w.errs, err)
 	}
-	c.settleOne(w)
+	c.countDone(w)
 }
 
-func (c *Core) settleOne(w *waiter) {
+func (c *Core) countDone(w *waiter) {
 	w.left--
-	c.settle0(w)
+	c.answerIfDone(w)
 }
 
-// settle0 answers the call of w if nothing is left to wait for.
-func (c *Core) settle0(w *waiter) {
+// answerIfDone answers the call of w if nothing is left to wait for.
+func (c *Core) answerIfDone(w *waiter) {
 	if w.left != 0 {
 		return
 	}
@@ -294,7 +294,7 @@ func (c *Core) sync(m *messages.Sync) {
 		revs = append(revs, id)
 	}
 	w := newWaiter(m, waitSync, len(m.Desired)+len(stale)+len(revs))
-	c.settle0(w)
+	c.answerIfDone(w)
 	for _, svc := range m.Desired {
 		c.run(c.upsertOp([]*lb.Service{svc}, w, []int{0}))
 	}
@@ -312,7 +312,7 @@ func (c *Core) sync(m *messages.Sync) {
 // in two of them) go as one op each; the others as one op each.
 func (c *Core) upsertBatch(m *messages.UpsertBatch) {
 	w := newWaiter(m, waitUpsertBatch, len(m.Services))
-	c.settle0(w)
+	c.answerIfDone(w)
 	var run []*lb.Service
 	var runIdx []int
 	taken := map[qkey]bool{} // queue keys of the run
@@ -357,7 +357,7 @@ func (c *Core) upsertBatch(m *messages.UpsertBatch) {
 // queues behind the first on that frontend, so the order holds).
 func (c *Core) deleteBatch(m *messages.DeleteBatch) {
 	w := newWaiter(m, waitDeleteBatch, len(m.Frontends))
-	c.settle0(w)
+	c.answerIfDone(w)
 	for start := 0; start < len(m.Frontends); {
 		seen := map[lb.L3n4Addr]bool{}
 		var items []deleteItem

@@ -7,7 +7,7 @@ import (
 )
 
 // queuesKeep is the most keys the queue table may have held and still be
-// kept once empty (about 2 MB).
+// kept once empty.
 const queuesKeep = 1 << 15
 
 // qkey names a queue: that of a frontend, or that of a backend (whose
