@@ -14,7 +14,7 @@ import (
 
 // UpsertBatch answers each service on its own: invalid ones fail alone,
 // the others land in the maps exactly as single upserts would.
-func TestUpsertBatchAndDeleteBatch(t *testing.T) {
+func TestUpsertBatchAnswersEachServiceOnItsOwn(t *testing.T) {
 	e := newEngine(t, "", Config{})
 	ctx := ctxT(t)
 	var svcs []*lb.Service
@@ -99,7 +99,7 @@ func TestUpsertBatchAndDeleteBatch(t *testing.T) {
 // and IPv6 together, backends shared with a service that stays are kept,
 // a frontend given twice is deleted once (then not found), and a map that
 // refuses the deletes leaves every service of the batch as it was.
-func TestDeleteBatchOp(t *testing.T) {
+func TestDeleteBatchMapFailureKeepsEveryServiceOfTheRun(t *testing.T) {
 	var failDeletes atomic.Bool
 	e := newEngine(t, "", Config{hooks: enginetest.Hooks{Fault: func(name string, op maps.Op, n uint64, entries int) error {
 		if failDeletes.Load() && op == maps.OpDelete && (name == maps.Service4Name || name == maps.Service6Name) {
@@ -172,7 +172,7 @@ func TestDeleteBatchOp(t *testing.T) {
 // refuses fails that service alone, a shared backend's new state reaches
 // the service that had it, and a service map that refuses the writes rolls
 // back every service of the run (shared state restored, IDs free again).
-func TestCreateBatchOp(t *testing.T) {
+func TestUpsertBatchMapFailureRollsBackTheRun(t *testing.T) {
 	var failWrites atomic.Bool
 	e := newEngine(t, "", Config{hooks: enginetest.Hooks{Fault: func(name string, op maps.Op, n uint64, entries int) error {
 		if failWrites.Load() && op == maps.OpUpdate && (name == maps.Service4Name || name == maps.Service6Name) {
@@ -186,8 +186,7 @@ func TestCreateBatchOp(t *testing.T) {
 	require.NoError(t, err)
 	before, err := e.List(ctx)
 	require.NoError(t, err)
-	mapsBefore, err := verifyDump(t, e.maps.Root)
-	require.NoError(t, err)
+	mapsBefore := dumpAll(t, e)
 
 	a := mustService(t, "10.96.0.1:80", "10.0.1.1:8080", "10.0.1.2:8080")
 	a.Backends[0].State = lb.BackendStateQuarantined // shared with old
@@ -211,9 +210,7 @@ func TestCreateBatchOp(t *testing.T) {
 	after, err := e.List(ctx)
 	require.NoError(t, err)
 	require.Equal(t, before, after, "the run was rolled back")
-	mapsAfter, err := verifyDump(t, e.maps.Root)
-	require.NoError(t, err)
-	require.Equal(t, mapsBefore, mapsAfter, "maps as before, shared backend state included")
+	require.Equal(t, mapsBefore, dumpAll(t, e), "maps as before, shared backend state included")
 	checkInvariants(t, e)
 
 	failWrites.Store(false)

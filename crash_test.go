@@ -43,7 +43,7 @@ func crash(child string, n int64, before bool) actor.ReceiverMiddleware {
 	}
 }
 
-func TestChildCrashAfterWrite(t *testing.T) {
+func TestServiceMapOwnerCrashAfterWriteLosesNoUpdate(t *testing.T) {
 	e := newEngine(t, "", Config{hooks: enginetest.Hooks{ChildMiddleware: []actor.ReceiverMiddleware{crash(actors.ChildService4, 2, false)}}})
 	ctx := ctxT(t)
 	id, _, err := e.Upsert(ctx, mustService(t, "10.96.0.10:80", "10.0.1.5:8080"))
@@ -63,13 +63,14 @@ func TestChildCrashAfterWrite(t *testing.T) {
 	checkInvariants(t, e)
 }
 
-func TestChildCrashBeforeWriteIsResent(t *testing.T) {
+func TestServiceMapOwnerCrashBeforeWriteIsRetried(t *testing.T) {
 	e := newEngine(t, "", Config{hooks: enginetest.Hooks{ChildMiddleware: []actor.ReceiverMiddleware{crash(actors.ChildService4, 2, true)}}})
 	ctx := ctxT(t)
 	id, _, err := e.Upsert(ctx, mustService(t, "10.96.0.10:80", "10.0.1.5:8080"))
 	require.NoError(t, err)
-	// The second service write crashes svc4 after writing; the request is
-	// resent to the restarted actor, whose mirror was reloaded from the map.
+	// The second service write crashes svc4 before it writes (the request
+	// is lost); the request is resent to the restarted actor, whose mirror
+	// was reloaded from the map.
 	_, _, err = e.Upsert(ctx, mustService(t, "10.96.0.10:80", "10.0.1.5:8080", "10.0.1.6:8080"))
 	require.NoError(t, err)
 	got, err := e.Get(ctx, id)
@@ -82,7 +83,7 @@ func TestChildCrashBeforeWriteIsResent(t *testing.T) {
 	checkInvariants(t, e)
 }
 
-func TestStoppedChildIsRespawned(t *testing.T) {
+func TestStoppedMapOwnersAndAllocatorComeBackKeepingIDs(t *testing.T) {
 	e := newEngine(t, "", Config{})
 	ctx := ctxT(t)
 	_, _, err := e.Upsert(ctx, mustService(t, "10.96.0.10:80", "10.0.1.5:8080"))
@@ -105,7 +106,10 @@ func TestStoppedChildIsRespawned(t *testing.T) {
 	checkInvariants(t, e)
 }
 
-// Entries written by hand before start are repaired by restore.
+// Entries written by hand before start are repaired by restore. Pinned
+// kernel maps only: the entries are written before the engine opens the
+// maps, and a second engine restarts on them; in-memory maps do not outlive
+// the process that opened them.
 func TestRestoreRepairsCorruptMaps(t *testing.T) {
 	root := testutil.PinDir(t)
 	lbm, err := maps.Open(maps.Config{Root: root})
@@ -173,7 +177,7 @@ func crashSupervisorAfter[T any]() actor.ReceiverMiddleware {
 	}
 }
 
-func TestSupervisorRestartRebuildsTable(t *testing.T) {
+func TestSupervisorCrashKeepsServicesAndIDs(t *testing.T) {
 	e := newEngine(t, "", Config{hooks: enginetest.Hooks{SupervisorMiddleware: []actor.ReceiverMiddleware{crashSupervisorAfter[*messages.List]()}}})
 	ctx := ctxT(t)
 	for i := range 3 {
@@ -338,7 +342,7 @@ func crashBeforeFirst[T any](child string) actor.ReceiverMiddleware {
 // the allocator back when operations ran in between; a sequential test
 // cannot make the two snapshots differ, so the suite is its regression
 // test.)
-func TestLostAllocatorSnapshotIsNotResent(t *testing.T) {
+func TestAllocatorCrashingAgainOnItsRestoreHandsOutNoIDTwice(t *testing.T) {
 	e := newEngine(t, "", Config{hooks: enginetest.Hooks{ChildMiddleware: []actor.ReceiverMiddleware{
 		crashBeforeFirst[*messages.AllocAcquire](actors.ChildAllocator),
 		crashBeforeFirst[*messages.AllocRestore](actors.ChildAllocator),
@@ -360,7 +364,8 @@ func TestLostAllocatorSnapshotIsNotResent(t *testing.T) {
 // The engine serves once the allocator's snapshot is queued, before the
 // allocator has taken it. If the allocator then refuses the snapshot, the
 // engine stops serving: calls fail with the error, and the maps are left
-// as they were.
+// as they were. Pinned kernel maps only: the engine restarts on the first
+// one's maps, which in-memory maps do not outlive.
 func TestAllocatorRefusingRestoreStopsServing(t *testing.T) {
 	root := testutil.PinDir(t)
 	e := newEngine(t, root, Config{})
@@ -370,8 +375,7 @@ func TestAllocatorRefusingRestoreStopsServing(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.NoError(t, e.Close())
-	before, err := verifyDump(t, root)
-	require.NoError(t, err)
+	before := pinnedDump(t, root)
 
 	// The first snapshot the allocator gets claims both frontends under one
 	// service ID, which it must refuse.
@@ -402,30 +406,16 @@ func TestAllocatorRefusingRestoreStopsServing(t *testing.T) {
 		require.ErrorContains(t, err, "restore: allocator:")
 	}
 	require.True(t, tampered.Load())
-	after, err := verifyDump(t, root)
-	require.NoError(t, err)
-	require.Equal(t, before, after, "nothing written")
+	require.Equal(t, before, pinnedDump(t, root), "nothing written")
 }
 
-// verifyDump reads the maps pinned at root into one sorted text, to compare.
-func verifyDump(tb testing.TB, root string) (string, error) {
+// pinnedDump reads the maps pinned at root, with no engine running, as
+// verify.Format lines (IDs included), to compare.
+func pinnedDump(tb testing.TB, root string) []string {
 	tb.Helper()
 	d, err := verify.DumpPinned(root)
-	if err != nil {
-		return "", err
-	}
-	var lines []string
-	for _, e := range append(d.Services4, d.Services6...) {
-		lines = append(lines, fmt.Sprint(e))
-	}
-	for _, e := range append(d.Backends4, d.Backends6...) {
-		lines = append(lines, fmt.Sprint(e))
-	}
-	for _, e := range append(d.RevNAT4, d.RevNAT6...) {
-		lines = append(lines, fmt.Sprint(e))
-	}
-	slices.Sort(lines)
-	return strings.Join(lines, "\n"), nil
+	require.NoError(tb, err)
+	return verify.Format(d, false)
 }
 
 // backendApplies returns the backend map requests msg carries (alone or in
@@ -487,7 +477,9 @@ func deleteWithNextRequest(child string, armed *atomic.Bool, kept chan<- struct{
 // write and the old one's delete of the same ID can reach the map owner
 // together, and the delete removes the new backend. The engine restarts
 // first, so the allocator starts its search for free IDs at the lowest one
-// again and the freed ID is the next candidate.
+// again and the freed ID is the next candidate. Pinned kernel maps only: the
+// restart needs maps that outlive the first engine, which in-memory maps do
+// not.
 func TestFreedBackendIDIsNotReusedBeforeItsEntryIsDeleted(t *testing.T) {
 	root := testutil.PinDir(t)
 	ctx := ctxT(t)

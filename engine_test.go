@@ -6,14 +6,15 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"sort"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/actorlb/actorlb/internal/enginetest"
+	"github.com/actorlb/actorlb/internal/table"
 	"github.com/actorlb/actorlb/internal/testutil"
+	"github.com/actorlb/actorlb/internal/verify"
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/maps"
 	"github.com/sirupsen/logrus"
@@ -37,12 +38,21 @@ func quietLogger() *logrus.Logger {
 	return l
 }
 
-// newEngine starts an engine on real maps pinned under root (a fresh bpffs
-// directory when root is ""), closed when tb ends.
+// newEngine starts an engine, closed when tb ends, on the maps pinned under
+// root; when root is "", on fresh maps: kernel maps pinned in a new bpffs
+// directory when tb may use them, in-memory maps otherwise (required to be
+// kernel maps under ACTORLB_REQUIRE_PRIVILEGED=1, see testutil.KernelMaps).
+// In-memory maps live as long as their engine (maps.Open makes new ones
+// each time), so a test that starts a second engine on the first one's maps
+// passes a root from testutil.PinDir and needs privileges.
 func newEngine(tb testing.TB, root string, cfg Config) *Engine {
 	tb.Helper()
 	if root == "" && !cfg.InMemory {
-		root = testutil.PinDir(tb)
+		if testutil.KernelMaps(tb) {
+			root = testutil.PinDir(tb)
+		} else {
+			cfg.InMemory = true
+		}
 	}
 	cfg.BPFRoot = root
 	if cfg.Logger == nil {
@@ -82,6 +92,14 @@ func TestUpsertGetDelete(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, created)
 	require.Equal(t, lb.ServiceID(1), id)
+	require.Equal(t, []string{
+		"SVC: 10.96.0.10:80/TCP#0 count=2 revnat=svc1 flags=0x40",
+		"SVC: 10.96.0.10:80/TCP#1 backend=be1 revnat=svc1",
+		"SVC: 10.96.0.10:80/TCP#2 backend=be2 revnat=svc1",
+		"BE: be1 10.0.1.5:8080/TCP active",
+		"BE: be2 10.0.1.6:8080/TCP active",
+		"REV: svc1 10.96.0.10:80",
+	}, verify.Format(dumpMaps(t, e), true), "slots in backend order, one revNAT entry")
 	got, err := e.Get(ctx, id)
 	require.NoError(t, err)
 	require.Equal(t, "10.0.1.5:8080/TCP", got.Backends[0].String())
@@ -92,9 +110,6 @@ func TestUpsertGetDelete(t *testing.T) {
 	require.NoError(t, e.Delete(ctx, id))
 	_, err = e.Get(ctx, id)
 	require.ErrorIs(t, err, ErrServiceNotFound)
-	for _, m := range []interface{ Dump() (any, error) }{} {
-		_ = m
-	}
 	s4, err := e.maps.Service4.Dump()
 	require.NoError(t, err)
 	require.Empty(t, s4)
@@ -244,36 +259,23 @@ func TestFailedUpdateRestoresSharedBackendState(t *testing.T) {
 	checkInvariants(t, e)
 }
 
-// dumpAll renders every map as sorted lines.
-func dumpAll(tb testing.TB, e *Engine) []string {
+// dumpMaps reads the six maps of e.
+func dumpMaps(tb testing.TB, e *Engine) table.Dump {
 	tb.Helper()
-	var out []string
-	m := e.maps
-	for _, sm := range []maps.ServiceMap{m.Service4, m.Service6} {
-		es, err := sm.Dump()
-		require.NoError(tb, err)
-		for _, x := range es {
-			out = append(out, fmt.Sprintf("SVC %s %+v", x.Key, x.Value))
-		}
-	}
-	for _, bm := range []maps.BackendMap{m.Backend4, m.Backend6} {
-		es, err := bm.Dump()
-		require.NoError(tb, err)
-		for _, x := range es {
-			out = append(out, fmt.Sprintf("BE %d %s %+v", x.ID, netip.AddrPortFrom(x.Value.Address, x.Value.Port), x.Value))
-		}
-	}
-	for _, rm := range []maps.RevNATMap{m.RevNAT4, m.RevNAT6} {
-		es, err := rm.Dump()
-		require.NoError(tb, err)
-		for _, x := range es {
-			out = append(out, fmt.Sprintf("REV %d %s", x.ID, netip.AddrPortFrom(x.Value.Address, x.Value.Port)))
-		}
-	}
-	sort.Strings(out)
-	return out
+	d, err := verify.Dump(e.maps)
+	require.NoError(tb, err)
+	return d
 }
 
+// dumpAll renders every entry of e's maps, IDs included, one line each
+// (verify.Format), to compare the maps before and after.
+func dumpAll(tb testing.TB, e *Engine) []string {
+	tb.Helper()
+	return verify.Format(dumpMaps(tb, e), false)
+}
+
+// Restarts on the same maps: pinned kernel maps only, in-memory maps do not
+// outlive their engine.
 func TestRestoreKeepsIDsAndWritesNothing(t *testing.T) {
 	root := testutil.PinDir(t)
 	ctx := ctxT(t)

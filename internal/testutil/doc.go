@@ -1,10 +1,11 @@
 // Package testutil holds test helpers shared by actorlb's packages: the
-// privilege gate for tests on real kernel objects, per-test bpffs pin
-// directories and seeded randomness.
+// privilege gate for tests on real kernel objects, the choice between kernel
+// and in-memory maps for tests that can run on either (KernelMaps), per-test
+// bpffs pin directories and seeded randomness.
 //
 // Lifecycle: every helper takes a testing.TB and registers its own cleanup.
 //
 // Error contract: helpers never return errors; they fail or skip the test.
 // When ACTORLB_REQUIRE_PRIVILEGED=1, a test that would skip for missing
-// privileges fails instead.
+// privileges, or fall back to in-memory maps, fails instead.
 package testutil

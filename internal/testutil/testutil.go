@@ -22,10 +22,9 @@ var probe struct {
 	err  error
 }
 
-// Privileged skips tb unless it can create real BPF maps; with
-// ACTORLB_REQUIRE_PRIVILEGED=1 it fails tb instead of skipping.
-func Privileged(tb testing.TB) {
-	tb.Helper()
+// probeKernel reports, once per process, why real BPF maps and bpffs
+// cannot be used (nil if they can).
+func probeKernel() error {
 	probe.once.Do(func() {
 		_ = rlimit.RemoveMemlock()
 		m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: 4, MaxEntries: 1})
@@ -36,13 +35,38 @@ func Privileged(tb testing.TB) {
 		m.Close()
 		probe.err = bpffs.Ensure(bpffs.DefaultMount)
 	})
-	if probe.err == nil {
+	return probe.err
+}
+
+// Privileged skips tb unless it can create real BPF maps; with
+// ACTORLB_REQUIRE_PRIVILEGED=1 it fails tb instead of skipping.
+func Privileged(tb testing.TB) {
+	tb.Helper()
+	err := probeKernel()
+	if err == nil {
 		return
 	}
 	if os.Getenv(RequirePrivilegedEnv) == "1" {
-		tb.Fatalf("privileged test cannot run: %v (%s=1 forbids skipping)", probe.err, RequirePrivilegedEnv)
+		tb.Fatalf("privileged test cannot run: %v (%s=1 forbids skipping)", err, RequirePrivilegedEnv)
 	}
-	tb.Skipf("privileged test skipped: %v (run as root; set %s=1 to fail instead)", probe.err, RequirePrivilegedEnv)
+	tb.Skipf("privileged test skipped: %v (run as root; set %s=1 to fail instead)", err, RequirePrivilegedEnv)
+}
+
+// KernelMaps reports whether tb can use real BPF maps pinned on bpffs. When
+// it cannot, it returns false and logs why, so that tb runs on in-memory
+// maps instead; with ACTORLB_REQUIRE_PRIVILEGED=1 it fails tb rather than
+// fall back.
+func KernelMaps(tb testing.TB) bool {
+	tb.Helper()
+	err := probeKernel()
+	if err == nil {
+		return true
+	}
+	if os.Getenv(RequirePrivilegedEnv) == "1" {
+		tb.Fatalf("kernel maps unavailable: %v (%s=1 forbids falling back to in-memory maps)", err, RequirePrivilegedEnv)
+	}
+	tb.Logf("in-memory maps: kernel maps unavailable: %v (run as root for kernel maps; set %s=1 to fail instead)", err, RequirePrivilegedEnv)
+	return false
 }
 
 // PinDir returns a fresh directory on bpffs for tb's pins, removed with

@@ -7,10 +7,15 @@
 // concerns, in a deterministic order. It never repairs anything; restore
 // (internal/table.Rebuild) does that.
 //
+// Format renders a table.Dump as one text line per entry (SVC:, BE:, REV:),
+// every field shown, optionally with service and backend IDs replaced by
+// ordinal names that do not depend on allocation order: the one dump format
+// the tests compare maps with.
+//
 // Lifecycle: stateless. DumpPinned opens the pinned maps read-only and
 // closes them before it returns; it never creates or changes a map.
 //
-// Error contract: Check cannot fail. Dump and DumpPinned return errors
+// Error contract: Check and Format cannot fail. Dump and DumpPinned return errors
 // prefixed with the operation; DumpPinned's wrap ErrNotPinned when a map is
 // not pinned under the directory and maps.ErrIncompatible when a pinned map
 // does not have the layout of actorlb's maps.
