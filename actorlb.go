@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/actorlb/actorlb/actors"
+	"github.com/actorlb/actorlb/internal/engine"
 	"github.com/actorlb/actorlb/internal/enginetest"
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/maps"
@@ -20,16 +21,16 @@ import (
 
 // Sentinels, re-exported from the engine.
 var (
-	ErrServiceNotFound  = actors.ErrServiceNotFound
-	ErrServiceIDInUse   = actors.ErrServiceIDInUse
-	ErrFrontendInUse    = actors.ErrFrontendInUse
-	ErrIDSpaceExhausted = actors.ErrIDSpaceExhausted
-	ErrRevNATNotFound   = actors.ErrRevNATNotFound
-	ErrRevNATOwned      = actors.ErrRevNATOwned
+	ErrServiceNotFound  = engine.ErrServiceNotFound
+	ErrServiceIDInUse   = engine.ErrServiceIDInUse
+	ErrFrontendInUse    = engine.ErrFrontendInUse
+	ErrIDSpaceExhausted = engine.ErrIDSpaceExhausted
+	ErrRevNATNotFound   = engine.ErrRevNATNotFound
+	ErrRevNATOwned      = engine.ErrRevNATOwned
 	ErrMapFull          = maps.ErrMapFull
 	// ErrEngineRestarted occurs when the engine restarted while a call was
 	// in flight more often than the call is sent again (5 times).
-	ErrEngineRestarted = actors.ErrEngineRestarted
+	ErrEngineRestarted = engine.ErrEngineRestarted
 	// ErrClosed occurs when a method is called after Close.
 	ErrClosed = errors.New("engine closed")
 )
@@ -225,12 +226,12 @@ func call[R interface{ Error() error }](ctx context.Context, e *Engine, build fu
 		e.sys.Root.Send(e.sup, build(ch))
 		select {
 		case r = <-ch:
-			if !errors.Is(r.Error(), actors.ErrEngineRestarted) || attempt == maxRetries {
+			if !errors.Is(r.Error(), engine.ErrEngineRestarted) || attempt == maxRetries {
 				return r, attempt > 0, nil
 			}
 		case <-down:
 			if attempt == maxRetries {
-				return r, true, actors.ErrEngineRestarted
+				return r, true, engine.ErrEngineRestarted
 			}
 		case <-e.closed:
 			return r, attempt > 0, ErrClosed
@@ -609,7 +610,7 @@ func (e *Engine) StopActor(name string) error {
 	case name == actors.SupervisorName:
 		id = actors.SupervisorPID
 	default:
-		for _, c := range actors.Children {
+		for _, c := range engine.Children {
 			if c == name {
 				id = actors.SupervisorPID + "/" + c
 			}

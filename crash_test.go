@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/actorlb/actorlb/actors"
+	"github.com/actorlb/actorlb/internal/engine"
 	"github.com/actorlb/actorlb/internal/enginetest"
 	"github.com/actorlb/actorlb/internal/testutil"
 	"github.com/actorlb/actorlb/internal/verify"
@@ -44,7 +45,7 @@ func crash(child string, n int64, before bool) actor.ReceiverMiddleware {
 }
 
 func TestServiceMapOwnerCrashAfterWriteLosesNoUpdate(t *testing.T) {
-	e := newEngine(t, "", Config{hooks: enginetest.Hooks{ChildMiddleware: []actor.ReceiverMiddleware{crash(actors.ChildService4, 2, false)}}})
+	e := newEngine(t, "", Config{hooks: enginetest.Hooks{ChildMiddleware: []actor.ReceiverMiddleware{crash(engine.ChildService4, 2, false)}}})
 	ctx := ctxT(t)
 	id, _, err := e.Upsert(ctx, mustService(t, "10.96.0.10:80", "10.0.1.5:8080"))
 	require.NoError(t, err)
@@ -59,12 +60,12 @@ func TestServiceMapOwnerCrashAfterWriteLosesNoUpdate(t *testing.T) {
 	require.Equal(t, "10.0.1.7:8080/TCP", got.Backends[1].String())
 	st, err := e.Stats(ctx)
 	require.NoError(t, err)
-	require.Equal(t, 1, st.ActorRestarts[actors.ChildService4])
+	require.Equal(t, 1, st.ActorRestarts[engine.ChildService4])
 	checkInvariants(t, e)
 }
 
 func TestServiceMapOwnerCrashBeforeWriteIsRetried(t *testing.T) {
-	e := newEngine(t, "", Config{hooks: enginetest.Hooks{ChildMiddleware: []actor.ReceiverMiddleware{crash(actors.ChildService4, 2, true)}}})
+	e := newEngine(t, "", Config{hooks: enginetest.Hooks{ChildMiddleware: []actor.ReceiverMiddleware{crash(engine.ChildService4, 2, true)}}})
 	ctx := ctxT(t)
 	id, _, err := e.Upsert(ctx, mustService(t, "10.96.0.10:80", "10.0.1.5:8080"))
 	require.NoError(t, err)
@@ -78,7 +79,7 @@ func TestServiceMapOwnerCrashBeforeWriteIsRetried(t *testing.T) {
 	require.Len(t, got.Backends, 2)
 	st, err := e.Stats(ctx)
 	require.NoError(t, err)
-	require.Equal(t, 1, st.ActorRestarts[actors.ChildService4])
+	require.Equal(t, 1, st.ActorRestarts[engine.ChildService4])
 	require.Equal(t, 1, st.RequestsResent)
 	checkInvariants(t, e)
 }
@@ -88,14 +89,14 @@ func TestStoppedMapOwnersAndAllocatorComeBackKeepingIDs(t *testing.T) {
 	ctx := ctxT(t)
 	_, _, err := e.Upsert(ctx, mustService(t, "10.96.0.10:80", "10.0.1.5:8080"))
 	require.NoError(t, err)
-	for _, child := range []string{actors.ChildBackend4, actors.ChildAllocator, actors.ChildRevNAT} {
+	for _, child := range []string{engine.ChildBackend4, engine.ChildAllocator, engine.ChildRevNAT} {
 		e.sys.Root.Stop(actor.NewPID(e.sys.Address(), actors.SupervisorPID+"/"+child))
 	}
 	// The allocator was rebuilt from the table: the next backend gets a new
 	// ID, the existing one keeps its own.
 	require.Eventually(t, func() bool {
 		st, err := e.Stats(ctx)
-		return err == nil && st.ActorRestarts[actors.ChildRevNAT] == 1 && st.ActorRestarts[actors.ChildAllocator] == 1
+		return err == nil && st.ActorRestarts[engine.ChildRevNAT] == 1 && st.ActorRestarts[engine.ChildAllocator] == 1
 	}, 5*time.Second, 10*time.Millisecond)
 	id2, _, err := e.Upsert(ctx, mustService(t, "10.96.0.11:80", "10.0.1.5:8080", "10.0.1.7:8080"))
 	require.NoError(t, err)
@@ -235,7 +236,7 @@ func onAllocator[T any](n int64, hook func()) actor.ReceiverMiddleware {
 	return func(next actor.ReceiverFunc) actor.ReceiverFunc {
 		return func(c actor.ReceiverContext, env *actor.MessageEnvelope) {
 			next(c, env)
-			if _, ok := env.Message.(T); ok && c.Self().Id == actors.SupervisorPID+"/"+actors.ChildAllocator {
+			if _, ok := env.Message.(T); ok && c.Self().Id == actors.SupervisorPID+"/"+engine.ChildAllocator {
 				if seen.Add(1) == n {
 					hook()
 				}
@@ -253,7 +254,7 @@ func TestAllocatorStoppedAfterReplyKeepsIDsUnique(t *testing.T) {
 	var ready = make(chan struct{})
 	hook := onAllocator[*messages.AllocAcquire](2, func() {
 		<-ready
-		require.NoError(t, e.StopActor(actors.ChildAllocator))
+		require.NoError(t, e.StopActor(engine.ChildAllocator))
 	})
 	e = newEngine(t, "", Config{hooks: enginetest.Hooks{ChildMiddleware: []actor.ReceiverMiddleware{hook}}})
 	close(ready)
@@ -267,7 +268,7 @@ func TestAllocatorStoppedAfterReplyKeepsIDsUnique(t *testing.T) {
 	}
 	st, err := e.Stats(ctx)
 	require.NoError(t, err)
-	require.Equal(t, 1, st.ActorRestarts[actors.ChildAllocator])
+	require.Equal(t, 1, st.ActorRestarts[engine.ChildAllocator])
 	checkInvariants(t, e)
 }
 
@@ -280,7 +281,7 @@ func TestAllocatorStoppedAfterReplyKeepsIDsUnique(t *testing.T) {
 // free it as soon as one of them lets go.
 func TestAllocatorRestartBeforeReleaseKeepsSharedBackends(t *testing.T) {
 	e := newEngine(t, "", Config{hooks: enginetest.Hooks{ChildMiddleware: []actor.ReceiverMiddleware{
-		crashBeforeFirst[*messages.AllocRelease](actors.ChildAllocator),
+		crashBeforeFirst[*messages.AllocRelease](engine.ChildAllocator),
 	}}})
 	ctx := ctxT(t)
 	_, _, err := e.Upsert(ctx, mustService(t, "10.96.0.1:80", "10.0.1.5:8080", "10.0.1.6:8080"))
@@ -300,7 +301,7 @@ func TestAllocatorRestartBeforeReleaseKeepsSharedBackends(t *testing.T) {
 	checkInvariants(t, e)
 	st, err := e.Stats(ctx)
 	require.NoError(t, err)
-	require.Equal(t, 1, st.ActorRestarts[actors.ChildAllocator])
+	require.Equal(t, 1, st.ActorRestarts[engine.ChildAllocator])
 
 	// The restored allocator counts both remaining users: deleting one
 	// keeps the backend for the other.
@@ -344,8 +345,8 @@ func crashBeforeFirst[T any](child string) actor.ReceiverMiddleware {
 // test.)
 func TestAllocatorCrashingAgainOnItsRestoreHandsOutNoIDTwice(t *testing.T) {
 	e := newEngine(t, "", Config{hooks: enginetest.Hooks{ChildMiddleware: []actor.ReceiverMiddleware{
-		crashBeforeFirst[*messages.AllocAcquire](actors.ChildAllocator),
-		crashBeforeFirst[*messages.AllocRestore](actors.ChildAllocator),
+		crashBeforeFirst[*messages.AllocAcquire](engine.ChildAllocator),
+		crashBeforeFirst[*messages.AllocRestore](engine.ChildAllocator),
 	}}})
 	ctx := ctxT(t)
 	ids := map[lb.ServiceID]bool{}
@@ -357,7 +358,7 @@ func TestAllocatorCrashingAgainOnItsRestoreHandsOutNoIDTwice(t *testing.T) {
 	}
 	st, err := e.Stats(ctx)
 	require.NoError(t, err)
-	require.Equal(t, 2, st.ActorRestarts[actors.ChildAllocator])
+	require.Equal(t, 2, st.ActorRestarts[engine.ChildAllocator])
 	checkInvariants(t, e)
 }
 
@@ -491,7 +492,7 @@ func TestFreedBackendIDIsNotReusedBeforeItsEntryIsDeleted(t *testing.T) {
 	var armed atomic.Bool
 	kept := make(chan struct{})
 	e := newEngine(t, root, Config{hooks: enginetest.Hooks{ChildMiddleware: []actor.ReceiverMiddleware{
-		deleteWithNextRequest(actors.ChildBackend4, &armed, kept),
+		deleteWithNextRequest(engine.ChildBackend4, &armed, kept),
 	}}})
 	b4, err := e.maps.Backend4.Dump()
 	require.NoError(t, err)

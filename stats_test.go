@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/actorlb/actorlb/actors"
+	"github.com/actorlb/actorlb/internal/engine"
 	"github.com/actorlb/actorlb/internal/enginetest"
 	"github.com/actorlb/actorlb/internal/testutil"
 	lb "github.com/actorlb/actorlb/loadbalancer"
@@ -109,7 +110,7 @@ func TestStatsAreTheCallersCopy(t *testing.T) {
 // ActorNames spells out the engine's actor names, for the façade's
 // documentation: they are the engine's own.
 func TestActorNamesAreTheEngines(t *testing.T) {
-	require.Equal(t, append([]string{actors.SupervisorName}, actors.Children...), ActorNames)
+	require.Equal(t, append([]string{actors.SupervisorName}, engine.Children...), ActorNames)
 }
 
 // DumpMaps after Close reports ErrClosed rather than reading closed maps.

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/actorlb/actorlb/internal/addrkey"
+	"github.com/actorlb/actorlb/internal/engine"
 	"github.com/actorlb/actorlb/internal/idalloc"
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/messages"
@@ -103,7 +104,7 @@ func (a *allocatorActor) handle(msg any) any {
 	case *messages.AllocReserve:
 		err := a.svc.Restore(m.Key, m.ID)
 		if err != nil {
-			err = fmt.Errorf("%w: service ID %d: %v", ErrServiceIDInUse, m.ID, err)
+			err = fmt.Errorf("%w: service ID %d: %v", engine.ErrServiceIDInUse, m.ID, err)
 		}
 		return &messages.AllocDone{ReqID: m.ReqID, Err: err}
 	case *messages.AllocDrop:
@@ -152,13 +153,13 @@ func serviceIDError(m *messages.AllocAcquire, err error) error {
 	var bound *idalloc.KeyBoundError
 	switch {
 	case errors.As(err, &conflict):
-		return fmt.Errorf("%w: service ID %d is already registered to %v", ErrServiceIDInUse, m.WantID, conflict.Key)
+		return fmt.Errorf("%w: service ID %d is already registered to %v", engine.ErrServiceIDInUse, m.WantID, conflict.Key)
 	case errors.As(err, &bound):
-		return fmt.Errorf("%w: frontend %s is already registered with ID %d", ErrFrontendInUse, m.Frontend, bound.ID)
+		return fmt.Errorf("%w: frontend %s is already registered with ID %d", engine.ErrFrontendInUse, m.Frontend, bound.ID)
 	case errors.Is(err, idalloc.ErrIDSpaceExhausted):
-		return fmt.Errorf("acquire service ID for %s: %w", m.Frontend, ErrIDSpaceExhausted)
+		return fmt.Errorf("acquire service ID for %s: %w", m.Frontend, engine.ErrIDSpaceExhausted)
 	case errors.Is(err, idalloc.ErrIDHeld):
-		return fmt.Errorf("%w: service ID %d is still being released by its previous owner (retry)", ErrServiceIDInUse, m.WantID)
+		return fmt.Errorf("%w: service ID %d is still being released by its previous owner (retry)", engine.ErrServiceIDInUse, m.WantID)
 	}
 	return fmt.Errorf("acquire service ID for %s: %w", m.Frontend, err)
 }

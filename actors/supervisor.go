@@ -13,21 +13,8 @@ import (
 	"github.com/sirupsen/logrus"
 )
 
-// Child names (PIDs are "<supervisor>/<name>"): the engine core's.
-const (
-	ChildAllocator = engine.ChildAllocator
-	ChildService4  = engine.ChildService4
-	ChildService6  = engine.ChildService6
-	ChildBackend4  = engine.ChildBackend4
-	ChildBackend6  = engine.ChildBackend6
-	ChildRevNAT    = engine.ChildRevNAT
-)
-
 // SupervisorName is the supervisor's key in the restart counts.
 const SupervisorName = "supervisor"
-
-// Children lists the child names.
-var Children = engine.Children
 
 // Config configures the supervisor.
 type Config struct {
@@ -160,13 +147,13 @@ func (s *Supervisor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		s.self = ctx.Self()
-		for _, name := range Children {
+		for _, name := range engine.Children {
 			s.spawn(ctx, name)
 		}
 		s.step(ctx, engine.Start{})
 	case *actor.Restarting, *actor.Stopping:
 		s.stopping = true
-		s.step(ctx, engine.Stop{Err: ErrEngineRestarted})
+		s.step(ctx, engine.Stop{Err: engine.ErrEngineRestarted})
 	case *actor.Terminated:
 		// A child stopped for good (retries exhausted, or stopped from
 		// outside). Terminated is a system message: it overtakes the
@@ -210,17 +197,17 @@ func (s *Supervisor) props(name string) *actor.Props {
 	var producer actor.Producer
 	mp := s.cfg.Maps
 	switch name {
-	case ChildAllocator:
+	case engine.ChildAllocator:
 		producer = newAllocatorProducer()
-	case ChildService4:
+	case engine.ChildService4:
 		producer = newServiceMapActor(mp.Service4)
-	case ChildService6:
+	case engine.ChildService6:
 		producer = newServiceMapActor(mp.Service6)
-	case ChildBackend4:
+	case engine.ChildBackend4:
 		producer = newBackendMapActor(mp.Backend4)
-	case ChildBackend6:
+	case engine.ChildBackend6:
 		producer = newBackendMapActor(mp.Backend6)
-	case ChildRevNAT:
+	case engine.ChildRevNAT:
 		producer = newRevNATActor(mp.RevNAT4, mp.RevNAT6)
 	}
 	return actor.PropsFromProducer(producer, actor.WithReceiverMiddleware(s.cfg.ChildMiddleware...))
