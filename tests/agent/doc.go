@@ -14,6 +14,9 @@
 // after the line, and never before the line (stdout and stderr are files
 // the agent writes directly, so the test reads what it wrote before any
 // answer; a pipe would add a copying goroutine's delay).
+// TestNothingAnswersBeforeTheReadyLine checks it deterministically: the
+// agent's stdout is a full pipe, so the line cannot be printed until the
+// test reads it.
 //
 // Error contract: tests that need privileges fail, rather than skip, when
 // ACTORLB_REQUIRE_PRIVILEGED=1.

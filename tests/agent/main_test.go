@@ -183,12 +183,20 @@ func startAgent(t testing.TB, root string, extra ...string) *agent {
 // it and checked how it stopped).
 func launch(t testing.TB, root, socket string, extra ...string) *agent {
 	t.Helper()
+	out, f := createOut(t, t.TempDir(), "stdout")
+	defer f.Close()
+	a := launchTo(t, f, root, socket, extra...)
+	a.stdout = out
+	return a
+}
+
+// launchTo is launch with the agent's stdout on the file given (the caller
+// closes its copy; a.stdout is left empty).
+func launchTo(t testing.TB, stdout *os.File, root, socket string, extra ...string) *agent {
+	t.Helper()
 	a := &agent{root: root, socket: socket, done: make(chan struct{})}
-	dir := t.TempDir()
-	var stdout, stderr *os.File
-	a.stdout, stdout = createOut(t, dir, "stdout")
-	defer stdout.Close()
-	a.stderr, stderr = createOut(t, dir, "stderr")
+	var stderr *os.File
+	a.stderr, stderr = createOut(t, t.TempDir(), "stderr")
 	defer stderr.Close()
 	// --socket-lb=false: test agents must not attach to the host's cgroup.
 	args := append([]string{"agent", "--bpf-root", root, "--socket", socket, "--socket-lb=false"}, extra...)
