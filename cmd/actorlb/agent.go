@@ -50,6 +50,11 @@ systemd (NOTIFY_SOCKET) the same, and runs until SIGINT or SIGTERM; the maps
 stay pinned when it stops, so the datapath keeps working and the next start
 restores them.
 
+Ready means: the restore is done and the socket (and --api-addr) is bound,
+so a client that waits for the "actorlb agent ready" line or for READY=1
+can connect at once and /v1/healthz answers 200. The API answers nothing,
+/v1/healthz included, before that line is printed.
+
 One agent per --bpf-root and per --socket: a second one is refused. A socket
 file left behind by an agent that died is replaced; any other file is not.`,
 		examples: `  actorlb agent                                    # as root: maps in /sys/fs/bpf/actorlb
@@ -347,13 +352,15 @@ func agent(ctx context.Context, c *agentConfig) error {
 			return fmt.Errorf("refusing --api-addr %s: it resolved to %s, %w (use 127.0.0.1, or pass --api-allow-remote)", c.apiAddr, ap, errRemote)
 		}
 	}
-	serveErr := make(chan error, len(listeners))
 	var where []string
 	for _, l := range listeners {
 		where = append(where, api.ListenURL(l.Addr()))
-		go func() { serveErr <- srv.Serve(l) }()
 	}
 
+	// The ready line and READY=1 come after every listener is bound and
+	// before any serves: whoever waits for either can connect at once (the
+	// connection queues in the listen backlog until Serve accepts it), and
+	// nothing, /v1/healthz included, answers before the announcement.
 	mapsAt := engine.BPFRoot()
 	if c.dryRun {
 		mapsAt = "memory (dry run)"
@@ -366,6 +373,10 @@ func agent(ctx context.Context, c *agentConfig) error {
 		plural(r.Repairs, "repair", "repairs"), plural(r.Writes, "map write", "map writes"))
 	if err := sdNotify("READY=1"); err != nil {
 		log.WithError(err).Warn("could not tell systemd the agent is ready")
+	}
+	serveErr := make(chan error, len(listeners))
+	for _, l := range listeners {
+		go func() { serveErr <- srv.Serve(l) }()
 	}
 
 	var failed error

@@ -1,7 +1,12 @@
 package agent_test
 
 import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -239,4 +244,108 @@ func TestShutdownAnswersInFlight(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("a request hung across the shutdown")
 	}
+}
+
+// TestNothingAnswersBeforeTheReadyLine holds the agent to its ready
+// contract whatever the timing: its stdout is a pipe the test has filled,
+// so printing the ready line blocks until the test reads. Meanwhile a
+// connection to the socket is accepted by the kernel (whoever waits for
+// the line can connect at once) but gets no answer, and systemd is not
+// told READY=1; once the test has read the line, READY=1 comes and that
+// same connection gets /v1/healthz 200.
+func TestNothingAnswersBeforeTheReadyLine(t *testing.T) {
+	notifyPath := filepath.Join(shortDir(t), "notify")
+	notify, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: notifyPath, Net: "unixgram"})
+	require.NoError(t, err)
+	t.Cleanup(func() { notify.Close() })
+	t.Setenv("NOTIFY_SOCKET", notifyPath)
+	readNotify := func(wait time.Duration) (string, error) {
+		require.NoError(t, notify.SetReadDeadline(time.Now().Add(wait)))
+		buf := make([]byte, 256)
+		n, err := notify.Read(buf)
+		return string(buf[:n]), err
+	}
+
+	r, w, err := os.Pipe()
+	require.NoError(t, err)
+	t.Cleanup(func() { r.Close() })
+	// Fill the pipe: write until a write would block.
+	var filled int64
+	chunk := make([]byte, 4096)
+	for range 1 << 12 { // bounded: pipes hold at most a few MiB
+		require.NoError(t, w.SetWriteDeadline(time.Now().Add(50*time.Millisecond)))
+		n, err := w.Write(chunk)
+		filled += int64(n)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			break
+		}
+		require.NoError(t, err)
+	}
+	require.Positive(t, filled)
+
+	a := launchTo(t, w, testutil.PinDir(t), filepath.Join(shortDir(t), "s.sock"))
+	require.NoError(t, w.Close()) // the agent holds the write end now
+
+	// Connect as soon as the socket listens.
+	var conn net.Conn
+	deadline := time.Now().Add(readyTimeout)
+	for conn == nil {
+		require.False(t, a.exited(), "agent exited: %v\nstderr:\n%s", a.exitErr, a.stderr)
+		require.True(t, time.Now().Before(deadline), "the socket does not listen after %s\nstderr:\n%s", readyTimeout, a.stderr)
+		if c, err := net.Dial("unix", a.socket); err == nil {
+			conn = c
+		} else {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	defer conn.Close()
+	_, err = conn.Write([]byte("GET /v1/healthz HTTP/1.1\r\nHost: actorlb\r\nConnection: close\r\n\r\n"))
+	require.NoError(t, err)
+	require.NoError(t, conn.SetReadDeadline(time.Now().Add(time.Second)))
+	var one [1]byte
+	_, err = conn.Read(one[:])
+	require.ErrorIs(t, err, os.ErrDeadlineExceeded, "the agent answered before it printed its ready line")
+	msg, err := readNotify(10 * time.Millisecond)
+	require.ErrorIs(t, err, os.ErrDeadlineExceeded, "systemd got %q before the ready line was printed", msg)
+
+	// Read the filler, then the ready line.
+	require.NoError(t, r.SetReadDeadline(time.Now().Add(readyTimeout)))
+	br := bufio.NewReader(r)
+	_, err = io.CopyN(io.Discard, br, filled)
+	require.NoError(t, err)
+	line, err := br.ReadString('\n')
+	require.NoError(t, err, "stderr:\n%s", a.stderr)
+	require.True(t, strings.HasPrefix(line, a.readyLine()), "first line on stdout: %q", line)
+	require.NoError(t, r.SetReadDeadline(time.Time{}))
+	var rest bytes.Buffer
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		_, _ = io.Copy(&rest, br) // until the agent exits (EOF)
+	}()
+
+	msg, err = readNotify(healthTimeout)
+	require.NoError(t, err)
+	require.Equal(t, "READY=1", msg)
+
+	// The connection made before the line is answered now.
+	require.NoError(t, conn.SetReadDeadline(time.Now().Add(healthTimeout)))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", body)
+	require.Contains(t, string(body), `"ready":true`)
+
+	require.Equal(t, 0, a.signal(t, syscall.SIGTERM), "stderr:\n%s", a.stderr)
+	select {
+	case <-drained:
+	case <-time.After(stopTimeout):
+		t.Fatal("stdout not closed after the agent exited")
+	}
+	require.Contains(t, rest.String(), "actorlb agent stopped; maps stay pinned")
+	msg, err = readNotify(healthTimeout)
+	require.NoError(t, err)
+	require.Equal(t, "STOPPING=1", msg)
 }

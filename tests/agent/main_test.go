@@ -12,8 +12,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -64,8 +64,47 @@ func TestMain(m *testing.M) {
 	}
 	fmt.Fprintf(os.Stderr, "built %s in %s (race %v)\n", binary, time.Since(start).Round(time.Millisecond), raceEnabled)
 	code := m.Run()
+	if left := children(); len(left) > 0 {
+		for _, pid := range left {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		fmt.Fprintf(os.Stderr, "FAIL: %d processes started by the tests outlived them (pids %v, killed now): a test that starts a process must stop it in t.Cleanup\n", len(left), left)
+		code = 1
+	}
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// children returns the processes whose parent is this test process (alive
+// or zombies nobody waited for), read from /proc.
+func children() []int {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "list child processes:", err)
+		return nil
+	}
+	self := os.Getpid()
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue // gone meanwhile
+		}
+		// pid (comm) state ppid ...; comm may hold spaces and parentheses.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) > 1 && f[1] == strconv.Itoa(self) {
+			out = append(out, pid)
+		}
+	}
+	return out
 }
 
 // childEnv is the environment of the binary's runs: the race runtime's
@@ -76,22 +115,28 @@ func childEnv() []string {
 	return append(os.Environ(), "GORACE="+gorace)
 }
 
-// syncBuffer is a bytes.Buffer safe for a writer and a reader.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+// outFile is a file the agent writes its stdout or stderr to directly: no
+// pipe and no copying goroutine in between, so whatever the agent wrote
+// before something the test observes (an HTTP answer, its exit) is in the
+// file when the test reads it.
+type outFile struct{ path string }
+
+// createOut creates the file for one of the agent's outputs.
+func createOut(t testing.TB, dir, name string) (outFile, *os.File) {
+	t.Helper()
+	o := outFile{path: filepath.Join(dir, name)}
+	f, err := os.Create(o.path)
+	require.NoError(t, err)
+	return o, f
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+// String returns what the agent has written so far.
+func (o outFile) String() string {
+	b, err := os.ReadFile(o.path)
+	if err != nil {
+		return fmt.Sprintf("(cannot read %s: %v)", o.path, err)
+	}
+	return string(b)
 }
 
 // shortDir returns a fresh directory with a short path (unix socket paths
@@ -108,8 +153,8 @@ func shortDir(t testing.TB) string {
 type agent struct {
 	root, socket string
 	cmd          *exec.Cmd
-	stdout       *syncBuffer
-	stderr       *syncBuffer
+	stdout       outFile
+	stderr       outFile
 	done         chan struct{}
 	exitErr      error
 	client       *api.Client
@@ -120,12 +165,15 @@ type agent struct {
 const (
 	readyTimeout = 20 * time.Second
 	readyPoll    = 25 * time.Millisecond
-	stopTimeout  = 20 * time.Second
+	// healthTimeout bounds one /v1/healthz call of waitReady (generous:
+	// the machine may be loaded, and an unbound socket fails at once).
+	healthTimeout = 10 * time.Second
+	stopTimeout   = 20 * time.Second
 )
 
 // startAgent starts an agent on maps pinned under root (a fresh bpffs
-// directory if "") with its own socket, waits until /v1/healthz answers
-// 200, and stops it with SIGTERM when t ends (it must exit 0).
+// directory if "") with its own socket, waits until it is ready, and stops
+// it with SIGTERM when t ends (it must exit 0).
 func startAgent(t testing.TB, root string, extra ...string) *agent {
 	t.Helper()
 	if root == "" {
@@ -137,24 +185,65 @@ func startAgent(t testing.TB, root string, extra ...string) *agent {
 	return a
 }
 
-// launch starts the subprocess without waiting for it.
+// launch starts the subprocess without waiting for it. When t ends, failing
+// or not, an agent still running is killed and waited for; in a test that
+// has not failed that is an error of its own (the test should have stopped
+// it and checked how it stopped).
 func launch(t testing.TB, root, socket string, extra ...string) *agent {
 	t.Helper()
-	a := &agent{root: root, socket: socket, stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
+	out, f := createOut(t, t.TempDir(), "stdout")
+	defer f.Close()
+	a := launchTo(t, f, root, socket, extra...)
+	a.stdout = out
+	return a
+}
+
+// launchTo is launch with the agent's stdout on the file given (the caller
+// closes its copy; a.stdout is left empty).
+func launchTo(t testing.TB, stdout *os.File, root, socket string, extra ...string) *agent {
+	t.Helper()
+	a := &agent{root: root, socket: socket, done: make(chan struct{})}
+	var stderr *os.File
+	a.stderr, stderr = createOut(t, t.TempDir(), "stderr")
+	defer stderr.Close()
 	// --socket-lb=false: test agents must not attach to the host's cgroup.
 	args := append([]string{"agent", "--bpf-root", root, "--socket", socket, "--socket-lb=false"}, extra...)
 	a.cmd = exec.Command(binary, args...)
 	a.cmd.Env = childEnv()
-	a.cmd.Stdout, a.cmd.Stderr = a.stdout, a.stderr
+	a.cmd.Stdout, a.cmd.Stderr = stdout, stderr
 	require.NoError(t, a.cmd.Start())
 	go func() {
 		a.exitErr = a.cmd.Wait()
 		close(a.done)
 	}()
+	t.Cleanup(func() { a.reap(t) })
 	c, err := api.NewClient("unix://" + socket)
 	require.NoError(t, err)
 	a.client = c
 	return a
+}
+
+// reap kills the agent if it still runs and waits for it to exit.
+func (a *agent) reap(t testing.TB) {
+	t.Helper()
+	if a.client != nil {
+		a.client.Close()
+	}
+	if a.exited() {
+		return
+	}
+	pid := a.cmd.Process.Pid
+	_ = a.cmd.Process.Kill()
+	select {
+	case <-a.done:
+	case <-time.After(stopTimeout):
+		t.Errorf("agent (pid %d) still runs %s after SIGKILL", pid, stopTimeout)
+		return
+	}
+	a.stopped = true
+	if !t.Failed() {
+		t.Errorf("agent (pid %d) was still running when the test ended; killed it (stop it in the test, or use startAgent)", pid)
+	}
 }
 
 func (a *agent) exited() bool {
@@ -166,18 +255,33 @@ func (a *agent) exited() bool {
 	}
 }
 
+// readyLine is how the ready line the agent prints begins.
+func (a *agent) readyLine() string { return "actorlb agent ready: API on unix://" + a.socket }
+
+// waitReady waits until the agent is ready and checks the contract of its
+// announcement both ways, whatever the interleaving: once the ready line
+// is on stdout, the first /v1/healthz call (no retry) answers 200; and a
+// /v1/healthz 200 never comes before the line (stdout is a file the agent
+// writes directly, so a line printed before the answer is there).
 func (a *agent) waitReady(t testing.TB) {
 	t.Helper()
+	line := a.readyLine()
 	deadline := time.Now().Add(readyTimeout)
-	for i := 0; time.Now().Before(deadline); i++ {
+	for time.Now().Before(deadline) {
 		if a.exited() {
 			t.Fatalf("agent exited before it was ready: %v\nstdout:\n%s\nstderr:\n%s", a.exitErr, a.stdout, a.stderr)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		printed := strings.Contains(a.stdout.String(), line)
+		ctx, cancel := context.WithTimeout(context.Background(), healthTimeout)
 		st, err := a.client.Health(ctx)
 		cancel()
+		if printed {
+			require.NoError(t, err, "/v1/healthz right after the ready line\nstderr:\n%s", a.stderr)
+			require.True(t, st.Ready, "/v1/healthz right after the ready line: %+v", st)
+			return
+		}
 		if err == nil && st.Ready {
-			require.Contains(t, a.stdout.String(), "actorlb agent ready: API on unix://"+a.socket)
+			require.Contains(t, a.stdout.String(), line, "/v1/healthz answered ready before the agent printed its ready line")
 			return
 		}
 		time.Sleep(readyPoll)
