@@ -37,16 +37,23 @@ func newHarness(t *testing.T) *harness {
 	t.Helper()
 	h := newIdleHarness(t)
 	h.step(Start{})
+	h.dumpEmptyMaps()
+	h.expect("alloc: restore services [] backends [] held []")
+	h.reply("alloc", done())
+	h.expectEvents("up")
+	return h
+}
+
+// dumpEmptyMaps expects the restore's dump requests and answers each
+// with an empty map.
+func (h *harness) dumpEmptyMaps() {
+	h.t.Helper()
 	h.expect("svc4: dump", "svc6: dump", "be4: dump", "be6: dump", "revnat: dump")
 	h.reply("svc4", dumpedServices())
 	h.reply("svc6", dumpedServices())
 	h.reply("be4", dumpedBackends())
 	h.reply("be6", dumpedBackends())
 	h.reply("revnat", func(r messages.Request) any { return &messages.RevNATDumped{ReqID: r.RequestID()} })
-	h.expect("alloc: restore services [] backends [] held []")
-	h.reply("alloc", done())
-	h.expectEvents("up")
-	return h
 }
 
 // newIdleHarness returns a core that has not started.

@@ -325,12 +325,7 @@ func TestScriptCallsWaitForRestore(t *testing.T) {
 	h := newIdleHarness(t)
 	h.step(Start{})
 	h.call(upsert(svc(t, "10.96.0.1:80", "10.0.1.1:8080")))
-	h.expect("svc4: dump", "svc6: dump", "be4: dump", "be6: dump", "revnat: dump")
-	h.reply("svc4", dumpedServices())
-	h.reply("svc6", dumpedServices())
-	h.reply("be4", dumpedBackends())
-	h.reply("be6", dumpedBackends())
-	h.reply("revnat", func(r messages.Request) any { return &messages.RevNATDumped{ReqID: r.RequestID()} })
+	h.dumpEmptyMaps()
 	h.expectEvents("up")
 	h.expect(
 		"alloc: restore services [] backends [] held []",
