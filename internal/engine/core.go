@@ -54,6 +54,7 @@ type Core struct {
 	reqs       pendingTable
 	inflight   int // ops begun and not complete
 	outbox     map[string][]*pendingReq
+	sending    []Outgoing // Ready's array, reused (valid until Advance)
 	answers    []Answer
 
 	// Stats.
@@ -192,9 +193,9 @@ func (c *Core) HasReady() bool {
 
 // Ready returns the requests in the outbox, per child: all those queued
 // while the inputs since the last Advance were stepped. Send them, then
-// call Advance.
+// call Advance (which may reuse the Ready's array).
 func (c *Core) Ready() Ready {
-	var rd Ready
+	rd := Ready{Requests: c.sending[:0]}
 	for _, child := range Children {
 		ps := c.outbox[child]
 		switch len(ps) {
@@ -210,11 +211,13 @@ func (c *Core) Ready() Ready {
 			rd.Requests = append(rd.Requests, Outgoing{child, &messages.Batch{Msgs: msgs}})
 		}
 	}
+	c.sending = rd.Requests
 	return rd
 }
 
 // Advance acknowledges the last Ready: its requests were sent.
 func (c *Core) Advance() {
+	clear(c.sending) // the messages are the children's now
 	for _, child := range Children {
 		ps := c.outbox[child]
 		if len(ps) == 0 {

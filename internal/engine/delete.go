@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/actorlb/actorlb/internal/table"
 	lb "github.com/actorlb/actorlb/loadbalancer"
@@ -59,16 +60,19 @@ func (p *deletePlan) start(c *Core, _ *op) []step {
 	if live == 0 {
 		return nil
 	}
-	return []step{
-		{name: StepDeleteService, send: p.deleteServices, retry: mapRetries},
-		{name: StepCommit, send: p.commit},
-		// One request, so that the references held are given back all at
-		// once (a restarted allocator counts o.beHolds).
-		{name: StepReleaseBackendIDs, send: p.releaseBackends},
-		{name: StepDeleteBackends, send: p.deleteFreed, retry: mapRetries},
-		{name: StepDeleteRevNAT, send: p.deleteRevNAT, retry: mapRetries},
-		{name: StepReleaseServiceID, send: p.releaseServiceIDs},
-	}
+	return deleteSteps
+}
+
+// deleteSteps are the steps of a delete op (see on).
+var deleteSteps = []step{
+	{name: StepDeleteService, send: on((*deletePlan).deleteServices), retry: mapRetries},
+	{name: StepCommit, send: on((*deletePlan).commit)},
+	// One request, so that the references held are given back all at
+	// once (a restarted allocator counts o.beHolds).
+	{name: StepReleaseBackendIDs, send: on((*deletePlan).releaseBackends)},
+	{name: StepDeleteBackends, send: on((*deletePlan).deleteFreed), retry: mapRetries},
+	{name: StepDeleteRevNAT, send: on((*deletePlan).deleteRevNAT), retry: mapRetries},
+	{name: StepReleaseServiceID, send: on((*deletePlan).releaseServiceIDs)},
 }
 
 // live yields the frontends that have a service to delete.
@@ -92,6 +96,11 @@ func (p *deletePlan) deleteServices(c *Core, o *op) {
 // commit drops the services from the table; until released, the op holds
 // their references.
 func (p *deletePlan) commit(c *Core, o *op) {
+	n := 0
+	for it := range p.live {
+		n += len(it.old.Spec.Backends)
+	}
+	o.beHolds = slices.Grow(o.beHolds, n)
 	for it := range p.live {
 		c.drop(it.old)
 		o.svcHolds = append(o.svcHolds, messages.AllocBinding{Key: it.fe, ID: uint64(it.old.ID()), Refs: 1})
@@ -103,7 +112,7 @@ func (p *deletePlan) commit(c *Core, o *op) {
 }
 
 func (p *deletePlan) releaseBackends(c *Core, o *op) {
-	var keys []lb.L3n4Addr
+	keys := make([]lb.L3n4Addr, 0, len(o.beHolds))
 	for it := range p.live {
 		for _, b := range it.old.Spec.Backends {
 			keys = append(keys, table.BackendKey(b))
@@ -130,9 +139,7 @@ func (p *deletePlan) releaseServiceIDs(c *Core, o *op) {
 	for it := range p.live {
 		fes = append(fes, it.fe)
 	}
-	c.request(o, ChildAllocator, 0, releasedServices, func(id uint64) messages.Request {
-		return &messages.AllocRelease{ReqID: id, Frontends: fes}
-	})
+	c.request(o, ChildAllocator, 0, releasedServices, &messages.AllocRelease{ReqID: c.reqID(), Frontends: fes})
 }
 
 // releasedServices folds the release of the service IDs.
@@ -147,8 +154,11 @@ func (p *deletePlan) rollback(*Core, *op) []step {
 	if p.committed {
 		return nil
 	}
-	return []step{{name: StepRollbackService, send: p.rewriteServices, retry: mapRetries}}
+	return deleteRollbackSteps
 }
+
+// deleteRollbackSteps are the steps of a rollback of a delete op (see on).
+var deleteRollbackSteps = []step{{name: StepRollbackService, send: on((*deletePlan).rewriteServices), retry: mapRetries}}
 
 func (p *deletePlan) rewriteServices(c *Core, o *op) {
 	var ws [2][]maps.ServiceEntry

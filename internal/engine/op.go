@@ -225,3 +225,10 @@ func (c *Core) abortAll(err error) {
 	c.queues = map[qkey]queue{}
 	c.outbox = nil
 }
+
+// on makes a step's send from a method of plan type P. Step tables are
+// package variables built with it once, so starting an op allocates no
+// step list and no bound method values.
+func on[P plan](f func(P, *Core, *op)) func(*Core, *op) {
+	return func(c *Core, o *op) { f(o.plan.(P), c, o) }
+}

@@ -57,7 +57,11 @@ func (q queue) all(yield func(*op) bool) {
 // opKeys are the queues of an op on fe writing backends bs (validated, so
 // without duplicates).
 func opKeys(fe lb.L3n4Addr, bs []lb.Backend) []qkey {
-	keys := make([]qkey, 0, 1+len(bs))
+	return appendOpKeys(make([]qkey, 0, 1+len(bs)), fe, bs)
+}
+
+// appendOpKeys appends the queue keys of fe and bs to keys.
+func appendOpKeys(keys []qkey, fe lb.L3n4Addr, bs []lb.Backend) []qkey {
 	keys = append(keys, feQueue(fe))
 	for _, b := range bs {
 		keys = append(keys, beQueue(table.BackendKey(b)))

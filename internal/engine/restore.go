@@ -31,17 +31,20 @@ func (c *Core) startRestore() {
 }
 
 func (p *restorePlan) start(*Core, *op) []step {
-	return []step{
-		{name: StepDumpMaps, send: p.dumpMaps},
-		{name: StepRebuild, send: p.rebuild},
-	}
+	return restoreSteps
+}
+
+// restoreSteps are the steps of a restore op (see on).
+var restoreSteps = []step{
+	{name: StepDumpMaps, send: on((*restorePlan).dumpMaps)},
+	{name: StepRebuild, send: on((*restorePlan).rebuild)},
 }
 
 // dumpMaps asks each map owner for its entries; item is the child's index
 // in dumpChildren.
 func (p *restorePlan) dumpMaps(c *Core, o *op) {
 	for i, child := range dumpChildren {
-		c.request(o, child, i, p.dumped, func(id uint64) messages.Request { return &messages.MapDump{ReqID: id} })
+		c.request(o, child, i, p.dumped, &messages.MapDump{ReqID: c.reqID()})
 	}
 }
 

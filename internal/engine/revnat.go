@@ -44,19 +44,20 @@ func (c *Core) revNATAdd(m *messages.RevNATAdd) {
 
 func (p *revNATAddPlan) start(c *Core, _ *op) []step {
 	_, p.known = c.standalone[p.id]
-	return []step{
-		{name: StepReserveID, send: p.reserve},
-		{name: StepWriteRevNAT, send: p.write},
-	}
+	return revNATAddSteps
+}
+
+// revNATAddSteps are the steps of a revNATAdd op (see on).
+var revNATAddSteps = []step{
+	{name: StepReserveID, send: on((*revNATAddPlan).reserve)},
+	{name: StepWriteRevNAT, send: on((*revNATAddPlan).write)},
 }
 
 func (p *revNATAddPlan) reserve(c *Core, o *op) {
 	if p.known {
 		return
 	}
-	c.request(o, ChildAllocator, 0, replyErr, func(id uint64) messages.Request {
-		return &messages.AllocReserve{ReqID: id, Key: p.addr, ID: p.id}
-	})
+	c.request(o, ChildAllocator, 0, replyErr, &messages.AllocReserve{ReqID: c.reqID(), Key: p.addr, ID: p.id})
 }
 
 func (p *revNATAddPlan) write(c *Core, o *op) {
@@ -96,10 +97,13 @@ func (c *Core) revNATDelete(sid lb.ServiceID, to *waiter) {
 }
 
 func (p *revNATDeletePlan) start(*Core, *op) []step {
-	return []step{
-		{name: StepDeleteRevNAT, send: p.delete, retry: mapRetries},
-		{name: StepReleaseID, send: p.release},
-	}
+	return revNATDeleteSteps
+}
+
+// revNATDeleteSteps are the steps of a revNATDelete op (see on).
+var revNATDeleteSteps = []step{
+	{name: StepDeleteRevNAT, send: on((*revNATDeletePlan).delete), retry: mapRetries},
+	{name: StepReleaseID, send: on((*revNATDeletePlan).release)},
 }
 
 func (p *revNATDeletePlan) delete(c *Core, o *op) {
@@ -111,9 +115,7 @@ func (p *revNATDeletePlan) delete(c *Core, o *op) {
 
 func (p *revNATDeletePlan) release(c *Core, o *op) {
 	delete(c.standalone, p.id)
-	c.request(o, ChildAllocator, 0, replyErr, func(id uint64) messages.Request {
-		return &messages.AllocDrop{ReqID: id, Key: p.addr}
-	})
+	c.request(o, ChildAllocator, 0, replyErr, &messages.AllocDrop{ReqID: c.reqID(), Key: p.addr})
 }
 
 func (p *revNATDeletePlan) rollback(*Core, *op) []step { return nil }

@@ -47,9 +47,7 @@ const (
 func (c *Core) applyServices(o *op, writes [2][]maps.ServiceEntry, deletes [2][]maps.ServiceKey) {
 	for f := range families {
 		if len(writes[f]) > 0 || len(deletes[f]) > 0 {
-			c.request(o, svcChild(families[f]), 0, replyErr, func(id uint64) messages.Request {
-				return &messages.ServiceApply{ReqID: id, Writes: writes[f], Deletes: deletes[f]}
-			})
+			c.request(o, svcChild(families[f]), 0, replyErr, &messages.ServiceApply{ReqID: c.reqID(), Writes: writes[f], Deletes: deletes[f]})
 		}
 	}
 }
@@ -58,9 +56,7 @@ func (c *Core) applyServices(o *op, writes [2][]maps.ServiceEntry, deletes [2][]
 func (c *Core) applyBackends(o *op, writes [2][]maps.BackendEntry, deletes [2][]uint32) {
 	for f := range families {
 		if len(writes[f]) > 0 || len(deletes[f]) > 0 {
-			c.request(o, beChild(families[f]), 0, replyErr, func(id uint64) messages.Request {
-				return &messages.BackendApply{ReqID: id, Writes: writes[f], Deletes: deletes[f]}
-			})
+			c.request(o, beChild(families[f]), 0, replyErr, &messages.BackendApply{ReqID: c.reqID(), Writes: writes[f], Deletes: deletes[f]})
 		}
 	}
 }
@@ -71,9 +67,7 @@ func (c *Core) applyRevNAT(o *op, writes []maps.RevNATEntry, deletes [2][]uint16
 	if len(writes) == 0 && len(deletes[0]) == 0 && len(deletes[1]) == 0 {
 		return
 	}
-	c.request(o, ChildRevNAT, 0, replyErr, func(id uint64) messages.Request {
-		return &messages.RevNATApply{ReqID: id, Writes: writes, Deletes4: deletes[0], Deletes6: deletes[1]}
-	})
+	c.request(o, ChildRevNAT, 0, replyErr, &messages.RevNATApply{ReqID: c.reqID(), Writes: writes, Deletes4: deletes[0], Deletes6: deletes[1]})
 }
 
 // slotKeys returns the service map keys of slots from..to of fe.
@@ -98,6 +92,11 @@ type releaser struct {
 	freed [2][]uint32 // freed backend IDs by family, to delete
 }
 
+// releasing is a plan with a releaser (embedded).
+type releasing interface{ releaserOf() *releaser }
+
+func (r *releaser) releaserOf() *releaser { return r }
+
 // markV6 adds the backend IDs of svc to v6 if svc is an IPv6 service.
 func (r *releaser) markV6(svc *table.Service) {
 	if svc == nil || svc.Family() != maps.IPv6 {
@@ -121,14 +120,13 @@ func (r *releaser) release(c *Core, o *op, keys, fes []lb.L3n4Addr) {
 	if len(fes) > 0 {
 		item = 1 // the reply also gives the op's service holds back
 	}
-	c.request(o, ChildAllocator, item, r.released, func(id uint64) messages.Request {
-		return &messages.AllocRelease{ReqID: id, Backends: keys, Frontends: fes}
-	})
+	c.request(o, ChildAllocator, item, releasedRefs, &messages.AllocRelease{ReqID: c.reqID(), Backends: keys, Frontends: fes})
 }
 
-// released folds an AllocReleased: the references it gave back are no
+// releasedRefs folds an AllocReleased: the references it gave back are no
 // longer the op's (item 1: its service IDs neither).
-func (r *releaser) released(o *op, item int, reply any) error {
+func releasedRefs(o *op, item int, reply any) error {
+	r := o.plan.(releasing).releaserOf()
 	rep := reply.(*messages.AllocReleased)
 	for _, b := range rep.FreedBackends {
 		f := 0
@@ -159,9 +157,7 @@ func (r *releaser) reuse(c *Core, o *op) {
 	for i, id := range o.freed {
 		ids[i] = lb.BackendID(id)
 	}
-	c.request(o, ChildAllocator, 0, unheld, func(id uint64) messages.Request {
-		return &messages.AllocUnhold{ReqID: id, BackendIDs: ids}
-	})
+	c.request(o, ChildAllocator, 0, unheld, &messages.AllocUnhold{ReqID: c.reqID(), BackendIDs: ids})
 }
 
 // unheld folds the reply to AllocUnhold: the op holds no freed ID.

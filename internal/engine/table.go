@@ -198,10 +198,13 @@ func (p *refreshPlan) start(c *Core, _ *op) []step {
 		return nil // deleted meanwhile
 	}
 	p.svc = c.services[id]
-	return []step{
-		{name: StepRefreshBackends, send: p.writeBackends, retry: mapRetries},
-		{name: StepRefreshService, send: p.writeService, retry: mapRetries},
-	}
+	return refreshSteps
+}
+
+// refreshSteps are the steps of a refresh op (see on).
+var refreshSteps = []step{
+	{name: StepRefreshBackends, send: on((*refreshPlan).writeBackends), retry: mapRetries},
+	{name: StepRefreshService, send: on((*refreshPlan).writeService), retry: mapRetries},
 }
 
 func (p *refreshPlan) writeBackends(c *Core, o *op) {

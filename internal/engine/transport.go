@@ -36,15 +36,19 @@ func replyErr(_ *op, _ int, r any) error {
 	return nil
 }
 
-// request queues a request of o's current step for child, built by
-// build(reqID); f folds its reply (for item).
-func (c *Core) request(o *op, child string, item int, f fold, build func(id uint64) messages.Request) uint64 {
-	id := c.reqs.reserve()
-	p := &pendingReq{op: o, child: child, msg: build(id), item: item, fold: f}
+// reqID reserves the ID of a request: build the request with it and pass
+// it to request at once.
+func (c *Core) reqID() uint64 { return c.reqs.reserve() }
+
+// request queues msg (its ID from reqID) for child, a request of o's
+// current step; f folds its reply (for item). Folds are plain functions,
+// not bound methods, so that a request allocates only itself.
+func (c *Core) request(o *op, child string, item int, f fold, msg messages.Request) {
+	id := msg.RequestID()
+	p := &pendingReq{op: o, child: child, msg: msg, item: item, fold: f}
 	o.pending++
 	c.reqs.set(id, p)
 	c.enqueue(p)
-	return id
 }
 
 // enqueue puts p in its child's outbox. Every request goes this way, first
@@ -219,15 +223,16 @@ func (c *Core) snapshotAllocator(failed func(c *Core, err error)) {
 }
 
 func (p *snapshotPlan) start(*Core, *op) []step {
-	return []step{{name: StepRestoreAllocator, send: p.send}}
+	return snapshotSteps
 }
 
+// snapshotSteps are the steps of a snapshot op (see on).
+var snapshotSteps = []step{{name: StepRestoreAllocator, send: on((*snapshotPlan).send)}}
+
 func (p *snapshotPlan) send(c *Core, o *op) {
-	id := c.request(o, ChildAllocator, 0, replyErr, func(id uint64) messages.Request {
-		p.msg.ReqID = id
-		return p.msg
-	})
-	c.snapshotFirst(id)
+	p.msg.ReqID = c.reqID()
+	c.request(o, ChildAllocator, 0, replyErr, p.msg)
+	c.snapshotFirst(p.msg.ReqID)
 }
 
 func (p *snapshotPlan) rollback(*Core, *op) []step { return nil }

@@ -24,6 +24,9 @@ import (
 type upsertPlan struct {
 	items     []upsertItem
 	committed bool
+	// new services and backend IDs asked of the allocator (to size the
+	// op's holds once)
+	asked, askedBackends int
 	releaser
 }
 
@@ -48,10 +51,14 @@ type upsertItem struct {
 
 func (c *Core) upsertOp(specs []*lb.Service, to *waiter, slots []int) *op {
 	p := &upsertPlan{items: make([]upsertItem, len(specs))}
-	o := &op{plan: p}
+	n := 0
+	for _, spec := range specs {
+		n += 1 + len(spec.Backends)
+	}
+	o := &op{plan: p, keys: make([]qkey, 0, n)}
 	for i, spec := range specs {
 		p.items[i] = upsertItem{spec: spec, to: to, slot: slots[i]}
-		o.keys = append(o.keys, opKeys(spec.Frontend.L3n4Addr, spec.Backends)...)
+		o.keys = appendOpKeys(o.keys, spec.Frontend.L3n4Addr, spec.Backends)
 	}
 	return o
 }
@@ -66,18 +73,21 @@ func (p *upsertPlan) start(c *Core, o *op) []step {
 	if live == 0 {
 		return nil
 	}
-	return []step{
-		{name: StepAcquire, send: p.acquireIDs},
-		// Everything is sent, changed or not: the map owners skip entries
-		// their map already holds, and an upsert (or Sync) of an unchanged
-		// service still repairs maps that drifted.
-		{name: StepWriteBackends, send: p.writeBackends, retry: mapRetries},
-		{name: StepWriteService, send: p.writeService, retry: mapRetries},
-		{name: StepCommit, send: p.commit},
-		{name: StepReleaseIDs, send: p.releaseRemoved},
-		{name: StepDeleteBackends, send: p.deleteFreed, retry: mapRetries},
-		{name: StepReuseBackendIDs, send: p.reuse},
-	}
+	return upsertSteps
+}
+
+// upsertSteps are the steps of an upsert op (see on).
+var upsertSteps = []step{
+	{name: StepAcquire, send: on((*upsertPlan).acquireIDs)},
+	// Everything is sent, changed or not: the map owners skip entries
+	// their map already holds, and an upsert (or Sync) of an unchanged
+	// service still repairs maps that drifted.
+	{name: StepWriteBackends, send: on((*upsertPlan).writeBackends), retry: mapRetries},
+	{name: StepWriteService, send: on((*upsertPlan).writeService), retry: mapRetries},
+	{name: StepCommit, send: on((*upsertPlan).commit)},
+	{name: StepReleaseIDs, send: on((*upsertPlan).releaseRemoved)},
+	{name: StepDeleteBackends, send: on((*upsertPlan).deleteFreed), retry: mapRetries},
+	{name: StepReuseBackendIDs, send: on((*upsertPlan).reuse)},
 }
 
 // planUpsert checks it against the table and plans it; the error (also
@@ -155,17 +165,20 @@ func (p *upsertPlan) acquireIDs(c *Core, o *op) {
 		if it.err != nil || it.svc == nil || it.acquired {
 			continue
 		}
-		c.request(o, ChildAllocator, i, p.acquiredIDs, func(id uint64) messages.Request {
-			return &messages.AllocAcquire{
-				ReqID: id, Service: it.old == nil, Frontend: it.svc.Frontend(), WantID: it.spec.Frontend.ID, Backends: it.acquire,
-			}
+		if it.old == nil {
+			p.asked++
+		}
+		p.askedBackends += len(it.acquire)
+		c.request(o, ChildAllocator, i, upsertAcquired, &messages.AllocAcquire{
+			ReqID: c.reqID(), Service: it.old == nil, Frontend: it.svc.Frontend(), WantID: it.spec.Frontend.ID, Backends: it.acquire,
 		})
 	}
 }
 
 // acquiredIDs folds the allocator's answer for item i. A refusal fails
 // that service alone: the allocator took nothing for it.
-func (p *upsertPlan) acquiredIDs(o *op, i int, reply any) error {
+func upsertAcquired(o *op, i int, reply any) error {
+	p := o.plan.(*upsertPlan)
 	it := &p.items[i]
 	rep := reply.(*messages.AllocAcquired)
 	if rep.Err != nil {
@@ -173,6 +186,10 @@ func (p *upsertPlan) acquiredIDs(o *op, i int, reply any) error {
 		return nil
 	}
 	it.acquired = true
+	if o.svcHolds == nil && o.beHolds == nil {
+		o.svcHolds = make([]messages.AllocBinding, 0, p.asked)
+		o.beHolds = make([]messages.AllocBinding, 0, p.askedBackends)
+	}
 	if it.old == nil {
 		it.svc.Spec.Frontend.ID = rep.ServiceID
 		o.svcHolds = append(o.svcHolds, messages.AllocBinding{Key: it.svc.Frontend(), ID: uint64(rep.ServiceID), Refs: 1})
@@ -245,14 +262,17 @@ func (p *upsertPlan) rollback(*Core, *op) []step {
 	if !some {
 		return nil // nothing was acquired, so nothing was written
 	}
-	return []step{
-		{name: StepRollbackBackends, send: p.rollbackBackends, retry: mapRetries},
-		{name: StepRollbackService, send: p.rollbackService, retry: mapRetries},
-		{name: StepRollbackRevNAT, send: p.rollbackRevNAT, retry: mapRetries},
-		{name: StepRollbackReleaseIDs, send: p.rollbackRelease},
-		{name: StepRollbackDeleteBEs, send: p.deleteFreed, retry: mapRetries},
-		{name: StepRollbackReuseIDs, send: p.reuse},
-	}
+	return upsertRollbackSteps
+}
+
+// upsertRollbackSteps are the steps of a rollback of an upsert op (see on).
+var upsertRollbackSteps = []step{
+	{name: StepRollbackBackends, send: on((*upsertPlan).rollbackBackends), retry: mapRetries},
+	{name: StepRollbackService, send: on((*upsertPlan).rollbackService), retry: mapRetries},
+	{name: StepRollbackRevNAT, send: on((*upsertPlan).rollbackRevNAT), retry: mapRetries},
+	{name: StepRollbackReleaseIDs, send: on((*upsertPlan).rollbackRelease)},
+	{name: StepRollbackDeleteBEs, send: on((*upsertPlan).deleteFreed), retry: mapRetries},
+	{name: StepRollbackReuseIDs, send: on((*upsertPlan).reuse)},
 }
 
 // undone yields the services the rollback undoes.
