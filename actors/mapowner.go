@@ -24,6 +24,7 @@ type mirrorOf[E, K any] interface {
 	index()
 	apply(writes []E, deletes []K) (written, deleted int, err error)
 	dump() []E
+	reconcile() messages.Drift
 }
 
 // flushMsg tells a map owner to write what it has buffered.
@@ -134,6 +135,9 @@ func (a *mapActor[E, K]) receive(ctx actor.Context, msg any) {
 		a.flush(ctx) // a dump sees every write queued before it
 		ctx.Respond(&messages.MapDumped[E]{ReqID: m.ReqID, Entries: a.mirror.dump()})
 		a.mirror.index() // after the answer: while the supervisor rebuilds
+	case *messages.MapReconcile:
+		a.flush(ctx) // the map must hold every write queued before it
+		ctx.Respond(&messages.MapReconciled{ReqID: m.ReqID, Maps: []messages.Drift{a.mirror.reconcile()}})
 	}
 }
 
@@ -197,6 +201,9 @@ func (a *revNATActor) receive(ctx actor.Context, msg any) {
 		ctx.Respond(&messages.RevNATDumped{ReqID: m.ReqID, V4: a.v4.dump(), V6: a.v6.dump()})
 		a.v4.index()
 		a.v6.index()
+	case *messages.MapReconcile:
+		a.flush(ctx)
+		ctx.Respond(&messages.MapReconciled{ReqID: m.ReqID, Maps: []messages.Drift{a.v4.reconcile(), a.v6.reconcile()}})
 	}
 }
 

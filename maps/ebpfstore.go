@@ -34,6 +34,8 @@ func (f flat[T]) MarshalBinary() ([]byte, error) {
 type ebpfStore[K rawKey, V rawValue] struct {
 	m       *ebpf.Map
 	mapName string
+	path    string     // where it is pinned
+	id      ebpf.MapID // the kernel's ID of m, to recognise its pin
 	// batch is false when the kernel refused the batch API (or the caller
 	// asked for per-element operations); then every call goes per element.
 	batch atomic.Bool
@@ -180,8 +182,8 @@ func openOrCreate(spec *ebpf.MapSpec, dir string, recreate bool) (*ebpf.Map, boo
 		}
 		m.Close()
 		if !recreate {
-			return nil, false, fmt.Errorf("%w: %s has %s (remove it with 'rm %s' or pass --recreate-maps / Recreate to replace it; its entries will be lost)",
-				ErrIncompatible, path, problem, path)
+			return nil, false, fmt.Errorf("%w: %s has %s (remove it with 'rm %s' or pass --recreate-maps / Recreate to replace it: %s)",
+				ErrIncompatible, path, problem, path, lossOf(spec.Name))
 		}
 		if err := os.Remove(path); err != nil {
 			return nil, false, fmt.Errorf("unpin %s: %w", path, err)

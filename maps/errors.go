@@ -16,6 +16,13 @@ var (
 	// size, value size or max entries than asked for, and Recreate is off.
 	ErrIncompatible = errors.New("pinned map incompatible")
 
+	// ErrVanished occurs when Open finds a family's service or backend map
+	// unpinned while the family's other maps still hold entries that refer
+	// to it (the pin was removed, or the root is wrong), and Recreate is
+	// off: opening would create it empty and the restore would drop the
+	// family's services or backends.
+	ErrVanished = errors.New("pinned map missing")
+
 	// ErrFamily occurs when an address of one IP family is written to a map
 	// of the other family.
 	ErrFamily = errors.New("address family mismatch")

@@ -31,6 +31,16 @@ type Map[E, KT any] interface {
 	// owner calls it (it knows the count from its copy of the entries);
 	// anyone may read it back with Entries.
 	SetEntries(n int)
+	// PinPath is where the map is pinned ("" for an in-memory map).
+	PinPath() string
+	// CheckPin reports whether the map's pin still names this map (by
+	// kernel map ID): PinMissing or PinReplaced when someone removed or
+	// replaced it under the running agent. PinNone for in-memory maps.
+	CheckPin() (PinState, error)
+	// Repin pins this map at its path again, atomically replacing
+	// whatever is there (another map pinned in its place is only
+	// unpinned, not changed).
+	Repin() error
 	// Close releases the file descriptor; the pin stays.
 	Close() error
 }

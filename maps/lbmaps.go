@@ -54,7 +54,9 @@ type Config struct {
 	// MaxEntries per family.
 	MaxEntries Sizes
 	// Recreate replaces pinned maps whose shape differs (their entries are
-	// lost) instead of refusing them.
+	// lost) instead of refusing them, and accepts a family whose service
+	// or backend map vanished while its other maps hold entries (see
+	// ErrVanished; the restore then drops what referred to it).
 	Recreate bool
 	// InMemory uses in-memory maps: no kernel, no privileges, nothing pinned.
 	InMemory bool
@@ -145,6 +147,11 @@ func Open(cfg Config) (_ *LBMaps, err error) {
 		if err := rlimit.RemoveMemlock(); err != nil {
 			return nil, fmt.Errorf("open maps: remove memlock limit: %w (run as root)", err)
 		}
+		if !cfg.Recreate {
+			if err := checkVanished(lb.Root); err != nil {
+				return nil, fmt.Errorf("open maps: %w", err)
+			}
+		}
 	}
 	defer func() {
 		if err != nil {
@@ -212,7 +219,12 @@ func newMap[E, KT any, K, V comparable](o *opener, name string, fam Family, max 
 		if created {
 			o.lb.Created = append(o.lb.Created, name)
 		}
-		es := &ebpfStore[K, V]{m: m, mapName: name}
+		id, err := mapID(m)
+		if err != nil {
+			m.Close()
+			return nil, fmt.Errorf("open %s: %w", name, err)
+		}
+		es := &ebpfStore[K, V]{m: m, mapName: name, path: filepath.Join(o.cfg.Root, name), id: id}
 		es.batch.Store(!o.cfg.NoBatch)
 		st = es
 	}

@@ -59,6 +59,10 @@ type store[K rawKey, V rawValue] interface {
 	dump(chunk func(keys []K, values []V), reset func()) error
 	lookup(key K) (V, bool, error)
 	close() error
+	// pinPath, checkPin and repin: see Map.PinPath, CheckPin, Repin.
+	pinPath() string
+	checkPin() (PinState, error)
+	repin() error
 }
 
 // memStore is the in-memory implementation: a hash map with the kernel

@@ -153,6 +153,39 @@ type Stats struct {
 	Reply chan<- StatsReply
 }
 
+// Reconcile asks the engine to compare every map with what its owner has
+// written (and its pin with the map) and to repair what differs.
+type Reconcile struct {
+	Reply chan<- ReconcileReply
+}
+
+// ReconcileReply answers Reconcile: one Drift per map, in the order of
+// maps.Names.
+type ReconcileReply struct {
+	Maps []Drift
+	Err  error
+}
+
+// Drift is what one map owner found different between its map and what it
+// wrote, and repaired: entries missing from the map, holding another
+// value, or there without having been written (extra), and the pin's
+// state before the repair (maps.PinMissing or PinReplaced: re-pinned).
+type Drift struct {
+	Map                     string
+	Pin                     maps.PinState
+	Missing, Changed, Extra int
+	Err                     error // the check or the repair failed (what was counted was repaired)
+}
+
+// Repairs is the number of entries and pins repaired.
+func (d Drift) Repairs() int {
+	n := d.Missing + d.Changed + d.Extra
+	if d.Pin == maps.PinMissing || d.Pin == maps.PinReplaced {
+		n++
+	}
+	return n
+}
+
 // StatsReply answers Stats.
 type StatsReply struct {
 	Services       int
@@ -259,6 +292,18 @@ type RevNATDumped struct {
 	ReqID  uint64
 	V4, V6 []maps.RevNATEntry
 	Err    error
+}
+
+// MapReconcile asks a map owner to compare its map(s) with what it wrote,
+// and its pin(s) with the map, and to repair the difference.
+type MapReconcile struct {
+	ReqID uint64
+}
+
+// MapReconciled answers MapReconcile: one Drift per map the owner holds.
+type MapReconciled struct {
+	ReqID uint64
+	Maps  []Drift
 }
 
 // ---- Supervisor -> allocator.
@@ -378,6 +423,15 @@ func (r DeleteBatchReply) Error() error {
 	return errors.Join(errs...)
 }
 
+// Error returns the reconcile's failure, if any.
+func (r ReconcileReply) Error() error { return r.Err }
+
+// Answer sends r (a ReconcileReply).
+func (m *Reconcile) Answer(r any) { m.Reply <- r.(ReconcileReply) }
+
+// Failed returns the reply failing the call with err.
+func (m *Reconcile) Failed(err error) any { return ReconcileReply{Err: err} }
+
 // Error returns nil: Stats always answers.
 func (r StatsReply) Error() error { return nil }
 
@@ -406,6 +460,12 @@ func (m *RevNATApply) RequestID() uint64 { return m.ReqID }
 
 // RequestID returns the ID the reply echoes.
 func (m *MapDump) RequestID() uint64 { return m.ReqID }
+
+// RequestID returns the ID the reply echoes.
+func (m *MapReconcile) RequestID() uint64 { return m.ReqID }
+
+// ReplyID returns the ID of the request answered.
+func (m *MapReconciled) ReplyID() uint64 { return m.ReqID }
 
 // RequestID returns the ID the reply echoes.
 func (m *AllocAcquire) RequestID() uint64 { return m.ReqID }

@@ -56,6 +56,8 @@ func (c *Core) handleCall(call messages.Call) {
 		c.answer(m, messages.ListReply{Services: c.list()})
 	case *messages.Sync:
 		c.sync(m)
+	case *messages.Reconcile:
+		c.reconcile(m)
 	case *messages.RevNATAdd:
 		c.revNATAdd(m)
 	case *messages.RevNATDelete:
@@ -224,12 +226,6 @@ func (c *Core) revNATs() []messages.RevNAT {
 }
 
 func (c *Core) stats() messages.StatsReply {
-	bes := map[lb.BackendID]bool{}
-	for _, svc := range c.services {
-		for _, id := range svc.BackendIDs {
-			bes[id] = true
-		}
-	}
 	steps := make(map[string]messages.StepTiming, len(c.steps))
 	for k, v := range c.steps {
 		steps[k] = *v
@@ -239,7 +235,7 @@ func (c *Core) stats() messages.StatsReply {
 		restarts[k] = v
 	}
 	return messages.StatsReply{
-		Services: len(c.services), Backends: len(bes), RevNAT: len(c.services) + len(c.standalone),
+		Services: len(c.services), Backends: c.users.Len(), RevNAT: len(c.services) + len(c.standalone),
 		ActorRestarts: restarts, Restore: c.restore, Ready: c.ready, OpsInFlight: c.inflight, RequestsResent: c.resent,
 		RequestsSent: c.requestsSent, ChildMessages: c.childMessages, Steps: steps,
 	}

@@ -230,6 +230,11 @@ func acquired(svcID lb.ServiceID, backendIDs ...lb.BackendID) func(messages.Requ
 	}
 }
 
+// drifted answers a MapReconcile with what the owner found.
+func drifted(ds ...messages.Drift) func(messages.Request) any {
+	return func(r messages.Request) any { return &messages.MapReconciled{ReqID: r.RequestID(), Maps: ds} }
+}
+
 func released(freed ...lb.BackendID) func(messages.Request) any {
 	return func(r messages.Request) any {
 		return &messages.AllocReleased{ReqID: r.RequestID(), FreedBackends: freed}
@@ -272,6 +277,8 @@ func printRequest(r messages.Request) string {
 		return s + del(m.Deletes6, func(id uint16) string { return fmt.Sprint(id) })
 	case *messages.MapDump:
 		return "dump"
+	case *messages.MapReconcile:
+		return "reconcile"
 	case *messages.AllocAcquire:
 		s := "acquire"
 		if m.Service {
@@ -339,6 +346,10 @@ func printAnswer(r any) string {
 		return "delete batch: " + list(r.Results, func(x messages.DeleteReply) string { return errOr(x.Err, fmt.Sprintf("id %d", x.ID)) })
 	case messages.SyncReply:
 		return "sync: " + errOr(r.Err, fmt.Sprintf("upserted %d deleted %d", r.Upserted, r.Deleted))
+	case messages.ReconcileReply:
+		return "reconcile: " + errOr(r.Err, list(r.Maps, func(d messages.Drift) string {
+			return fmt.Sprintf("%s pin %s missing %d changed %d extra %d", d.Map, d.Pin, d.Missing, d.Changed, d.Extra)
+		}))
 	case messages.RevNATReply:
 		return "revNAT: " + errOr(r.Err, fmt.Sprintf("%d entries", len(r.Entries)))
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	lb "github.com/actorlb/actorlb/loadbalancer"
+	"github.com/actorlb/actorlb/maps"
 	"github.com/actorlb/actorlb/messages"
 	"github.com/stretchr/testify/require"
 )
@@ -331,4 +332,44 @@ func TestScriptCallsWaitForRestore(t *testing.T) {
 		"alloc: restore services [] backends [] held []",
 		"alloc: acquire service 10.96.0.1:80/TCP backends [10.0.1.1:8080/TCP]",
 	)
+}
+
+// A reconcile asks every map owner at once, whatever ops are in flight
+// (each owner answers between its batches) and reports the maps in a
+// fixed order.
+func TestScriptReconcileAsksEveryOwnerAndCountsRepairs(t *testing.T) {
+	h := newHarness(t)
+	h.call(upsert(svc(t, "10.96.0.1:80", "10.0.1.1:8080")))
+	h.expect("alloc: acquire service 10.96.0.1:80/TCP backends [10.0.1.1:8080/TCP]")
+	h.call(&messages.Reconcile{Reply: make(chan messages.ReconcileReply, 1)})
+	h.expect("svc4: reconcile", "svc6: reconcile", "be4: reconcile", "be6: reconcile", "revnat: reconcile")
+	h.reply("revnat", drifted(messages.Drift{Map: "lb4_reverse_nat", Pin: maps.PinOK}, messages.Drift{Map: "lb6_reverse_nat", Pin: maps.PinOK}))
+	h.reply("be6", drifted(messages.Drift{Map: "lb6_backends", Pin: maps.PinOK}))
+	h.reply("be4", drifted(messages.Drift{Map: "lb4_backends", Pin: maps.PinOK, Missing: 1}))
+	h.reply("svc6", drifted(messages.Drift{Map: "lb6_services", Pin: maps.PinOK}))
+	h.expectAnswers()
+	h.reply("svc4", drifted(messages.Drift{Map: "lb4_services", Pin: maps.PinMissing, Extra: 2}))
+	h.expectAnswers("reconcile: [" +
+		"lb4_services pin missing missing 0 changed 0 extra 2 " +
+		"lb4_backends pin ok missing 1 changed 0 extra 0 " +
+		"lb4_reverse_nat pin ok missing 0 changed 0 extra 0 " +
+		"lb6_services pin ok missing 0 changed 0 extra 0 " +
+		"lb6_backends pin ok missing 0 changed 0 extra 0 " +
+		"lb6_reverse_nat pin ok missing 0 changed 0 extra 0]")
+
+	// The upsert went on meanwhile.
+	h.reply("alloc", acquired(1, 1))
+	h.expect("be4: write [1=10.0.1.1:8080]", "revnat: write [1=10.96.0.1:80]")
+}
+
+// An owner that could not repair fails the reconcile, naming its map.
+func TestScriptReconcileFailsNamingTheMapThatCouldNotBeRepaired(t *testing.T) {
+	h := newHarness(t)
+	h.call(&messages.Reconcile{Reply: make(chan messages.ReconcileReply, 1)})
+	h.expect("svc4: reconcile", "svc6: reconcile", "be4: reconcile", "be6: reconcile", "revnat: reconcile")
+	h.reply("svc4", drifted(messages.Drift{Map: "lb4_services", Pin: maps.PinOK, Missing: 3, Err: errBusy}))
+	for _, c := range []string{"svc6", "be4", "be6", "revnat"} {
+		h.reply(c, drifted())
+	}
+	h.expectAnswers("reconcile: error: reconcile maps: lb4_services: device or resource busy")
 }

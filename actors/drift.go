@@ -1,0 +1,84 @@
+package actors
+
+import (
+	"fmt"
+
+	"github.com/actorlb/actorlb/maps"
+	"github.com/actorlb/actorlb/messages"
+)
+
+// diffEntries compares what a map holds (got) with what its owner wrote
+// (want) and returns the writes and deletes that make the map equal again,
+// with what they repair counted in d. Writes come in want's order; a key
+// the dump repeats counts once.
+func diffEntries[E, K comparable](got, want []E, key func(E) K) (writes []E, deletes []K, d messages.Drift) {
+	held := make(map[K]E, len(got))
+	for _, e := range got {
+		held[key(e)] = e
+	}
+	for _, e := range want {
+		k := key(e)
+		cur, ok := held[k]
+		switch {
+		case !ok:
+			d.Missing++
+			writes = append(writes, e)
+		case cur != e:
+			d.Changed++
+			writes = append(writes, e)
+		}
+		delete(held, k)
+	}
+	for k := range held {
+		d.Extra++
+		deletes = append(deletes, k)
+	}
+	return writes, deletes, d
+}
+
+// reconcileMap checks m's pin (re-pinning it if it was removed or
+// replaced) and makes m hold exactly want, writes first, then deletes
+// (make-before-break: a service slot never points at a backend that is
+// written after it). The mirror is not changed: it is what was written,
+// the map is what drifted.
+func reconcileMap[E, K comparable](m maps.Map[E, K], want []E, key func(E) K) messages.Drift {
+	d := messages.Drift{Map: m.Name()}
+	st, err := m.CheckPin()
+	if err != nil {
+		d.Err = err
+		return d
+	}
+	d.Pin = st
+	if st == maps.PinMissing || st == maps.PinReplaced {
+		if err := m.Repin(); err != nil {
+			d.Err = fmt.Errorf("pin %s: %w", st, err)
+		}
+	}
+	got, err := m.Dump()
+	if err != nil {
+		d.Err = err
+		return d
+	}
+	ws, ds, n := diffEntries(got, want, key)
+	d.Missing, d.Changed, d.Extra = n.Missing, n.Changed, n.Extra
+	if err := m.Update(ws); err != nil {
+		d.Err = err
+		return d
+	}
+	if err := m.Delete(ds); err != nil {
+		d.Err = err
+	}
+	return d
+}
+
+// reconcile is reconcileMap for the mirror's map.
+func (o *mirror[E, K, V]) reconcile() messages.Drift {
+	o.index()
+	return reconcileMap(o.m, o.dump(), func(e E) K { k, _ := o.split(e); return k })
+}
+
+// reconcile is reconcileMap for the service mirror's map.
+func (o *svcMirror) reconcile() messages.Drift {
+	o.index()
+	return reconcileMap(o.m, o.dump(), func(e maps.ServiceEntry) maps.ServiceKey { return e.Key })
+}

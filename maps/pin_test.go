@@ -1,0 +1,113 @@
+package maps
+
+import (
+	"net/netip"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/actorlb/actorlb/internal/testutil"
+	"github.com/cilium/ebpf"
+	"github.com/stretchr/testify/require"
+)
+
+func TestPinRemovedUnderAnOpenMapIsSeenAndRepinned(t *testing.T) {
+	lb := openTest(t, Config{})
+	m := lb.Backend4
+	st, err := m.CheckPin()
+	require.NoError(t, err)
+	require.Equal(t, PinOK, st)
+
+	require.NoError(t, os.Remove(m.PinPath()))
+	st, err = m.CheckPin()
+	require.NoError(t, err)
+	require.Equal(t, PinMissing, st)
+
+	require.NoError(t, m.Repin())
+	st, err = m.CheckPin()
+	require.NoError(t, err)
+	require.Equal(t, PinOK, st)
+	// The pin is the map itself: what is written shows through it.
+	require.NoError(t, m.Update([]BackendEntry{backendEntry(7, "10.0.0.7")}))
+	pinned, err := ebpf.LoadPinnedMap(m.PinPath(), nil)
+	require.NoError(t, err)
+	defer pinned.Close()
+	var v [12]byte
+	require.NoError(t, pinned.Lookup(uint32(7), &v))
+}
+
+func backendEntry(id uint32, addr string) BackendEntry {
+	return BackendEntry{ID: id, Value: BackendValue{Address: netip.MustParseAddr(addr), Port: 80, Proto: 6}}
+}
+
+func TestPinReplacedUnderAnOpenMapIsSeenAndRepinned(t *testing.T) {
+	lb := openTest(t, Config{})
+	m := lb.Service4
+	path := m.PinPath()
+	impostor, err := ebpf.NewMap(&ebpf.MapSpec{Name: Service4Name, Type: ebpf.Hash, KeySize: 12, ValueSize: 12, MaxEntries: 16})
+	require.NoError(t, err)
+	defer impostor.Close()
+	require.NoError(t, os.Remove(path))
+	require.NoError(t, impostor.Pin(path))
+
+	st, err := m.CheckPin()
+	require.NoError(t, err)
+	require.Equal(t, PinReplaced, st)
+
+	require.NoError(t, m.Repin())
+	st, err = m.CheckPin()
+	require.NoError(t, err)
+	require.Equal(t, PinOK, st)
+	_, err = os.Stat(path + "_repin")
+	require.ErrorIs(t, err, os.ErrNotExist, "no temporary pin left behind")
+}
+
+func TestInMemoryMapsHaveNoPin(t *testing.T) {
+	lb := openTest(t, Config{InMemory: true})
+	st, err := lb.Service4.CheckPin()
+	require.NoError(t, err)
+	require.Equal(t, PinNone, st)
+	require.Empty(t, lb.Service4.PinPath())
+}
+
+func TestOpenRefusesAServiceMapThatVanishedWhileItsBackendsRemain(t *testing.T) {
+	root := testutil.PinDir(t)
+	lb := openTest(t, Config{Root: root})
+	require.NoError(t, lb.Backend4.Update([]BackendEntry{backendEntry(1, "10.0.0.1")}))
+	require.NoError(t, lb.Close())
+	require.NoError(t, os.Remove(filepath.Join(root, Service4Name)))
+
+	_, err := Open(Config{Root: root})
+	require.ErrorIs(t, err, ErrVanished)
+	require.ErrorContains(t, err, "open maps: pinned map missing: lb4_services is not pinned under "+root+" while lb4_backends still hold entries that refer to it; starting would make it empty and every IPv4 service is lost")
+	require.ErrorContains(t, err, "to accept the loss, pass --recreate-maps")
+	_, err = os.Stat(filepath.Join(root, Service4Name))
+	require.ErrorIs(t, err, os.ErrNotExist, "a refused open creates nothing")
+
+	// Accepting the loss opens, with the service map created empty.
+	lb = openTest(t, Config{Root: root, Recreate: true})
+	require.Equal(t, []string{Service4Name}, lb.Created)
+}
+
+func TestOpenRefusesABackendMapThatVanishedWhileServicesRemain(t *testing.T) {
+	root := testutil.PinDir(t)
+	lb := openTest(t, Config{Root: root})
+	require.NoError(t, lb.Service6.Update([]ServiceEntry{svcEntry("2001:db8::1", 80, 0, 0, 1)}))
+	require.NoError(t, lb.Close())
+	require.NoError(t, os.Remove(filepath.Join(root, Backend6Name)))
+
+	_, err := Open(Config{Root: root})
+	require.ErrorIs(t, err, ErrVanished)
+	require.ErrorContains(t, err, "lb6_backends is not pinned under "+root+" while lb6_services still hold entries")
+	require.ErrorContains(t, err, "every IPv6 backend is lost")
+}
+
+func TestOpenAcceptsAVanishedMapWhenNothingReferredToIt(t *testing.T) {
+	root := testutil.PinDir(t)
+	lb := openTest(t, Config{Root: root})
+	require.NoError(t, lb.Close())
+	require.NoError(t, os.Remove(filepath.Join(root, Service4Name)))
+	require.NoError(t, os.Remove(filepath.Join(root, RevNAT6Name))) // revNAT is rebuilt from services
+	lb = openTest(t, Config{Root: root})
+	require.ElementsMatch(t, []string{Service4Name, RevNAT6Name}, lb.Created)
+}
