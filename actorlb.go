@@ -1,6 +1,7 @@
 package actorlb
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -28,6 +29,10 @@ var (
 	ErrRevNATNotFound   = engine.ErrRevNATNotFound
 	ErrRevNATOwned      = engine.ErrRevNATOwned
 	ErrMapFull          = maps.ErrMapFull
+	// ErrMapVanished occurs at New when a family's service or backend map
+	// is no longer pinned while the family's other maps hold entries that
+	// refer to it (RecreateMaps accepts the loss).
+	ErrMapVanished = maps.ErrVanished
 	// ErrEngineRestarted occurs when the engine restarted while a call was
 	// in flight more often than the call is sent again (5 times).
 	ErrEngineRestarted = engine.ErrEngineRestarted
@@ -37,6 +42,10 @@ var (
 
 // DefaultCallTimeout bounds a call whose context has no deadline.
 const DefaultCallTimeout = 30 * time.Second
+
+// DefaultReconcileInterval is how often the maps are reconciled unless
+// Config.ReconcileInterval says otherwise.
+const DefaultReconcileInterval = 30 * time.Second
 
 // Config configures an Engine. The zero value is usable: pinned maps under
 // /sys/fs/bpf/actorlb with 65536 entries each, restored at start.
@@ -55,6 +64,10 @@ type Config struct {
 	Logger *logrus.Logger
 	// CallTimeout bounds calls whose context has no deadline.
 	CallTimeout time.Duration
+	// ReconcileInterval is how often every map is compared with what the
+	// engine wrote (and its pin with the map) and repaired
+	// (DefaultReconcileInterval if 0; negative: only on demand, Reconcile).
+	ReconcileInterval time.Duration
 
 	// hooks are the test knobs (map faults, actor middleware): set here by
 	// this package's tests, through enginetest.With by the module's others.
@@ -85,6 +98,15 @@ type Engine struct {
 	stopped chan struct{}
 	close   sync.Once
 	closed  chan struct{}
+	loops   sync.WaitGroup // the reconcile loop
+
+	// driftMu guards the reconcile totals, kept here so that they survive
+	// restarts of the supervisor.
+	driftMu    sync.Mutex
+	drift      map[string]map[string]uint64 // repairs by map, then kind
+	reconciles uint64
+	lastAt     time.Time
+	lastErr    error
 }
 
 // New opens the maps, starts the actors and waits until the state is
@@ -132,6 +154,10 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	if _, err := e.gate.wait(ctx); err != nil {
 		e.Close()
 		return nil, fmt.Errorf("new engine: %w", err)
+	}
+	if every := cmp.Or(cfg.ReconcileInterval, DefaultReconcileInterval); every > 0 {
+		e.loops.Add(1)
+		go e.reconcileEvery(every)
 	}
 	return e, nil
 }
@@ -183,6 +209,7 @@ func (e *Engine) Close() error {
 	var err error
 	e.close.Do(func() {
 		close(e.closed)
+		e.loops.Wait()
 		e.sys.Root.Poison(e.keeper)
 		select {
 		case <-e.stopped:
@@ -471,7 +498,14 @@ type MapStats struct {
 	// keys deleted.
 	Updated uint64
 	Deleted uint64
+	// Pin is what the map's pin names now: "ok", "missing" or "replaced"
+	// (removed or replaced under the engine: the next reconcile re-pins
+	// it), "unpinned" for in-memory maps.
+	Pin string
 }
+
+// PinOK reports whether the map's pin names the map (or it has none).
+func (m MapStats) PinOK() bool { return m.Pin == "ok" || m.Pin == "unpinned" }
 
 // Fill is Entries divided by MaxEntries (0 for a map without capacity).
 func (m MapStats) Fill() float64 {
@@ -529,6 +563,16 @@ type Stats struct {
 	Steps map[string]StepTiming
 	// Maps are the figures of the six maps, in the order of maps.Names.
 	Maps []MapStats
+	// DriftRepairs counts what reconciles repaired since the engine was
+	// created, by map name, then kind ("missing", "changed", "extra",
+	// "pin").
+	DriftRepairs map[string]map[string]uint64
+	// Reconciles counts the reconciles that ended (failed ones too);
+	// LastReconcile is when the last one ended (zero before one),
+	// LastReconcileError its failure.
+	Reconciles         uint64
+	LastReconcile      time.Time
+	LastReconcileError error
 }
 
 // MapWrites is the total of entries written and deleted in every map.
@@ -554,10 +598,31 @@ func (e *Engine) Stats(ctx context.Context) (Stats, error) {
 		MaxEntries() int
 		Entries() int
 		Counters() maps.Counters
+		CheckPin() (maps.PinState, error)
 	}{e.maps.Service4, e.maps.Backend4, e.maps.RevNAT4, e.maps.Service6, e.maps.Backend6, e.maps.RevNAT6} {
 		c := m.Counters()
-		st.Maps = append(st.Maps, MapStats{Name: m.Name(), MaxEntries: m.MaxEntries(), Entries: m.Entries(), Updated: c.Updated, Deleted: c.Deleted})
+		ms := MapStats{Name: m.Name(), MaxEntries: m.MaxEntries(), Entries: m.Entries(), Updated: c.Updated, Deleted: c.Deleted}
+		// Microseconds (the pin is opened and its map ID compared): a pin
+		// removed or replaced under the agent shows at once, not at the
+		// next reconcile.
+		pin, err := m.CheckPin()
+		ms.Pin = pin.String()
+		if err != nil {
+			ms.Pin = "error: " + err.Error()
+		}
+		st.Maps = append(st.Maps, ms)
 	}
+	e.driftMu.Lock()
+	st.DriftRepairs = make(map[string]map[string]uint64, len(e.drift))
+	for m, kinds := range e.drift {
+		cp := make(map[string]uint64, len(kinds))
+		for k, n := range kinds {
+			cp[k] = n
+		}
+		st.DriftRepairs[m] = cp
+	}
+	st.Reconciles, st.LastReconcile, st.LastReconcileError = e.reconciles, e.lastAt, e.lastErr
+	e.driftMu.Unlock()
 	return st, nil
 }
 

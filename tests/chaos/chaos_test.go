@@ -144,7 +144,7 @@ func TestChaos(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute+time.Duration(cfg.ops)*20*time.Millisecond)
 	defer cancel()
-	e, m, err := newEngine(ctx, actorlb.Config{BPFRoot: root, Logger: log, CallTimeout: 20 * time.Second}, enginetest.Hooks{
+	e, m, err := newEngine(ctx, actorlb.Config{BPFRoot: root, Logger: log, CallTimeout: 20 * time.Second, ReconcileInterval: 50 * time.Millisecond}, enginetest.Hooks{
 		Fault:                faults(seed, cfg.faultRate, &faultCount),
 		ChildMiddleware:      []actor.ReceiverMiddleware{plan.middleware()},
 		SupervisorMiddleware: []actor.ReceiverMiddleware{plan.middleware()},
@@ -240,8 +240,19 @@ func TestChaos(t *testing.T) {
 	d, err := verify.Dump(m)
 	require.NoError(t, err)
 	require.Empty(t, verify.Check(d), "invariants 1-4 (what actorlb bpf lb verify checks)")
+	// Nobody but the engine wrote the maps: the reconciles that ran all
+	// along (with kills and faults) must have found nothing to repair, and
+	// one now finds every map equal to what its owner wrote.
+	ds, err := e.Reconcile(ctx)
+	require.NoError(t, err)
+	for _, d := range ds {
+		require.Zero(t, d.Repairs(), "reconcile after chaos: %+v", d)
+	}
 	st, err := e.Stats(ctx)
 	require.NoError(t, err)
+	require.Empty(t, st.DriftRepairs, "reconciles during chaos repaired what nobody tampered with")
+	require.Greater(t, st.Reconciles, uint64(1))
+	t.Logf("chaos: %d reconciles (last error: %v)", st.Reconciles, st.LastReconcileError)
 	t.Logf("chaos: %d ops, %d kills (%d stops, %d panics fired), %d map faults, %d op errors, %d reader walks, restarts %v, resent %d",
 		opCount.Load(), kills.Load(), stops.Load(), plan.fired.Load(), faultCount.Load(), errCount.Load(), reader.walks.Load(), st.ActorRestarts, st.RequestsResent)
 	require.Positive(t, plan.fired.Load()+stops.Load())
