@@ -8,7 +8,9 @@
 // through UpsertBatch, then again with one Upsert each while the latency
 // probes run: upsert-latency), memory-10k-x10 (heap retained by the
 // single-call engine), restore-10k-x10 (three warm restarts on its maps,
-// against a raw and a typed dump, with the phases of each restore) and
+// against a raw and a typed dump, with the phases of each restore),
+// reconcile-10k-x10 (one drift check of the restored maps after each
+// restart, nothing to repair: wall and CPU time, against the raw dump) and
 // insert-50k-x1 (50,000 single-backend services inserted and deleted, in
 // batches and one call each).
 //

@@ -121,7 +121,7 @@ func run(out string, bulkN, insertN, callers, batch int) error {
 	var bulkCPUs []time.Duration
 	for round := range 3 {
 		dir := fmt.Sprintf("%s/bulk-%d", root, round)
-		e, err := actorlb.New(ctx, actorlb.Config{BPFRoot: dir, MaxEntries: sizes, Logger: log})
+		e, err := actorlb.New(ctx, actorlb.Config{BPFRoot: dir, MaxEntries: sizes, Logger: log, ReconcileInterval: noReconcile})
 		if err != nil {
 			return err
 		}
@@ -150,7 +150,7 @@ func run(out string, bulkN, insertN, callers, batch int) error {
 	// running alongside; the memory, restore and step figures come from
 	// this engine.
 	engRoot := root + "/engine"
-	e, err := actorlb.New(ctx, actorlb.Config{BPFRoot: engRoot, MaxEntries: sizes, Logger: log})
+	e, err := actorlb.New(ctx, actorlb.Config{BPFRoot: engRoot, MaxEntries: sizes, Logger: log, ReconcileInterval: noReconcile})
 	if err != nil {
 		return err
 	}
@@ -236,6 +236,8 @@ func run(out string, bulkN, insertN, callers, batch int) error {
 	// the medians are reported (one restart and one dump vary by ±20% on a
 	// small VM).
 	var readies, dumps, typed []time.Duration
+	var recWall, recCPU []time.Duration
+	recRepairs := 0
 	restoreSteps := map[string][]time.Duration{}
 	var writes float64
 	var restored int
@@ -251,7 +253,7 @@ func run(out string, bulkN, insertN, callers, batch int) error {
 		}
 		typed = append(typed, typedTime)
 		start = time.Now()
-		e, err = actorlb.New(ctx, actorlb.Config{BPFRoot: engRoot, MaxEntries: sizes, Logger: log})
+		e, err = actorlb.New(ctx, actorlb.Config{BPFRoot: engRoot, MaxEntries: sizes, Logger: log, ReconcileInterval: noReconcile})
 		if err != nil {
 			return err
 		}
@@ -259,6 +261,17 @@ func run(out string, bulkN, insertN, callers, batch int) error {
 		st, err := e.Stats(ctx)
 		if err != nil {
 			return err
+		}
+		// One reconcile of the restored maps (nothing to repair): what the
+		// periodic drift check costs at this size.
+		cpu0, t0 := cpuTime(), time.Now()
+		ds, err := e.Reconcile(ctx)
+		if err != nil {
+			return err
+		}
+		recWall, recCPU = append(recWall, time.Since(t0)), append(recCPU, cpuTime()-cpu0)
+		for _, d := range ds {
+			recRepairs += d.Repairs()
 		}
 		if err := e.Close(); err != nil {
 			return err
@@ -284,6 +297,10 @@ func run(out string, bulkN, insertN, callers, batch int) error {
 			res.add("restore-10k-x10", step.metric, float64(median(ts).Microseconds())/1000, "ms")
 		}
 	}
+	res.add("reconcile-10k-x10", "ms", float64(median(recWall).Microseconds())/1000, "ms")
+	res.add("reconcile-10k-x10", "cpu_ms", float64(median(recCPU).Microseconds())/1000, "ms")
+	res.add("reconcile-10k-x10", "ratio_to_batch_dump", median(recWall).Seconds()/dumpTime.Seconds(), "x")
+	res.add("reconcile-10k-x10", "repairs", float64(recRepairs), "entries")
 	res.add("restore-10k-x10", "map_writes", writes, "entries")
 	res.add("restore-10k-x10", "services", float64(restored), "count")
 	if err := maps.Remove(engRoot); err != nil {
@@ -404,7 +421,7 @@ func retainedV6(ctx context.Context, dir string, sizes maps.Sizes, n, callers in
 			s.Backends[i].Addr = netip.AddrFrom16([16]byte{0: 0xfd, 1: 0x01, 12: a[0], 13: a[1], 14: a[2], 15: a[3]})
 		}
 	}
-	e, err := actorlb.New(ctx, actorlb.Config{BPFRoot: dir, MaxEntries: sizes, Logger: log})
+	e, err := actorlb.New(ctx, actorlb.Config{BPFRoot: dir, MaxEntries: sizes, Logger: log, ReconcileInterval: noReconcile})
 	if err != nil {
 		return 0, err
 	}
@@ -687,7 +704,7 @@ func insertDelete(res *results, root string, sizes maps.Sizes, n, callers, batch
 	}
 	chunks := chunk(svcs, batch)
 	fresh := func(dir string) (*actorlb.Engine, func() error, error) {
-		e, err := actorlb.New(ctx, actorlb.Config{BPFRoot: dir, MaxEntries: sizes, Logger: log})
+		e, err := actorlb.New(ctx, actorlb.Config{BPFRoot: dir, MaxEntries: sizes, Logger: log, ReconcileInterval: noReconcile})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -778,6 +795,10 @@ func retainedPer(before uint64, n int) float64 {
 }
 
 // median returns the median of ds.
+// noReconcile keeps the periodic reconcile out of the scenarios' figures
+// (its cost is measured alone: reconcile-10k-x10).
+const noReconcile = -1
+
 func median(ds []time.Duration) time.Duration {
 	ds = slices.Clone(ds)
 	slices.Sort(ds)
