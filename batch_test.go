@@ -257,3 +257,35 @@ func TestUpsertBatchSameFrontendTwice(t *testing.T) {
 	require.Len(t, list, 2)
 	checkInvariants(t, e)
 }
+
+// A batch that does not fit the service map creates the services that
+// fit and fails only the rest, each with a full-map error naming the map
+// and the flag to raise it; nothing of a failed service is left behind.
+func TestUpsertBatchIntoANearlyFullMapCreatesWhatFits(t *testing.T) {
+	e := newEngine(t, "", Config{MaxEntries: maps.Sizes{Services: 15}})
+	ctx := ctxT(t)
+	var svcs []*lb.Service
+	for i := range 10 {
+		svcs = append(svcs, mustService(t, fmt.Sprintf("10.96.0.%d:80", i+1), fmt.Sprintf("10.0.1.%d:8080", i+1)))
+	}
+	rs, err := e.UpsertBatch(ctx, svcs)
+	require.NoError(t, err)
+	created := 0
+	for _, r := range rs {
+		if r.Err == nil {
+			created++
+			continue
+		}
+		require.ErrorIs(t, r.Err, ErrMapFull)
+		require.ErrorContains(t, r.Err, "update lb4_services: map full")
+		require.ErrorContains(t, r.Err, "raise its size, agent --map-max")
+	}
+	require.Equal(t, 7, created, "2 entries per service in a map of 15") // master + one slot each
+	list, err := e.List(ctx)
+	require.NoError(t, err)
+	require.Len(t, list, created)
+	d := dumpMaps(t, e)
+	require.Len(t, d.Services4, 2*created)
+	require.Len(t, d.Backends4, created, "no backend of a failed service is left")
+	require.Len(t, d.RevNAT4, created)
+}

@@ -164,7 +164,7 @@ func (s *ebpfStore[K, V]) lookup(key K) (V, bool, error) {
 // mapError turns kernel errors into the package's sentinels.
 func mapError(err error, done, total int) error {
 	if errors.Is(err, unix.E2BIG) {
-		return fmt.Errorf("%w after %d of %d entries: %v", ErrMapFull, done, total, err)
+		return fmt.Errorf("%w after %d of %d entries", ErrMapFull, done, total) // the kernel's E2BIG says "key too big for map"
 	}
 	return fmt.Errorf("after %d of %d entries: %w", done, total, err)
 }

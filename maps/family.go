@@ -1,6 +1,7 @@
 package maps
 
 import (
+	"errors"
 	"fmt"
 	"sync/atomic"
 )
@@ -110,6 +111,10 @@ func (m *typedMap[E, KT, K, V]) Update(entries []E) error {
 	// and a concurrent reader comparing counters must not miss a write.
 	m.updated.Add(uint64(len(entries)))
 	if err := m.st.update(keys, values); err != nil {
+		if errors.Is(err, ErrMapFull) {
+			return fmt.Errorf("update %s: %w (all its %d entries are in use: raise its size, agent --map-max, library Config.MaxEntries)",
+				m.Name(), err, m.st.maxEntries())
+		}
 		return fmt.Errorf("update %s: %w", m.Name(), err)
 	}
 	return nil

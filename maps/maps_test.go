@@ -154,7 +154,7 @@ func TestMapFull(t *testing.T) {
 			}
 			err := lb.Backend4.Update(es)
 			require.ErrorIs(t, err, ErrMapFull)
-			require.ErrorContains(t, err, "update lb4_backends: map full after 4 of 6 entries")
+			require.EqualError(t, err, "update lb4_backends: map full after 4 of 6 entries (all its 4 entries are in use: raise its size, agent --map-max, library Config.MaxEntries)")
 			got, err := lb.Backend4.Dump()
 			require.NoError(t, err)
 			require.Equal(t, es[:4], sortBackends(got), "the entries before the full condition are written")

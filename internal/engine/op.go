@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/actorlb/actorlb/maps"
@@ -182,8 +183,45 @@ func (c *Core) complete(o *op) {
 		err = fmt.Errorf("%w; rollback failed: %v", err, o.rbErr)
 		c.log.WithError(o.rbErr).Warn("rollback failed; the maps stay half-applied until the next restore repairs them")
 	}
+	if sp, ok := o.plan.(splitter); ok && o.err != nil && o.rbErr == nil {
+		if subs := sp.split(c, o.err); len(subs) > 0 {
+			c.handOver(o, subs)
+			return
+		}
+	}
 	o.plan.finish(c, o, err)
 	c.dequeue(o)
+}
+
+// splitter is a plan of several independent items that, having failed
+// and rolled back cleanly, may be run again as one op per item (so that
+// one item does not fail the others: a full map takes those that fit).
+type splitter interface {
+	// split answers the items that failed alone and returns one op per
+	// item left, or none (then the op finishes as it is).
+	split(c *Core, err error) []*op
+}
+
+// handOver replaces o, which heads its queues, by subs: each takes o's
+// place at the head of its own queues (the items of a split op share no
+// queue), so nothing queued behind o overtakes them, and begins. Queues of
+// o that no sub takes move on as if o had completed.
+func (c *Core) handOver(o *op, subs []*op) {
+	taken := map[qkey]bool{}
+	for _, s := range subs {
+		for _, k := range s.keys {
+			q := c.queues[k]
+			q.head = s
+			c.queues[k] = q
+			taken[k] = true
+		}
+	}
+	o.keys = slices.DeleteFunc(o.keys, func(k qkey) bool { return taken[k] })
+	c.dequeue(o)
+	for _, s := range subs {
+		s.since = c.now()
+		c.begin(s)
+	}
 }
 
 // timeStep adds the time since t to the step's figures and returns now.

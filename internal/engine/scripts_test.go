@@ -373,3 +373,73 @@ func TestScriptReconcileFailsNamingTheMapThatCouldNotBeRepaired(t *testing.T) {
 	}
 	h.expectAnswers("reconcile: error: reconcile maps: lb4_services: device or resource busy")
 }
+
+// A batch that fills a map rolls back as a whole, then runs again one op
+// per service in the places the batch held in its queues: those that fit
+// are created, only the rest fail (issue 13: a full map failed the whole
+// run although most services fitted). A delete queued behind the batch
+// waits for the service it deletes.
+func TestScriptBatchThatFillsAMapCreatesWhatFits(t *testing.T) {
+	h := newHarness(t)
+	a, b := svc(t, "10.96.0.1:80", "10.0.1.1:8080"), svc(t, "10.96.0.2:80", "10.0.1.2:8080")
+	h.call(&messages.UpsertBatch{Services: []*lb.Service{a, b}, Reply: make(chan messages.UpsertBatchReply, 1)})
+	h.expect(
+		"alloc: acquire service 10.96.0.1:80/TCP backends [10.0.1.1:8080/TCP]",
+		"alloc: acquire service 10.96.0.2:80/TCP backends [10.0.1.2:8080/TCP]",
+	)
+	h.call(deleteFE(t, "10.96.0.1:80"))
+	h.expect() // queued behind the batch
+	h.reply("alloc", acquired(1, 1))
+	h.reply("alloc", acquired(2, 2))
+	h.expect("be4: write [1=10.0.1.1:8080 2=10.0.1.2:8080]", "revnat: write [1=10.96.0.1:80 2=10.96.0.2:80]")
+	h.reply("be4", ok())
+	h.reply("revnat", ok())
+	h.expect("svc4: write [10.96.0.1:80/TCP#1 10.96.0.1:80/TCP#0 10.96.0.2:80/TCP#1 10.96.0.2:80/TCP#0]")
+	h.reply("svc4", fail(maps.ErrMapFull)) // not transient: no retry
+	// The rollback of the whole batch.
+	h.expect("svc4: write [] delete [10.96.0.1:80/TCP#0 10.96.0.1:80/TCP#1 10.96.0.2:80/TCP#0 10.96.0.2:80/TCP#1]")
+	h.reply("svc4", ok())
+	h.expect("revnat: write [] delete [1 2]")
+	h.reply("revnat", ok())
+	h.expect("alloc: release backends [10.0.1.1:8080/TCP 10.0.1.2:8080/TCP] services [10.96.0.1:80/TCP 10.96.0.2:80/TCP]")
+	h.reply("alloc", released(1, 2))
+	h.expect("be4: write [] delete [1 2]")
+	h.reply("be4", ok())
+	h.expect("alloc: unhold [1 2]")
+	h.reply("alloc", done())
+	h.expectAnswers()
+	// Then one op per service, at once.
+	h.expect(
+		"alloc: acquire service 10.96.0.1:80/TCP backends [10.0.1.1:8080/TCP]",
+		"alloc: acquire service 10.96.0.2:80/TCP backends [10.0.1.2:8080/TCP]",
+	)
+	h.reply("alloc", acquired(1, 1))
+	h.reply("alloc", acquired(2, 2))
+	h.expect("be4: write [1=10.0.1.1:8080]", "be4: write [2=10.0.1.2:8080]",
+		"revnat: write [1=10.96.0.1:80]", "revnat: write [2=10.96.0.2:80]")
+	h.reply("be4", ok())
+	h.reply("be4", ok())
+	h.reply("revnat", ok())
+	h.reply("revnat", ok())
+	h.expect("svc4: write [10.96.0.1:80/TCP#1 10.96.0.1:80/TCP#0]", "svc4: write [10.96.0.2:80/TCP#1 10.96.0.2:80/TCP#0]")
+	h.reply("svc4", ok())
+	h.reply("svc4", fail(maps.ErrMapFull))
+	h.expectAnswers()
+	// The first is created; the delete queued behind the batch now runs
+	// on it, and the second rolls back alone.
+	h.expect("svc4: write [] delete [10.96.0.1:80/TCP#0 10.96.0.1:80/TCP#1]",
+		"svc4: write [] delete [10.96.0.2:80/TCP#0 10.96.0.2:80/TCP#1]")
+	h.reply("svc4", ok())
+	h.reply("svc4", ok())
+	h.expect("alloc: release backends [10.0.1.1:8080/TCP] services []", "revnat: write [] delete [2]")
+	h.reply("revnat", ok())
+	h.expect("alloc: release backends [10.0.1.2:8080/TCP] services [10.96.0.2:80/TCP]")
+	h.reply("alloc", released(1))
+	h.reply("alloc", released(2))
+	h.expect("be4: write [] delete [1]", "be4: write [] delete [2]")
+	h.reply("be4", ok())
+	h.reply("be4", ok())
+	h.expect("alloc: unhold [2]", "revnat: write [] delete [1]")
+	h.reply("alloc", done())
+	h.expectAnswers("upsert batch: [id 1 created true error: upsert service 10.96.0.2:80/TCP: write service: map full]")
+}

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 
@@ -337,21 +338,49 @@ func (p *upsertPlan) rollbackRelease(c *Core, o *op) {
 	p.release(c, o, keys, fes)
 }
 
+// split runs the services of a batch op that a full map failed as one op
+// each: those that fit are applied, only the rest fail. (The rollback has
+// undone the whole batch; the table is as before it.)
+func (p *upsertPlan) split(c *Core, err error) []*op {
+	if !errors.Is(err, maps.ErrMapFull) {
+		return nil
+	}
+	var subs []*op
+	for i := range p.items {
+		if it := &p.items[i]; it.err == nil && it.svc != nil {
+			subs = append(subs, c.upsertOp([]*lb.Service{it.spec}, it.to, []int{it.slot}))
+		}
+	}
+	if len(subs) < 2 {
+		return nil
+	}
+	for i := range p.items { // those that failed alone are answered now
+		if it := &p.items[i]; it.err != nil || it.svc == nil {
+			p.answer(c, it, nil)
+		}
+	}
+	return subs
+}
+
 func (p *upsertPlan) finish(c *Core, _ *op, err error) {
 	for i := range p.items {
-		it := &p.items[i]
-		e := err // the op's (or, aborted while queued, every service's)
-		if it.err != nil {
-			e = it.err // this service's alone
-		}
-		r := messages.UpsertReply{}
-		if e != nil {
-			r.Err = fmt.Errorf("upsert service %s: %w", it.spec.Frontend.L3n4Addr, e)
-		} else {
-			r.ID, r.Created = it.svc.ID(), it.old == nil
-		}
-		c.upserted(it.to, it.slot, r)
+		p.answer(c, &p.items[i], err)
 	}
+}
+
+// answer answers one service: err is the op's (or, aborted while queued,
+// every service's); the service's own failure comes first.
+func (p *upsertPlan) answer(c *Core, it *upsertItem, err error) {
+	if it.err != nil {
+		err = it.err
+	}
+	r := messages.UpsertReply{}
+	if err != nil {
+		r.Err = fmt.Errorf("upsert service %s: %w", it.spec.Frontend.L3n4Addr, err)
+	} else {
+		r.ID, r.Created = it.svc.ID(), it.old == nil
+	}
+	c.upserted(it.to, it.slot, r)
 }
 
 // checkWantedID checks that the service ID want (0: any) is not taken by
