@@ -21,7 +21,6 @@ import (
 
 func bpfFlags(fs *pflag.FlagSet) {
 	fs.String("bpf-root", maps.DefaultRoot, "bpffs directory the agent pins the maps in")
-	outputFlag(fs)
 }
 
 func (e *env) dumpPinned() (string, table.Dump, error) {

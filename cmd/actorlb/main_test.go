@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -127,5 +128,25 @@ func TestRunExitCodes(t *testing.T) {
 	require.Equal(t, 1, run([]string{"status", "-H", "unix:///nonexistent/actorlb.sock"}, &out, &errOut))
 	require.True(t, strings.HasPrefix(errOut.String(), "actorlb: health: agent unreachable"), errOut.String())
 	var ue *usageError
-	require.True(t, errors.As(dispatch([]string{"bpf", "lb", "list", "-o", "xml", "--bpf-root", "/nonexistent"}, &out, &errOut), &ue))
+	require.True(t, errors.As(dispatch([]string{"bpf", "lb", "list", "-o", "xml", "--bpf-root", "/nonexistent"}, &out, &errOut, nil), &ue))
+}
+
+// TestDocsAreCurrent: docs/cli is what `make docs` generates now.
+func TestDocsAreCurrent(t *testing.T) {
+	t.Setenv("ACTORLB_HOST", "")
+	t.Setenv("ACTORLB_BPF_ROOT", "")
+	dir := t.TempDir()
+	require.NoError(t, genDocs(newRoot(io.Discard, io.Discard, nil), dir))
+	want, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	got, err := os.ReadDir("../../docs/cli")
+	require.NoError(t, err, "run 'make docs'")
+	require.Equal(t, len(want), len(got), "run 'make docs'")
+	for _, f := range want {
+		w, err := os.ReadFile(filepath.Join(dir, f.Name()))
+		require.NoError(t, err)
+		g, err := os.ReadFile(filepath.Join("../../docs/cli", f.Name()))
+		require.NoError(t, err, "run 'make docs'")
+		require.Equal(t, string(w), string(g), "%s is stale: run 'make docs'", f.Name())
+	}
 }

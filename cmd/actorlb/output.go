@@ -17,18 +17,15 @@ const (
 	outJSON  = "json"
 )
 
-// outputFlag adds -o/--output.
-func outputFlag(fs *pflag.FlagSet) {
-	fs.StringP("output", "o", outTable, "output format: table (for people) or json (for scripts)")
-}
-
-// hostFlag adds -H/--host; ACTORLB_HOST overrides the default.
-func hostFlag(fs *pflag.FlagSet) {
+// globalFlags adds the flags every command takes, before or after its
+// name: -H/--host (ACTORLB_HOST overrides the default) and -o/--output.
+func globalFlags(fs *pflag.FlagSet) {
 	def := api.DefaultHost
 	if h := os.Getenv("ACTORLB_HOST"); h != "" {
 		def = h
 	}
 	fs.StringP("host", "H", def, "agent API: unix:///PATH of its socket or http://127.0.0.1:PORT (env ACTORLB_HOST)")
+	fs.StringP("output", "o", outTable, "output format: table (for people) or json (for scripts)")
 }
 
 // output returns the -o value, checked.
@@ -49,6 +46,9 @@ func (e *env) client() (*api.Client, error) {
 	}
 	return c, nil
 }
+
+// write prints v in the data format out (json).
+func (e *env) write(_ string, v any) error { return writeJSON(e.stdout, v) }
 
 func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)

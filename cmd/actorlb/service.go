@@ -17,11 +17,6 @@ import (
 	"github.com/spf13/pflag"
 )
 
-func clientFlags(fs *pflag.FlagSet) {
-	hostFlag(fs)
-	outputFlag(fs)
-}
-
 func serviceListCommand() *command {
 	return &command{
 		use:   "service list [flags]",
@@ -32,7 +27,6 @@ maintenance). Needs a running agent (see -H).`,
 		examples: `  actorlb service list
   actorlb service list -o json | jq '.[].spec.id'
   actorlb service list -H http://127.0.0.1:8080`,
-		flags: clientFlags,
 		run: func(ctx context.Context, e *env, args []string) error {
 			if err := wantArgs("service list", args, 0, "no arguments"); err != nil {
 				return err
@@ -66,7 +60,6 @@ func serviceGetCommand() *command {
 backends in slot order. Exits 1 if there is no such service.`,
 		examples: `  actorlb service get 1
   actorlb service get 1 -o json`,
-		flags: clientFlags,
 		run: func(ctx context.Context, e *env, args []string) error {
 			if err := wantArgs("service get", args, 1, "one service ID"); err != nil {
 				return err
@@ -188,7 +181,6 @@ Nothing is changed when the agent refuses the request.`,
 			fs.StringSlice("weights", nil, "backend weights 0..65535, one per backend (default 100 each)")
 			fs.StringSlice("states", nil, "backend states active, terminating, quarantined or maintenance, one per backend (default active)")
 			fs.String("type", "ClusterIP", "service type: ClusterIP, NodePort, ExternalIPs, LoadBalancer, HostPort or LocalRedirect")
-			clientFlags(fs)
 		},
 		run: runServiceUpdate,
 	}
@@ -309,7 +301,6 @@ there is no service with ID.`,
   actorlb service delete --all`,
 		flags: func(fs *pflag.FlagSet) {
 			fs.Bool("all", false, "delete every service")
-			clientFlags(fs)
 		},
 		run: func(ctx context.Context, e *env, args []string) error {
 			all, _ := e.fs.GetBool("all")
@@ -386,7 +377,6 @@ standard input.`,
          "backend-addresses": [{"ip": "10.0.1.5", "port": 8080}]}]' | actorlb service apply -f -`,
 		flags: func(fs *pflag.FlagSet) {
 			fs.StringP("file", "f", "", "JSON array of service specs to apply (- for standard input)")
-			clientFlags(fs)
 		},
 		run: func(ctx context.Context, e *env, args []string) error {
 			if err := wantArgs("service apply", args, 0, "no arguments (the services come from --file)"); err != nil {

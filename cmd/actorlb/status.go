@@ -23,7 +23,6 @@ how often each actor restarted. Exits 1 if the agent is not ready or cannot
 be reached.`,
 		examples: `  actorlb status
   actorlb status -o json | jq '.maps'`,
-		flags: clientFlags,
 		run: func(ctx context.Context, e *env, args []string) error {
 			if err := wantArgs("status", args, 0, "no arguments"); err != nil {
 				return err
