@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -399,9 +398,11 @@ standard input.`,
 			if err != nil {
 				return fmt.Errorf("service apply: read %s: %w", file, err)
 			}
+			// As strict as the API: a misspelled field is an error, not a
+			// service created without what it meant.
 			var specs []api.ServiceSpec
-			if err := json.Unmarshal(data, &specs); err != nil {
-				return &usageError{fmt.Errorf("service apply: %s: want a JSON array of service specs: %w", file, err)}
+			if err := api.DecodeStrict(data, &specs); err != nil {
+				return &usageError{fmt.Errorf("service apply: %s: want a JSON array of service specs: %w (nothing was applied)", file, err)}
 			}
 			c, err := e.client()
 			if err != nil {
