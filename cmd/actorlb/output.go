@@ -67,3 +67,9 @@ func plural(n int, one, many string) string {
 	}
 	return fmt.Sprintf("%d %s", n, many)
 }
+
+// isData says whether out is a data format (not a table).
+func isData(out string) bool { return out == outJSON }
+
+// flagError is err (from the API) as is, for now.
+func flagError(err error) error { return err }

@@ -162,7 +162,7 @@ func TestCLI(t *testing.T) {
 // commands lists every command path of the binary.
 var commands = [][]string{
 	{"agent"}, {"service", "list"}, {"service", "get"}, {"service", "update"}, {"service", "apply"}, {"service", "delete"},
-	{"bpf", "lb", "list"}, {"bpf", "lb", "revnat", "list"}, {"bpf", "lb", "verify"}, {"status"}, {"version"},
+	{"backend", "list"}, {"backend", "set-state"}, {"bpf", "lb", "list"}, {"bpf", "lb", "revnat", "list"}, {"bpf", "lb", "verify"}, {"status"}, {"version"},
 }
 
 // TestCLIApply: many services from one file, one line each; a failed one
