@@ -214,3 +214,100 @@ func (c *Client) Health(ctx context.Context) (*Status, error) {
 	}
 	return &out, err
 }
+
+// DefaultChunkBytes bounds the body of one request of the chunked batch
+// calls: half the server's default limit, so that a chunk fits with room.
+const DefaultChunkBytes = DefaultMaxBodyBytes / 2
+
+// chunked sends items (each already JSON) as JSON arrays of at most
+// maxBytes in order, through send; a chunk the agent refuses as too large
+// (413: its limit is lower) is split in two and sent again. progress, if
+// not nil, is told how many items are done after each chunk.
+func chunked(ctx context.Context, items []json.RawMessage, maxBytes int, send func(ctx context.Context, body json.RawMessage, n int) ([]BatchResult, error), progress func(done int)) ([]BatchResult, error) {
+	if maxBytes <= 0 {
+		maxBytes = DefaultChunkBytes
+	}
+	out := make([]BatchResult, 0, len(items))
+	var sendChunk func(part []json.RawMessage) error
+	sendChunk = func(part []json.RawMessage) error {
+		var body bytes.Buffer
+		body.WriteByte('[')
+		for i, it := range part {
+			if i > 0 {
+				body.WriteByte(',')
+			}
+			body.Write(it)
+		}
+		body.WriteByte(']')
+		rs, err := send(ctx, body.Bytes(), len(part))
+		var se *StatusError
+		if errors.As(err, &se) && se.Code == http.StatusRequestEntityTooLarge && len(part) > 1 {
+			if err := sendChunk(part[:len(part)/2]); err != nil {
+				return err
+			}
+			return sendChunk(part[len(part)/2:])
+		}
+		if err != nil {
+			return err
+		}
+		if len(rs) != len(part) {
+			return fmt.Errorf("agent answered %d results for %d items", len(rs), len(part))
+		}
+		out = append(out, rs...)
+		if progress != nil {
+			progress(len(out))
+		}
+		return nil
+	}
+	start, size := 0, 2
+	for i, it := range items {
+		if i > start && size+len(it)+1 > maxBytes {
+			if err := sendChunk(items[start:i]); err != nil {
+				return out, err
+			}
+			start, size = i, 2
+		}
+		size += len(it) + 1
+	}
+	if start < len(items) {
+		if err := sendChunk(items[start:]); err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+// PutServicesChunked is PutServices for any number of services: they go
+// in requests of at most maxBytes (DefaultChunkBytes if 0), in order, each
+// a batch of its own. progress, if not nil, is told how many are done.
+// On an error the results so far are returned with it.
+func (c *Client) PutServicesChunked(ctx context.Context, specs []ServiceSpec, maxBytes int, progress func(done int)) ([]BatchResult, error) {
+	items := make([]json.RawMessage, len(specs))
+	for i := range specs {
+		b, err := json.Marshal(&specs[i])
+		if err != nil {
+			return nil, fmt.Errorf("put %d services: encode: %w", len(specs), err)
+		}
+		items[i] = b
+	}
+	return chunked(ctx, items, maxBytes, func(ctx context.Context, body json.RawMessage, n int) ([]BatchResult, error) {
+		var out []BatchResult
+		_, err := c.do(ctx, fmt.Sprintf("put %d services", n), http.MethodPut, "/v1/services", body, &out)
+		return out, err
+	}, progress)
+}
+
+// DeleteServices deletes the services with ids with one call per
+// maxBytes of IDs (DefaultChunkBytes if 0: one call up to some 90000
+// IDs); the results say, in order, what each got (200 deleted, 404 none).
+func (c *Client) DeleteServices(ctx context.Context, ids []lb.ServiceID, maxBytes int, progress func(done int)) ([]BatchResult, error) {
+	items := make([]json.RawMessage, len(ids))
+	for i, id := range ids {
+		items[i] = json.RawMessage(strconv.Itoa(int(id)))
+	}
+	return chunked(ctx, items, maxBytes, func(ctx context.Context, body json.RawMessage, n int) ([]BatchResult, error) {
+		var out []BatchResult
+		_, err := c.do(ctx, fmt.Sprintf("delete %d services", n), http.MethodDelete, "/v1/services", body, &out)
+		return out, err
+	}, progress)
+}

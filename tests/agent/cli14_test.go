@@ -2,8 +2,10 @@ package agent_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/actorlb/actorlb/api"
@@ -103,4 +105,86 @@ func TestUpdateIsNotDestructive(t *testing.T) {
 	out = requireOK(t, a.cli(t, "service", "update", "--id", "2", "--backends", ""))
 	require.Equal(t, "Updated service 2: 10.96.0.11:80/TCP with 0 backends\n", out)
 	require.Empty(t, get("2").Spec.BackendAddresses)
+}
+
+// TestApplyPrune: --prune --dry-run prints the diff and changes nothing;
+// --prune makes the agent's services the file's.
+func TestApplyPrune(t *testing.T) {
+	a := startAgent(t, "")
+	for _, id := range []string{"1", "2", "3"} {
+		requireOK(t, a.cli(t, "service", "update", "--id", id, "--frontend", "10.96.0."+id+":80", "--backends", "10.0.1.5:8080"))
+	}
+	file := writeFile(t, "s.json", `[
+		{"id": 1, "frontend-address": {"ip": "10.96.0.1", "port": 80}, "backend-addresses": [{"ip": "10.0.1.5", "port": 8080}]},
+		{"id": 2, "frontend-address": {"ip": "10.96.0.2", "port": 80}, "backend-addresses": [{"ip": "10.0.1.6", "port": 8080}]},
+		{"id": 4, "frontend-address": {"ip": "10.96.0.4", "port": 80}}
+	]`)
+	out := requireOK(t, a.cli(t, "service", "apply", "-f", file, "--prune", "--dry-run"))
+	require.Equal(t, `ID   RESULT
+1    unchanged
+2    updated
+4    created
+3    deleted
+Dry run: 1 to create, 1 to update, 1 unchanged, 1 to delete; nothing was changed
+`, out)
+	list, err := a.client.ListServices(ctxT(t))
+	require.NoError(t, err)
+	require.Len(t, list, 3, "dry run: nothing changed")
+
+	out = requireOK(t, a.cli(t, "service", "apply", "-f", file, "--prune"))
+	require.Equal(t, "ID   RESULT\n1    unchanged\n2    updated\n4    created\n3    deleted\n", out)
+	list, err = a.client.ListServices(ctxT(t))
+	require.NoError(t, err)
+	var ids []int64
+	for _, s := range list {
+		ids = append(ids, s.Spec.ID)
+	}
+	require.Equal(t, []int64{1, 2, 4}, ids)
+	out = requireOK(t, a.cli(t, "service", "apply", "-f", file, "--prune"))
+	require.Equal(t, "ID   RESULT\n1    unchanged\n2    unchanged\n4    unchanged\n", out, "applied again: nothing to do")
+}
+
+// TestApplyAtScale: 7000 services, far over the agent's 1 MiB body limit,
+// go in chunks; plain progress lines off a terminal; delete --all is one
+// batch call.
+func TestApplyAtScale(t *testing.T) {
+	a := startAgent(t, "")
+	const n = 7000
+	var specs []api.ServiceSpec
+	for i := 1; i <= n; i++ {
+		specs = append(specs, api.ServiceSpec{ID: int64(i),
+			FrontendAddress:  &api.FrontendAddress{IP: fmt.Sprintf("10.%d.%d.%d", 96+i>>16, i>>8&255, i&255), Port: 80},
+			BackendAddresses: []api.BackendAddress{{IP: fmt.Sprintf("10.1.%d.%d", i>>8&255, i&255), Port: 8080}}})
+	}
+	body, err := json.MarshalIndent(specs, "", "  ")
+	require.NoError(t, err)
+	require.Greater(t, len(body), api.DefaultMaxBodyBytes, "the file is over the agent's body limit")
+	file := writeFile(t, "big.json", string(body))
+
+	r := a.cli(t, "service", "apply", "-f", file, "-o", "json")
+	require.Equal(t, 0, r.code, r.stderr)
+	var rows []struct {
+		ID     int64  `json:"id"`
+		Result string `json:"result"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &rows))
+	require.Len(t, rows, n)
+	for _, row := range rows {
+		require.Equal(t, "created", row.Result, "service %d", row.ID)
+	}
+	require.Contains(t, r.stderr, fmt.Sprintf("service apply: %d of %d services\n", n, n), "plain progress lines off a terminal")
+	require.GreaterOrEqual(t, strings.Count(r.stderr, "\n"), 2, "one line per chunk:\n%s", r.stderr)
+	list, err := a.client.ListServices(ctxT(t))
+	require.NoError(t, err)
+	require.Len(t, list, n)
+
+	out := requireOK(t, a.cli(t, "service", "apply", "-f", file, "-o", "json"))
+	require.NotContains(t, out, `"created"`)
+	require.NotContains(t, out, `"updated"`)
+
+	r = a.cli(t, "service", "delete", "--all")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Equal(t, fmt.Sprintf("Deleted %d services\n", n), r.stdout)
+	require.Equal(t, fmt.Sprintf("service delete: %d of %d services\n", n, n), r.stderr, "one batch call")
+	require.Equal(t, "OK: 0 services, 0 backends, 0 revNAT entries; invariants 1-4 hold\n", requireOK(t, a.bpf(t, "verify")))
 }

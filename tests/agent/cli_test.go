@@ -183,9 +183,13 @@ func TestCLIApply(t *testing.T) {
 	require.Contains(t, r.stderr, "service apply: 1 of 3 services failed")
 	r = a.cli(t, "service", "apply", "-f", file, "-o", "json")
 	require.Equal(t, 1, r.code, r.stderr)
-	var results []api.BatchResult
+	var results []struct {
+		Result string `json:"result"`
+		Code   int    `json:"code"`
+	}
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &results))
-	require.Equal(t, []int{200, api.StatusInvalidBackend, 200}, []int{results[0].Code, results[1].Code, results[2].Code}, "applied again: updates")
+	require.Equal(t, []int{0, api.StatusInvalidBackend, 0}, []int{results[0].Code, results[1].Code, results[2].Code}, "applied again: only the failed one is sent")
+	require.Equal(t, []string{"unchanged", "failed", "unchanged"}, []string{results[0].Result, results[1].Result, results[2].Result})
 	list, err := a.client.ListServices(ctxT(t))
 	require.NoError(t, err)
 	require.Len(t, list, 2)
