@@ -151,4 +151,3 @@ func printServices(w io.Writer, svcs []*api.Service) error {
 	}
 	return tw.Flush()
 }
-
