@@ -5,16 +5,20 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/actorlb/actorlb/api"
 	"github.com/spf13/pflag"
+	"sigs.k8s.io/yaml"
 )
 
-// Output formats of -o.
+// Output formats of -o (case-insensitive).
 const (
 	outTable = "table"
+	outWide  = "wide"
 	outJSON  = "json"
+	outYAML  = "yaml"
 )
 
 // globalFlags adds the flags every command takes, before or after its
@@ -25,16 +29,17 @@ func globalFlags(fs *pflag.FlagSet) {
 		def = h
 	}
 	fs.StringP("host", "H", def, "agent API: unix:///PATH of its socket or http://127.0.0.1:PORT (env ACTORLB_HOST)")
-	fs.StringP("output", "o", outTable, "output format: table (for people) or json (for scripts)")
+	fs.StringP("output", "o", outTable, "output format: table or wide (for people), json or yaml (for scripts); case-insensitive")
 }
 
 // output returns the -o value, checked.
 func (e *env) output() (string, error) {
 	o, _ := e.fs.GetString("output")
-	if o != outTable && o != outJSON {
-		return "", &usageError{fmt.Errorf("invalid --output %q: want table or json", o)}
+	switch l := strings.ToLower(o); l {
+	case outTable, outWide, outJSON, outYAML:
+		return l, nil
 	}
-	return o, nil
+	return "", &usageError{fmt.Errorf("invalid --output %q: want table, wide, json or yaml", o)}
 }
 
 // client returns a client for -H.
@@ -47,8 +52,19 @@ func (e *env) client() (*api.Client, error) {
 	return c, nil
 }
 
-// write prints v in the data format out (json).
-func (e *env) write(_ string, v any) error { return writeJSON(e.stdout, v) }
+// write prints v in the data format out: json, or yaml (the same fields,
+// converted from the JSON).
+func (e *env) write(out string, v any) error {
+	if out != outYAML {
+		return writeJSON(e.stdout, v)
+	}
+	b, err := yaml.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode yaml: %w", err)
+	}
+	_, err = e.stdout.Write(b)
+	return err
+}
 
 func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
@@ -69,7 +85,7 @@ func plural(n int, one, many string) string {
 }
 
 // isData says whether out is a data format (not a table).
-func isData(out string) bool { return out == outJSON }
+func isData(out string) bool { return out == outJSON || out == outYAML }
 
 // flagError is err (from the API) as is, for now.
 func flagError(err error) error { return err }

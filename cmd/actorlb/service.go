@@ -1,11 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"github.com/spf13/pflag"
 	"io"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -19,13 +22,29 @@ func serviceListCommand() *command {
 		short: "list every service with its backends",
 		long: `Lists the services the agent holds, sorted by ID, with their frontend,
 type and backends in slot order (active, terminating, quarantined, then
-maintenance). Needs a running agent (see -H).`,
+maintenance). Needs a running agent (see -H).
+
+--frontend, --backend and --type keep only the services that match (all
+given must match): an address is IP:PORT[/PROTOCOL] or just an IP. -o wide
+shows each option of a service in its own column.`,
 		examples: `  actorlb service list
   actorlb service list -o json | jq '.[].spec.id'
-  actorlb service list -H http://127.0.0.1:8080`,
+  actorlb service list --frontend 10.96.0.10:80
+  actorlb service list --backend 10.0.1.5 -o wide
+  actorlb service list --type NodePort -o yaml
+  actorlb -H http://127.0.0.1:8080 service list`,
+		flags: func(fs *pflag.FlagSet) {
+			fs.String("frontend", "", "only the service with this frontend, IP:PORT[/PROTOCOL[/SCOPE]], or the services on this IP")
+			fs.String("backend", "", "only the services with this backend, IP:PORT or IP")
+			fs.String("type", "", "only the services of this type (ClusterIP, NodePort, ...; case-insensitive)")
+		},
 		run: func(ctx context.Context, e *env, args []string) error {
 			if err := wantArgs("service list", args, 0, "no arguments"); err != nil {
 				return err
+			}
+			match, err := listFilters(e.fs)
+			if err != nil {
+				return &usageError{fmt.Errorf("service list: %w", err)}
 			}
 			out, err := e.output()
 			if err != nil {
@@ -40,10 +59,11 @@ maintenance). Needs a running agent (see -H).`,
 			if err != nil {
 				return err
 			}
-			if out == outJSON {
-				return writeJSON(e.stdout, svcs)
+			svcs = filterServices(svcs, match)
+			if isData(out) {
+				return e.write(out, svcs)
 			}
-			return printServices(e.stdout, svcs)
+			return printServices(e.stdout, svcs, out == outWide)
 		},
 	}
 }
@@ -80,10 +100,10 @@ backends in slot order. Exits 1 if there is no such service.`,
 				}
 				return err
 			}
-			if out == outJSON {
-				return writeJSON(e.stdout, svc)
+			if isData(out) {
+				return e.write(out, svc)
 			}
-			return printServices(e.stdout, []*api.Service{svc})
+			return printServices(e.stdout, []*api.Service{svc}, out == outWide)
 		},
 	}
 }
@@ -126,12 +146,30 @@ func serviceOptions(f *api.ServiceFlags) string {
 	return strings.Join(parts, ", ")
 }
 
-func printServices(w io.Writer, svcs []*api.Service) error {
+func printServices(w io.Writer, svcs []*api.Service, wide bool) error {
 	tw := newTable(w)
-	fmt.Fprintln(tw, "ID\tFRONTEND\tTYPE\tBACKEND")
+	if wide {
+		fmt.Fprintln(tw, "ID\tFRONTEND\tTYPE\tEXT-POLICY\tINT-POLICY\tAFFINITY\tALGORITHM\tBACKEND")
+	} else {
+		fmt.Fprintln(tw, "ID\tFRONTEND\tTYPE\tBACKEND")
+	}
 	for _, s := range svcs {
 		spec := s.Spec
-		head := fmt.Sprintf("%d\t%s\t%s\t", spec.ID, frontendString(spec.FrontendAddress), serviceOptions(spec.Flags))
+		var head string
+		if wide {
+			f := spec.Flags
+			if f == nil {
+				f = &api.ServiceFlags{}
+			}
+			typ, ext, in, aff, alg := cmp.Or(f.Type, "ClusterIP"), cmp.Or(f.ExtTrafficPolicy, "Cluster"), cmp.Or(f.IntTrafficPolicy, "Cluster"), "-", cmp.Or(f.LBAlgorithm, lb.LBAlgDefault.String())
+			if f.SessionAffinity {
+				aff = fmt.Sprintf("%ds", f.SessionAffinityTimeout)
+			}
+			head = fmt.Sprintf("%d\t%s\t%s\t%s\t%s\t%s\t%s\t", spec.ID, frontendString(spec.FrontendAddress), typ, ext, in, aff, alg)
+		} else {
+			head = fmt.Sprintf("%d\t%s\t%s\t", spec.ID, frontendString(spec.FrontendAddress), serviceOptions(spec.Flags))
+		}
+		pad := strings.Repeat("\t", strings.Count(head, "\t"))
 		if len(spec.BackendAddresses) == 0 {
 			fmt.Fprintln(tw, head+"(none)")
 			continue
@@ -145,9 +183,72 @@ func printServices(w io.Writer, svcs []*api.Service) error {
 			if i == 0 {
 				fmt.Fprintln(tw, head+line)
 			} else {
-				fmt.Fprintln(tw, "\t\t\t"+line)
+				fmt.Fprintln(tw, pad+line)
 			}
 		}
 	}
 	return tw.Flush()
+}
+
+// listFilters returns the match of service list's filter flags.
+func listFilters(fs *pflag.FlagSet) (func(*api.Service) bool, error) {
+	feStr, _ := fs.GetString("frontend")
+	beStr, _ := fs.GetString("backend")
+	typ, _ := fs.GetString("type")
+	var checks []func(*api.Service) bool
+	if feStr != "" {
+		if ip, err := netip.ParseAddr(strings.Trim(feStr, "[]")); err == nil {
+			checks = append(checks, func(s *api.Service) bool {
+				return s.Spec.FrontendAddress != nil && s.Spec.FrontendAddress.IP == ip.String()
+			})
+		} else {
+			fe, err := lb.ParseL3n4Addr(feStr)
+			if err != nil {
+				return nil, fmt.Errorf("--frontend: %w", err)
+			}
+			want := frontendString(frontendSpec(fe))
+			checks = append(checks, func(s *api.Service) bool { return frontendString(s.Spec.FrontendAddress) == want })
+		}
+	}
+	if beStr != "" {
+		var want func(b api.BackendAddress) bool
+		if ip, err := netip.ParseAddr(strings.Trim(beStr, "[]")); err == nil {
+			want = func(b api.BackendAddress) bool { return b.IP == ip.String() }
+		} else {
+			be, err := lb.ParseBackend(beStr)
+			if err != nil {
+				return nil, fmt.Errorf("--backend: %w", err)
+			}
+			want = func(b api.BackendAddress) bool { return b.IP == be.Addr.String() && b.Port == be.Port }
+		}
+		checks = append(checks, func(s *api.Service) bool { return slices.ContainsFunc(s.Spec.BackendAddresses, want) })
+	}
+	if typ != "" {
+		t, err := lb.ParseServiceType(typ)
+		if err != nil {
+			return nil, fmt.Errorf("--type: %w", err)
+		}
+		checks = append(checks, func(s *api.Service) bool {
+			st, _ := lb.ParseServiceType(cmp.Or(cmp.Or(s.Spec.Flags, &api.ServiceFlags{}).Type, "ClusterIP"))
+			return st == t
+		})
+	}
+	return func(s *api.Service) bool {
+		for _, c := range checks {
+			if !c(s) {
+				return false
+			}
+		}
+		return true
+	}, nil
+}
+
+func filterServices(svcs []*api.Service, match func(*api.Service) bool) []*api.Service {
+	out := []*api.Service{}
+	for _, s := range svcs {
+		if match(s) {
+			out = append(out, s)
+		}
+	}
+	return out
 }

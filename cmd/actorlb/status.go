@@ -40,8 +40,8 @@ be reached.`,
 			if st == nil {
 				return err
 			}
-			if out == outJSON {
-				if werr := writeJSON(e.stdout, st); werr != nil {
+			if isData(out) {
+				if werr := e.write(out, st); werr != nil {
 					return werr
 				}
 			} else {

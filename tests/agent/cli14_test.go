@@ -188,3 +188,66 @@ func TestApplyAtScale(t *testing.T) {
 	require.Equal(t, fmt.Sprintf("service delete: %d of %d services\n", n, n), r.stderr, "one batch call")
 	require.Equal(t, "OK: 0 services, 0 backends, 0 revNAT entries; invariants 1-4 hold\n", requireOK(t, a.bpf(t, "verify")))
 }
+
+// TestCiliumHabits: global flags before the command, -o in any case and
+// yaml, list filters, bpf lb list --frontends/--backends/--revnat, and
+// the pin directory from ACTORLB_BPF_ROOT or the running agent.
+func TestCiliumHabits(t *testing.T) {
+	a := startAgent(t, "")
+	host := "unix://" + a.socket
+	requireOK(t, runCLI(t, "-H", host, "service", "update", "--id", "1", "--frontend", "10.96.0.10:80", "--backends", "10.0.1.5:8080"))
+	requireOK(t, runCLI(t, "--host="+host, "-o", "json", "service", "update", "--id", "2", "--frontend", "10.96.0.11:53/udp", "--backends", "10.0.1.6:53", "--type", "NodePort"))
+	requireOK(t, runCLI(t, "service", "-H", host, "update", "--id", "3", "--frontend", "[fd00::a]:443", "--backends", "[fd00::1]:8443"))
+	r := runCLI(t, "-H", host, "nope")
+	require.Equal(t, 2, r.code)
+
+	require.Equal(t, requireOK(t, a.cli(t, "service", "list", "-o", "json")), requireOK(t, a.cli(t, "service", "list", "-o", "JSON")))
+	y := requireOK(t, a.cli(t, "service", "get", "2", "-o", "yaml"))
+	require.Contains(t, y, "spec:\n")
+	require.Contains(t, y, "frontend-address:\n")
+	require.Contains(t, y, "    port: 53\n")
+	wide := requireOK(t, a.cli(t, "service", "list", "-o", "Wide"))
+	require.Contains(t, wide, "EXT-POLICY")
+	require.Contains(t, wide, "2    10.96.0.11:53/UDP   NodePort")
+
+	ids := func(args ...string) string {
+		t.Helper()
+		var svcs []api.Service
+		require.NoError(t, json.Unmarshal([]byte(requireOK(t, a.cli(t, append([]string{"service", "list", "-o", "json"}, args...)...))), &svcs))
+		var out []string
+		for _, s := range svcs {
+			out = append(out, fmt.Sprint(s.Spec.ID))
+		}
+		return strings.Join(out, ",")
+	}
+	require.Equal(t, "1", ids("--frontend", "10.96.0.10:80"))
+	require.Equal(t, "", ids("--frontend", "10.96.0.10:81"))
+	require.Equal(t, "2", ids("--frontend", "10.96.0.11"))
+	require.Equal(t, "3", ids("--frontend", "[fd00::a]:443"))
+	require.Equal(t, "1", ids("--backend", "10.0.1.5:8080"))
+	require.Equal(t, "3", ids("--backend", "fd00::1"))
+	require.Equal(t, "2", ids("--type", "nodeport"))
+	require.Equal(t, "1,3", ids("--type", "ClusterIP"))
+	r = a.cli(t, "service", "list", "--frontend", "10.96.0.10:99999")
+	require.Equal(t, 2, r.code)
+	require.Contains(t, r.stderr, "service list: --frontend:")
+
+	require.Equal(t, `SERVICE ID   FRONTEND            OPTIONS     COUNT   QCOUNT
+1            10.96.0.10:80/TCP   ClusterIP   1       0
+2            10.96.0.11:53/UDP   NodePort    1       0
+3            [fd00::a]:443/TCP   ClusterIP   1       0
+`, requireOK(t, a.bpf(t, "list", "--frontends")))
+	bes := requireOK(t, a.bpf(t, "list", "--backends"))
+	require.Contains(t, bes, "BACKEND ID   ADDRESS")
+	require.Contains(t, bes, "10.0.1.6:53/UDP")
+	require.Contains(t, bes, "[fd00::1]:8443/TCP")
+	require.Equal(t, requireOK(t, a.bpf(t, "revnat", "list")), requireOK(t, a.bpf(t, "list", "--revnat")))
+	r = a.bpf(t, "list", "--revnat", "--backends")
+	require.Equal(t, 2, r.code)
+
+	// The pin directory without --bpf-root: the agent's, or the variable's.
+	want := requireOK(t, a.bpf(t, "list"))
+	require.Equal(t, want, requireOK(t, runCLI(t, "bpf", "lb", "list", "-H", host)), "learned from the agent")
+	env := runCLIEnv(t, []string{"ACTORLB_BPF_ROOT=" + a.root}, "bpf", "lb", "list", "-H", "unix:///nonexistent.sock")
+	require.Equal(t, want, requireOK(t, env))
+}

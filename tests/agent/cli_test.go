@@ -134,7 +134,7 @@ func TestCLI(t *testing.T) {
 			"actorlb: put service 4: invalid backend-addresses[0].ip \"fd00::1\": IPv6 backend [fd00::1]:80 for IPv4 frontend 10.96.0.11:80\n"},
 		{[]string{"service", "update", "--id", "4", "--frontend", "10.96.0.11:80", "--states", "gone", "--backends", "10.0.1.1:1"}, 2,
 			"actorlb: service update: --states: invalid state \"gone\": must be one of active, terminating, quarantined, maintenance (run 'actorlb service update --help')\n"},
-		{[]string{"service", "list", "-o", "yaml"}, 2, "actorlb: invalid --output \"yaml\": want table or json\n"},
+		{[]string{"service", "list", "-o", "xml"}, 2, "actorlb: invalid --output \"xml\": want table, wide, json or yaml\n"},
 		{[]string{"service", "list", "--bogus"}, 2, "actorlb: service list: unknown flag: --bogus (run 'actorlb service list --help')\n"},
 	} {
 		r := a.cli(t, tc.args...)
