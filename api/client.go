@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	lb "github.com/actorlb/actorlb/loadbalancer"
@@ -30,6 +31,7 @@ const DefaultClientTimeout = 45 * time.Second
 // Client talks to an agent's API. It is safe for concurrent use.
 type Client struct {
 	host string
+	addr string // the socket path or HOST:PORT dialled
 	base string
 	http *http.Client
 }
@@ -79,7 +81,7 @@ func NewClient(host string) (*Client, error) {
 	if network == "tcp" {
 		base = "http://" + addr
 	}
-	return &Client{host: host, base: base, http: &http.Client{Transport: tr, Timeout: DefaultClientTimeout}}, nil
+	return &Client{host: host, addr: addr, base: base, http: &http.Client{Transport: tr, Timeout: DefaultClientTimeout}}, nil
 }
 
 // Host returns the host the client talks to.
@@ -116,6 +118,16 @@ func (c *Client) do(ctx context.Context, what, method, path string, in, out any)
 	req.Header.Set("Accept", "application/json")
 	resp, err := c.http.Do(req)
 	if err != nil {
+		// The URL is the client's own ("http://actorlb/..."): say what was
+		// dialled instead.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		if errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM) {
+			return 0, fmt.Errorf("%s: %w: permission denied on %s: the agent's socket is readable and writable by root and its group only (mode 0660); run as root (sudo), or as a member of the socket's group (see ls -l %s)",
+				what, ErrUnreachable, c.addr, c.addr)
+		}
 		return 0, fmt.Errorf("%s: %w at %s: %v (is the agent running? start it with 'actorlb agent', or point -H at it)", what, ErrUnreachable, c.host, err)
 	}
 	defer resp.Body.Close()

@@ -315,7 +315,7 @@ func (s *Server) dispatch(rt route) http.Handler {
 		if op, ok := rt.ops[r.Method]; ok {
 			s.metrics.observe(op, rep.code, d)
 		}
-		fields := logrus.Fields{"method": r.Method, "path": r.URL.Path, "status": rep.code, "duration": d.Round(time.Microsecond)}
+		fields := logrus.Fields{"method": r.Method, "path": r.URL.Path, "status": rep.code, "duration": d.Round(time.Microsecond).String()} // with its unit, in JSON logs too
 		switch {
 		case rep.code >= 500 && rep.code != http.StatusServiceUnavailable:
 			s.log.WithFields(fields).WithError(rep.err).Error("api request failed")

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -87,5 +89,48 @@ func plural(n int, one, many string) string {
 // isData says whether out is a data format (not a table).
 func isData(out string) bool { return out == outJSON || out == outYAML }
 
-// flagError is err (from the API) as is, for now.
-func flagError(err error) error { return err }
+// apiPaths maps the JSON paths of the API's errors to service update's
+// flags.
+var apiPaths = []struct {
+	re   *regexp.Regexp
+	repl string
+}{
+	{regexp.MustCompile(`\bbackend-addresses\[(\d+)\]\.weight\b`), "--weights (value ${1})"},
+	{regexp.MustCompile(`\bbackend-addresses\[(\d+)\]\.state\b`), "--states (value ${1})"},
+	{regexp.MustCompile(`\bbackend-addresses\[(\d+)\](\.ip|\.port)?`), "--backends (backend ${1})"},
+	{regexp.MustCompile(`\bfrontend-address(\.\w+)?`), "--frontend"},
+	{regexp.MustCompile(`\bflags\.type\b`), "--type"},
+	{regexp.MustCompile(`^invalid id\b`), "invalid --id"},
+}
+
+// flagError rewrites the JSON paths an API error names into the flags
+// of service update they came from (backends counted from 1).
+func flagError(err error) error {
+	msg := err.Error()
+	changed := msg
+	for _, p := range apiPaths {
+		changed = p.re.ReplaceAllStringFunc(changed, func(m string) string {
+			sub := p.re.FindStringSubmatch(m)
+			out := p.repl
+			if len(sub) > 1 && strings.Contains(out, "${1}") {
+				n, _ := strconv.Atoi(sub[1])
+				out = strings.ReplaceAll(out, "${1}", strconv.Itoa(n+1))
+			}
+			return out
+		})
+	}
+	if changed == msg {
+		return err
+	}
+	return &mappedError{msg: changed, err: err}
+}
+
+// mappedError is an API error whose message names flags; it still
+// matches the API's sentinels.
+type mappedError struct {
+	msg string
+	err error
+}
+
+func (e *mappedError) Error() string { return e.msg }
+func (e *mappedError) Unwrap() error { return e.err }

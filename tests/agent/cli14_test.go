@@ -251,3 +251,24 @@ func TestCiliumHabits(t *testing.T) {
 	env := runCLIEnv(t, []string{"ACTORLB_BPF_ROOT=" + a.root}, "bpf", "lb", "list", "-H", "unix:///nonexistent.sock")
 	require.Equal(t, want, requireOK(t, env))
 }
+
+// TestMessages: connection errors name the socket, not the client's URL;
+// status shows the step timings only with --verbose; JSON logs give
+// durations with their unit.
+func TestMessages(t *testing.T) {
+	sock := shortDir(t) + "/none.sock"
+	r := runCLI(t, "service", "list", "-H", "unix://"+sock)
+	require.Equal(t, 1, r.code)
+	require.Contains(t, r.stderr, "dial unix "+sock)
+	require.NotContains(t, r.stderr, "http://actorlb")
+
+	a := startAgent(t, "", "--log-format", "json", "--log-level", "debug")
+	requireOK(t, a.cli(t, "service", "update", "--id", "1", "--frontend", "10.96.0.10:80", "--backends", "10.0.1.5:8080"))
+	require.NotContains(t, requireOK(t, a.cli(t, "status")), "OPERATION STEP")
+	require.Contains(t, requireOK(t, a.cli(t, "status", "--verbose")), "OPERATION STEP")
+	require.Regexp(t, `"duration":"[0-9.]+(µs|ms|s)"`, a.stderr.String())
+
+	r = a.cli(t, "service", "update", "--id", "2", "--frontend", "10.96.0.11:80", "--backends", "10.0.1.1:1,[fd00::1]:80")
+	require.Equal(t, 1, r.code)
+	require.Contains(t, r.stderr, `invalid --backends (backend 2) "fd00::1"`)
+}

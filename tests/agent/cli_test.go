@@ -131,7 +131,7 @@ func TestCLI(t *testing.T) {
 		{[]string{"service", "update", "--id", "4", "--frontend", "10.96.0.11:53/udp", "--backends", "10.0.1.1:53/tcp"}, 2,
 			"actorlb: service update: --backends 10.0.1.1:53/tcp: protocol TCP differs from the frontend's UDP (backends take the frontend's protocol; leave it out) (run 'actorlb service update --help')\n"},
 		{[]string{"service", "update", "--id", "4", "--frontend", "10.96.0.11:80", "--backends", "[fd00::1]:80"}, 1,
-			"actorlb: put service 4: invalid backend-addresses[0].ip \"fd00::1\": IPv6 backend [fd00::1]:80 for IPv4 frontend 10.96.0.11:80\n"},
+			"actorlb: put service 4: invalid --backends (backend 1) \"fd00::1\": IPv6 backend [fd00::1]:80 for IPv4 frontend 10.96.0.11:80\n"},
 		{[]string{"service", "update", "--id", "4", "--frontend", "10.96.0.11:80", "--states", "gone", "--backends", "10.0.1.1:1"}, 2,
 			"actorlb: service update: --states: invalid state \"gone\": must be one of active, terminating, quarantined, maintenance (run 'actorlb service update --help')\n"},
 		{[]string{"service", "list", "-o", "xml"}, 2, "actorlb: invalid --output \"xml\": want table, wide, json or yaml\n"},
