@@ -7,7 +7,7 @@ BPF_ROOT ?= /sys/fs/bpf/actorlb
 # Test flags: -race everywhere; CI sets ACTORLB_REQUIRE_PRIVILEGED=1.
 TEST_FLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: all build run test test-deps bench chaos lint generate docs clean
+.PHONY: all build run test test-deps bench chaos lint generate docs install clean
 
 all: build
 
@@ -66,6 +66,18 @@ generate:
 docs:
 	rm -rf docs/cli
 	env -u ACTORLB_HOST -u ACTORLB_BPF_ROOT $(GO) run ./cmd/actorlb gen-docs docs/cli
+
+# Installs the binary, the systemd unit and the bash completion (as root;
+# PREFIX and DESTDIR as usual). Then: systemctl daemon-reload &&
+# systemctl enable --now actorlb.
+PREFIX ?= /usr/local
+install: build
+	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/actorlb
+	install -D -m 0644 contrib/systemd/actorlb.service $(DESTDIR)/etc/systemd/system/actorlb.service
+	sed -i 's|/usr/local/bin/actorlb|$(PREFIX)/bin/actorlb|' $(DESTDIR)/etc/systemd/system/actorlb.service
+	install -d $(DESTDIR)/etc/bash_completion.d
+	./$(BIN) completion bash > $(DESTDIR)/etc/bash_completion.d/actorlb
+	install -D -m 0644 README.md $(DESTDIR)$(PREFIX)/share/doc/actorlb/README.md
 
 clean:
 	rm -rf bin

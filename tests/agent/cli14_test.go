@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -271,4 +273,105 @@ func TestMessages(t *testing.T) {
 	r = a.cli(t, "service", "update", "--id", "2", "--frontend", "10.96.0.11:80", "--backends", "10.0.1.1:1,[fd00::1]:80")
 	require.Equal(t, 1, r.code)
 	require.Contains(t, r.stderr, `invalid --backends (backend 2) "fd00::1"`)
+}
+
+// TestCompletionAndVersion: the completion scripts are generated and bash
+// loads its one; version and --version say the same.
+func TestCompletionAndVersion(t *testing.T) {
+	for _, sh := range []string{"bash", "zsh", "fish", "powershell"} {
+		out := requireOK(t, runCLI(t, "completion", sh))
+		require.Contains(t, out, "actorlb", sh)
+	}
+	if _, err := exec.LookPath("bash"); err == nil {
+		cmd := exec.Command("bash", "-c", `source <("$ALB" completion bash) && complete -p actorlb`)
+		cmd.Env = append(childEnv(), "ALB="+binary)
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		require.Contains(t, string(out), "actorlb")
+	}
+	v := requireOK(t, runCLI(t, "version"))
+	require.Regexp(t, `^actorlb \S+, revision \S+.*, go1\.\d+`, v)
+	require.Equal(t, strings.SplitN(v, "\n", 2)[0]+"\n", requireOK(t, runCLI(t, "--version")))
+	var b api.BuildInfo
+	require.NoError(t, json.Unmarshal([]byte(requireOK(t, runCLI(t, "version", "-o", "json"))), &b))
+	require.Equal(t, runtime.Version(), b.GoVersion)
+}
+
+// TestCleanup: agent --cleanup refuses while an agent runs and without
+// confirmation, then detaches and removes the pins.
+func TestCleanup(t *testing.T) {
+	a := startAgent(t, "")
+	requireOK(t, a.cli(t, "service", "update", "--id", "1", "--frontend", "10.96.0.10:80", "--backends", "10.0.1.5:8080"))
+	args := []string{"agent", "--cleanup", "--bpf-root", a.root, "--socket", a.socket}
+	r := runCLI(t, append(args, "--yes")...)
+	require.Equal(t, 1, r.code)
+	require.Contains(t, r.stderr, "in use by another agent")
+	a.stop(t)
+
+	r = runCLI(t, args...) // standard input is empty: no answer
+	require.Equal(t, 1, r.code)
+	require.Contains(t, r.stderr, "not confirmed: nothing removed")
+	require.DirExists(t, a.root)
+
+	out := requireOK(t, runCLI(t, append(args, "--yes")...))
+	require.Contains(t, out, "Removed actorlb from this node")
+	require.NoDirExists(t, a.root)
+	require.NoFileExists(t, a.socket+".lock")
+	require.Contains(t, requireOK(t, runCLI(t, append(args, "--yes")...)), "Nothing to clean up")
+}
+
+// TestHelpExamplesRun runs every example of every command's help (but the
+// agent's, which start agents) against an agent: none is a usage error.
+func TestHelpExamplesRun(t *testing.T) {
+	a := startAgent(t, "")
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "services.json"), []byte(
+		`[{"id": 1, "frontend-address": {"ip": "10.96.0.10", "port": 80}, "backend-addresses": [{"ip": "10.0.1.5", "port": 8080}]}]`), 0o600))
+	ran := 0
+	for _, cmd := range commands {
+		if cmd[0] == "agent" {
+			continue
+		}
+		help := requireOK(t, runCLI(t, append(cmd, "--help")...))
+		_, ex, ok := strings.Cut(help, "\nExamples:\n")
+		require.True(t, ok, "%v has examples", cmd)
+		ex, _, _ = strings.Cut(ex, "\n\n")
+		var lines []string
+		for _, l := range strings.Split(ex, "\n") {
+			l = strings.TrimSpace(l)
+			if l == "" {
+				continue
+			}
+			if !strings.HasPrefix(l, "actorlb") && !strings.HasPrefix(l, "echo") && len(lines) > 0 {
+				lines[len(lines)-1] += " " + l // a continued line
+				continue
+			}
+			lines = append(lines, l)
+		}
+		for _, l := range lines {
+			l, _, _ = strings.Cut(l, "  # ")
+			l = strings.ReplaceAll(l, "-H http://127.0.0.1:8080", "")
+			l = strings.ReplaceAll(l, "--bpf-root /sys/fs/bpf/test", "")
+			script := `actorlb() { "$ALB" "$@"; }; set -o pipefail; ` + l
+			if strings.Contains(l, "| jq") {
+				script = `actorlb() { "$ALB" "$@"; }; jq() { cat >/dev/null; }; set -o pipefail; ` + l
+			}
+			c := exec.Command("bash", "-c", script)
+			c.Dir = dir
+			c.Env = append(childEnv(), "ALB="+binary, "ACTORLB_HOST=unix://"+a.socket, "ACTORLB_BPF_ROOT="+a.root)
+			var errOut strings.Builder
+			c.Stderr = &errOut
+			err := c.Run()
+			code := 0
+			if err != nil {
+				var ee *exec.ExitError
+				require.ErrorAs(t, err, &ee, l)
+				code = ee.ExitCode()
+			}
+			require.NotEqual(t, 2, code, "%s: %s", l, errOut.String())
+			require.NotContains(t, errOut.String(), "unknown", l)
+			ran++
+		}
+	}
+	require.Greater(t, ran, 30)
 }
