@@ -7,12 +7,14 @@ BPF_ROOT ?= /sys/fs/bpf/actorlb
 # Test flags: -race everywhere; CI sets ACTORLB_REQUIRE_PRIVILEGED=1.
 TEST_FLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: all build run test test-deps bench chaos lint generate clean
+.PHONY: all build run test test-deps bench chaos lint generate docs install clean
 
 all: build
 
+# -buildvcs=auto: stamp the VCS revision (actorlb version) when built from
+# a git checkout, whatever GOFLAGS says.
 build:
-	$(GO) build -o $(BIN) ./cmd/actorlb
+	$(GO) build -buildvcs=auto -o $(BIN) ./cmd/actorlb
 
 # Starts the agent in the foreground with the embedded defaults.
 run: build
@@ -58,6 +60,24 @@ lint:
 generate:
 	@command -v clang >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang llvm libbpf-dev)
 	$(GO) generate ./...
+
+# The markdown reference of every command (cobra/doc), with the built-in
+# defaults (not this shell's ACTORLB_* variables).
+docs:
+	rm -rf docs/cli
+	env -u ACTORLB_HOST -u ACTORLB_BPF_ROOT $(GO) run ./cmd/actorlb gen-docs docs/cli
+
+# Installs the binary, the systemd unit and the bash completion (as root;
+# PREFIX and DESTDIR as usual). Then: systemctl daemon-reload &&
+# systemctl enable --now actorlb.
+PREFIX ?= /usr/local
+install: build
+	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/actorlb
+	install -D -m 0644 contrib/systemd/actorlb.service $(DESTDIR)/etc/systemd/system/actorlb.service
+	sed -i 's|/usr/local/bin/actorlb|$(PREFIX)/bin/actorlb|' $(DESTDIR)/etc/systemd/system/actorlb.service
+	install -d $(DESTDIR)/etc/bash_completion.d
+	./$(BIN) completion bash > $(DESTDIR)/etc/bash_completion.d/actorlb
+	install -D -m 0644 README.md $(DESTDIR)$(PREFIX)/share/doc/actorlb/README.md
 
 clean:
 	rm -rf bin

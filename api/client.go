@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	lb "github.com/actorlb/actorlb/loadbalancer"
@@ -30,6 +31,7 @@ const DefaultClientTimeout = 45 * time.Second
 // Client talks to an agent's API. It is safe for concurrent use.
 type Client struct {
 	host string
+	addr string // the socket path or HOST:PORT dialled
 	base string
 	http *http.Client
 }
@@ -79,7 +81,7 @@ func NewClient(host string) (*Client, error) {
 	if network == "tcp" {
 		base = "http://" + addr
 	}
-	return &Client{host: host, base: base, http: &http.Client{Transport: tr, Timeout: DefaultClientTimeout}}, nil
+	return &Client{host: host, addr: addr, base: base, http: &http.Client{Transport: tr, Timeout: DefaultClientTimeout}}, nil
 }
 
 // Host returns the host the client talks to.
@@ -116,6 +118,16 @@ func (c *Client) do(ctx context.Context, what, method, path string, in, out any)
 	req.Header.Set("Accept", "application/json")
 	resp, err := c.http.Do(req)
 	if err != nil {
+		// The URL is the client's own ("http://actorlb/..."): say what was
+		// dialled instead.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		if errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM) {
+			return 0, fmt.Errorf("%s: %w: permission denied on %s: the agent's socket is readable and writable by root and its group only (mode 0660); run as root (sudo), or as a member of the socket's group (see ls -l %s)",
+				what, ErrUnreachable, c.addr, c.addr)
+		}
 		return 0, fmt.Errorf("%s: %w at %s: %v (is the agent running? start it with 'actorlb agent', or point -H at it)", what, ErrUnreachable, c.host, err)
 	}
 	defer resp.Body.Close()
@@ -213,4 +225,101 @@ func (c *Client) Health(ctx context.Context) (*Status, error) {
 		return nil, err
 	}
 	return &out, err
+}
+
+// DefaultChunkBytes bounds the body of one request of the chunked batch
+// calls: half the server's default limit, so that a chunk fits with room.
+const DefaultChunkBytes = DefaultMaxBodyBytes / 2
+
+// chunked sends items (each already JSON) as JSON arrays of at most
+// maxBytes in order, through send; a chunk the agent refuses as too large
+// (413: its limit is lower) is split in two and sent again. progress, if
+// not nil, is told how many items are done after each chunk.
+func chunked(ctx context.Context, items []json.RawMessage, maxBytes int, send func(ctx context.Context, body json.RawMessage, n int) ([]BatchResult, error), progress func(done int)) ([]BatchResult, error) {
+	if maxBytes <= 0 {
+		maxBytes = DefaultChunkBytes
+	}
+	out := make([]BatchResult, 0, len(items))
+	var sendChunk func(part []json.RawMessage) error
+	sendChunk = func(part []json.RawMessage) error {
+		var body bytes.Buffer
+		body.WriteByte('[')
+		for i, it := range part {
+			if i > 0 {
+				body.WriteByte(',')
+			}
+			body.Write(it)
+		}
+		body.WriteByte(']')
+		rs, err := send(ctx, body.Bytes(), len(part))
+		var se *StatusError
+		if errors.As(err, &se) && se.Code == http.StatusRequestEntityTooLarge && len(part) > 1 {
+			if err := sendChunk(part[:len(part)/2]); err != nil {
+				return err
+			}
+			return sendChunk(part[len(part)/2:])
+		}
+		if err != nil {
+			return err
+		}
+		if len(rs) != len(part) {
+			return fmt.Errorf("agent answered %d results for %d items", len(rs), len(part))
+		}
+		out = append(out, rs...)
+		if progress != nil {
+			progress(len(out))
+		}
+		return nil
+	}
+	start, size := 0, 2
+	for i, it := range items {
+		if i > start && size+len(it)+1 > maxBytes {
+			if err := sendChunk(items[start:i]); err != nil {
+				return out, err
+			}
+			start, size = i, 2
+		}
+		size += len(it) + 1
+	}
+	if start < len(items) {
+		if err := sendChunk(items[start:]); err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+// PutServicesChunked is PutServices for any number of services: they go
+// in requests of at most maxBytes (DefaultChunkBytes if 0), in order, each
+// a batch of its own. progress, if not nil, is told how many are done.
+// On an error the results so far are returned with it.
+func (c *Client) PutServicesChunked(ctx context.Context, specs []ServiceSpec, maxBytes int, progress func(done int)) ([]BatchResult, error) {
+	items := make([]json.RawMessage, len(specs))
+	for i := range specs {
+		b, err := json.Marshal(&specs[i])
+		if err != nil {
+			return nil, fmt.Errorf("put %d services: encode: %w", len(specs), err)
+		}
+		items[i] = b
+	}
+	return chunked(ctx, items, maxBytes, func(ctx context.Context, body json.RawMessage, n int) ([]BatchResult, error) {
+		var out []BatchResult
+		_, err := c.do(ctx, fmt.Sprintf("put %d services", n), http.MethodPut, "/v1/services", body, &out)
+		return out, err
+	}, progress)
+}
+
+// DeleteServices deletes the services with ids with one call per
+// maxBytes of IDs (DefaultChunkBytes if 0: one call up to some 90000
+// IDs); the results say, in order, what each got (200 deleted, 404 none).
+func (c *Client) DeleteServices(ctx context.Context, ids []lb.ServiceID, maxBytes int, progress func(done int)) ([]BatchResult, error) {
+	items := make([]json.RawMessage, len(ids))
+	for i, id := range ids {
+		items[i] = json.RawMessage(strconv.Itoa(int(id)))
+	}
+	return chunked(ctx, items, maxBytes, func(ctx context.Context, body json.RawMessage, n int) ([]BatchResult, error) {
+		var out []BatchResult
+		_, err := c.do(ctx, fmt.Sprintf("delete %d services", n), http.MethodDelete, "/v1/services", body, &out)
+		return out, err
+	}, progress)
 }

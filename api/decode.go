@@ -281,3 +281,11 @@ func assign(v any, rv reflect.Value, path string) error {
 	}
 	return &FieldError{Path: path, Reason: "unsupported field type " + rv.Type().String()}
 }
+
+// DecodeStrict decodes body into dst (a pointer to a ServiceSpec, a slice
+// of them, or another struct of this package) as strictly as the server
+// decodes request bodies: malformed JSON, trailing data, duplicate and
+// unknown fields, wrong JSON types and out-of-range integers are refused
+// with a *FieldError naming the JSON path. Clients use it to refuse
+// locally what the agent would refuse.
+func DecodeStrict(body []byte, dst any) error { return decodeStrict(body, dst) }

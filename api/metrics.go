@@ -5,6 +5,7 @@ import (
 	"maps"
 	"net/http"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/actorlb/actorlb"
@@ -55,7 +56,13 @@ func newMetrics(s *Server) *metrics {
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10), // 100µs .. 26s
 		}, []string{"operation"}),
 	}
-	m.reg.MustRegister(m.ops, m.latency, &engineCollector{s: s},
+	b := Build()
+	buildInfo := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name:        "actorlb_build_info",
+		Help:        "Always 1; the labels say what the agent was built from (as 'actorlb version' does).",
+		ConstLabels: prometheus.Labels{"version": b.Version, "revision": b.Revision, "modified": strconv.FormatBool(b.Modified), "goversion": b.GoVersion},
+	}, func() float64 { return 1 })
+	m.reg.MustRegister(m.ops, m.latency, buildInfo, &engineCollector{s: s},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -27,6 +27,7 @@ type Engine interface {
 	Upsert(ctx context.Context, svc *lb.Service) (lb.ServiceID, bool, error)
 	UpsertBatch(ctx context.Context, svcs []*lb.Service) ([]actorlb.UpsertResult, error)
 	Delete(ctx context.Context, id lb.ServiceID) error
+	DeleteBatch(ctx context.Context, frontends []lb.L3n4Addr) ([]actorlb.DeleteResult, error)
 	Get(ctx context.Context, id lb.ServiceID) (*lb.Service, error)
 	List(ctx context.Context) ([]*lb.Service, error)
 	RevNATDump(ctx context.Context) ([]actorlb.RevNAT, error)
@@ -182,6 +183,7 @@ var routeTable = []struct{ path, method, op string }{
 	{"/v1/service/{id}", "PUT", "service_put"},
 	{"/v1/service/{id}", "DELETE", "service_delete"},
 	{"/v1/services", "PUT", "service_put_batch"},
+	{"/v1/services", "DELETE", "service_delete_batch"},
 	{"/v1/lb/revnat", "GET", "revnat_list"},
 	{"/v1/lb/maps", "GET", "maps_dump"},
 	{"/v1/healthz", "GET", "healthz"},
@@ -213,15 +215,16 @@ type route struct {
 func (s *Server) Handler() http.Handler {
 	metricsHandler := s.metrics.handler()
 	byOp := map[string]handler{
-		"service_list":      s.listServices,
-		"service_get":       s.getService,
-		"service_put":       s.putService,
-		"service_delete":    s.deleteService,
-		"service_put_batch": s.putServices,
-		"revnat_list":       s.listRevNAT,
-		"maps_dump":         s.dumpMaps,
-		"healthz":           s.healthz,
-		"openapi":           s.openAPI,
+		"service_list":         s.listServices,
+		"service_get":          s.getService,
+		"service_put":          s.putService,
+		"service_delete":       s.deleteService,
+		"service_put_batch":    s.putServices,
+		"service_delete_batch": s.deleteServices,
+		"revnat_list":          s.listRevNAT,
+		"maps_dump":            s.dumpMaps,
+		"healthz":              s.healthz,
+		"openapi":              s.openAPI,
 		"metrics": func(w http.ResponseWriter, r *http.Request) reply {
 			metricsHandler.ServeHTTP(w, r)
 			return reply{written: true}
@@ -312,7 +315,7 @@ func (s *Server) dispatch(rt route) http.Handler {
 		if op, ok := rt.ops[r.Method]; ok {
 			s.metrics.observe(op, rep.code, d)
 		}
-		fields := logrus.Fields{"method": r.Method, "path": r.URL.Path, "status": rep.code, "duration": d.Round(time.Microsecond)}
+		fields := logrus.Fields{"method": r.Method, "path": r.URL.Path, "status": rep.code, "duration": d.Round(time.Microsecond).String()} // with its unit, in JSON logs too
 		switch {
 		case rep.code >= 500 && rep.code != http.StatusServiceUnavailable:
 			s.log.WithFields(fields).WithError(rep.err).Error("api request failed")

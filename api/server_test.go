@@ -52,6 +52,9 @@ func (f *failingEngine) UpsertBatch(ctx context.Context, svcs []*lb.Service) ([]
 	return out, nil
 }
 func (f *failingEngine) Delete(ctx context.Context, _ lb.ServiceID) error { return f.fail(ctx) }
+func (f *failingEngine) DeleteBatch(ctx context.Context, fes []lb.L3n4Addr) ([]actorlb.DeleteResult, error) {
+	return nil, f.fail(ctx)
+}
 func (f *failingEngine) Get(ctx context.Context, _ lb.ServiceID) (*lb.Service, error) {
 	return nil, f.fail(ctx)
 }

@@ -61,7 +61,8 @@ file left behind by an agent that died is replaced; any other file is not.`,
   actorlb agent --api-addr 127.0.0.1:8080          # also serve the API on loopback TCP
   actorlb agent --dry-run --socket /tmp/alb.sock   # no privileges: in-memory maps
   actorlb agent --restore=false                    # start empty: delete what the maps hold
-  actorlb agent --log-level debug --log-format json`,
+  actorlb agent --log-level debug --log-format json
+  actorlb agent --cleanup --yes                    # remove actorlb from the node (agent stopped)`,
 		flags: func(fs *pflag.FlagSet) {
 			fs.String("bpf-root", maps.DefaultRoot, "bpffs directory the maps are pinned in (bpffs is mounted at /sys/fs/bpf if missing)")
 			fs.String("socket", api.DefaultSocket, "unix socket of the API (created with mode 0660)")
@@ -75,6 +76,8 @@ file left behind by an agent that died is replaced; any other file is not.`,
 			fs.String("log-format", "text", "log format: text or json")
 			fs.Bool("socket-lb", os.Geteuid() == 0, "load-balance connections of local processes to service VIPs with the socket-LB BPF programs (cgroup connect/sendmsg/recvmsg/getpeername hooks); their links are pinned under --bpf-root/links so they keep working across agent restarts; default on when running as root; false leaves whatever is attached alone")
 			fs.String("socket-lb-cgroup", "", "cgroup v2 directory the socket-LB programs attach to (default: the root of the cgroup2 mount, i.e. every process)")
+			fs.Bool("cleanup", false, "do not run: remove actorlb from this node (detach the datapath, remove the pins under --bpf-root and the socket) after asking for confirmation; the agent must be stopped")
+			fs.Bool("yes", false, "with --cleanup: do not ask for confirmation")
 		},
 		run: runAgent,
 	}
@@ -170,6 +173,10 @@ func runAgent(ctx context.Context, e *env, args []string) error {
 	c, err := agentFlags(e)
 	if err != nil {
 		return &usageError{err}
+	}
+	if cleanup, _ := e.fs.GetBool("cleanup"); cleanup {
+		yes, _ := e.fs.GetBool("yes")
+		return cleanupNode(c, yes, e.stdin)
 	}
 	if err := agent(ctx, c); err != nil {
 		return fmt.Errorf("agent: %w", err)

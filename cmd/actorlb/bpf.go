@@ -3,9 +3,11 @@ package main
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/netip"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -20,12 +22,36 @@ import (
 )
 
 func bpfFlags(fs *pflag.FlagSet) {
-	fs.String("bpf-root", maps.DefaultRoot, "bpffs directory the agent pins the maps in")
-	outputFlag(fs)
+	fs.String("bpf-root", maps.DefaultRoot, "bpffs directory the agent pins the maps in (default: $ACTORLB_BPF_ROOT, else the running agent's, else "+maps.DefaultRoot+")")
+}
+
+// agentRootTimeout bounds asking the agent where its maps are.
+const agentRootTimeout = time.Second
+
+// bpfRoot returns the pin directory: --bpf-root if given, else
+// ACTORLB_BPF_ROOT, else the root of the agent at -H if one answers, else
+// the default.
+func (e *env) bpfRoot() string {
+	if e.fs.Changed("bpf-root") {
+		root, _ := e.fs.GetString("bpf-root")
+		return root
+	}
+	if r := os.Getenv("ACTORLB_BPF_ROOT"); r != "" {
+		return r
+	}
+	if c, err := e.client(); err == nil {
+		defer c.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), agentRootTimeout)
+		defer cancel()
+		if st, err := c.Health(ctx); st != nil && st.BPFRoot != "" && (err == nil || errors.Is(err, api.ErrUnavailable)) {
+			return st.BPFRoot
+		}
+	}
+	return maps.DefaultRoot
 }
 
 func (e *env) dumpPinned() (string, table.Dump, error) {
-	root, _ := e.fs.GetString("bpf-root")
+	root := e.bpfRoot()
 	d, err := verify.DumpPinned(root)
 	return root, d, err
 }
@@ -42,11 +68,25 @@ func bpfListCommand() *command {
 (read-only; no agent needed) and lists every frontend with its master entry
 (slot 0: service ID, type, count) and its slots, each with the backend
 address it points to. With -o json it prints the raw entries of all six maps,
-decoded, with the field names of the datapath's C structs.`,
+decoded, with the field names of the datapath's C structs.
+
+As Cilium's 'bpf lb list': --frontends lists the master entries only (one
+line per service), --backends the backend maps, --revnat the reverse-NAT
+maps (as 'bpf lb revnat list'). The maps are found under --bpf-root, else
+$ACTORLB_BPF_ROOT, else where the running agent (at -H) pins them, else
+` + maps.DefaultRoot + `.`,
 		examples: `  actorlb bpf lb list
   actorlb bpf lb list --bpf-root /sys/fs/bpf/test
+  actorlb bpf lb list --backends
+  actorlb bpf lb list --frontends
+  actorlb bpf lb list --revnat
   actorlb bpf lb list -o json | jq '.lb4_services'`,
-		flags: bpfFlags,
+		flags: func(fs *pflag.FlagSet) {
+			bpfFlags(fs)
+			fs.Bool("frontends", false, "list the frontends (master entries) only")
+			fs.Bool("backends", false, "list the backend maps")
+			fs.Bool("revnat", false, "list the reverse-NAT maps")
+		},
 		run: func(_ context.Context, e *env, args []string) error {
 			if err := wantArgs("bpf lb list", args, 0, "no arguments"); err != nil {
 				return err
@@ -55,12 +95,26 @@ decoded, with the field names of the datapath's C structs.`,
 			if err != nil {
 				return err
 			}
+			fes, _ := e.fs.GetBool("frontends")
+			bes, _ := e.fs.GetBool("backends")
+			rev, _ := e.fs.GetBool("revnat")
+			if n := btoi(fes) + btoi(bes) + btoi(rev); n > 1 {
+				return &usageError{errors.New("bpf lb list: give at most one of --frontends, --backends and --revnat")}
+			}
 			root, d, err := e.dumpPinned()
 			if err != nil {
 				return err
 			}
-			if out == outJSON {
-				return writeJSON(e.stdout, api.NewMapsDump(root, entriesOf(d)))
+			switch {
+			case rev:
+				return printRevNAT(e, out, d)
+			case bes:
+				return printBackendMaps(e, out, d)
+			case fes:
+				return printFrontends(e, out, d)
+			}
+			if isData(out) {
+				return e.write(out, api.NewMapsDump(root, entriesOf(d)))
 			}
 			return printServiceMaps(e.stdout, d)
 		},
@@ -167,20 +221,7 @@ ID exists in the service map (owner "service") or the entry stands alone.`,
 			if err != nil {
 				return err
 			}
-			entries := api.RevNATFromDump(entriesOf(d))
-			if out == outJSON {
-				return writeJSON(e.stdout, entries)
-			}
-			tw := newTable(e.stdout)
-			fmt.Fprintln(tw, "ID\tFRONTEND ADDRESS\tOWNER")
-			for _, r := range entries {
-				owner := "standalone"
-				if r.Service {
-					owner = "service"
-				}
-				fmt.Fprintf(tw, "%d\t%s\t%s\n", r.ID, hostPort(r.IP, r.Port), owner)
-			}
-			return tw.Flush()
+			return printRevNAT(e, out, d)
 		},
 	}
 }
@@ -265,13 +306,13 @@ false alarms. The agent repairs every violation at its next start.`,
 				plural(masters, "service", "services"),
 				plural(len(d.Backends4)+len(d.Backends6), "backend", "backends"),
 				plural(len(d.RevNAT4)+len(d.RevNAT6), "revNAT entry", "revNAT entries"))
-			if out == outJSON {
+			if isData(out) {
 				vj := []violationJSON{}
 				for _, v := range persist {
 					vj = append(vj, violationJSON{Invariant: v.Invariant(), Kind: string(v.Kind), Family: v.Family.String(),
 						ServiceID: uint16(v.ServiceID), Frontend: v.Frontend, BackendID: uint32(v.BackendID), Detail: v.Detail})
 				}
-				if err := writeJSON(e.stdout, struct {
+				if err := e.write(out, struct {
 					OK         bool            `json:"ok"`
 					Summary    string          `json:"summary"`
 					Violations []violationJSON `json:"violations"`
@@ -294,4 +335,84 @@ false alarms. The agent repairs every violation at its next start.`,
 			return nil
 		},
 	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func printRevNAT(e *env, out string, d table.Dump) error {
+	entries := api.RevNATFromDump(entriesOf(d))
+	if isData(out) {
+		return e.write(out, entries)
+	}
+	tw := newTable(e.stdout)
+	fmt.Fprintln(tw, "ID\tFRONTEND ADDRESS\tOWNER")
+	for _, r := range entries {
+		owner := "standalone"
+		if r.Service {
+			owner = "service"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\n", r.ID, hostPort(r.IP, r.Port), owner)
+	}
+	return tw.Flush()
+}
+
+// backendJSON is one backend map entry of --backends.
+type backendJSON struct {
+	ID      uint32 `json:"id"`
+	Address string `json:"address"`
+	State   string `json:"state"`
+}
+
+func printBackendMaps(e *env, out string, d table.Dump) error {
+	rows := []backendJSON{}
+	for _, b := range append(slices.Clone(d.Backends4), d.Backends6...) {
+		be := table.BackendFromValue(b.Value)
+		rows = append(rows, backendJSON{ID: b.ID, Address: be.AddrPort().String() + "/" + be.Protocol.String(), State: be.State.String()})
+	}
+	slices.SortFunc(rows, func(a, b backendJSON) int { return cmp.Compare(a.ID, b.ID) })
+	if isData(out) {
+		return e.write(out, rows)
+	}
+	tw := newTable(e.stdout)
+	fmt.Fprintln(tw, "BACKEND ID\tADDRESS\tSTATE")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%d\t%s\t%s\n", r.ID, r.Address, r.State)
+	}
+	return tw.Flush()
+}
+
+// frontendJSON is one master entry of --frontends.
+type frontendJSON struct {
+	Frontend  string `json:"frontend"`
+	ServiceID uint16 `json:"service-id"`
+	Options   string `json:"options"`
+	Count     uint16 `json:"count"`
+	QCount    uint16 `json:"qcount"`
+}
+
+func printFrontends(e *env, out string, d table.Dump) error {
+	rows := []frontendJSON{}
+	for _, s := range append(slices.Clone(d.Services4), d.Services6...) {
+		if s.Key.Slot != 0 {
+			continue
+		}
+		fe := table.FrontendFromKey(s.Key)
+		rows = append(rows, frontendJSON{Frontend: fe.String(), ServiceID: uint16(s.Value.RevNATIndex), Options: masterFlags(fe, s.Value),
+			Count: uint16(s.Value.Count), QCount: uint16(s.Value.QCount)})
+	}
+	slices.SortFunc(rows, func(a, b frontendJSON) int { return cmp.Compare(a.ServiceID, b.ServiceID) })
+	if isData(out) {
+		return e.write(out, rows)
+	}
+	tw := newTable(e.stdout)
+	fmt.Fprintln(tw, "SERVICE ID\tFRONTEND\tOPTIONS\tCOUNT\tQCOUNT")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\n", r.ServiceID, r.Frontend, r.Options, r.Count, r.QCount)
+	}
+	return tw.Flush()
 }

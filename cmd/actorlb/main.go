@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
 
@@ -25,7 +26,8 @@ func (e *usageError) Unwrap() error { return e.err }
 // everything itself.
 var errSilent = errors.New("silent failure")
 
-// command is one leaf of the command tree.
+// command is one leaf of the command tree, turned into a cobra command by
+// leafCommand.
 type command struct {
 	// use is the synopsis after "actorlb", like "service get ID".
 	use   string
@@ -33,56 +35,177 @@ type command struct {
 	long  string
 	// examples, one per line, each "actorlb ...  # comment".
 	examples string
-	// flags adds the command's flags.
+	// flags adds the command's own flags (the global ones, -H and -o, are
+	// the root's persistent flags).
 	flags func(fs *pflag.FlagSet)
 	// run runs the command with the positional arguments.
 	run func(ctx context.Context, env *env, args []string) error
 }
 
-// group is an inner node of the command tree.
-type group struct {
-	name     string
-	short    string
-	children []any // *group or *leaf
-}
-
-type leaf struct {
-	name string
-	cmd  *command
-}
-
 // env is what a command runs with.
 type env struct {
 	stdout, stderr io.Writer
-	fs             *pflag.FlagSet
+	// fs holds the command's flags and the global ones.
+	fs *pflag.FlagSet
+	// stdin is standard input (for --file - and confirmations).
+	stdin io.Reader
 }
 
-func tree() *group {
-	return &group{name: "actorlb", short: "control plane of an eBPF service load balancer", children: []any{
-		&leaf{"agent", agentCommand()},
-		&group{name: "service", short: "manage services through the agent's API", children: []any{
-			&leaf{"list", serviceListCommand()},
-			&leaf{"get", serviceGetCommand()},
-			&leaf{"update", serviceUpdateCommand()},
-			&leaf{"apply", serviceApplyCommand()},
-			&leaf{"delete", serviceDeleteCommand()},
-		}},
-		&group{name: "bpf", short: "read the pinned BPF maps directly (no agent needed)", children: []any{
-			&group{name: "lb", short: "the load-balancer maps", children: []any{
-				&leaf{"list", bpfListCommand()},
-				&group{name: "revnat", short: "the reverse-NAT maps", children: []any{
-					&leaf{"list", bpfRevNATListCommand()},
-				}},
-				&leaf{"verify", bpfVerifyCommand()},
-			}},
-		}},
-		&leaf{"status", statusCommand()},
-	}}
+// quickStart ends the root's help.
+const quickStart = `
+Quick start (as root):
+  actorlb agent                                  # in one shell: restore the maps, serve the API
+  actorlb service update --id 1 --frontend 10.96.0.10:80 --backends 10.0.1.5:8080
+  actorlb bpf lb list                            # what the datapath sees
+`
+
+// newRoot returns the command tree, writing to stdout and stderr.
+func newRoot(stdout, stderr io.Writer, stdin io.Reader) *cobra.Command {
+	root := group("actorlb", "control plane of an eBPF service load balancer",
+		leafCommand("agent", agentCommand()),
+		group("service", "manage services through the agent's API",
+			leafCommand("list", serviceListCommand()),
+			leafCommand("get", serviceGetCommand()),
+			leafCommand("update", serviceUpdateCommand()),
+			leafCommand("apply", serviceApplyCommand()),
+			leafCommand("delete", serviceDeleteCommand()),
+		),
+		group("backend", "see and change backends across services",
+			leafCommand("list", backendListCommand()),
+			leafCommand("set-state", backendSetStateCommand()),
+		),
+		group("bpf", "read the pinned BPF maps directly (no agent needed)",
+			group("lb", "the load-balancer maps",
+				leafCommand("list", bpfListCommand()),
+				group("revnat", "the reverse-NAT maps",
+					leafCommand("list", bpfRevNATListCommand()),
+				),
+				leafCommand("verify", bpfVerifyCommand()),
+			),
+		),
+		leafCommand("status", statusCommand()),
+		leafCommand("version", versionCommand()),
+		genDocsCommand(),
+	)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetIn(stdin)
+	root.SilenceErrors = true
+	root.SilenceUsage = true
+	root.Version = buildVersion().String()
+	root.SetVersionTemplate("actorlb {{.Version}}\n")
+	root.SetHelpFunc(printHelp)
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		name := c.CommandPath()
+		short := strings.TrimPrefix(name, "actorlb ")
+		if c == c.Root() {
+			return &usageError{fmt.Errorf("%w (run 'actorlb --help')", err)}
+		}
+		return &usageError{fmt.Errorf("%s: %w (run '%s --help')", short, err, name)}
+	})
+	globalFlags(root.PersistentFlags())
+	root.Flags().SortFlags = false
+	root.PersistentFlags().SortFlags = false
+	return root
+}
+
+// group returns an inner node of the tree: without a subcommand it prints
+// its help, with an unknown one it fails as a usage error.
+func group(name, short string, children ...*cobra.Command) *cobra.Command {
+	g := &cobra.Command{
+		Use:   name + " COMMAND",
+		Short: short,
+		Args:  cobra.ArbitraryArgs,
+		RunE: func(c *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return c.Help()
+			}
+			path := c.CommandPath()
+			msg := fmt.Sprintf("unknown command %q for %q", args[0], path)
+			if s := c.SuggestionsFor(args[0]); len(s) > 0 {
+				msg += fmt.Sprintf(" (did you mean %q?)", s[0])
+			}
+			return &usageError{fmt.Errorf("%s (run '%s --help')", msg, path)}
+		},
+	}
+	g.AddCommand(children...)
+	return g
+}
+
+// leafCommand turns a command into a cobra command named name.
+func leafCommand(name string, cmd *command) *cobra.Command {
+	// Use is the synopsis without the parents' names.
+	use := cmd.use
+	if i := strings.Index(use, " "+name); i >= 0 && strings.HasPrefix(use[i+1:], name) {
+		use = use[i+1:]
+	}
+	c := &cobra.Command{
+		Use:     use,
+		Short:   cmd.short,
+		Long:    strings.TrimSpace(cmd.long),
+		Example: strings.TrimRight(cmd.examples, "\n"),
+		RunE: func(c *cobra.Command, args []string) error {
+			// Client commands end on SIGINT as any program does; the agent
+			// catches it itself to stop cleanly.
+			ctx := c.Context()
+			if ctx == nil {
+				ctx = context.Background()
+			}
+			return cmd.run(ctx, &env{stdout: c.OutOrStdout(), stderr: c.ErrOrStderr(), stdin: c.InOrStdin(), fs: c.Flags()}, args)
+		},
+	}
+	c.Flags().SortFlags = false
+	if cmd.flags != nil {
+		cmd.flags(c.Flags())
+	}
+	return c
+}
+
+// printHelp is the help of every command: synopsis, description, examples
+// and flags (the command's own, then the global ones).
+func printHelp(c *cobra.Command, _ []string) {
+	w := c.OutOrStdout()
+	name := c.CommandPath()
+	if c.HasAvailableSubCommands() {
+		fmt.Fprintf(w, "%s: %s.\n\nUsage:\n  %s COMMAND [flags]\n\nCommands:\n", name, c.Short, name)
+		for _, s := range c.Commands() {
+			if s.IsAvailableCommand() {
+				fmt.Fprintf(w, "  %-11s %s\n", s.Name(), s.Short)
+			}
+		}
+		if c == c.Root() {
+			fmt.Fprint(w, quickStart)
+		}
+	} else {
+		fmt.Fprintf(w, "Usage: %s\n", c.UseLine())
+		if d := c.Long; d != "" || c.Short != "" {
+			if d == "" {
+				d = c.Short
+			}
+			fmt.Fprintf(w, "\n%s\n", d)
+		}
+		if c.Example != "" {
+			fmt.Fprintf(w, "\nExamples:\n%s\n", c.Example)
+		}
+	}
+	if f := c.LocalFlags(); f.HasAvailableFlags() {
+		fmt.Fprintf(w, "\nFlags:\n%s", f.FlagUsages())
+	}
+	if f := c.InheritedFlags(); f.HasAvailableFlags() {
+		fmt.Fprintf(w, "\nGlobal Flags:\n%s", f.FlagUsages())
+	}
+	if c.HasAvailableSubCommands() {
+		fmt.Fprintf(w, "\nRun '%s COMMAND --help' for the flags and examples of a command.\n", name)
+	}
 }
 
 // run runs the command line args and returns the exit status.
 func run(args []string, stdout, stderr io.Writer) int {
-	err := dispatch(args, stdout, stderr)
+	return runWith(args, stdout, stderr, os.Stdin)
+}
+
+func runWith(args []string, stdout, stderr io.Writer, stdin io.Reader) int {
+	err := dispatch(args, stdout, stderr, stdin)
 	var ue *usageError
 	switch {
 	case err == nil:
@@ -97,93 +220,26 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 1
 }
 
-func dispatch(args []string, stdout, stderr io.Writer) error {
-	node := tree()
-	path := []string{"actorlb"}
-	for {
-		if len(args) == 0 || isHelp(args[0]) {
-			printGroupHelp(stdout, node, path)
-			return nil
-		}
-		var next any
-		for _, c := range node.children {
-			switch c := c.(type) {
-			case *group:
-				if c.name == args[0] {
-					next = c
-				}
-			case *leaf:
-				if c.name == args[0] {
-					next = c
-				}
-			}
-		}
-		switch n := next.(type) {
-		case *group:
-			node, path, args = n, append(path, n.name), args[1:]
-			continue
-		case *leaf:
-			return runLeaf(n.cmd, append(path, n.name), args[1:], stdout, stderr)
-		}
-		if strings.HasPrefix(args[0], "-") {
-			return &usageError{fmt.Errorf("unknown flag %s for %q (run '%s --help')", args[0], strings.Join(path, " "), strings.Join(path, " "))}
-		}
-		return &usageError{fmt.Errorf("unknown command %q for %q (run '%s --help')", args[0], strings.Join(path, " "), strings.Join(path, " "))}
+func dispatch(args []string, stdout, stderr io.Writer, stdin io.Reader) error {
+	root := newRoot(stdout, stderr, stdin)
+	root.SetArgs(args)
+	err := root.ExecuteContext(context.Background())
+	if err != nil && isCobraUsage(err) {
+		return &usageError{err}
 	}
+	return err
 }
 
-func isHelp(s string) bool { return s == "-h" || s == "--help" || s == "help" }
-
-func printGroupHelp(w io.Writer, g *group, path []string) {
-	name := strings.Join(path, " ")
-	fmt.Fprintf(w, "%s: %s.\n\nUsage:\n  %s COMMAND [flags]\n\nCommands:\n", name, g.short, name)
-	for _, c := range g.children {
-		switch c := c.(type) {
-		case *group:
-			fmt.Fprintf(w, "  %-10s %s\n", c.name, c.short)
-		case *leaf:
-			fmt.Fprintf(w, "  %-10s %s\n", c.name, c.cmd.short)
-		}
+// isCobraUsage tells the usage errors cobra makes itself (an unknown
+// command of cobra's own commands, like "completion nope").
+func isCobraUsage(err error) bool {
+	var ue *usageError
+	if errors.As(err, &ue) {
+		return false
 	}
-	if len(path) == 1 {
-		fmt.Fprint(w, `
-Quick start (as root):
-  actorlb agent                                  # in one shell: restore the maps, serve the API
-  actorlb service update --id 1 --frontend 10.96.0.10:80 --backends 10.0.1.5:8080
-  actorlb bpf lb list                            # what the datapath sees
-`)
-	}
-	fmt.Fprintf(w, "\nRun '%s COMMAND --help' for the flags and examples of a command.\n", name)
-}
-
-func runLeaf(cmd *command, path []string, args []string, stdout, stderr io.Writer) error {
-	name := strings.Join(path, " ")
-	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
-	fs.SortFlags = false
-	fs.SetOutput(io.Discard)
-	if cmd.flags != nil {
-		cmd.flags(fs)
-	}
-	help := fs.BoolP("help", "h", false, "show this help")
-	if err := fs.Parse(args); err != nil {
-		short := strings.Join(path[1:], " ")
-		return &usageError{fmt.Errorf("%s: %w (run '%s --help')", short, err, name)}
-	}
-	if *help {
-		printLeafHelp(stdout, cmd, fs)
-		return nil
-	}
-	// Client commands end on SIGINT as any program does; the agent catches
-	// it itself to stop cleanly.
-	return cmd.run(context.Background(), &env{stdout: stdout, stderr: stderr, fs: fs}, fs.Args())
-}
-
-func printLeafHelp(w io.Writer, cmd *command, fs *pflag.FlagSet) {
-	fmt.Fprintf(w, "Usage: actorlb %s\n\n%s\n", cmd.use, strings.TrimSpace(cmd.long))
-	if cmd.examples != "" {
-		fmt.Fprintf(w, "\nExamples:\n%s\n", strings.TrimRight(cmd.examples, "\n"))
-	}
-	fmt.Fprintf(w, "\nFlags:\n%s", fs.FlagUsages())
+	msg := err.Error()
+	return strings.HasPrefix(msg, "unknown command") || strings.HasPrefix(msg, "invalid argument") ||
+		strings.Contains(msg, "arg(s)") || strings.HasPrefix(msg, "unknown flag")
 }
 
 // wantArgs checks the number of positional arguments.

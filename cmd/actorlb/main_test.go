@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -30,19 +31,21 @@ func TestCheckAPIAddr(t *testing.T) {
 	}
 }
 
-func updateFlags(t *testing.T, args ...string) *pflag.FlagSet {
+func parsedUpdate(t *testing.T, args ...string) (*updateFlags, error) {
 	t.Helper()
 	fs := pflag.NewFlagSet("update", pflag.ContinueOnError)
 	serviceUpdateCommand().flags(fs)
 	require.NoError(t, fs.Parse(args))
-	return fs
+	return parseUpdateFlags(fs)
 }
 
-func TestSpecFromFlags(t *testing.T) {
-	id, spec, err := specFromFlags(updateFlags(t, "--id", "7", "--frontend", "[fd00::a]:53/udp/internal",
-		"--backends", "[fd00::1]:53,[fd00::2]:53/udp", "--weights", "0,65535", "--states", "active,Terminating", "--type", "nodeport"))
+func TestUpdateFlagsBuildTheSpec(t *testing.T) {
+	u, err := parsedUpdate(t, "--id", "7", "--frontend", "[fd00::a]:53/udp/internal",
+		"--backends", "[fd00::1]:53,[fd00::2]:53/udp", "--weights", "0,65535", "--states", "active,Terminating", "--type", "nodeport")
 	require.NoError(t, err)
-	require.EqualValues(t, 7, id)
+	require.EqualValues(t, 7, u.id)
+	spec, err := u.merge(nil, nil)
+	require.NoError(t, err)
 	w0, w1 := uint16(0), uint16(65535)
 	require.Equal(t, &api.ServiceSpec{
 		ID:              7,
@@ -53,7 +56,7 @@ func TestSpecFromFlags(t *testing.T) {
 		},
 		Flags: &api.ServiceFlags{Type: "nodeport"},
 	}, spec)
-	svc, err := api.ToService(id, spec)
+	svc, err := api.ToService(7, spec)
 	require.NoError(t, err, "the agent accepts what the CLI builds")
 	require.Equal(t, "[fd00::a]:53/UDP/internal", svc.Frontend.L3n4Addr.String())
 
@@ -61,8 +64,7 @@ func TestSpecFromFlags(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--frontend", "10.0.0.1:80"}, "--id and --frontend are required"},
-		{[]string{"--id", "1"}, "--id and --frontend are required"},
+		{[]string{"--frontend", "10.0.0.1:80"}, "--id is required"},
 		{[]string{"--id", "x", "--frontend", "10.0.0.1:80"}, `--id: invalid id "x": not a decimal number`},
 		{[]string{"--id", "1", "--frontend", "10.0.0.1"}, `--frontend: invalid address "10.0.0.1": missing port`},
 		{[]string{"--id", "1", "--frontend", "10.0.0.1:80", "--backends", "10.0.0.2"}, `--backends: invalid backend "10.0.0.2": missing port`},
@@ -71,9 +73,47 @@ func TestSpecFromFlags(t *testing.T) {
 		{[]string{"--id", "1", "--frontend", "10.0.0.1:80", "--backends", "10.0.0.2:1", "--states", "a,b"}, "--states has 2 values for 1 backends (give one per backend)"},
 		{[]string{"--id", "1", "--frontend", "10.0.0.1:80", "--type", "Headless"}, `--type: invalid type "Headless": must be one of ClusterIP, NodePort, ExternalIPs, LoadBalancer, HostPort, LocalRedirect`},
 	} {
-		_, _, err := specFromFlags(updateFlags(t, tc.args...))
+		_, err := parsedUpdate(t, tc.args...)
 		require.EqualError(t, err, tc.want, "%v", tc.args)
 	}
+}
+
+// TestUpdateKeepsWhatIsNotGiven: merge changes only what the flags give.
+func TestUpdateKeepsWhatIsNotGiven(t *testing.T) {
+	w := uint16(50)
+	cur := &api.ServiceSpec{ID: 1, FrontendAddress: &api.FrontendAddress{IP: "10.0.0.1", Port: 80, Protocol: "tcp", Scope: "external"},
+		BackendAddresses: []api.BackendAddress{{IP: "10.0.1.1", Port: 80, Weight: &w, State: "terminating"}},
+		Flags:            &api.ServiceFlags{Type: "NodePort"}}
+	merged := func(args ...string) *api.ServiceSpec {
+		t.Helper()
+		u, err := parsedUpdate(t, append([]string{"--id", "1"}, args...)...)
+		require.NoError(t, err)
+		spec, err := u.merge(cur, map[string]string{"10.0.1.2:80": "quarantined"})
+		require.NoError(t, err)
+		return spec
+	}
+	require.Equal(t, cur, merged(), "no flag: nothing changes")
+	require.Equal(t, cur, merged("--frontend", "10.0.0.1:80"), "the same frontend")
+	require.Equal(t, "ClusterIP", merged("--type", "ClusterIP").Flags.Type)
+	require.Equal(t, "NodePort", cur.Flags.Type, "cur is not changed")
+	spec := merged("--backends", "10.0.1.1:80,10.0.1.2:80,10.0.1.3:80")
+	require.Equal(t, []api.BackendAddress{{IP: "10.0.1.1", Port: 80, Weight: &w, State: "terminating"},
+		{IP: "10.0.1.2", Port: 80, State: "quarantined"}, {IP: "10.0.1.3", Port: 80}}, spec.BackendAddresses)
+	require.Empty(t, merged("--backends", "").BackendAddresses, "--backends '' clears")
+	require.Equal(t, "active", merged("--states", "active").BackendAddresses[0].State)
+
+	u, err := parsedUpdate(t, "--id", "1", "--frontend", "10.0.0.2:80")
+	require.NoError(t, err)
+	_, err = u.merge(cur, nil)
+	require.ErrorContains(t, err, "service 1 has frontend 10.0.0.1:80/TCP, and a service's frontend never changes")
+	u, err = parsedUpdate(t, "--id", "1", "--weights", "1,2")
+	require.NoError(t, err)
+	_, err = u.merge(cur, nil)
+	require.ErrorContains(t, err, "--weights has 2 values for the 1 backends of service 1")
+	u, err = parsedUpdate(t, "--id", "2")
+	require.NoError(t, err)
+	_, err = u.merge(nil, nil)
+	require.EqualError(t, err, "--frontend is required to create service 2 (it does not exist)")
 }
 
 func TestPrepareSocket(t *testing.T) {
@@ -127,5 +167,25 @@ func TestRunExitCodes(t *testing.T) {
 	require.Equal(t, 1, run([]string{"status", "-H", "unix:///nonexistent/actorlb.sock"}, &out, &errOut))
 	require.True(t, strings.HasPrefix(errOut.String(), "actorlb: health: agent unreachable"), errOut.String())
 	var ue *usageError
-	require.True(t, errors.As(dispatch([]string{"bpf", "lb", "list", "-o", "xml", "--bpf-root", "/nonexistent"}, &out, &errOut), &ue))
+	require.True(t, errors.As(dispatch([]string{"bpf", "lb", "list", "-o", "xml", "--bpf-root", "/nonexistent"}, &out, &errOut, nil), &ue))
+}
+
+// TestDocsAreCurrent: docs/cli is what `make docs` generates now.
+func TestDocsAreCurrent(t *testing.T) {
+	t.Setenv("ACTORLB_HOST", "")
+	t.Setenv("ACTORLB_BPF_ROOT", "")
+	dir := t.TempDir()
+	require.NoError(t, genDocs(newRoot(io.Discard, io.Discard, nil), dir))
+	want, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	got, err := os.ReadDir("../../docs/cli")
+	require.NoError(t, err, "run 'make docs'")
+	require.Equal(t, len(want), len(got), "run 'make docs'")
+	for _, f := range want {
+		w, err := os.ReadFile(filepath.Join(dir, f.Name()))
+		require.NoError(t, err)
+		g, err := os.ReadFile(filepath.Join("../../docs/cli", f.Name()))
+		require.NoError(t, err, "run 'make docs'")
+		require.Equal(t, string(w), string(g), "%s is stale: run 'make docs'", f.Name())
+	}
 }

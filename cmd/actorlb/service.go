@@ -1,26 +1,20 @@
 package main
 
 import (
+	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/spf13/pflag"
 	"io"
-	"net/http"
 	"net/netip"
-	"os"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/actorlb/actorlb/api"
 	lb "github.com/actorlb/actorlb/loadbalancer"
-	"github.com/spf13/pflag"
 )
-
-func clientFlags(fs *pflag.FlagSet) {
-	hostFlag(fs)
-	outputFlag(fs)
-}
 
 func serviceListCommand() *command {
 	return &command{
@@ -28,14 +22,29 @@ func serviceListCommand() *command {
 		short: "list every service with its backends",
 		long: `Lists the services the agent holds, sorted by ID, with their frontend,
 type and backends in slot order (active, terminating, quarantined, then
-maintenance). Needs a running agent (see -H).`,
+maintenance). Needs a running agent (see -H).
+
+--frontend, --backend and --type keep only the services that match (all
+given must match): an address is IP:PORT[/PROTOCOL] or just an IP. -o wide
+shows each option of a service in its own column.`,
 		examples: `  actorlb service list
   actorlb service list -o json | jq '.[].spec.id'
-  actorlb service list -H http://127.0.0.1:8080`,
-		flags: clientFlags,
+  actorlb service list --frontend 10.96.0.10:80
+  actorlb service list --backend 10.0.1.5 -o wide
+  actorlb service list --type NodePort -o yaml
+  actorlb -H http://127.0.0.1:8080 service list`,
+		flags: func(fs *pflag.FlagSet) {
+			fs.String("frontend", "", "only the service with this frontend, IP:PORT[/PROTOCOL[/SCOPE]], or the services on this IP")
+			fs.String("backend", "", "only the services with this backend, IP:PORT or IP")
+			fs.String("type", "", "only the services of this type (ClusterIP, NodePort, ...; case-insensitive)")
+		},
 		run: func(ctx context.Context, e *env, args []string) error {
 			if err := wantArgs("service list", args, 0, "no arguments"); err != nil {
 				return err
+			}
+			match, err := listFilters(e.fs)
+			if err != nil {
+				return &usageError{fmt.Errorf("service list: %w", err)}
 			}
 			out, err := e.output()
 			if err != nil {
@@ -50,10 +59,11 @@ maintenance). Needs a running agent (see -H).`,
 			if err != nil {
 				return err
 			}
-			if out == outJSON {
-				return writeJSON(e.stdout, svcs)
+			svcs = filterServices(svcs, match)
+			if isData(out) {
+				return e.write(out, svcs)
 			}
-			return printServices(e.stdout, svcs)
+			return printServices(e.stdout, svcs, out == outWide)
 		},
 	}
 }
@@ -66,7 +76,6 @@ func serviceGetCommand() *command {
 backends in slot order. Exits 1 if there is no such service.`,
 		examples: `  actorlb service get 1
   actorlb service get 1 -o json`,
-		flags: clientFlags,
 		run: func(ctx context.Context, e *env, args []string) error {
 			if err := wantArgs("service get", args, 1, "one service ID"); err != nil {
 				return err
@@ -91,10 +100,10 @@ backends in slot order. Exits 1 if there is no such service.`,
 				}
 				return err
 			}
-			if out == outJSON {
-				return writeJSON(e.stdout, svc)
+			if isData(out) {
+				return e.write(out, svc)
 			}
-			return printServices(e.stdout, []*api.Service{svc})
+			return printServices(e.stdout, []*api.Service{svc}, out == outWide)
 		},
 	}
 }
@@ -137,12 +146,30 @@ func serviceOptions(f *api.ServiceFlags) string {
 	return strings.Join(parts, ", ")
 }
 
-func printServices(w io.Writer, svcs []*api.Service) error {
+func printServices(w io.Writer, svcs []*api.Service, wide bool) error {
 	tw := newTable(w)
-	fmt.Fprintln(tw, "ID\tFRONTEND\tTYPE\tBACKEND")
+	if wide {
+		fmt.Fprintln(tw, "ID\tFRONTEND\tTYPE\tEXT-POLICY\tINT-POLICY\tAFFINITY\tALGORITHM\tBACKEND")
+	} else {
+		fmt.Fprintln(tw, "ID\tFRONTEND\tTYPE\tBACKEND")
+	}
 	for _, s := range svcs {
 		spec := s.Spec
-		head := fmt.Sprintf("%d\t%s\t%s\t", spec.ID, frontendString(spec.FrontendAddress), serviceOptions(spec.Flags))
+		var head string
+		if wide {
+			f := spec.Flags
+			if f == nil {
+				f = &api.ServiceFlags{}
+			}
+			typ, ext, in, aff, alg := cmp.Or(f.Type, "ClusterIP"), cmp.Or(f.ExtTrafficPolicy, "Cluster"), cmp.Or(f.IntTrafficPolicy, "Cluster"), "-", cmp.Or(f.LBAlgorithm, lb.LBAlgDefault.String())
+			if f.SessionAffinity {
+				aff = fmt.Sprintf("%ds", f.SessionAffinityTimeout)
+			}
+			head = fmt.Sprintf("%d\t%s\t%s\t%s\t%s\t%s\t%s\t", spec.ID, frontendString(spec.FrontendAddress), typ, ext, in, aff, alg)
+		} else {
+			head = fmt.Sprintf("%d\t%s\t%s\t", spec.ID, frontendString(spec.FrontendAddress), serviceOptions(spec.Flags))
+		}
+		pad := strings.Repeat("\t", strings.Count(head, "\t"))
 		if len(spec.BackendAddresses) == 0 {
 			fmt.Fprintln(tw, head+"(none)")
 			continue
@@ -156,303 +183,72 @@ func printServices(w io.Writer, svcs []*api.Service) error {
 			if i == 0 {
 				fmt.Fprintln(tw, head+line)
 			} else {
-				fmt.Fprintln(tw, "\t\t\t"+line)
+				fmt.Fprintln(tw, pad+line)
 			}
 		}
 	}
 	return tw.Flush()
 }
 
-func serviceUpdateCommand() *command {
-	return &command{
-		use:   "service update --id ID --frontend ADDR [--backends ADDR[,ADDR...]] [flags]",
-		short: "create or update a service",
-		long: `Creates the service with --id, or updates it: its frontend, backends and
-options are replaced by the ones given. Addresses are IP:PORT[/PROTOCOL[/SCOPE]]
-(IPv6 in brackets; protocol tcp, udp, sctp or any, tcp by default; scope
-external or internal). Backends take the frontend's protocol and give no
-scope. --weights and --states, if given, have one value per backend, in the
-order of --backends.
-
-A frontend keeps its ID: to give it another one, delete the service first.
-Nothing is changed when the agent refuses the request.`,
-		examples: `  actorlb service update --id 1 --frontend 10.96.0.10:80 --backends 10.0.1.5:8080
-  actorlb service update --id 2 --frontend 10.96.0.53:53/udp --backends 10.0.1.7:53,10.0.1.8:53
-  actorlb service update --id 3 --frontend [fd00::a]:443 --backends [fd00::1]:8443,[fd00::2]:8443 --weights 100,50
-  actorlb service update --id 1 --frontend 10.96.0.10:80 --backends 10.0.1.5:8080,10.0.1.6:8080 --states active,terminating
-  actorlb service update --id 4 --frontend 0.0.0.0:30080 --backends 10.0.1.5:8080 --type NodePort`,
-		flags: func(fs *pflag.FlagSet) {
-			fs.String("id", "", "service ID, 1..65535 (required)")
-			fs.String("frontend", "", "frontend address IP:PORT[/PROTOCOL[/SCOPE]] (required)")
-			fs.StringSlice("backends", nil, "backend addresses IP:PORT, comma-separated or repeated")
-			fs.StringSlice("weights", nil, "backend weights 0..65535, one per backend (default 100 each)")
-			fs.StringSlice("states", nil, "backend states active, terminating, quarantined or maintenance, one per backend (default active)")
-			fs.String("type", "ClusterIP", "service type: ClusterIP, NodePort, ExternalIPs, LoadBalancer, HostPort or LocalRedirect")
-			clientFlags(fs)
-		},
-		run: runServiceUpdate,
-	}
-}
-
-// specFromFlags builds the ServiceSpec of service update's flags.
-func specFromFlags(fs *pflag.FlagSet) (lb.ServiceID, *api.ServiceSpec, error) {
-	idStr, _ := fs.GetString("id")
+// listFilters returns the match of service list's filter flags.
+func listFilters(fs *pflag.FlagSet) (func(*api.Service) bool, error) {
 	feStr, _ := fs.GetString("frontend")
-	backends, _ := fs.GetStringSlice("backends")
-	weights, _ := fs.GetStringSlice("weights")
-	states, _ := fs.GetStringSlice("states")
+	beStr, _ := fs.GetString("backend")
 	typ, _ := fs.GetString("type")
-	if idStr == "" || feStr == "" {
-		return 0, nil, errors.New("--id and --frontend are required")
+	var checks []func(*api.Service) bool
+	if feStr != "" {
+		if ip, err := netip.ParseAddr(strings.Trim(feStr, "[]")); err == nil {
+			checks = append(checks, func(s *api.Service) bool {
+				return s.Spec.FrontendAddress != nil && s.Spec.FrontendAddress.IP == ip.String()
+			})
+		} else {
+			fe, err := lb.ParseL3n4Addr(feStr)
+			if err != nil {
+				return nil, fmt.Errorf("--frontend: %w", err)
+			}
+			want := frontendString(frontendSpec(fe))
+			checks = append(checks, func(s *api.Service) bool { return frontendString(s.Spec.FrontendAddress) == want })
+		}
 	}
-	id, err := lb.ParseServiceID(idStr)
-	if err != nil {
-		return 0, nil, fmt.Errorf("--id: %w", err)
+	if beStr != "" {
+		var want func(b api.BackendAddress) bool
+		if ip, err := netip.ParseAddr(strings.Trim(beStr, "[]")); err == nil {
+			want = func(b api.BackendAddress) bool { return b.IP == ip.String() }
+		} else {
+			be, err := lb.ParseBackend(beStr)
+			if err != nil {
+				return nil, fmt.Errorf("--backend: %w", err)
+			}
+			want = func(b api.BackendAddress) bool { return b.IP == be.Addr.String() && b.Port == be.Port }
+		}
+		checks = append(checks, func(s *api.Service) bool { return slices.ContainsFunc(s.Spec.BackendAddresses, want) })
 	}
-	fe, err := lb.ParseL3n4Addr(feStr)
-	if err != nil {
-		return 0, nil, fmt.Errorf("--frontend: %w", err)
-	}
-	if len(weights) > 0 && len(weights) != len(backends) {
-		return 0, nil, fmt.Errorf("--weights has %d values for %d backends (give one per backend)", len(weights), len(backends))
-	}
-	if len(states) > 0 && len(states) != len(backends) {
-		return 0, nil, fmt.Errorf("--states has %d values for %d backends (give one per backend)", len(states), len(backends))
-	}
-	if _, err := lb.ParseServiceType(typ); err != nil {
-		return 0, nil, fmt.Errorf("--type: %w", err)
-	}
-	spec := &api.ServiceSpec{
-		ID: int64(id),
-		FrontendAddress: &api.FrontendAddress{IP: fe.Addr.String(), Port: fe.Port,
-			Protocol: strings.ToLower(fe.Protocol.String()), Scope: fe.Scope.String()},
-		BackendAddresses: []api.BackendAddress{},
-		Flags:            &api.ServiceFlags{Type: typ},
-	}
-	for i, s := range backends {
-		be, err := lb.ParseBackend(s)
+	if typ != "" {
+		t, err := lb.ParseServiceType(typ)
 		if err != nil {
-			return 0, nil, fmt.Errorf("--backends: %w", err)
+			return nil, fmt.Errorf("--type: %w", err)
 		}
-		if strings.Contains(s, "/") && be.Protocol != fe.Protocol {
-			return 0, nil, fmt.Errorf("--backends %s: protocol %s differs from the frontend's %s (backends take the frontend's protocol; leave it out)",
-				s, be.Protocol, fe.Protocol)
-		}
-		b := api.BackendAddress{IP: be.Addr.String(), Port: be.Port}
-		if len(weights) > 0 {
-			n, err := strconv.ParseInt(weights[i], 10, 64)
-			if err != nil {
-				return 0, nil, fmt.Errorf("--weights: invalid weight %q: not a decimal number", weights[i])
-			}
-			w, err := lb.NewBackendWeight(n)
-			if err != nil {
-				return 0, nil, fmt.Errorf("--weights: %w", err)
-			}
-			b.Weight = &w
-		}
-		if len(states) > 0 {
-			st, err := lb.ParseBackendState(states[i])
-			if err != nil {
-				return 0, nil, fmt.Errorf("--states: %w", err)
-			}
-			b.State = st.String()
-		}
-		spec.BackendAddresses = append(spec.BackendAddresses, b)
+		checks = append(checks, func(s *api.Service) bool {
+			st, _ := lb.ParseServiceType(cmp.Or(cmp.Or(s.Spec.Flags, &api.ServiceFlags{}).Type, "ClusterIP"))
+			return st == t
+		})
 	}
-	return id, spec, nil
+	return func(s *api.Service) bool {
+		for _, c := range checks {
+			if !c(s) {
+				return false
+			}
+		}
+		return true
+	}, nil
 }
 
-func runServiceUpdate(ctx context.Context, e *env, args []string) error {
-	if err := wantArgs("service update", args, 0, "only flags"); err != nil {
-		return err
+func filterServices(svcs []*api.Service, match func(*api.Service) bool) []*api.Service {
+	out := []*api.Service{}
+	for _, s := range svcs {
+		if match(s) {
+			out = append(out, s)
+		}
 	}
-	id, spec, err := specFromFlags(e.fs)
-	if err != nil {
-		return &usageError{fmt.Errorf("service update: %w (run 'actorlb service update --help')", err)}
-	}
-	out, err := e.output()
-	if err != nil {
-		return err
-	}
-	c, err := e.client()
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	svc, created, err := c.PutService(ctx, id, spec)
-	if err != nil {
-		return err
-	}
-	if out == outJSON {
-		return writeJSON(e.stdout, struct {
-			Created bool         `json:"created"`
-			Service *api.Service `json:"service"`
-		}{created, svc})
-	}
-	verb := "Updated"
-	if created {
-		verb = "Created"
-	}
-	fmt.Fprintf(e.stdout, "%s service %d: %s with %s\n", verb, id, frontendString(svc.Spec.FrontendAddress),
-		plural(len(svc.Spec.BackendAddresses), "backend", "backends"))
-	return nil
-}
-
-func serviceDeleteCommand() *command {
-	return &command{
-		use:   "service delete (ID | --all) [flags]",
-		short: "delete one service or all of them",
-		long: `Deletes the service with ID, or with --all every service: its master and
-slots, the backends no other service uses and its revNAT entry. Exits 1 if
-there is no service with ID.`,
-		examples: `  actorlb service delete 1
-  actorlb service delete --all`,
-		flags: func(fs *pflag.FlagSet) {
-			fs.Bool("all", false, "delete every service")
-			clientFlags(fs)
-		},
-		run: func(ctx context.Context, e *env, args []string) error {
-			all, _ := e.fs.GetBool("all")
-			if all && len(args) > 0 || !all && len(args) != 1 {
-				return &usageError{errors.New("service delete: give one service ID or --all (run 'actorlb service delete --help')")}
-			}
-			out, err := e.output()
-			if err != nil {
-				return err
-			}
-			var ids []lb.ServiceID
-			if !all {
-				id, err := lb.ParseServiceID(args[0])
-				if err != nil {
-					return &usageError{fmt.Errorf("service delete: %w", err)}
-				}
-				ids = append(ids, id)
-			}
-			c, err := e.client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			if all {
-				svcs, err := c.ListServices(ctx)
-				if err != nil {
-					return err
-				}
-				for _, s := range svcs {
-					ids = append(ids, lb.ServiceID(s.Spec.ID))
-				}
-			}
-			deleted := []lb.ServiceID{}
-			for _, id := range ids {
-				err := c.DeleteService(ctx, id)
-				switch {
-				case err == nil:
-					deleted = append(deleted, id)
-				case errors.Is(err, api.ErrNotFound) && all:
-					// Deleted meanwhile by someone else: nothing to do.
-				case errors.Is(err, api.ErrNotFound):
-					return fmt.Errorf("service %d not found (list them with 'actorlb service list')", id)
-				default:
-					return err
-				}
-			}
-			if out == outJSON {
-				return writeJSON(e.stdout, struct {
-					Deleted []lb.ServiceID `json:"deleted"`
-				}{deleted})
-			}
-			if all {
-				fmt.Fprintf(e.stdout, "Deleted %s\n", plural(len(deleted), "service", "services"))
-			} else {
-				fmt.Fprintf(e.stdout, "Deleted service %d\n", deleted[0])
-			}
-			return nil
-		},
-	}
-}
-
-func serviceApplyCommand() *command {
-	return &command{
-		use:   "service apply --file FILE [flags]",
-		short: "create or update many services from a JSON file",
-		long: `Creates or updates every service of FILE, a JSON array of service specs as
-PUT /v1/service/{id} takes them, each with its "id" (see the API's
-/v1/openapi.json), in one call: new services are created together, much
-faster than one 'service update' each. Prints one line per service: its ID
-and "created", "updated" or the error. Exits 1 if any failed. FILE "-" is
-standard input.`,
-		examples: `  actorlb service apply --file services.json
-  echo '[{"id": 1, "frontend-address": {"ip": "10.96.0.10", "port": 80},
-         "backend-addresses": [{"ip": "10.0.1.5", "port": 8080}]}]' | actorlb service apply -f -`,
-		flags: func(fs *pflag.FlagSet) {
-			fs.StringP("file", "f", "", "JSON array of service specs to apply (- for standard input)")
-			clientFlags(fs)
-		},
-		run: func(ctx context.Context, e *env, args []string) error {
-			if err := wantArgs("service apply", args, 0, "no arguments (the services come from --file)"); err != nil {
-				return err
-			}
-			file, _ := e.fs.GetString("file")
-			if file == "" {
-				return &usageError{errors.New("service apply: --file is required (run 'actorlb service apply --help')")}
-			}
-			out, err := e.output()
-			if err != nil {
-				return err
-			}
-			var data []byte
-			if file == "-" {
-				data, err = io.ReadAll(os.Stdin)
-			} else {
-				data, err = os.ReadFile(file)
-			}
-			if err != nil {
-				return fmt.Errorf("service apply: read %s: %w", file, err)
-			}
-			var specs []api.ServiceSpec
-			if err := json.Unmarshal(data, &specs); err != nil {
-				return &usageError{fmt.Errorf("service apply: %s: want a JSON array of service specs: %w", file, err)}
-			}
-			c, err := e.client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			results, err := c.PutServices(ctx, specs)
-			if err != nil {
-				return err
-			}
-			failed := 0
-			for _, r := range results {
-				if r.Code >= 300 {
-					failed++
-				}
-			}
-			if out == outJSON {
-				if err := writeJSON(e.stdout, results); err != nil {
-					return err
-				}
-			} else {
-				tw := newTable(e.stdout)
-				fmt.Fprintln(tw, "ID\tRESULT")
-				for _, r := range results {
-					res := r.Error
-					switch r.Code {
-					case http.StatusCreated:
-						res = "created"
-					case http.StatusOK:
-						res = "updated"
-					}
-					fmt.Fprintf(tw, "%d\t%s\n", r.ID, res)
-				}
-				if err := tw.Flush(); err != nil {
-					return err
-				}
-			}
-			if failed > 0 {
-				return fmt.Errorf("service apply: %d of %d services failed", failed, len(results))
-			}
-			return nil
-		},
-	}
+	return out
 }

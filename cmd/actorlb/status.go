@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/actorlb/actorlb/api"
+	"github.com/spf13/pflag"
 )
 
 func statusCommand() *command {
@@ -19,11 +20,15 @@ func statusCommand() *command {
 		long: `Asks the agent (see -H) for its health: whether it has restored and serves,
 where it listens, how many services, backends and revNAT entries it holds,
 how full each BPF map is, what the restore at start found and repaired, and
-how often each actor restarted. Exits 1 if the agent is not ready or cannot
-be reached.`,
+how often each actor restarted. With --verbose it also shows how long each
+internal step of the operations took on average. Exits 1 if the agent is
+not ready or cannot be reached.`,
 		examples: `  actorlb status
+  actorlb status --verbose
   actorlb status -o json | jq '.maps'`,
-		flags: clientFlags,
+		flags: func(fs *pflag.FlagSet) {
+			fs.Bool("verbose", false, "also show the mean time of each internal operation step")
+		},
 		run: func(ctx context.Context, e *env, args []string) error {
 			if err := wantArgs("status", args, 0, "no arguments"); err != nil {
 				return err
@@ -41,8 +46,8 @@ be reached.`,
 			if st == nil {
 				return err
 			}
-			if out == outJSON {
-				if werr := writeJSON(e.stdout, st); werr != nil {
+			if isData(out) {
+				if werr := e.write(out, st); werr != nil {
 					return werr
 				}
 			} else {
@@ -102,7 +107,7 @@ func printStatus(e *env, st *api.Status) {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%.2f%%\t%d\t%d\n", m.Name, m.Entries, m.MaxEntries, 100*m.Fill, m.Updated, m.Deleted)
 	}
 	tw.Flush()
-	if len(st.Steps) == 0 {
+	if verbose, _ := e.fs.GetBool("verbose"); !verbose || len(st.Steps) == 0 {
 		return
 	}
 	fmt.Fprintln(w)

@@ -224,7 +224,10 @@ func TestEndpoints(t *testing.T) {
 	pinned, err = verify.DumpPinned(a.root)
 	require.NoError(t, err)
 	require.Empty(t, verify.Check(pinned))
-	c.expect("DELETE", "/v1/service/10", "", http.StatusOK)
+	deleted := decode[[]api.BatchResult](t, c.expect("DELETE", "/v1/services", `[10, 99, 0, 10]`, http.StatusOK).body)
+	require.Equal(t, []int{http.StatusOK, http.StatusNotFound, http.StatusBadRequest, http.StatusBadRequest},
+		[]int{deleted[0].Code, deleted[1].Code, deleted[2].Code, deleted[3].Code}, "%+v", deleted)
+	c.expect("DELETE", "/v1/services", `{"id": 1}`, http.StatusBadRequest)
 	c.expect("DELETE", "/v1/service/11", "", http.StatusOK)
 
 	// Methods and paths that do not exist.
@@ -233,7 +236,7 @@ func TestEndpoints(t *testing.T) {
 	require.Equal(t, "GET", r.hdr.Get("Allow"))
 	r = a.doString(t, "GET", "/v1/services", "")
 	require.Equal(t, http.StatusMethodNotAllowed, r.code)
-	require.Equal(t, "PUT", r.hdr.Get("Allow"))
+	require.Equal(t, "DELETE, PUT", r.hdr.Get("Allow"))
 	require.Equal(t, http.StatusNotFound, a.doString(t, "GET", "/v1/servicez", "").code)
 	require.Equal(t, http.StatusNotFound, a.doString(t, "GET", "/v1/service/", "").code)
 }

@@ -131,10 +131,10 @@ func TestCLI(t *testing.T) {
 		{[]string{"service", "update", "--id", "4", "--frontend", "10.96.0.11:53/udp", "--backends", "10.0.1.1:53/tcp"}, 2,
 			"actorlb: service update: --backends 10.0.1.1:53/tcp: protocol TCP differs from the frontend's UDP (backends take the frontend's protocol; leave it out) (run 'actorlb service update --help')\n"},
 		{[]string{"service", "update", "--id", "4", "--frontend", "10.96.0.11:80", "--backends", "[fd00::1]:80"}, 1,
-			"actorlb: put service 4: invalid backend-addresses[0].ip \"fd00::1\": IPv6 backend [fd00::1]:80 for IPv4 frontend 10.96.0.11:80\n"},
+			"actorlb: put service 4: invalid --backends (backend 1) \"fd00::1\": IPv6 backend [fd00::1]:80 for IPv4 frontend 10.96.0.11:80\n"},
 		{[]string{"service", "update", "--id", "4", "--frontend", "10.96.0.11:80", "--states", "gone", "--backends", "10.0.1.1:1"}, 2,
 			"actorlb: service update: --states: invalid state \"gone\": must be one of active, terminating, quarantined, maintenance (run 'actorlb service update --help')\n"},
-		{[]string{"service", "list", "-o", "yaml"}, 2, "actorlb: invalid --output \"yaml\": want table or json\n"},
+		{[]string{"service", "list", "-o", "xml"}, 2, "actorlb: invalid --output \"xml\": want table, wide, json or yaml\n"},
 		{[]string{"service", "list", "--bogus"}, 2, "actorlb: service list: unknown flag: --bogus (run 'actorlb service list --help')\n"},
 	} {
 		r := a.cli(t, tc.args...)
@@ -162,7 +162,7 @@ func TestCLI(t *testing.T) {
 // commands lists every command path of the binary.
 var commands = [][]string{
 	{"agent"}, {"service", "list"}, {"service", "get"}, {"service", "update"}, {"service", "apply"}, {"service", "delete"},
-	{"bpf", "lb", "list"}, {"bpf", "lb", "revnat", "list"}, {"bpf", "lb", "verify"}, {"status"},
+	{"backend", "list"}, {"backend", "set-state"}, {"bpf", "lb", "list"}, {"bpf", "lb", "revnat", "list"}, {"bpf", "lb", "verify"}, {"status"}, {"version"},
 }
 
 // TestCLIApply: many services from one file, one line each; a failed one
@@ -183,9 +183,13 @@ func TestCLIApply(t *testing.T) {
 	require.Contains(t, r.stderr, "service apply: 1 of 3 services failed")
 	r = a.cli(t, "service", "apply", "-f", file, "-o", "json")
 	require.Equal(t, 1, r.code, r.stderr)
-	var results []api.BatchResult
+	var results []struct {
+		Result string `json:"result"`
+		Code   int    `json:"code"`
+	}
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &results))
-	require.Equal(t, []int{200, api.StatusInvalidBackend, 200}, []int{results[0].Code, results[1].Code, results[2].Code}, "applied again: updates")
+	require.Equal(t, []int{0, api.StatusInvalidBackend, 0}, []int{results[0].Code, results[1].Code, results[2].Code}, "applied again: only the failed one is sent")
+	require.Equal(t, []string{"unchanged", "failed", "unchanged"}, []string{results[0].Result, results[1].Result, results[2].Result})
 	list, err := a.client.ListServices(ctxT(t))
 	require.NoError(t, err)
 	require.Len(t, list, 2)

@@ -345,10 +345,16 @@ type cliResult struct {
 // runCLI runs the binary with args (bounded to 30 s).
 func runCLI(t testing.TB, args ...string) cliResult {
 	t.Helper()
+	return runCLIEnv(t, nil, args...)
+}
+
+// runCLIEnv is runCLI with env added to the environment.
+func runCLIEnv(t testing.TB, env []string, args ...string) cliResult {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binary, args...)
-	cmd.Env = childEnv()
+	cmd.Env = append(childEnv(), env...)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()

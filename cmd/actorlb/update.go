@@ -1,0 +1,299 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/actorlb/actorlb/api"
+	lb "github.com/actorlb/actorlb/loadbalancer"
+	"github.com/spf13/pflag"
+)
+
+func serviceUpdateCommand() *command {
+	return &command{
+		use:   "service update --id ID [--frontend ADDR] [--backends ADDR[,ADDR...]] [flags]",
+		short: "create a service, or change the parts of it given",
+		long: `Creates the service with --id (--frontend is then required), or updates it:
+only what is given changes, the rest is kept as the agent holds it (the
+command reads the service, changes what the flags say and writes it back).
+
+  --backends    replaces the list of backends; --backends '' removes them all.
+                A backend already in the service keeps its weight and state
+                unless --weights or --states say otherwise; a new one takes
+                the state it has in other services (a backend's state is
+                shared by every service that uses it), else active.
+  --weights     one weight per backend, in the order of --backends (or of
+  --states      the service's backends when --backends is not given).
+  --type        the service type; left out, the type is kept.
+
+Addresses are IP:PORT[/PROTOCOL[/SCOPE]] (IPv6 in brackets; protocol tcp,
+udp, sctp or any, tcp by default; scope external or internal). Backends take
+the frontend's protocol and give no scope.
+
+A service's frontend never changes: --frontend of an existing service must
+be its own (it may be left out). To move a service to another frontend,
+delete it and create it again. Nothing is changed when the agent refuses
+the request. To change a backend's state everywhere at once, see
+'actorlb backend set-state'.`,
+		examples: `  actorlb service update --id 1 --frontend 10.96.0.10:80 --backends 10.0.1.5:8080
+  actorlb service update --id 2 --frontend 10.96.0.53:53/udp --backends 10.0.1.7:53,10.0.1.8:53
+  actorlb service update --id 3 --frontend [fd00::a]:443 --backends [fd00::1]:8443,[fd00::2]:8443 --weights 100,50
+  actorlb service update --id 1 --backends 10.0.1.5:8080,10.0.1.6:8080 --states active,terminating
+  actorlb service update --id 1 --type NodePort
+  actorlb service update --id 2 --backends ''`,
+		flags: func(fs *pflag.FlagSet) {
+			fs.String("id", "", "service ID, 1..65535 (required)")
+			fs.String("frontend", "", "frontend address IP:PORT[/PROTOCOL[/SCOPE]] (required to create; an existing service keeps its own)")
+			fs.StringSlice("backends", nil, "backend addresses IP:PORT, comma-separated or repeated; replaces the list ('' for none; default: keep)")
+			fs.StringSlice("weights", nil, "backend weights 0..65535, one per backend (default: kept, 100 for new ones)")
+			fs.StringSlice("states", nil, "backend states active, terminating, quarantined or maintenance, one per backend (default: kept)")
+			fs.String("type", "", "service type: ClusterIP, NodePort, ExternalIPs, LoadBalancer, HostPort or LocalRedirect (default: kept, ClusterIP for a new service)")
+		},
+		run: runServiceUpdate,
+	}
+}
+
+// updateFlags are service update's flags, parsed and checked; a nil
+// slice or "" means the flag was not given.
+type updateFlags struct {
+	id       lb.ServiceID
+	frontend *lb.L3n4Addr
+	backends []lb.Backend // nil: keep; empty: none
+	weights  []uint16
+	states   []lb.BackendState
+	typ      string
+}
+
+// parseUpdateFlags checks service update's flags without the agent.
+func parseUpdateFlags(fs *pflag.FlagSet) (*updateFlags, error) {
+	idStr, _ := fs.GetString("id")
+	feStr, _ := fs.GetString("frontend")
+	backends, _ := fs.GetStringSlice("backends")
+	weights, _ := fs.GetStringSlice("weights")
+	states, _ := fs.GetStringSlice("states")
+	typ, _ := fs.GetString("type")
+	if idStr == "" {
+		return nil, errors.New("--id is required")
+	}
+	u := &updateFlags{}
+	id, err := lb.ParseServiceID(idStr)
+	if err != nil {
+		return nil, fmt.Errorf("--id: %w", err)
+	}
+	u.id = id
+	if feStr != "" {
+		fe, err := lb.ParseL3n4Addr(feStr)
+		if err != nil {
+			return nil, fmt.Errorf("--frontend: %w", err)
+		}
+		u.frontend = &fe
+	}
+	if fs.Changed("backends") {
+		u.backends = []lb.Backend{}
+		for _, s := range backends {
+			be, err := lb.ParseBackend(s)
+			if err != nil {
+				return nil, fmt.Errorf("--backends: %w", err)
+			}
+			if strings.Contains(s, "/") && u.frontend != nil && be.Protocol != u.frontend.Protocol {
+				return nil, fmt.Errorf("--backends %s: protocol %s differs from the frontend's %s (backends take the frontend's protocol; leave it out)",
+					s, be.Protocol, u.frontend.Protocol)
+			}
+			u.backends = append(u.backends, be)
+		}
+		if len(weights) > 0 && len(weights) != len(backends) {
+			return nil, fmt.Errorf("--weights has %d values for %d backends (give one per backend)", len(weights), len(backends))
+		}
+		if len(states) > 0 && len(states) != len(backends) {
+			return nil, fmt.Errorf("--states has %d values for %d backends (give one per backend)", len(states), len(backends))
+		}
+	}
+	for _, w := range weights {
+		n, err := strconv.ParseInt(w, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("--weights: invalid weight %q: not a decimal number", w)
+		}
+		bw, err := lb.NewBackendWeight(n)
+		if err != nil {
+			return nil, fmt.Errorf("--weights: %w", err)
+		}
+		u.weights = append(u.weights, bw)
+	}
+	for _, s := range states {
+		st, err := lb.ParseBackendState(s)
+		if err != nil {
+			return nil, fmt.Errorf("--states: %w", err)
+		}
+		u.states = append(u.states, st)
+	}
+	if typ != "" {
+		if _, err := lb.ParseServiceType(typ); err != nil {
+			return nil, fmt.Errorf("--type: %w", err)
+		}
+		u.typ = typ
+	}
+	return u, nil
+}
+
+// frontendSpec is fe as the API spells it.
+func frontendSpec(fe lb.L3n4Addr) *api.FrontendAddress {
+	return &api.FrontendAddress{IP: fe.Addr.String(), Port: fe.Port, Protocol: strings.ToLower(fe.Protocol.String()), Scope: fe.Scope.String()}
+}
+
+// backendKey identifies a backend of a spec by address.
+func backendKey(ip string, port uint16) string { return hostPort(ip, port) }
+
+// merge returns the spec to write: cur (the service as the agent holds it,
+// nil if it does not exist) changed by u. shared gives the state of
+// backends in other services (by backendKey), for backends new to this one.
+func (u *updateFlags) merge(cur *api.ServiceSpec, shared map[string]string) (*api.ServiceSpec, error) {
+	spec := &api.ServiceSpec{ID: int64(u.id), BackendAddresses: []api.BackendAddress{}, Flags: &api.ServiceFlags{Type: lb.SVCTypeClusterIP.String()}}
+	if cur != nil {
+		c := *cur
+		spec.FrontendAddress = c.FrontendAddress
+		spec.BackendAddresses = append(spec.BackendAddresses, c.BackendAddresses...)
+		if c.Flags != nil {
+			f := *c.Flags
+			spec.Flags = &f
+		}
+	}
+	switch {
+	case u.frontend != nil:
+		fe := frontendSpec(*u.frontend)
+		if cur != nil && cur.FrontendAddress != nil && frontendString(fe) != frontendString(cur.FrontendAddress) {
+			return nil, fmt.Errorf("--frontend %s: service %d has frontend %s, and a service's frontend never changes (leave --frontend out, or delete the service and create it again)",
+				frontendString(fe), u.id, frontendString(cur.FrontendAddress))
+		}
+		spec.FrontendAddress = fe
+	case cur == nil:
+		return nil, fmt.Errorf("--frontend is required to create service %d (it does not exist)", u.id)
+	}
+	if u.backends != nil {
+		old := map[string]api.BackendAddress{}
+		for _, b := range spec.BackendAddresses {
+			old[backendKey(b.IP, b.Port)] = b
+		}
+		spec.BackendAddresses = []api.BackendAddress{}
+		for _, be := range u.backends {
+			b := api.BackendAddress{IP: be.Addr.String(), Port: be.Port}
+			if o, ok := old[backendKey(b.IP, b.Port)]; ok {
+				b.Weight, b.State = o.Weight, o.State
+			} else if st, ok := shared[backendKey(b.IP, b.Port)]; ok {
+				b.State = st
+			}
+			spec.BackendAddresses = append(spec.BackendAddresses, b)
+		}
+	}
+	n := len(spec.BackendAddresses)
+	if len(u.weights) > 0 && len(u.weights) != n {
+		return nil, fmt.Errorf("--weights has %d values for the %d backends of service %d (give one per backend, in the order 'actorlb service get %d' shows)", len(u.weights), n, u.id, u.id)
+	}
+	if len(u.states) > 0 && len(u.states) != n {
+		return nil, fmt.Errorf("--states has %d values for the %d backends of service %d (give one per backend, in the order 'actorlb service get %d' shows)", len(u.states), n, u.id, u.id)
+	}
+	for i := range spec.BackendAddresses {
+		if len(u.weights) > 0 {
+			w := u.weights[i]
+			spec.BackendAddresses[i].Weight = &w
+		}
+		if len(u.states) > 0 {
+			spec.BackendAddresses[i].State = u.states[i].String()
+		}
+	}
+	if u.typ != "" {
+		spec.Flags.Type = u.typ
+	}
+	return spec, nil
+}
+
+// needsShared says whether merge needs the states of backends in other
+// services: new backends without --states.
+func (u *updateFlags) needsShared(cur *api.ServiceSpec) bool {
+	if u.backends == nil || len(u.states) > 0 {
+		return false
+	}
+	have := map[string]bool{}
+	if cur != nil {
+		for _, b := range cur.BackendAddresses {
+			have[backendKey(b.IP, b.Port)] = true
+		}
+	}
+	for _, be := range u.backends {
+		if !have[backendKey(be.Addr.String(), be.Port)] {
+			return true
+		}
+	}
+	return false
+}
+
+// sharedStates returns the state of every backend of svcs by address.
+func sharedStates(svcs []*api.Service) map[string]string {
+	out := map[string]string{}
+	for _, s := range svcs {
+		for _, b := range s.Spec.BackendAddresses {
+			out[backendKey(b.IP, b.Port)] = b.State
+		}
+	}
+	return out
+}
+
+func runServiceUpdate(ctx context.Context, e *env, args []string) error {
+	if err := wantArgs("service update", args, 0, "only flags"); err != nil {
+		return err
+	}
+	usage := func(err error) error {
+		return &usageError{fmt.Errorf("service update: %w (run 'actorlb service update --help')", err)}
+	}
+	u, err := parseUpdateFlags(e.fs)
+	if err != nil {
+		return usage(err)
+	}
+	out, err := e.output()
+	if err != nil {
+		return err
+	}
+	c, err := e.client()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	var cur *api.ServiceSpec
+	switch svc, err := c.GetService(ctx, u.id); {
+	case err == nil:
+		cur = svc.Spec
+	case !errors.Is(err, api.ErrNotFound):
+		return err
+	}
+	var shared map[string]string
+	if u.needsShared(cur) {
+		svcs, err := c.ListServices(ctx)
+		if err != nil {
+			return err
+		}
+		shared = sharedStates(svcs)
+	}
+	spec, err := u.merge(cur, shared)
+	if err != nil {
+		return usage(err)
+	}
+	svc, created, err := c.PutService(ctx, u.id, spec)
+	if err != nil {
+		return flagError(err)
+	}
+	if isData(out) {
+		return e.write(out, struct {
+			Created bool         `json:"created"`
+			Service *api.Service `json:"service"`
+		}{created, svc})
+	}
+	verb := "Updated"
+	if created {
+		verb = "Created"
+	}
+	fmt.Fprintf(e.stdout, "%s service %d: %s with %s\n", verb, u.id, frontendString(svc.Spec.FrontendAddress),
+		plural(len(svc.Spec.BackendAddresses), "backend", "backends"))
+	return nil
+}
