@@ -180,6 +180,16 @@ func openOrCreate(spec *ebpf.MapSpec, dir string, recreate bool) (*ebpf.Map, boo
 		if problem == "" {
 			return m, false, nil
 		}
+		if !recreate && onlySizeDiffers(m, spec) {
+			// Another capacity: migrate the entries to a map of the new
+			// size and pin it in the old one's place.
+			defer m.Close()
+			nm, err := resize(m, spec, path)
+			if err != nil {
+				return nil, false, err
+			}
+			return nm, false, nil
+		}
 		m.Close()
 		if !recreate {
 			return nil, false, fmt.Errorf("%w: %s has %s (remove it with 'rm %s' or pass --recreate-maps / Recreate to replace it: %s)",

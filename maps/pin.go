@@ -66,20 +66,7 @@ func (s *ebpfStore[K, V]) checkPin() (PinState, error) {
 // repin pins the map at its path again, replacing whatever is there in
 // one step: it is pinned beside the path, then renamed over it.
 func (s *ebpfStore[K, V]) repin() error {
-	c, err := s.m.Clone() // an unpinned handle: Pin would otherwise see the old path and do nothing
-	if err != nil {
-		return fmt.Errorf("repin %s: %w", s.path, err)
-	}
-	defer c.Close()
-	tmp := s.path + "_repin" // bpffs refuses dots in names
-	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("repin %s: %w", s.path, err)
-	}
-	if err := c.Pin(tmp); err != nil {
-		return fmt.Errorf("repin %s: %w", s.path, err)
-	}
-	if err := os.Rename(tmp, s.path); err != nil {
-		os.Remove(tmp)
+	if err := repinOver(s.m, s.path); err != nil {
 		return fmt.Errorf("repin %s: %w", s.path, err)
 	}
 	return nil

@@ -111,3 +111,45 @@ func TestOpenAcceptsAVanishedMapWhenNothingReferredToIt(t *testing.T) {
 	lb = openTest(t, Config{Root: root})
 	require.ElementsMatch(t, []string{Service4Name, RevNAT6Name}, lb.Created)
 }
+
+func TestOpenWithAnotherSizeMigratesTheEntries(t *testing.T) {
+	root := testutil.PinDir(t)
+	lb := openTest(t, Config{Root: root, MaxEntries: Sizes{Backends: 8}})
+	es := []BackendEntry{backendEntry(1, "10.0.0.1"), backendEntry(2, "10.0.0.2"), backendEntry(3, "10.0.0.3")}
+	require.NoError(t, lb.Backend4.Update(es))
+	before, err := ebpf.LoadPinnedMap(filepath.Join(root, Backend4Name), nil)
+	require.NoError(t, err)
+	oldID, err := mapID(before)
+	require.NoError(t, err)
+	before.Close()
+	require.NoError(t, lb.Close())
+
+	// Growing keeps every entry, in a new map pinned in the old one's place.
+	lb = openTest(t, Config{Root: root, MaxEntries: Sizes{Backends: 32}})
+	require.Equal(t, 32, lb.Backend4.MaxEntries())
+	require.Empty(t, lb.Created)
+	got, err := lb.Backend4.Dump()
+	require.NoError(t, err)
+	require.Equal(t, es, sortBackends(got))
+	pinned, err := ebpf.LoadPinnedMap(filepath.Join(root, Backend4Name), nil)
+	require.NoError(t, err)
+	require.Equal(t, uint32(32), pinned.MaxEntries())
+	newID, err := mapID(pinned)
+	require.NoError(t, err)
+	pinned.Close()
+	require.NotEqual(t, oldID, newID)
+	st, err := lb.Backend4.CheckPin()
+	require.NoError(t, err)
+	require.Equal(t, PinOK, st)
+	require.NoError(t, lb.Close())
+
+	// Shrinking below the entries held is refused, changing nothing.
+	_, err = Open(Config{Root: root, MaxEntries: Sizes{Backends: 2}})
+	require.ErrorIs(t, err, ErrIncompatible)
+	require.ErrorContains(t, err, "holds 3 entries, more than the 2 asked for (ask for at least 3")
+	// Shrinking to what fits works.
+	lb = openTest(t, Config{Root: root, MaxEntries: Sizes{Backends: 3}})
+	got, err = lb.Backend4.Dump()
+	require.NoError(t, err)
+	require.Equal(t, es, sortBackends(got))
+}

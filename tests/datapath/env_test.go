@@ -1,6 +1,7 @@
 package datapath
 
 import (
+	"cmp"
 	"bufio"
 	"bytes"
 	"context"
@@ -375,6 +376,8 @@ type env struct {
 	netNS string
 	rng   *rand.Rand
 	v6    bool
+	// size is the capacity of every map (4096 unless a test grows it).
+	size int
 }
 
 func quietLogger() *logrus.Logger {
@@ -413,12 +416,14 @@ func (e *env) startEngine(t testing.TB) {
 	defer cancel()
 	eng, err := actorlb.New(ctx, actorlb.Config{
 		BPFRoot:    e.root,
-		MaxEntries: maps.Sizes{Services: 4096, Backends: 4096, RevNAT: 4096},
+		MaxEntries: maps.Sizes{Services: cmp.Or(e.size, 4096), Backends: cmp.Or(e.size, 4096), RevNAT: cmp.Or(e.size, 4096)},
 		Logger:     quietLogger(),
 	})
 	require.NoError(t, err)
 	e.engine = eng
-	t.Cleanup(func() { eng.Close() })
+	// Closed when the environment ends, not when the subtest that
+	// (re)started it does: later subtests use it.
+	e.t.Cleanup(func() { eng.Close() })
 }
 
 // restartEngine closes the engine and starts another on the same maps, as

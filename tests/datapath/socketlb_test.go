@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/actorlb/actorlb/bpf"
+	"github.com/actorlb/actorlb/internal/verify"
+	lbmaps "github.com/actorlb/actorlb/maps"
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/stretchr/testify/require"
 )
@@ -35,6 +37,7 @@ func TestSocketLB(t *testing.T) {
 			t.Run("DeletedServiceIsUnanswered", e.testDelete)
 			t.Run("ZeroFailuresUnderChurn", e.testChurn)
 			t.Run("ZeroFailuresAcrossAgentRestartAndReattach", e.testRestart)
+			t.Run("ZeroFailuresWhileTheMapsAreResized", e.testResize)
 		})
 	}
 }
@@ -268,4 +271,56 @@ func (e *env) testRestart(t *testing.T) {
 	svcs, err := e.engine.List(ctxT(t))
 	require.NoError(t, err)
 	require.NotEmpty(t, svcs)
+}
+
+// Growing the maps (an agent restart with a larger --map-max) migrates
+// every entry to new maps pinned in the old ones' places; re-attaching
+// switches the programs to them in place. A connect loop running all
+// along sees no failure, and the maps verify clean afterwards.
+func (e *env) testResize(t *testing.T) {
+	bs := e.echoes(t, "resize", 2, true, false)
+	vip := e.vip()
+	e.upsert(t, vip, 81, lb.TCP, backends(bs, lb.TCP)...)
+	want, err := e.engine.List(ctxT(t))
+	require.NoError(t, err)
+
+	var r response
+	var rerr error
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		r, rerr = e.helper.call(request{Op: "loop", Addr: addr(vip, 81), N: 50000, Duration: 2 * time.Second}, 62*time.Second)
+	}()
+	defer wg.Wait()
+	for _, size := range []int{8192, 16384} {
+		e.size = size
+		e.restartEngine(t)
+		st, err := e.engine.Stats(ctxT(t))
+		require.NoError(t, err)
+		for _, m := range st.Maps {
+			require.Equal(t, size, m.MaxEntries, m.Name)
+			require.Equal(t, "ok", m.Pin, m.Name)
+		}
+		require.Zero(t, st.MapWrites(), "the restore found every entry in the new maps")
+		info, err := bpf.Attach(bpf.Config{Root: e.root, Cgroup: e.cgroup})
+		require.NoError(t, err)
+		require.True(t, info.Attached(), info.String())
+		time.Sleep(200 * time.Millisecond)
+	}
+	wg.Wait()
+	require.NoError(t, rerr)
+	t.Logf("%d connects across two resizes, spread %v", r.OK+r.Failed, r.Names)
+	require.Zero(t, r.Failed, "failed connects: %v", r.Errors)
+	require.Len(t, r.Names, 2, "%v", r.Names)
+
+	got, err := e.engine.List(ctxT(t))
+	require.NoError(t, err)
+	require.Equal(t, want, got, "same services, same IDs")
+	lbm, err := lbmaps.Open(lbmaps.Config{Root: e.root, MaxEntries: lbmaps.Sizes{Services: e.size, Backends: e.size, RevNAT: e.size}})
+	require.NoError(t, err)
+	defer lbm.Close()
+	d, err := verify.Dump(lbm)
+	require.NoError(t, err)
+	require.Empty(t, verify.Check(d), "the resized maps verify clean")
 }
