@@ -11,8 +11,8 @@ import (
 
 	"github.com/actorlb/actorlb/bpf"
 	"github.com/actorlb/actorlb/internal/verify"
-	lbmaps "github.com/actorlb/actorlb/maps"
 	lb "github.com/actorlb/actorlb/loadbalancer"
+	lbmaps "github.com/actorlb/actorlb/maps"
 	"github.com/stretchr/testify/require"
 )
 
