@@ -183,6 +183,9 @@ func (c *Core) complete(o *op) {
 		err = fmt.Errorf("%w; rollback failed: %v", err, o.rbErr)
 		c.log.WithError(o.rbErr).Warn("rollback failed; the maps stay half-applied until the next restore repairs them")
 	}
+	if errors.Is(o.err, maps.ErrMapFull) {
+		c.log.WithError(o.err).Warn("a map is full: the operation was rolled back (raise --map-max; the agent migrates the maps at its next start)")
+	}
 	if sp, ok := o.plan.(splitter); ok && o.err != nil && o.rbErr == nil {
 		if subs := sp.split(c, o.err); len(subs) > 0 {
 			c.handOver(o, subs)
