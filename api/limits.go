@@ -289,3 +289,26 @@ func (m *memRelease) stop() {
 		m.timer.Stop()
 	}
 }
+
+// trackConn is the server's ConnState hook: it keeps the connections that
+// have not sent a request yet.
+func (s *Server) trackConn(c net.Conn, st http.ConnState) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st == http.StateNew {
+		s.silent[c] = struct{}{}
+		return
+	}
+	delete(s.silent, c)
+}
+
+// closeSilentConns closes the connections that have not sent a request; it
+// runs once Shutdown has closed the listeners.
+func (s *Server) closeSilentConns() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.silent {
+		c.Close()
+		delete(s.silent, c)
+	}
+}

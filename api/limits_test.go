@@ -415,3 +415,27 @@ func TestStreamedAnswersEqualTheWholeDocuments(t *testing.T) {
 	s.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/v1/service", nil))
 	require.JSONEq(t, `[]`, rec.Body.String(), "an empty list is an empty array")
 }
+
+// A connection that never sent a request used to hold Shutdown for up to
+// 5 s (net/http waits that long for it): the agent stopped slowly when a
+// client had just connected.
+func TestShutdownDoesNotWaitForConnectionsThatSentNothing(t *testing.T) {
+	s := newTestServer(t, &okEngine{}, Config{})
+	sock := filepath.Join(t.TempDir(), "s.sock")
+	ul, err := net.Listen("unix", sock)
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ul) }()
+	idle, err := net.Dial("unix", sock)
+	require.NoError(t, err)
+	defer idle.Close()
+	code, _ := rawGet(t, "unix", sock, "actorlb", "", "/v1/healthz") // the server is serving
+	require.Equal(t, http.StatusOK, code)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	require.NoError(t, s.Shutdown(ctx))
+	require.NoError(t, <-done)
+	require.Less(t, time.Since(start), time.Second, "Shutdown waited for a connection that sent nothing")
+}

@@ -125,6 +125,8 @@ type Server struct {
 
 	mu     sync.Mutex
 	listen []string
+	// silent holds the connections that have not sent a request yet.
+	silent map[net.Conn]struct{}
 }
 
 //go:embed openapi.json
@@ -161,7 +163,7 @@ func NewServer(cfg Config) (*Server, error) {
 		engine: cfg.Engine, log: cfg.Log.WithField("component", "api"), root: cfg.BPFRoot, dryRun: cfg.DryRun,
 		maxBody: cfg.MaxBodyBytes, callTimeout: cfg.CallTimeout, socketLB: cfg.SocketLB, started: time.Now(),
 		maxBatch: cfg.MaxBatchSpecs, maxConns: cfg.MaxConns, token: cfg.Token, insecure: cfg.Insecure,
-		heavy: make(chan struct{}, cfg.MaxHeavyRequests), release: newMemRelease(),
+		heavy: make(chan struct{}, cfg.MaxHeavyRequests), release: newMemRelease(), silent: map[net.Conn]struct{}{},
 	}
 	if s.dryRun {
 		s.root = ""
@@ -175,7 +177,9 @@ func NewServer(cfg Config) (*Server, error) {
 		IdleTimeout:       IdleTimeout,
 		MaxHeaderBytes:    MaxHeaderBytes,
 		ConnContext:       withConnInfo,
+		ConnState:         s.trackConn,
 	}
+	s.http.RegisterOnShutdown(s.closeSilentConns)
 	return s, nil
 }
 
@@ -208,7 +212,9 @@ func ListenURL(a net.Addr) string {
 }
 
 // Shutdown marks the agent unavailable (healthz answers 503), stops
-// accepting connections and waits for requests in flight until ctx ends.
+// accepting connections, closes the idle ones and those that have not sent
+// a request yet (net/http alone would wait up to 5 s for those), and waits
+// for requests in flight until ctx ends.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.closing.Store(true)
 	s.release.stop()
