@@ -439,3 +439,80 @@ func TestShutdownDoesNotWaitForConnectionsThatSentNothing(t *testing.T) {
 	require.NoError(t, <-done)
 	require.Less(t, time.Since(start), time.Second, "Shutdown waited for a connection that sent nothing")
 }
+
+func TestClientRetriesBusyAnswersAfterRetryAfter(t *testing.T) {
+	calls := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls++
+		if calls < 3 {
+			w.Header().Set("Retry-After", "0")
+			writeError(w, http.StatusTooManyRequests, errors.New("busy"))
+			return
+		}
+		writeJSON(w, http.StatusOK, []*Service{})
+	}))
+	defer srv.Close()
+	c, err := NewClient(srv.URL)
+	require.NoError(t, err)
+	defer c.Close()
+	list, err := c.ListServices(context.Background())
+	require.NoError(t, err)
+	require.Empty(t, list)
+	require.Equal(t, 3, calls)
+}
+
+func TestClientSplitsBatchesAtTheLimit(t *testing.T) {
+	var sizes []int
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var specs []ServiceSpec
+		if err := json.NewDecoder(r.Body).Decode(&specs); err != nil {
+			writeError(w, http.StatusBadRequest, err)
+			return
+		}
+		sizes = append(sizes, len(specs))
+		out := make([]BatchResult, len(specs))
+		for i, s := range specs {
+			out[i] = BatchResult{ID: s.ID, Code: http.StatusCreated}
+		}
+		writeJSON(w, http.StatusOK, out)
+	}))
+	defer srv.Close()
+	c, err := NewClient(srv.URL, WithBatchSize(2))
+	require.NoError(t, err)
+	defer c.Close()
+	specs := make([]ServiceSpec, 5)
+	for i := range specs {
+		specs[i].ID = int64(i + 1)
+	}
+	rs, err := c.PutServices(context.Background(), specs)
+	require.NoError(t, err)
+	require.Equal(t, []int{2, 2, 1}, sizes)
+	require.Len(t, rs, 5)
+	for i, r := range rs {
+		require.Equal(t, int64(i+1), r.ID)
+	}
+	sizes = nil
+	rs, err = c.PutServices(context.Background(), nil)
+	require.NoError(t, err)
+	require.Empty(t, rs)
+	require.Equal(t, []int{0}, sizes, "an empty batch is one request")
+}
+
+func TestReadTokenFile(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string, mode os.FileMode) string {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p, []byte(content), mode))
+		require.NoError(t, os.Chmod(p, mode))
+		return p
+	}
+	tok, err := ReadTokenFile(write("ok", "  abc123  \nsecond line\n", 0o600))
+	require.NoError(t, err)
+	require.Equal(t, "abc123", tok)
+	_, err = ReadTokenFile(write("group", "abc\n", 0o640))
+	require.NoError(t, err, "group-readable is fine")
+	_, err = ReadTokenFile(write("world", "abc\n", 0o644))
+	require.ErrorContains(t, err, "every user may read it")
+	_, err = ReadTokenFile(write("empty", "\n", 0o600))
+	require.ErrorContains(t, err, "empty token")
+}
