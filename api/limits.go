@@ -202,11 +202,20 @@ func tokenMatches(header, token string) bool {
 	return subtle.ConstantTimeCompare([]byte(strings.TrimSpace(header[len(scheme):])), []byte(token)) == 1
 }
 
+// lightBody is the largest body of a PUT that needs no heavy-request slot:
+// decoding it costs little, and the common small update must not wait
+// behind large ones.
+const lightBody = 64 << 10
+
 // heavyOnly runs h once a heavy-request slot is free: it waits up to
 // HeavyWait for one, then answers 429 with Retry-After. Bodies are read
-// only with a slot, so waiting requests hold no decoded memory.
+// only with a slot, so waiting requests hold no decoded memory. A PUT
+// whose Content-Length is at most lightBody needs no slot.
 func (s *Server) heavyOnly(h handler) handler {
 	return func(w http.ResponseWriter, r *http.Request) reply {
+		if r.Method == http.MethodPut && r.ContentLength >= 0 && r.ContentLength <= lightBody {
+			return h(w, r) // net/http reads no more than Content-Length
+		}
 		if !s.acquireHeavy(r.Context()) {
 			return reply{code: http.StatusTooManyRequests, retryAfter: 1,
 				err: fmt.Errorf("busy: %d large requests (bodies, lists, map dumps) are served at once, the limit; retry after 1 s", cap(s.heavy))}

@@ -120,10 +120,18 @@ func TestHeavyRequestBeyondTheLimitGets429WithRetryAfter(t *testing.T) {
 	require.Equal(t, "1", rec.Header().Get("Retry-After"))
 	require.Contains(t, rec.Body.String(), "busy: 1 large requests")
 
-	// Light requests are not held back.
+	// Light requests are not held back: a GET of one service, a small PUT.
 	rec = httptest.NewRecorder()
 	s.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/v1/service/0", nil))
 	require.Equal(t, http.StatusNotFound, rec.Code)
+	rec = httptest.NewRecorder()
+	s.Handler().ServeHTTP(rec, httptest.NewRequest("PUT", "/v1/service/1", strings.NewReader(`{"frontend-address": {"ip": "10.96.0.1", "port": 80}}`)))
+	require.Equal(t, http.StatusInternalServerError, rec.Code, "served (the engine fails it): %s", rec.Body.String())
+	big := `{"frontend-address": {"ip": "10.96.0.1", "port": 80}, "backend-addresses": [` +
+		strings.TrimSuffix(strings.Repeat(`{"ip": "10.0.0.1", "port": 1},`, lightBody/29+1), ",") + `]}`
+	rec = httptest.NewRecorder()
+	s.Handler().ServeHTTP(rec, httptest.NewRequest("PUT", "/v1/service/1", strings.NewReader(big)))
+	require.Equal(t, http.StatusTooManyRequests, rec.Code, "a large PUT waits for a slot")
 
 	close(eng.release)
 	require.Equal(t, http.StatusOK, <-first)

@@ -57,8 +57,9 @@ const (
 	// larger batches itself).
 	DefaultMaxBatchSpecs = 1000
 	// DefaultMaxHeavyRequests bounds the requests that may read a body or
-	// build a large answer at the same time (PUT /v1/service/{id}, PUT
-	// /v1/services, GET /v1/service, GET /v1/lb/revnat, GET /v1/lb/maps);
+	// build a large answer at the same time (PUT /v1/service/{id} and PUT
+	// /v1/services with bodies over 64 KiB, GET /v1/service, GET
+	// /v1/lb/revnat, GET /v1/lb/maps);
 	// one more waits up to HeavyWait for a turn, then gets 429 with
 	// Retry-After.
 	DefaultMaxHeavyRequests = 4

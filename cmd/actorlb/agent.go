@@ -163,6 +163,15 @@ func agentFlags(e *env) (*agentConfig, error) {
 	if err := securityFlags(fs, c); err != nil {
 		return nil, err
 	}
+	if c.socketLBCgroup != "" && c.socketLB && !c.dryRun {
+		var st unix.Statfs_t
+		if err := unix.Statfs(c.socketLBCgroup, &st); err != nil {
+			return nil, fmt.Errorf("invalid --socket-lb-cgroup %s: %w", c.socketLBCgroup, err)
+		}
+		if st.Type != unix.CGROUP2_SUPER_MAGIC {
+			return nil, fmt.Errorf("invalid --socket-lb-cgroup %s: not a cgroup v2 directory", c.socketLBCgroup)
+		}
+	}
 	return c, nil
 }
 
