@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"syscall"
@@ -30,10 +31,53 @@ const DefaultClientTimeout = 45 * time.Second
 
 // Client talks to an agent's API. It is safe for concurrent use.
 type Client struct {
-	host string
-	addr string // the socket path or HOST:PORT dialled
-	base string
-	http *http.Client
+	host  string
+	addr  string // the socket path or HOST:PORT dialled
+	base  string
+	http  *http.Client
+	token string
+	batch int
+}
+
+// ClientOption configures a Client.
+type ClientOption func(*Client)
+
+// WithToken makes the client send token as its bearer token, which the
+// agent's TCP listener requires (its unix socket ignores it).
+func WithToken(token string) ClientOption {
+	return func(c *Client) { c.token = strings.TrimSpace(token) }
+}
+
+// WithBatchSize makes PutServices send at most n specs per request
+// (DefaultMaxBatchSpecs by default, the agent's limit).
+func WithBatchSize(n int) ClientOption {
+	return func(c *Client) {
+		if n > 0 {
+			c.batch = n
+		}
+	}
+}
+
+// ReadTokenFile reads an API token from path: the first line, trimmed. It
+// refuses an empty token and a file that every user may read.
+func ReadTokenFile(path string) (string, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return "", fmt.Errorf("read token file: %w", err)
+	}
+	if fi.Mode().Perm()&0o007 != 0 {
+		return "", fmt.Errorf("read token file %s: every user may read it (mode %s; chmod o-rwx %s)", path, fi.Mode().Perm(), path)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("read token file: %w", err)
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	token := strings.TrimSpace(line)
+	if token == "" {
+		return "", fmt.Errorf("read token file %s: empty token", path)
+	}
+	return token, nil
 }
 
 // ParseHost checks a -H value: unix:///PATH (or an absolute PATH) for the
@@ -61,7 +105,7 @@ func ParseHost(host string) (network, addr string, err error) {
 
 // NewClient returns a client for the agent at host (see ParseHost; ""
 // means DefaultHost).
-func NewClient(host string) (*Client, error) {
+func NewClient(host string, opts ...ClientOption) (*Client, error) {
 	if host == "" {
 		host = DefaultHost
 	}
@@ -81,7 +125,24 @@ func NewClient(host string) (*Client, error) {
 	if network == "tcp" {
 		base = "http://" + addr
 	}
-	return &Client{host: host, addr: addr, base: base, http: &http.Client{Transport: tr, Timeout: DefaultClientTimeout}}, nil
+	c := &Client{host: host, addr: addr, base: base, http: &http.Client{Transport: tr, Timeout: DefaultClientTimeout}, batch: DefaultMaxBatchSpecs}
+	for _, o := range opts {
+		o(c)
+	}
+	return c, nil
+}
+
+// NewRequest returns a request for path on the agent, with the client's
+// token, for raw requests with HTTPClient.
+func (c *Client) NewRequest(ctx context.Context, method, path string, body io.Reader) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, method, c.URL(path), body)
+	if err != nil {
+		return nil, err
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	return req, nil
 }
 
 // Host returns the host the client talks to.
@@ -97,22 +158,48 @@ func (c *Client) HTTPClient() *http.Client { return c.http }
 // Close closes idle connections.
 func (c *Client) Close() { c.http.CloseIdleConnections() }
 
+// maxBusyRetries bounds how often a request the agent answered 429 (busy)
+// is sent again, each after the Retry-After the agent gave.
+const maxBusyRetries = 20
+
 // do sends a request and decodes a 2xx JSON answer into out (if not nil).
-// It returns the status code.
+// It returns the status code. A 429 (the agent serves its limit of large
+// requests) is retried after its Retry-After, while ctx allows.
 func (c *Client) do(ctx context.Context, what, method, path string, in, out any) (int, error) {
-	var body io.Reader
+	var payload []byte
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
 			return 0, fmt.Errorf("%s: encode request: %w", what, err)
 		}
-		body = bytes.NewReader(b)
+		payload = b
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.URL(path), body)
+	for attempt := 0; ; attempt++ {
+		code, wait, err := c.once(ctx, what, method, path, payload, out)
+		if code != http.StatusTooManyRequests || attempt >= maxBusyRetries {
+			return code, err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return code, err
+		case <-t.C:
+		}
+	}
+}
+
+// once sends one request; for a 429 it also returns how long to wait.
+func (c *Client) once(ctx context.Context, what, method, path string, payload []byte, out any) (int, time.Duration, error) {
+	var body io.Reader
+	if payload != nil {
+		body = bytes.NewReader(payload)
+	}
+	req, err := c.NewRequest(ctx, method, path, body)
 	if err != nil {
-		return 0, fmt.Errorf("%s: %w", what, err)
+		return 0, 0, fmt.Errorf("%s: %w", what, err)
 	}
-	if in != nil {
+	if payload != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Accept", "application/json")
@@ -125,12 +212,27 @@ func (c *Client) do(ctx context.Context, what, method, path string, in, out any)
 			err = ue.Err
 		}
 		if errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM) {
-			return 0, fmt.Errorf("%s: %w: permission denied on %s: the agent's socket is readable and writable by root and its group only (mode 0660); run as root (sudo), or as a member of the socket's group (see ls -l %s)",
+			return 0, 0, fmt.Errorf("%s: %w: permission denied on %s: the agent's socket is readable and writable by root and its group only (mode 0660); run as root (sudo), or as a member of the socket's group (see ls -l %s)",
 				what, ErrUnreachable, c.addr, c.addr)
 		}
-		return 0, fmt.Errorf("%s: %w at %s: %v (is the agent running? start it with 'actorlb agent', or point -H at it)", what, ErrUnreachable, c.host, err)
+		return 0, 0, fmt.Errorf("%s: %w at %s: %v (is the agent running? start it with 'actorlb agent', or point -H at it)", what, ErrUnreachable, c.host, err)
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusTooManyRequests {
+		wait := time.Second
+		if n, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && n >= 0 && n <= 60 {
+			wait = time.Duration(n) * time.Second
+		}
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		return resp.StatusCode, wait, fmt.Errorf("%s: %w", what, &StatusError{Code: resp.StatusCode, Message: "agent busy (429)"})
+	}
+	code, err := c.decode(what, resp, out)
+	return code, 0, err
+}
+
+// decode reads an answer: a 2xx JSON answer into out (if not nil), an
+// error answer into a *StatusError.
+func (c *Client) decode(what string, resp *http.Response, out any) (int, error) {
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
 	if err != nil {
 		return resp.StatusCode, fmt.Errorf("%s: read answer: %w", what, err)
@@ -185,12 +287,23 @@ func (c *Client) PutService(ctx context.Context, id lb.ServiceID, spec *ServiceS
 	return &out, code == http.StatusCreated, nil
 }
 
-// PutServices creates or updates many services in one call (each spec
-// with its ID); the results say, in order, what each got.
+// PutServices creates or updates many services (each spec with its ID),
+// in requests of at most the agent's batch limit (see WithBatchSize); the
+// results say, in order, what each got. If a request fails as a whole,
+// the results of the requests before it are returned with the error.
 func (c *Client) PutServices(ctx context.Context, specs []ServiceSpec) ([]BatchResult, error) {
-	var out []BatchResult
-	_, err := c.do(ctx, fmt.Sprintf("put %d services", len(specs)), http.MethodPut, "/v1/services", specs, &out)
-	return out, err
+	out := make([]BatchResult, 0, len(specs))
+	for start := 0; ; start += c.batch {
+		chunk := specs[start:min(start+c.batch, len(specs))]
+		var rs []BatchResult
+		if _, err := c.do(ctx, fmt.Sprintf("put %d services", len(chunk)), http.MethodPut, "/v1/services", chunk, &rs); err != nil {
+			return out, err
+		}
+		out = append(out, rs...)
+		if start+len(chunk) >= len(specs) {
+			return out, nil
+		}
+	}
 }
 
 // DeleteService deletes the service with id; errors.Is(err, ErrNotFound)

@@ -160,6 +160,10 @@ func ToService(id lb.ServiceID, spec *ServiceSpec) (*lb.Service, error) {
 		if svc.LBAlgorithm, err = lb.ParseLBAlgorithm(f.LBAlgorithm); err != nil {
 			return nil, fieldError("flags.lbAlgorithm", err)
 		}
+		if f.DirectServerReturn != nil && !*f.DirectServerReturn {
+			return nil, &FieldError{Path: "flags.direct-server-return", Value: "false",
+				Reason: "actorlb always creates the revNAT entry with the service (what true means in upstream v1.6); leave the flag out or set it true"}
+		}
 	}
 	if err := svc.Validate(); err != nil {
 		return nil, fieldError("", err)
@@ -212,39 +216,44 @@ func compareServiceKey(a, b maps.ServiceKey) int {
 		cmp.Compare(a.Scope, b.Scope), cmp.Compare(a.Slot, b.Slot))
 }
 
-func serviceEntries(es []maps.ServiceEntry) []ServiceMapEntry {
-	es = slices.Clone(es)
+func sortServiceEntries(es []maps.ServiceEntry) {
 	slices.SortFunc(es, func(a, b maps.ServiceEntry) int { return compareServiceKey(a.Key, b.Key) })
-	out := make([]ServiceMapEntry, len(es))
-	for i, e := range es {
-		k, v := e.Key, e.Value
-		out[i] = ServiceMapEntry{
-			Key: ServiceMapKey{Address: k.Address.Unmap().String(), Dport: k.Port, BackendSlot: k.Slot, Proto: k.Proto, Scope: k.Scope},
-			Value: ServiceMapValue{BackendID: v.BackendID, Count: v.Count, RevNATIndex: v.RevNATIndex,
-				Flags: v.Flags, Flags2: v.Flags2, QCount: v.QCount},
-		}
-	}
-	return out
 }
 
-func backendEntries(es []maps.BackendEntry) []BackendMapEntry {
-	es = slices.Clone(es)
+func sortBackendEntries(es []maps.BackendEntry) {
 	slices.SortFunc(es, func(a, b maps.BackendEntry) int { return cmp.Compare(a.ID, b.ID) })
-	out := make([]BackendMapEntry, len(es))
-	for i, e := range es {
-		v := e.Value
-		out[i] = BackendMapEntry{ID: e.ID, Value: BackendMapValue{Address: v.Address.Unmap().String(), Port: v.Port,
-			Proto: v.Proto, Flags: v.State, ClusterID: v.ClusterID, Zone: v.Zone}}
-	}
-	return out
 }
 
-func revNATEntries(es []maps.RevNATEntry) []RevNATMapEntry {
-	es = slices.Clone(es)
+func sortRevNATEntries(es []maps.RevNATEntry) {
 	slices.SortFunc(es, func(a, b maps.RevNATEntry) int { return cmp.Compare(a.ID, b.ID) })
-	out := make([]RevNATMapEntry, len(es))
+}
+
+func serviceEntry(e maps.ServiceEntry) ServiceMapEntry {
+	k, v := e.Key, e.Value
+	return ServiceMapEntry{
+		Key: ServiceMapKey{Address: k.Address.Unmap().String(), Dport: k.Port, BackendSlot: k.Slot, Proto: k.Proto, Scope: k.Scope},
+		Value: ServiceMapValue{BackendID: v.BackendID, Count: v.Count, RevNATIndex: v.RevNATIndex,
+			Flags: v.Flags, Flags2: v.Flags2, QCount: v.QCount},
+	}
+}
+
+func backendEntry(e maps.BackendEntry) BackendMapEntry {
+	v := e.Value
+	return BackendMapEntry{ID: e.ID, Value: BackendMapValue{Address: v.Address.Unmap().String(), Port: v.Port,
+		Proto: v.Proto, Flags: v.State, ClusterID: v.ClusterID, Zone: v.Zone}}
+}
+
+func revNATEntry(e maps.RevNATEntry) RevNATMapEntry {
+	return RevNATMapEntry{ID: e.ID, Value: RevNATMapValue{Address: e.Value.Address.Unmap().String(), Port: e.Value.Port}}
+}
+
+// convertAll sorts a copy of es and converts every entry.
+func convertAll[E, T any](es []E, sortFn func([]E), conv func(E) T) []T {
+	es = slices.Clone(es)
+	sortFn(es)
+	out := make([]T, len(es))
 	for i, e := range es {
-		out[i] = RevNATMapEntry{ID: e.ID, Value: RevNATMapValue{Address: e.Value.Address.Unmap().String(), Port: e.Value.Port}}
+		out[i] = conv(e)
 	}
 	return out
 }
@@ -254,12 +263,12 @@ func revNATEntries(es []maps.RevNATEntry) []RevNATMapEntry {
 func NewMapsDump(root string, d actorlb.MapEntries) *MapsDump {
 	return &MapsDump{
 		Root:      root,
-		Services4: serviceEntries(d.Services4),
-		Backends4: backendEntries(d.Backends4),
-		RevNAT4:   revNATEntries(d.RevNAT4),
-		Services6: serviceEntries(d.Services6),
-		Backends6: backendEntries(d.Backends6),
-		RevNAT6:   revNATEntries(d.RevNAT6),
+		Services4: convertAll(d.Services4, sortServiceEntries, serviceEntry),
+		Backends4: convertAll(d.Backends4, sortBackendEntries, backendEntry),
+		RevNAT4:   convertAll(d.RevNAT4, sortRevNATEntries, revNATEntry),
+		Services6: convertAll(d.Services6, sortServiceEntries, serviceEntry),
+		Backends6: convertAll(d.Backends6, sortBackendEntries, backendEntry),
+		RevNAT6:   convertAll(d.RevNAT6, sortRevNATEntries, revNATEntry),
 	}
 }
 

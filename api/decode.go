@@ -8,9 +8,9 @@ import (
 	"io"
 	"math"
 	"reflect"
-	"slices"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // FieldError is one problem with a request: the JSON path of the field, the
@@ -37,15 +37,34 @@ func (e *FieldError) Error() string {
 // unknownFieldHints explain fields of older upstream versions that actorlb
 // refuses on purpose.
 var unknownFieldHints = map[string]string{
-	"flags.active-frontend":      "actorlb always creates the revNAT entry with the service and deletes it with it",
-	"flags.direct-server-return": "direct server return is not supported",
+	"flags.active-frontend": "actorlb always creates the revNAT entry with the service and deletes it with it",
+}
+
+// TooManyError is the refusal of a batch with more items than its limit
+// (413): decoding stops at the first item over it, so that a large body
+// of tiny items costs no more than the limit.
+type TooManyError struct {
+	// Limit is the most items one request may hold.
+	Limit int
+}
+
+// Error says what the limit is and what to do.
+func (e *TooManyError) Error() string {
+	return fmt.Sprintf("invalid request body: more than %d services in one request (the limit of PUT /v1/services; split the batch)", e.Limit)
 }
 
 // decodeStrict decodes one JSON value from body into dst (a pointer to a
-// struct) and refuses malformed JSON, trailing data, duplicate and unknown
-// fields, values of the wrong JSON type and integers out of their field's
-// range. null is the same as an absent field. Errors are *FieldError.
-func decodeStrict(body []byte, dst any) error {
+// struct, or to a slice for a batch) and refuses malformed JSON, trailing
+// data, duplicate and unknown fields, values of the wrong JSON type and
+// integers out of their field's range. null is the same as an absent
+// field. A batch (dst a slice) of more than maxItems elements is refused
+// with *TooManyError (maxItems <= 0: no limit). Other errors are
+// *FieldError.
+//
+// The value is decoded token by token straight into dst: no intermediate
+// tree of the whole body is built, so a request costs about what it
+// decodes to.
+func decodeStrict(body []byte, dst any, maxItems ...int) error {
 	// First the syntax, with the decoder's messages and offsets.
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if err := dec.Decode(new(json.RawMessage)); err != nil {
@@ -65,68 +84,51 @@ func decodeStrict(body []byte, dst any) error {
 		return &FieldError{Reason: fmt.Sprintf("malformed JSON: unexpected data after the JSON value at byte %d", len(body)-len(trimmed))}
 	}
 	// Then the structure, token by token: the JSON is valid now.
-	tokens := json.NewDecoder(bytes.NewReader(body))
-	tokens.UseNumber()
-	v, err := readValue(tokens, "")
+	d := &decoder{dec: json.NewDecoder(bytes.NewReader(body))}
+	d.dec.UseNumber()
+	if len(maxItems) > 0 {
+		d.maxItems = maxItems[0]
+	}
+	rv := reflect.ValueOf(dst).Elem()
+	tok, err := d.dec.Token()
 	if err != nil {
+		return &FieldError{Reason: "malformed JSON: " + err.Error()}
+	}
+	if rv.Kind() == reflect.Slice { // a batch
+		if tok != json.Delim('[') {
+			return &FieldError{Reason: "want a JSON array, got " + describe(tok)}
+		}
+		d.top = true
+	} else if tok != json.Delim('{') {
+		return &FieldError{Reason: "want a JSON object, got " + describe(tok)}
+	}
+	if err := d.assign(tok, rv, ""); err != nil {
 		var fe *FieldError
-		if errors.As(err, &fe) {
-			return fe
+		var tm *TooManyError
+		if errors.As(err, &fe) || errors.As(err, &tm) {
+			return err
 		}
 		return &FieldError{Reason: "malformed JSON: " + err.Error()}
 	}
-	if reflect.ValueOf(dst).Elem().Kind() == reflect.Slice { // a batch
-		if _, ok := v.([]any); !ok {
-			return &FieldError{Reason: "want a JSON array, got " + describe(v)}
-		}
-	} else if _, ok := v.(map[string]any); !ok {
-		return &FieldError{Reason: "want a JSON object, got " + describe(v)}
-	}
-	return assign(v, reflect.ValueOf(dst).Elem(), "")
+	return nil
 }
 
-// readValue reads one JSON value token by token, so that a field given
-// twice in an object is refused rather than silently overwritten.
-func readValue(dec *json.Decoder, path string) (any, error) {
-	tok, err := dec.Token()
+// decoder assigns the tokens of a JSON value to Go values by reflection.
+type decoder struct {
+	dec *json.Decoder
+	// top is true until the top-level array has been entered: maxItems
+	// bounds that array only.
+	top      bool
+	maxItems int
+}
+
+// value reads the next value into rv.
+func (d *decoder) value(rv reflect.Value, path string) error {
+	tok, err := d.dec.Token()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	switch t := tok.(type) {
-	case json.Delim:
-		switch t {
-		case '{':
-			obj := map[string]any{}
-			for dec.More() {
-				kt, err := dec.Token()
-				if err != nil {
-					return nil, err
-				}
-				k := kt.(string) // the decoder guarantees a string key here
-				if _, dup := obj[k]; dup {
-					return nil, &FieldError{Path: join(path, k), Reason: "field given twice"}
-				}
-				if obj[k], err = readValue(dec, join(path, k)); err != nil {
-					return nil, err
-				}
-			}
-			_, err := dec.Token() // '}'
-			return obj, err
-		case '[':
-			arr := []any{}
-			for dec.More() {
-				v, err := readValue(dec, fmt.Sprintf("%s[%d]", path, len(arr)))
-				if err != nil {
-					return nil, err
-				}
-				arr = append(arr, v)
-			}
-			_, err := dec.Token() // ']'
-			return arr, err
-		}
-		return nil, fmt.Errorf("unexpected %q", t)
-	}
-	return tok, nil
+	return d.assign(tok, rv, path)
 }
 
 func join(path, key string) string {
@@ -137,6 +139,12 @@ func join(path, key string) string {
 }
 
 func describe(v any) string {
+	switch v {
+	case json.Delim('['):
+		return "an array"
+	case json.Delim('{'):
+		return "an object"
+	}
 	switch v.(type) {
 	case nil:
 		return "null"
@@ -146,10 +154,6 @@ func describe(v any) string {
 		return "a number"
 	case bool:
 		return "a boolean"
-	case []any:
-		return "an array"
-	case map[string]any:
-		return "an object"
 	}
 	return fmt.Sprintf("%T", v)
 }
@@ -175,23 +179,35 @@ func typeError(path, want string, v any) error {
 	return &FieldError{Path: path, Value: literal(v), Reason: "want " + want + ", got " + describe(v)}
 }
 
+// structFields are the JSON names of a struct's fields and their indexes.
+type structFields struct {
+	index map[string]int
+	names []string
+}
+
+var fieldCache sync.Map // reflect.Type -> *structFields
+
 // jsonFields maps the JSON names of a struct's fields to their indexes.
-func jsonFields(t reflect.Type) (map[string]int, []string) {
-	fields := map[string]int{}
-	var names []string
+func jsonFields(t reflect.Type) *structFields {
+	if f, ok := fieldCache.Load(t); ok {
+		return f.(*structFields)
+	}
+	f := &structFields{index: map[string]int{}}
 	for i := range t.NumField() {
 		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
 		if name == "" || name == "-" {
 			continue
 		}
-		fields[name] = i
-		names = append(names, name)
+		f.index[name] = i
+		f.names = append(f.names, name)
 	}
-	return fields, names
+	fieldCache.Store(t, f)
+	return f
 }
 
-func assign(v any, rv reflect.Value, path string) error {
-	if v == nil {
+// assign decodes the value that begins with tok into rv.
+func (d *decoder) assign(tok json.Token, rv reflect.Value, path string) error {
+	if tok == nil {
 		rv.SetZero()
 		return nil
 	}
@@ -200,63 +216,76 @@ func assign(v any, rv reflect.Value, path string) error {
 		if rv.IsNil() {
 			rv.Set(reflect.New(rv.Type().Elem()))
 		}
-		return assign(v, rv.Elem(), path)
+		return d.assign(tok, rv.Elem(), path)
 	case reflect.Struct:
-		obj, ok := v.(map[string]any)
-		if !ok {
-			return typeError(path, "an object", v)
+		if tok != json.Delim('{') {
+			return typeError(path, "an object", tok)
 		}
-		fields, names := jsonFields(rv.Type())
-		keys := make([]string, 0, len(obj))
-		for k := range obj {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		for _, k := range keys {
-			i, ok := fields[k]
+		fields := jsonFields(rv.Type())
+		var seen uint64 // by field index; the wire types have fewer than 64 fields
+		for d.dec.More() {
+			kt, err := d.dec.Token()
+			if err != nil {
+				return err
+			}
+			k := kt.(string) // the decoder guarantees a string key here
+			i, ok := fields.index[k]
 			if !ok {
-				reason := "unknown field (known: " + strings.Join(names, ", ") + ")"
+				reason := "unknown field (known: " + strings.Join(fields.names, ", ") + ")"
 				if hint, ok := unknownFieldHints[join(path, k)]; ok {
 					reason = "unknown field (" + hint + ")"
 				}
 				return &FieldError{Path: join(path, k), Reason: reason}
 			}
-			if err := assign(obj[k], rv.Field(i), join(path, k)); err != nil {
+			if seen&(1<<i) != 0 {
+				return &FieldError{Path: join(path, k), Reason: "field given twice"}
+			}
+			seen |= 1 << i
+			if err := d.value(rv.Field(i), join(path, k)); err != nil {
 				return err
 			}
 		}
-		return nil
+		_, err := d.dec.Token() // '}'
+		return err
 	case reflect.Slice:
-		arr, ok := v.([]any)
-		if !ok {
-			return typeError(path, "an array", v)
+		if tok != json.Delim('[') {
+			return typeError(path, "an array", tok)
 		}
-		s := reflect.MakeSlice(rv.Type(), len(arr), len(arr))
-		for i, e := range arr {
-			if err := assign(e, s.Index(i), fmt.Sprintf("%s[%d]", path, i)); err != nil {
+		limit := 0
+		if d.top {
+			d.top, limit = false, d.maxItems
+		}
+		rv.Set(reflect.MakeSlice(rv.Type(), 0, 0))
+		zero := reflect.Zero(rv.Type().Elem())
+		for n := 0; d.dec.More(); n++ {
+			if limit > 0 && n >= limit {
+				return &TooManyError{Limit: limit}
+			}
+			rv.Set(reflect.Append(rv, zero))
+			if err := d.value(rv.Index(n), fmt.Sprintf("%s[%d]", path, n)); err != nil {
 				return err
 			}
 		}
-		rv.Set(s)
-		return nil
+		_, err := d.dec.Token() // ']'
+		return err
 	case reflect.String:
-		s, ok := v.(string)
+		s, ok := tok.(string)
 		if !ok {
-			return typeError(path, "a string", v)
+			return typeError(path, "a string", tok)
 		}
 		rv.SetString(s)
 		return nil
 	case reflect.Bool:
-		b, ok := v.(bool)
+		b, ok := tok.(bool)
 		if !ok {
-			return typeError(path, "a boolean", v)
+			return typeError(path, "a boolean", tok)
 		}
 		rv.SetBool(b)
 		return nil
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-		n, ok := v.(json.Number)
+		n, ok := tok.(json.Number)
 		if !ok {
-			return typeError(path, "an integer", v)
+			return typeError(path, "an integer", tok)
 		}
 		bits := rv.Type().Bits()
 		lo, hi := int64(-1)<<(bits-1), int64(math.MaxInt64>>(64-bits))
@@ -267,9 +296,9 @@ func assign(v any, rv reflect.Value, path string) error {
 		rv.SetInt(x)
 		return nil
 	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		n, ok := v.(json.Number)
+		n, ok := tok.(json.Number)
 		if !ok {
-			return typeError(path, "an integer", v)
+			return typeError(path, "an integer", tok)
 		}
 		hi := uint64(math.MaxUint64) >> (64 - rv.Type().Bits())
 		x, err := strconv.ParseUint(string(n), 10, 64)

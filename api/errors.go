@@ -29,13 +29,18 @@ var (
 	// shutting down.
 	ErrUnavailable = errors.New("agent unavailable")
 
+	// ErrUnauthorized occurs when the agent answers 401 or 403: a request
+	// on its TCP listener without the right token or for a foreign Host.
+	ErrUnauthorized = errors.New("unauthorized")
+
 	// ErrUnreachable occurs when the client cannot reach the agent at all:
 	// no socket, nothing listening, or no answer in time.
 	ErrUnreachable = errors.New("agent unreachable")
 )
 
 // StatusError is a non-2xx answer of the agent. errors.Is matches it
-// against ErrNotFound, ErrInvalid and ErrUnavailable by its code.
+// against ErrNotFound, ErrInvalid, ErrUnavailable and ErrUnauthorized by
+// its code.
 type StatusError struct {
 	Code int
 	// Message is the agent's error message (the JSON string of the body).
@@ -59,6 +64,8 @@ func (e *StatusError) Is(target error) bool {
 		return isInvalidCode(e.Code)
 	case ErrUnavailable:
 		return e.Code == http.StatusServiceUnavailable
+	case ErrUnauthorized:
+		return e.Code == http.StatusUnauthorized || e.Code == http.StatusForbidden
 	}
 	return false
 }
@@ -70,3 +77,14 @@ func isInvalidCode(code int) bool {
 	}
 	return false
 }
+
+var (
+	// ErrNoToken occurs when a request on a TCP listener carries no bearer
+	// token (401), and when a TCP listener is served without a token and
+	// without Config.Insecure.
+	ErrNoToken = errors.New("API token required on TCP (Authorization: Bearer TOKEN; see --api-token-file)")
+
+	// errWrongToken answers a request whose bearer token is not the
+	// agent's (401).
+	errWrongToken = errors.New("wrong API token")
+)

@@ -49,6 +49,12 @@ type ServiceFlags struct {
 	SessionAffinityTimeout uint32 `json:"sessionAffinityTimeout,omitempty"`
 	// LBAlgorithm is default, random or maglev.
 	LBAlgorithm string `json:"lbAlgorithm,omitempty"`
+	// DirectServerReturn is the upstream v1.6 flag that `cilium service
+	// update` sends as true by default (its --rev): there it means "add
+	// the revNAT entry", which actorlb always does. true is accepted and
+	// changes nothing; false (leave the revNAT entry out) is refused.
+	// Answers leave it out.
+	DirectServerReturn *bool `json:"direct-server-return,omitempty"`
 }
 
 // BatchResult is the outcome of one service of PUT /v1/services: the

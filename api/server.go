@@ -53,6 +53,22 @@ const (
 	WriteTimeout      = 2 * DefaultCallTimeout
 	IdleTimeout       = 2 * time.Minute
 	MaxHeaderBytes    = 64 << 10
+	// DefaultMaxBatchSpecs bounds the specs of one PUT /v1/services; a
+	// larger batch gets 413 and is not decoded further (the client splits
+	// larger batches itself).
+	DefaultMaxBatchSpecs = 1000
+	// DefaultMaxHeavyRequests bounds the requests that may read a body or
+	// build a large answer at the same time (PUT /v1/service/{id} and PUT
+	// /v1/services with bodies over 64 KiB, GET /v1/service, GET
+	// /v1/lb/revnat, GET /v1/lb/maps);
+	// one more waits up to HeavyWait for a turn, then gets 429 with
+	// Retry-After.
+	DefaultMaxHeavyRequests = 4
+	// HeavyWait is how long a heavy request waits for a turn.
+	HeavyWait = time.Second
+	// DefaultMaxConns bounds the open connections of each listener; the
+	// next connection waits in the listen backlog until one closes.
+	DefaultMaxConns = 128
 )
 
 // Config configures a Server.
@@ -72,6 +88,21 @@ type Config struct {
 	// SocketLB, if set, says what datapath is attached (one line for
 	// /v1/healthz and `actorlb status`).
 	SocketLB func() string
+	// MaxBatchSpecs bounds the specs of one PUT /v1/services
+	// (DefaultMaxBatchSpecs if 0).
+	MaxBatchSpecs int
+	// MaxHeavyRequests bounds the heavy requests served at once
+	// (DefaultMaxHeavyRequests if 0).
+	MaxHeavyRequests int
+	// MaxConns bounds the open connections of each listener
+	// (DefaultMaxConns if 0).
+	MaxConns int
+	// Token is the bearer token that every request on a TCP listener must
+	// carry (Authorization: Bearer TOKEN). Requests on a unix socket need
+	// none: the socket's permissions decide who may connect.
+	Token string
+	// Insecure allows serving TCP listeners without a Token.
+	Insecure bool
 }
 
 // Server is the REST shim: every request becomes engine calls.
@@ -87,9 +118,17 @@ type Server struct {
 	metrics     *metrics
 	http        *http.Server
 	closing     atomic.Bool
+	maxBatch    int
+	maxConns    int
+	token       string
+	insecure    bool
+	heavy       chan struct{}
+	release     *memRelease
 
 	mu     sync.Mutex
 	listen []string
+	// silent holds the connections that have not sent a request yet.
+	silent map[net.Conn]struct{}
 }
 
 //go:embed openapi.json
@@ -113,9 +152,20 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.CallTimeout <= 0 {
 		cfg.CallTimeout = DefaultCallTimeout
 	}
+	if cfg.MaxBatchSpecs <= 0 {
+		cfg.MaxBatchSpecs = DefaultMaxBatchSpecs
+	}
+	if cfg.MaxHeavyRequests <= 0 {
+		cfg.MaxHeavyRequests = DefaultMaxHeavyRequests
+	}
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = DefaultMaxConns
+	}
 	s := &Server{
 		engine: cfg.Engine, log: cfg.Log.WithField("component", "api"), root: cfg.BPFRoot, dryRun: cfg.DryRun,
 		maxBody: cfg.MaxBodyBytes, callTimeout: cfg.CallTimeout, socketLB: cfg.SocketLB, started: time.Now(),
+		maxBatch: cfg.MaxBatchSpecs, maxConns: cfg.MaxConns, token: cfg.Token, insecure: cfg.Insecure,
+		heavy: make(chan struct{}, cfg.MaxHeavyRequests), release: newMemRelease(), silent: map[net.Conn]struct{}{},
 	}
 	if s.dryRun {
 		s.root = ""
@@ -128,13 +178,23 @@ func NewServer(cfg Config) (*Server, error) {
 		WriteTimeout:      WriteTimeout,
 		IdleTimeout:       IdleTimeout,
 		MaxHeaderBytes:    MaxHeaderBytes,
+		ConnContext:       withConnInfo,
+		ConnState:         s.trackConn,
 	}
+	s.http.RegisterOnShutdown(s.closeSilentConns)
 	return s, nil
 }
 
 // Serve serves the API on l until Shutdown; it may be called for several
-// listeners at once. It returns nil after Shutdown.
+// listeners at once. It returns nil after Shutdown. A TCP listener needs
+// Config.Token (or Config.Insecure): every request on it must carry the
+// token and name a loopback host or the listener's address in its Host
+// header. At most Config.MaxConns connections of l are open at once.
 func (s *Server) Serve(l net.Listener) error {
+	if l.Addr().Network() != "unix" && s.token == "" && !s.insecure {
+		return fmt.Errorf("serve api on %s: %w", ListenURL(l.Addr()), ErrNoToken)
+	}
+	l = limitListener(l, s.maxConns)
 	s.mu.Lock()
 	s.listen = append(s.listen, ListenURL(l.Addr()))
 	s.mu.Unlock()
@@ -154,9 +214,12 @@ func ListenURL(a net.Addr) string {
 }
 
 // Shutdown marks the agent unavailable (healthz answers 503), stops
-// accepting connections and waits for requests in flight until ctx ends.
+// accepting connections, closes the idle ones and those that have not sent
+// a request yet (net/http alone would wait up to 5 s for those), and waits
+// for requests in flight until ctx ends.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.closing.Store(true)
+	s.release.stop()
 	if err := s.http.Shutdown(ctx); err != nil {
 		return fmt.Errorf("shut down api: %w", err)
 	}
@@ -171,6 +234,8 @@ type reply struct {
 	body    any
 	err     error
 	written bool
+	// retryAfter, if set, becomes the Retry-After header (seconds).
+	retryAfter int
 }
 
 type handler func(w http.ResponseWriter, r *http.Request) reply
@@ -215,14 +280,14 @@ type route struct {
 func (s *Server) Handler() http.Handler {
 	metricsHandler := s.metrics.handler()
 	byOp := map[string]handler{
-		"service_list":         s.listServices,
+		"service_list":         s.heavyOnly(s.listServices),
 		"service_get":          s.getService,
-		"service_put":          s.putService,
+		"service_put":          s.heavyOnly(s.putService),
 		"service_delete":       s.deleteService,
-		"service_put_batch":    s.putServices,
-		"service_delete_batch": s.deleteServices,
-		"revnat_list":          s.listRevNAT,
-		"maps_dump":            s.dumpMaps,
+		"service_put_batch":    s.heavyOnly(s.putServices),
+		"service_delete_batch": s.heavyOnly(s.deleteServices),
+		"revnat_list":          s.heavyOnly(s.listRevNAT),
+		"maps_dump":            s.heavyOnly(s.dumpMaps),
 		"healthz":              s.healthz,
 		"openapi":              s.openAPI,
 		"metrics": func(w http.ResponseWriter, r *http.Request) reply {
@@ -251,7 +316,7 @@ func (s *Server) Handler() http.Handler {
 		mux.Handle(p, s.dispatch(*routes[p]))
 	}
 	mux.Handle("/", s.dispatch(route{path: "/"}))
-	return mux
+	return s.guard(mux)
 }
 
 // statusRecorder remembers the status code a handler wrote itself.
@@ -303,6 +368,9 @@ func (s *Server) dispatch(rt route) http.Handler {
 			if rep.written {
 				rep.code = rec.code
 			}
+		}
+		if rep.retryAfter > 0 {
+			w.Header().Set("Retry-After", strconv.Itoa(rep.retryAfter))
 		}
 		switch {
 		case rep.written:
@@ -384,6 +452,22 @@ func engineError(err error, notFound int) reply {
 	return reply{code: http.StatusInternalServerError, err: err}
 }
 
+// lookupID parses the {id} of a GET or DELETE: a decimal integer outside
+// 1..65535 (0, negative, too large) names no service and gets 404, as the
+// upstream v1.6 agent answers (its ID is an int64); anything else that is
+// not an ID gets 400.
+func lookupID(r *http.Request) (lb.ServiceID, reply, bool) {
+	raw := r.PathValue("id")
+	if n, err := strconv.ParseInt(raw, 10, 64); err == nil && (n < 1 || n > int64(lb.MaxServiceID)) {
+		return 0, reply{code: http.StatusNotFound, err: fmt.Errorf("service %s not found: %w (service IDs are 1..65535)", raw, actorlb.ErrServiceNotFound)}, false
+	}
+	id, err := pathID(r)
+	if err != nil {
+		return 0, reply{code: http.StatusBadRequest, err: err}, false
+	}
+	return id, reply{}, true
+}
+
 // pathID parses the {id} of the path.
 func pathID(r *http.Request) (lb.ServiceID, error) {
 	id, err := lb.ParseServiceID(r.PathValue("id"))
@@ -393,24 +477,25 @@ func pathID(r *http.Request) (lb.ServiceID, error) {
 	return id, nil
 }
 
-func (s *Server) listServices(_ http.ResponseWriter, r *http.Request) reply {
+// listServices streams the list: each service is converted and encoded
+// on its own.
+func (s *Server) listServices(w http.ResponseWriter, r *http.Request) reply {
 	ctx, cancel := s.ctx(r)
 	defer cancel()
 	svcs, err := s.engine.List(ctx)
 	if err != nil {
 		return engineError(err, 0)
 	}
-	out := make([]*Service, len(svcs))
-	for i, svc := range svcs {
-		out[i] = NewService(svc)
-	}
-	return reply{code: http.StatusOK, body: out}
+	st := startStream(w)
+	streamArray(st, len(svcs), func(i int) *Service { return NewService(svcs[i]) })
+	s.release.note(st.end())
+	return reply{written: true}
 }
 
 func (s *Server) getService(_ http.ResponseWriter, r *http.Request) reply {
-	id, err := pathID(r)
-	if err != nil {
-		return reply{code: http.StatusBadRequest, err: err}
+	id, rr, ok := lookupID(r)
+	if !ok {
+		return rr
 	}
 	ctx, cancel := s.ctx(r)
 	defer cancel()
@@ -456,6 +541,7 @@ func (s *Server) putService(w http.ResponseWriter, r *http.Request) reply {
 // readJSON reads the request body (up to the limit) into dst, strictly;
 // if it cannot, it returns the reply to send and false.
 func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, dst any) (reply, bool) {
+	s.release.note(r.ContentLength)
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
 	if err != nil {
 		var tooBig *http.MaxBytesError
@@ -464,7 +550,11 @@ func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, dst any) (repl
 		}
 		return reply{code: http.StatusBadRequest, err: &FieldError{Reason: "read: " + err.Error()}}, false
 	}
-	if err := decodeStrict(body, dst); err != nil {
+	if err := decodeStrict(body, dst, s.maxBatch); err != nil {
+		var tm *TooManyError
+		if errors.As(err, &tm) {
+			return reply{code: http.StatusRequestEntityTooLarge, err: err}, false
+		}
 		return invalid(err), false
 	}
 	return reply{}, true
@@ -522,9 +612,9 @@ func (s *Server) putServices(w http.ResponseWriter, r *http.Request) reply {
 }
 
 func (s *Server) deleteService(_ http.ResponseWriter, r *http.Request) reply {
-	id, err := pathID(r)
-	if err != nil {
-		return reply{code: http.StatusBadRequest, err: err}
+	id, rr, ok := lookupID(r)
+	if !ok {
+		return rr
 	}
 	ctx, cancel := s.ctx(r)
 	defer cancel()
@@ -535,28 +625,55 @@ func (s *Server) deleteService(_ http.ResponseWriter, r *http.Request) reply {
 	return reply{code: http.StatusOK}
 }
 
-func (s *Server) listRevNAT(_ http.ResponseWriter, r *http.Request) reply {
+func (s *Server) listRevNAT(w http.ResponseWriter, r *http.Request) reply {
 	ctx, cancel := s.ctx(r)
 	defer cancel()
 	es, err := s.engine.RevNATDump(ctx)
 	if err != nil {
 		return engineError(err, 0)
 	}
-	out := make([]RevNATEntry, len(es))
-	for i, e := range es {
-		out[i] = RevNATEntry{ID: uint16(e.ID), IP: e.Address.Addr.String(), Port: e.Address.Port, Service: e.Service}
-	}
-	return reply{code: http.StatusOK, body: out}
+	st := startStream(w)
+	streamArray(st, len(es), func(i int) RevNATEntry {
+		e := es[i]
+		return RevNATEntry{ID: uint16(e.ID), IP: e.Address.Addr.String(), Port: e.Address.Port, Service: e.Service}
+	})
+	s.release.note(st.end())
+	return reply{written: true}
 }
 
-func (s *Server) dumpMaps(_ http.ResponseWriter, r *http.Request) reply {
+// dumpMaps streams the six maps as a MapsDump: the entries read from the
+// maps are sorted in place and converted one at a time.
+func (s *Server) dumpMaps(w http.ResponseWriter, r *http.Request) reply {
 	ctx, cancel := s.ctx(r)
 	defer cancel()
 	d, err := s.engine.DumpMaps(ctx)
 	if err != nil {
 		return reply{code: http.StatusInternalServerError, err: err}
 	}
-	return reply{code: http.StatusOK, body: NewMapsDump(s.root, d)}
+	st := startStream(w)
+	st.raw(`{"root":`)
+	st.value(s.root)
+	for _, fam := range []struct {
+		svc, be, rev string
+		d4           bool
+	}{{`,"lb4_services":`, `,"lb4_backends":`, `,"lb4_reverse_nat":`, true}, {`,"lb6_services":`, `,"lb6_backends":`, `,"lb6_reverse_nat":`, false}} {
+		svcs, bes, revs := d.Services6, d.Backends6, d.RevNAT6
+		if fam.d4 {
+			svcs, bes, revs = d.Services4, d.Backends4, d.RevNAT4
+		}
+		sortServiceEntries(svcs)
+		sortBackendEntries(bes)
+		sortRevNATEntries(revs)
+		st.raw(fam.svc)
+		streamArray(st, len(svcs), func(i int) ServiceMapEntry { return serviceEntry(svcs[i]) })
+		st.raw(fam.be)
+		streamArray(st, len(bes), func(i int) BackendMapEntry { return backendEntry(bes[i]) })
+		st.raw(fam.rev)
+		streamArray(st, len(revs), func(i int) RevNATMapEntry { return revNATEntry(revs[i]) })
+	}
+	st.raw("}")
+	s.release.note(st.end())
+	return reply{written: true}
 }
 
 func (s *Server) openAPI(w http.ResponseWriter, _ *http.Request) reply {

@@ -1,6 +1,7 @@
 package loadbalancer
 
 import (
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -143,6 +144,13 @@ func (s *Service) Validate() error {
 	if err := fe.Validate("frontend"); err != nil {
 		return err
 	}
+	switch {
+	case fe.IsSurrogate() && s.Type != SVCTypeNodePort:
+		return invalid("frontend", fe.Addr.String(),
+			"the unspecified address is only the surrogate frontend of a NodePort service (type NodePort); give the service's own address")
+	case fe.Addr == ipv4Broadcast:
+		return invalid("frontend", fe.Addr.String(), "the broadcast address cannot be a service frontend")
+	}
 
 	var seen map[L3n4Addr]int // only for long lists: short ones are compared pairwise
 	if len(s.Backends) > 16 {
@@ -203,6 +211,9 @@ func (be Backend) validateIn(field string, fe L3n4Addr) error {
 	if err := be.validateRest(field, false); err != nil {
 		return err
 	}
+	if be.Addr == fe.Addr && be.Port == fe.Port && (fe.Protocol == ANY || be.Protocol == ANY || be.Protocol == fe.Protocol) {
+		return invalid(field, be.String(), "backend is the frontend itself (connections to it would loop back to the service)")
+	}
 	if fe.Protocol != ANY && be.Protocol != fe.Protocol {
 		return invalid(field+".protocol", be.Protocol.String(),
 			"backend protocol must equal the frontend protocol "+fe.Protocol.String())
@@ -213,6 +224,9 @@ func (be Backend) validateIn(field string, fe L3n4Addr) error {
 	}
 	return nil
 }
+
+// ipv4Broadcast is the limited broadcast address, never a frontend.
+var ipv4Broadcast = netip.AddrFrom4([4]byte{255, 255, 255, 255})
 
 func familyName(v6 bool) string {
 	if v6 {

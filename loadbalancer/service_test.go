@@ -102,6 +102,32 @@ func TestServiceValidate(t *testing.T) {
 		{"first backend error wins", func(s *Service) { s.Backends[2].Port = 0; s.Backends[1].State = 9 }, "backends[1].state", ""},
 		{"backends before type", func(s *Service) { s.Backends[0].Port = 0; s.Type = 42 }, "backends[0].port", ""},
 
+		{"frontend 0.0.0.0 of a ClusterIP service is refused", func(s *Service) { s.Frontend.Addr = mustAddr("0.0.0.0") }, "frontend",
+			`invalid frontend "0.0.0.0": the unspecified address is only the surrogate frontend of a NodePort service (type NodePort); give the service's own address`},
+		{"frontend :: of a LoadBalancer service is refused", func(s *Service) {
+			s.Frontend = fe("[::]:80/tcp", 0)
+			s.Backends = []Backend{be("[fd00::1]:80")}
+			s.Type = SVCTypeLoadBalancer
+		}, "frontend", ""},
+		{"frontend :: of a NodePort service is the surrogate", func(s *Service) {
+			s.Frontend = fe("[::]:30080/tcp", 0)
+			s.Backends = []Backend{be("[fd00::1]:80")}
+			s.Type = SVCTypeNodePort
+		}, "", ""},
+		{"frontend 255.255.255.255 is refused", func(s *Service) { s.Frontend.Addr = mustAddr("255.255.255.255") }, "frontend",
+			`invalid frontend "255.255.255.255": the broadcast address cannot be a service frontend`},
+		{"frontend 255.255.255.255 of a NodePort service is refused", func(s *Service) {
+			s.Frontend.Addr = mustAddr("255.255.255.255")
+			s.Type = SVCTypeNodePort
+		}, "frontend", ""},
+		{"backend equal to its own frontend is refused", func(s *Service) { s.Backends[1] = be("10.96.0.10:80/tcp") }, "backends[1]",
+			`invalid backends[1] "10.96.0.10:80/TCP": backend is the frontend itself (connections to it would loop back to the service)`},
+		{"backend equal to its own any-protocol frontend is refused", func(s *Service) {
+			s.Frontend.Protocol = ANY
+			s.Backends[0] = be("10.96.0.10:80/udp")
+		}, "backends[0]", ""},
+		{"backend on the frontend address with another port is fine", func(s *Service) { s.Backends[1] = be("10.96.0.10:8080/tcp") }, "", ""},
+
 		{"type", func(s *Service) { s.Type = 6 }, "type", `invalid type "6": unknown service type`},
 		{"timeout", func(s *Service) { s.SessionAffinity = true; s.SessionAffinityTimeout = 0x1000000 }, "session-affinity-timeout",
 			`invalid session-affinity-timeout "16777216": timeout must be at most 16777215 seconds`},

@@ -9,7 +9,9 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"os/user"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -31,6 +33,9 @@ var (
 	// errRemote occurs when --api-addr is not a loopback address and
 	// --api-allow-remote is not given.
 	errRemote = errors.New("not a loopback address")
+	// errNoToken occurs when --api-addr is given without --api-token-file
+	// and without --api-insecure.
+	errNoToken = errors.New("the TCP listener needs a token")
 )
 
 // shutdownTimeout bounds how long requests in flight may take once the
@@ -46,9 +51,17 @@ func agentCommand() *command {
 maps are consistent, every inconsistency repaired and counted), then serves
 the REST API on the unix socket --socket (mode 0660) and, if --api-addr is
 given, on a loopback TCP address. It prints one line when it is ready, tells
-systemd (NOTIFY_SOCKET) the same, and runs until SIGINT or SIGTERM; the maps
+systemd (NOTIFY_SOCKET) the same, and runs until SIGINT, SIGTERM or SIGHUP (it
+has nothing to reload: SIGHUP stops it cleanly too); the maps
 stay pinned when it stops, so the datapath keeps working and the next start
 restores them.
+
+Security: the unix socket needs no credentials; its mode (0660) and group
+(--socket-group) decide who may use the API. The TCP listener requires a
+bearer token, read from --api-token-file, on every request (clients pass
+--token-file), and answers only requests whose Host names localhost, a
+loopback address or the listen address; --api-insecure serves it without
+a token (any local user then controls the load balancer).
 
 Ready means: the restore is done and the socket (and --api-addr) is bound,
 so a client that waits for the "actorlb agent ready" line or for READY=1
@@ -58,7 +71,7 @@ can connect at once and /v1/healthz answers 200. The API answers nothing,
 One agent per --bpf-root and per --socket: a second one is refused. A socket
 file left behind by an agent that died is replaced; any other file is not.`,
 		examples: `  actorlb agent                                    # as root: maps in /sys/fs/bpf/actorlb
-  actorlb agent --api-addr 127.0.0.1:8080          # also serve the API on loopback TCP
+  actorlb agent --api-addr 127.0.0.1:8080 --api-token-file /etc/actorlb/token   # also serve the API on loopback TCP
   actorlb agent --dry-run --socket /tmp/alb.sock   # no privileges: in-memory maps
   actorlb agent --restore=false                    # start empty: delete what the maps hold
   actorlb agent --log-level debug --log-format json
@@ -66,8 +79,8 @@ file left behind by an agent that died is replaced; any other file is not.`,
 		flags: func(fs *pflag.FlagSet) {
 			fs.String("bpf-root", maps.DefaultRoot, "bpffs directory the maps are pinned in (bpffs is mounted at /sys/fs/bpf if missing)")
 			fs.String("socket", api.DefaultSocket, "unix socket of the API (created with mode 0660)")
-			fs.String("api-addr", "", "also serve the API on this TCP address, IP:PORT (loopback only unless --api-allow-remote; port 0 picks one)")
-			fs.Bool("api-allow-remote", false, "allow a non-loopback --api-addr (the API has no authentication: anyone who reaches it controls the load balancer)")
+			fs.String("api-addr", "", "also serve the API on this TCP address, IP:PORT (loopback only unless --api-allow-remote; port 0 picks one; needs --api-token-file or --api-insecure)")
+			fs.Bool("api-allow-remote", false, "allow a non-loopback --api-addr (the token travels in clear text: anyone who sees it controls the load balancer)")
 			fs.Int("map-max", maps.DefaultMaxEntries, "max entries of each service, backend and revNAT map")
 			fs.Bool("restore", true, "rebuild state from the pinned maps at start (false: empty them)")
 			fs.Bool("recreate-maps", false, "replace pinned maps whose shape differs from the configured one (their entries are lost)")
@@ -78,6 +91,10 @@ file left behind by an agent that died is replaced; any other file is not.`,
 			fs.String("socket-lb-cgroup", "", "cgroup v2 directory the socket-LB programs attach to (default: the root of the cgroup2 mount, i.e. every process)")
 			fs.Bool("cleanup", false, "do not run: remove actorlb from this node (detach the datapath, remove the pins under --bpf-root and the socket) after asking for confirmation; the agent must be stopped")
 			fs.Bool("yes", false, "with --cleanup: do not ask for confirmation")
+			// API security (issue 13).
+			fs.String("api-token-file", "", "file holding the bearer token every request on --api-addr must carry (first line; not readable by every user)")
+			fs.Bool("api-insecure", false, "serve --api-addr without a token (any local user can then control the load balancer)")
+			fs.String("socket-group", "", "group (name or GID) that owns --socket, so its members may use the API without root (mode 0660)")
 		},
 		run: runAgent,
 	}
@@ -92,6 +109,9 @@ type agentConfig struct {
 	log                             *logrus.Logger
 	stdout                          io.Writer
 	sizes                           maps.Sizes
+	token                           string
+	insecure                        bool
+	socketGID                       int // -1: leave the socket's group alone
 }
 
 func agentFlags(e *env) (*agentConfig, error) {
@@ -143,7 +163,52 @@ func agentFlags(e *env) (*agentConfig, error) {
 			return nil, err
 		}
 	}
+	if err := securityFlags(fs, c); err != nil {
+		return nil, err
+	}
+	if c.socketLBCgroup != "" && c.socketLB && !c.dryRun {
+		var st unix.Statfs_t
+		if err := unix.Statfs(c.socketLBCgroup, &st); err != nil {
+			return nil, fmt.Errorf("invalid --socket-lb-cgroup %s: %w", c.socketLBCgroup, err)
+		}
+		if st.Type != unix.CGROUP2_SUPER_MAGIC {
+			return nil, fmt.Errorf("invalid --socket-lb-cgroup %s: not a cgroup v2 directory", c.socketLBCgroup)
+		}
+	}
 	return c, nil
+}
+
+// securityFlags reads --api-token-file, --api-insecure and --socket-group
+// into c, checked: a TCP listener needs a token or --api-insecure, and the
+// group must exist.
+func securityFlags(fs *pflag.FlagSet, c *agentConfig) error {
+	tokenFile, _ := fs.GetString("api-token-file")
+	c.insecure, _ = fs.GetBool("api-insecure")
+	group, _ := fs.GetString("socket-group")
+	if tokenFile != "" {
+		token, err := api.ReadTokenFile(tokenFile)
+		if err != nil {
+			return fmt.Errorf("invalid --api-token-file: %w", err)
+		}
+		c.token = token
+	}
+	if c.apiAddr != "" && c.token == "" && !c.insecure {
+		return fmt.Errorf("refusing --api-addr %s: %w (pass --api-token-file FILE, and --token-file FILE to the clients; or --api-insecure to let any local user control the load balancer)", c.apiAddr, errNoToken)
+	}
+	c.socketGID = -1
+	if group != "" {
+		g, err := user.LookupGroup(group)
+		if err != nil {
+			g, err = user.LookupGroupId(group)
+		}
+		if err != nil {
+			return fmt.Errorf("invalid --socket-group %q: no such group", group)
+		}
+		if c.socketGID, err = strconv.Atoi(g.Gid); err != nil {
+			return fmt.Errorf("invalid --socket-group %q: GID %q is not a number", group, g.Gid)
+		}
+	}
+	return nil
 }
 
 // checkAPIAddr refuses an --api-addr that is not IP:PORT or localhost:PORT,
@@ -153,6 +218,9 @@ func checkAPIAddr(addr string, allowRemote bool) error {
 	if err != nil || port == "" {
 		return fmt.Errorf("invalid --api-addr %q: want IP:PORT, like 127.0.0.1:8080", addr)
 	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || strconv.FormatUint(n, 10) != port {
+		return fmt.Errorf("invalid --api-addr %q: the port must be a number between 0 and 65535", addr)
+	}
 	if host == "localhost" {
 		return nil
 	}
@@ -161,7 +229,7 @@ func checkAPIAddr(addr string, allowRemote bool) error {
 		return fmt.Errorf("invalid --api-addr %q: the host must be an IP address or localhost", addr)
 	}
 	if (host == "" || !ip.IsLoopback()) && !allowRemote {
-		return fmt.Errorf("refusing --api-addr %s: %w (the API has no authentication; use 127.0.0.1 or [::1], or pass --api-allow-remote to serve it on other addresses anyway)", addr, errRemote)
+		return fmt.Errorf("refusing --api-addr %s: %w (its token would travel in clear text; use 127.0.0.1 or [::1], or pass --api-allow-remote to serve it on other addresses anyway)", addr, errRemote)
 	}
 	return nil
 }
@@ -186,24 +254,48 @@ func runAgent(ctx context.Context, e *env, args []string) error {
 
 // lockFile takes an exclusive, non-blocking flock on path (a directory, or
 // a file created if missing) on behalf of the flag's value. The lock goes
-// with the process.
+// with the process. A file is opened without following a symbolic link
+// (a link planted there by another user must not make the agent create or
+// lock a file elsewhere), and the lock must still be on the file at path
+// once taken: an agent that stops removes its lock file, so a lock taken
+// on a file removed meanwhile is taken again on the new one.
 func lockFile(path string, create bool, flag, value string) (*os.File, error) {
 	flags := os.O_RDONLY
 	if create {
-		flags |= os.O_CREATE
+		flags |= os.O_CREATE | unix.O_NOFOLLOW
 	}
-	f, err := os.OpenFile(path, flags, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("lock %s: %w", path, err)
-	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		f.Close()
-		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, fmt.Errorf("%s %s: %w (stop it first, or pick another %s)", flag, value, errInUse, flag)
+	for range 3 {
+		f, err := os.OpenFile(path, flags, 0o600)
+		if err != nil {
+			if errors.Is(err, unix.ELOOP) {
+				return nil, fmt.Errorf("lock %s: it is a symbolic link (remove it, or pick another %s)", path, flag)
+			}
+			return nil, fmt.Errorf("lock %s: %w", path, err)
 		}
-		return nil, fmt.Errorf("lock %s: %w", path, err)
+		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+			f.Close()
+			if errors.Is(err, unix.EWOULDBLOCK) {
+				return nil, fmt.Errorf("%s %s: %w (stop it first, or pick another %s)", flag, value, errInUse, flag)
+			}
+			return nil, fmt.Errorf("lock %s: %w", path, err)
+		}
+		held, err1 := f.Stat()
+		now, err2 := os.Lstat(path)
+		if err1 == nil && err2 == nil && os.SameFile(held, now) {
+			return f, nil
+		}
+		f.Close() // removed or replaced while we locked it: again
 	}
-	return f, nil
+	return nil, fmt.Errorf("lock %s: the file keeps being replaced (another agent starting and stopping?)", path)
+}
+
+// unlockFile removes the lock file at path that f holds, then releases it.
+func unlockFile(f *os.File, path string) error {
+	err := os.Remove(path)
+	if errors.Is(err, os.ErrNotExist) {
+		err = nil
+	}
+	return errors.Join(err, f.Close())
 }
 
 // prepareSocket makes path free for a new socket: a socket file that
@@ -233,13 +325,19 @@ func prepareSocket(path string) error {
 }
 
 // listenUnix listens on path with mode 0660 from the start (no window in
-// which the socket is more open).
-func listenUnix(path string) (net.Listener, error) {
+// which the socket is more open) and, if gid >= 0, gives it to group gid.
+func listenUnix(path string, gid int) (net.Listener, error) {
 	old := unix.Umask(0o117)
 	l, err := net.Listen("unix", path)
 	unix.Umask(old)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", path, err)
+	}
+	if gid >= 0 {
+		if err := os.Lchown(path, -1, gid); err != nil {
+			l.Close()
+			return nil, fmt.Errorf("give %s to --socket-group: %w", path, err)
+		}
 	}
 	if err := os.Chmod(path, 0o660); err != nil {
 		l.Close()
@@ -270,8 +368,21 @@ func sdNotify(state string) error {
 }
 
 func agent(ctx context.Context, c *agentConfig) error {
-	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	stop := func() { signal.Stop(sigs) }
 	defer stop()
+	gotHUP := make(chan bool, 1)
+	go func() {
+		select {
+		case sig := <-sigs:
+			gotHUP <- sig == syscall.SIGHUP
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	log := c.log
 
 	// One agent per socket: the lock beside the socket makes replacing a
@@ -283,9 +394,31 @@ func agent(ctx context.Context, c *agentConfig) error {
 	if err != nil {
 		return err
 	}
-	defer sockLock.Close()
+	defer func() {
+		if err := unlockFile(sockLock, c.socket+".lock"); err != nil {
+			log.WithError(err).Warn("could not remove the socket's lock file")
+		}
+	}()
 	if err := prepareSocket(c.socket); err != nil {
 		return err
+	}
+	// The TCP listener is bound before the restore, so that a taken
+	// address fails the start at once (it serves after the ready line).
+	listeners := []net.Listener{}
+	defer func() {
+		for _, l := range listeners {
+			l.Close()
+		}
+	}()
+	if c.apiAddr != "" {
+		tl, err := net.Listen("tcp", c.apiAddr)
+		if err != nil {
+			return fmt.Errorf("listen on --api-addr %s: %w", c.apiAddr, err)
+		}
+		listeners = append(listeners, tl)
+		if ap, err := netip.ParseAddrPort(tl.Addr().String()); err == nil && !ap.Addr().IsLoopback() && !c.allowRemote {
+			return fmt.Errorf("refusing --api-addr %s: it resolved to %s, %w (use 127.0.0.1, or pass --api-allow-remote)", c.apiAddr, ap, errRemote)
+		}
 	}
 	// One agent per set of maps: two would overwrite each other's entries.
 	if !c.dryRun {
@@ -334,31 +467,16 @@ func agent(ctx context.Context, c *agentConfig) error {
 			return st.Summary()
 		}
 	}
-	srv, err := api.NewServer(api.Config{Engine: engine, Log: logrus.NewEntry(log), BPFRoot: engine.BPFRoot(), DryRun: c.dryRun, SocketLB: socketLB})
+	srv, err := api.NewServer(api.Config{Engine: engine, Log: logrus.NewEntry(log), BPFRoot: engine.BPFRoot(), DryRun: c.dryRun, SocketLB: socketLB,
+		Token: c.token, Insecure: c.insecure})
 	if err != nil {
 		return err
 	}
-	listeners := []net.Listener{}
-	defer func() {
-		for _, l := range listeners {
-			l.Close()
-		}
-	}()
-	ul, err := listenUnix(c.socket)
+	ul, err := listenUnix(c.socket, c.socketGID)
 	if err != nil {
 		return err
 	}
-	listeners = append(listeners, ul)
-	if c.apiAddr != "" {
-		tl, err := net.Listen("tcp", c.apiAddr)
-		if err != nil {
-			return fmt.Errorf("listen on --api-addr %s: %w", c.apiAddr, err)
-		}
-		listeners = append(listeners, tl)
-		if ap, err := netip.ParseAddrPort(tl.Addr().String()); err == nil && !ap.Addr().IsLoopback() && !c.allowRemote {
-			return fmt.Errorf("refusing --api-addr %s: it resolved to %s, %w (use 127.0.0.1, or pass --api-allow-remote)", c.apiAddr, ap, errRemote)
-		}
-	}
+	listeners = append([]net.Listener{ul}, listeners...)
 	var where []string
 	for _, l := range listeners {
 		where = append(where, api.ListenURL(l.Addr()))
@@ -390,6 +508,13 @@ func agent(ctx context.Context, c *agentConfig) error {
 	select {
 	case <-ctx.Done():
 		stop() // a second signal ends the process at once
+		select {
+		case hup := <-gotHUP:
+			if hup {
+				log.WithField("signal", "SIGHUP").Info("received SIGHUP: the agent has no configuration to reload; stopping cleanly")
+			}
+		default:
+		}
 		log.Info("shutting down; maps stay pinned")
 	case failed = <-serveErr:
 		log.WithError(failed).Error("api server failed; shutting down")

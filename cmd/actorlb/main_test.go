@@ -24,7 +24,7 @@ func TestCheckAPIAddr(t *testing.T) {
 		require.ErrorIs(t, err, errRemote, addr)
 		require.NoError(t, checkAPIAddr(addr, true), addr)
 	}
-	for _, addr := range []string{"80", "127.0.0.1", "host.example:80", "127.0.0.1:"} {
+	for _, addr := range []string{"80", "127.0.0.1", "host.example:80", "127.0.0.1:", "127.0.0.1:99999", "127.0.0.1:-1", "127.0.0.1:http", "127.0.0.1:080"} {
 		err := checkAPIAddr(addr, true)
 		require.Error(t, err, addr)
 		require.Contains(t, err.Error(), "invalid --api-addr", addr)
@@ -188,4 +188,29 @@ func TestDocsAreCurrent(t *testing.T) {
 		require.NoError(t, err, "run 'make docs'")
 		require.Equal(t, string(w), string(g), "%s is stale: run 'make docs'", f.Name())
 	}
+}
+
+func TestLockFileIsNotFollowedThroughASymlink(t *testing.T) {
+	dir := t.TempDir()
+	target := filepath.Join(dir, "elsewhere")
+	link := filepath.Join(dir, "s.sock.lock")
+	require.NoError(t, os.Symlink(target, link))
+	_, err := lockFile(link, true, "--socket", "s.sock")
+	require.ErrorContains(t, err, "it is a symbolic link")
+	_, err = os.Lstat(target)
+	require.ErrorIs(t, err, os.ErrNotExist, "the lock created the link's target")
+}
+
+func TestLockFileIsRemovedByUnlockAndTakenAgain(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s.sock.lock")
+	f, err := lockFile(path, true, "--socket", "s.sock")
+	require.NoError(t, err)
+	_, err = lockFile(path, true, "--socket", "s.sock")
+	require.ErrorIs(t, err, errInUse)
+	require.NoError(t, unlockFile(f, path))
+	_, err = os.Lstat(path)
+	require.ErrorIs(t, err, os.ErrNotExist)
+	g, err := lockFile(path, true, "--socket", "s.sock")
+	require.NoError(t, err)
+	require.NoError(t, unlockFile(g, path))
 }

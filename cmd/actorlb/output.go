@@ -32,6 +32,7 @@ func globalFlags(fs *pflag.FlagSet) {
 	}
 	fs.StringP("host", "H", def, "agent API: unix:///PATH of its socket or http://127.0.0.1:PORT (env ACTORLB_HOST)")
 	fs.StringP("output", "o", outTable, "output format: table or wide (for people), json or yaml (for scripts); case-insensitive")
+	fs.String("token-file", os.Getenv("ACTORLB_API_TOKEN_FILE"), "file holding the agent's API token, which its TCP listener requires (env ACTORLB_API_TOKEN_FILE)")
 }
 
 // output returns the -o value, checked.
@@ -47,7 +48,15 @@ func (e *env) output() (string, error) {
 // client returns a client for -H.
 func (e *env) client() (*api.Client, error) {
 	h, _ := e.fs.GetString("host")
-	c, err := api.NewClient(h)
+	var opts []api.ClientOption
+	if f, _ := e.fs.GetString("token-file"); f != "" {
+		token, err := api.ReadTokenFile(f)
+		if err != nil {
+			return nil, &usageError{fmt.Errorf("invalid --token-file: %w", err)}
+		}
+		opts = append(opts, api.WithToken(token))
+	}
+	c, err := api.NewClient(h, opts...)
 	if err != nil {
 		return nil, &usageError{err}
 	}

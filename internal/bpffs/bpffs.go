@@ -28,7 +28,8 @@ func IsBPFFS(path string) (bool, error) {
 
 // Ensure makes dir usable for pinning: if dir lies below DefaultMount and no
 // BPF filesystem is mounted there, it mounts one (root only); then it creates
-// dir. It fails when dir would not be on a BPF filesystem.
+// dir. It fails when dir would not be on a BPF filesystem, before creating
+// anything when dir does not exist yet.
 func Ensure(dir string) error {
 	dir = filepath.Clean(dir)
 	if under(dir, DefaultMount) {
@@ -46,6 +47,18 @@ func Ensure(dir string) error {
 			}
 		}
 	}
+	// Refuse before creating anything: a directory created below a
+	// parent that is not on a BPF filesystem would not be on one either.
+	if parent := existingAncestor(dir); parent != dir {
+		ok, err := IsBPFFS(parent)
+		if err != nil {
+			return fmt.Errorf("ensure bpffs: statfs %s: %w", parent, err)
+		}
+		if !ok {
+			return fmt.Errorf("ensure bpffs: %w at %s, where %s would be created (mount one with 'mount -t bpf bpf DIR' or pass --bpf-root below %s); nothing was created",
+				ErrNotMounted, parent, dir, DefaultMount)
+		}
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("ensure bpffs: create %s: %w (run as root or pass --bpf-root)", dir, err)
 	}
@@ -57,6 +70,21 @@ func Ensure(dir string) error {
 		return fmt.Errorf("ensure bpffs: %w at %s (mount one with 'mount -t bpf bpf DIR' or pass --bpf-root below %s)", ErrNotMounted, dir, DefaultMount)
 	}
 	return nil
+}
+
+// existingAncestor returns dir if it exists, else its nearest existing
+// parent.
+func existingAncestor(dir string) string {
+	for {
+		if _, err := os.Lstat(dir); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return dir
+		}
+		dir = parent
+	}
 }
 
 func under(path, root string) bool {

@@ -5,5 +5,7 @@
 //
 // Error contract: Ensure returns nil when the directory is on a BPF
 // filesystem (creating the directory if needed), or an error wrapping
-// ErrNotMounted whose text says what the user can do about it.
+// ErrNotMounted whose text says what the user can do about it; a missing
+// directory whose nearest existing parent is not on a BPF filesystem is
+// refused before anything is created.
 package bpffs

@@ -123,8 +123,12 @@ func TestEndpoints(t *testing.T) {
 	require.Equal(t, updated, got)
 	c.expect("GET", "/v1/service/2", "", http.StatusNotFound)
 	c.expect("GET", "/v1/service/abc", "", http.StatusBadRequest)
-	c.expect("GET", "/v1/service/0", "", http.StatusBadRequest)
-	c.expect("GET", "/v1/service/65536", "", http.StatusBadRequest)
+	// IDs outside 1..65535 name no service: 404, as upstream v1.6 answers.
+	c.expect("GET", "/v1/service/0", "", http.StatusNotFound)
+	c.expect("GET", "/v1/service/-1", "", http.StatusNotFound)
+	c.expect("GET", "/v1/service/65536", "", http.StatusNotFound)
+	c.expect("DELETE", "/v1/service/0", "", http.StatusNotFound)
+	c.expect("DELETE", "/v1/service/-7", "", http.StatusNotFound)
 	list := decode[[]api.Service](t, c.expect("GET", "/v1/service", "", http.StatusOK).body)
 	require.Len(t, list, 2)
 	require.Equal(t, int64(1), list[0].Spec.ID)
@@ -177,7 +181,7 @@ func TestEndpoints(t *testing.T) {
 	for _, want := range []string{
 		`actorlb_operations_total{operation="service_put",result="ok"} 4`,
 		`actorlb_operations_total{operation="service_put",result="invalid"} 3`,
-		`actorlb_operations_total{operation="service_get",result="not_found"} 1`,
+		`actorlb_operations_total{operation="service_get",result="not_found"} 4`,
 		`actorlb_operation_duration_seconds_bucket{operation="service_put",le="+Inf"} 7`,
 		`actorlb_map_entries{map="lb4_services"} 3`,
 		`actorlb_map_max_entries{map="lb4_services"} 65536`,
@@ -263,11 +267,13 @@ func TestMapFullIs500(t *testing.T) {
 	require.Len(t, got.Spec.BackendAddresses, 1)
 }
 
-// TestTCPListener: --api-addr serves the same API on loopback TCP.
+// TestTCPListener: --api-addr serves the same API on loopback TCP, to
+// clients that carry the token.
 func TestTCPListener(t *testing.T) {
-	a := startAgent(t, "", "--api-addr", "127.0.0.1:0")
+	tokenFile := writeToken(t, "tcp-listener-token")
+	a := startAgent(t, "", "--api-addr", "127.0.0.1:0", "--api-token-file", tokenFile)
 	u := a.tcpURL(t)
-	c, err := api.NewClient(u)
+	c, err := api.NewClient(u, api.WithToken("tcp-listener-token"))
 	require.NoError(t, err)
 	defer c.Close()
 	st, err := c.Health(ctxT(t))
@@ -276,7 +282,7 @@ func TestTCPListener(t *testing.T) {
 	_, created, err := c.PutService(ctxT(t), 7, &api.ServiceSpec{FrontendAddress: &api.FrontendAddress{IP: "10.96.0.7", Port: 80}})
 	require.NoError(t, err)
 	require.True(t, created)
-	res := runCLI(t, "service", "get", "7", "-H", u, "-o", "json")
+	res := runCLI(t, "service", "get", "7", "-H", u, "-o", "json", "--token-file", tokenFile)
 	require.Equal(t, 0, res.code, res.stderr)
 	require.Equal(t, int64(7), decode[api.Service](t, []byte(res.stdout)).Spec.ID)
 	require.Contains(t, fmt.Sprint(st.Listen), "127.0.0.1")

@@ -112,6 +112,8 @@ func TestSIGINTStopsCleanly(t *testing.T) {
 	require.Contains(t, a.stderr.String(), "shutting down; maps stay pinned")
 	_, err := os.Stat(a.socket)
 	require.ErrorIs(t, err, os.ErrNotExist, "the socket is removed")
+	_, err = os.Lstat(a.socket + ".lock")
+	require.ErrorIs(t, err, os.ErrNotExist, "the lock file is removed")
 }
 
 func TestSocket(t *testing.T) {
@@ -169,12 +171,17 @@ func TestAgentFlags(t *testing.T) {
 		args   []string
 		stderr string
 	}{
-		{[]string{"--api-addr", "0.0.0.0:0"}, "actorlb: refusing --api-addr 0.0.0.0:0: not a loopback address (the API has no authentication; use 127.0.0.1 or [::1], or pass --api-allow-remote to serve it on other addresses anyway)\n"},
-		{[]string{"--api-addr", ":8080"}, "actorlb: refusing --api-addr :8080: not a loopback address (the API has no authentication; use 127.0.0.1 or [::1], or pass --api-allow-remote to serve it on other addresses anyway)\n"},
-		{[]string{"--api-addr", "10.1.2.3:80"}, "actorlb: refusing --api-addr 10.1.2.3:80: not a loopback address (the API has no authentication; use 127.0.0.1 or [::1], or pass --api-allow-remote to serve it on other addresses anyway)\n"},
+		{[]string{"--api-addr", "0.0.0.0:0"}, "actorlb: refusing --api-addr 0.0.0.0:0: not a loopback address (its token would travel in clear text; use 127.0.0.1 or [::1], or pass --api-allow-remote to serve it on other addresses anyway)\n"},
+		{[]string{"--api-addr", ":8080"}, "actorlb: refusing --api-addr :8080: not a loopback address (its token would travel in clear text; use 127.0.0.1 or [::1], or pass --api-allow-remote to serve it on other addresses anyway)\n"},
+		{[]string{"--api-addr", "10.1.2.3:80"}, "actorlb: refusing --api-addr 10.1.2.3:80: not a loopback address (its token would travel in clear text; use 127.0.0.1 or [::1], or pass --api-allow-remote to serve it on other addresses anyway)\n"},
 		{[]string{"--api-addr", "8080"}, "actorlb: invalid --api-addr \"8080\": want IP:PORT, like 127.0.0.1:8080\n"},
 		{[]string{"--api-addr", "example.com:80"}, "actorlb: invalid --api-addr \"example.com:80\": the host must be an IP address or localhost\n"},
+		{[]string{"--api-addr", "127.0.0.1:99999"}, "actorlb: invalid --api-addr \"127.0.0.1:99999\": the port must be a number between 0 and 65535\n"},
+		{[]string{"--api-addr", "127.0.0.1:0"}, "actorlb: refusing --api-addr 127.0.0.1:0: the TCP listener needs a token (pass --api-token-file FILE, and --token-file FILE to the clients; or --api-insecure to let any local user control the load balancer)\n"},
+		{[]string{"--api-addr", "127.0.0.1:0", "--api-token-file", "/nonexistent/token"}, "actorlb: invalid --api-token-file: read token file: stat /nonexistent/token: no such file or directory\n"},
+		{[]string{"--socket-group", "no-such-group-actorlb"}, "actorlb: invalid --socket-group \"no-such-group-actorlb\": no such group\n"},
 		{[]string{"--map-max", "0"}, "actorlb: invalid --map-max 0: must be between 1 and 16777216\n"},
+		{[]string{"--dry-run=false", "--socket-lb", "--socket-lb-cgroup", "/tmp"}, "actorlb: invalid --socket-lb-cgroup /tmp: not a cgroup v2 directory\n"},
 		{[]string{"--log-level", "loud"}, "actorlb: invalid --log-level \"loud\": want trace, debug, info, warn or error\n"},
 		{[]string{"--log-format", "xml"}, "actorlb: invalid --log-format \"xml\": want text or json\n"},
 		{[]string{"extra"}, "actorlb: agent: want only flags, got 1 arguments (run 'actorlb agent --help')\n"},

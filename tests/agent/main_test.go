@@ -202,13 +202,19 @@ func launch(t testing.TB, root, socket string, extra ...string) *agent {
 // closes its copy; a.stdout is left empty).
 func launchTo(t testing.TB, stdout *os.File, root, socket string, extra ...string) *agent {
 	t.Helper()
+	return launchBin(t, binary, stdout, root, socket, extra...)
+}
+
+// launchBin is launchTo with the binary bin.
+func launchBin(t testing.TB, bin string, stdout *os.File, root, socket string, extra ...string) *agent {
+	t.Helper()
 	a := &agent{root: root, socket: socket, done: make(chan struct{})}
 	var stderr *os.File
 	a.stderr, stderr = createOut(t, t.TempDir(), "stderr")
 	defer stderr.Close()
 	// --socket-lb=false: test agents must not attach to the host's cgroup.
 	args := append([]string{"agent", "--bpf-root", root, "--socket", socket, "--socket-lb=false"}, extra...)
-	a.cmd = exec.Command(binary, args...)
+	a.cmd = exec.Command(bin, args...)
 	a.cmd.Env = childEnv()
 	a.cmd.Stdout, a.cmd.Stderr = stdout, stderr
 	require.NoError(t, a.cmd.Start())
