@@ -331,6 +331,16 @@ func (c *Client) Maps(ctx context.Context) (*MapsDump, error) {
 
 // Health returns the agent's status. When the agent answers 503 it returns
 // the status it sent with an error matching ErrUnavailable.
+// Reconcile asks the agent to compare every map with what it wrote (and
+// every pin with its map) and to repair what differs. It returns what was
+// found per map, also when a map could not be repaired (then with an
+// error).
+func (c *Client) Reconcile(ctx context.Context) ([]MapDrift, error) {
+	var out []MapDrift
+	_, err := c.do(ctx, "reconcile", http.MethodPost, "/v1/lb/reconcile", nil, &out)
+	return out, err
+}
+
 func (c *Client) Health(ctx context.Context) (*Status, error) {
 	var out Status
 	_, err := c.do(ctx, "health", http.MethodGet, "/v1/healthz", nil, &out)

@@ -93,6 +93,9 @@ var (
 	descRestoreRepairs = prometheus.NewDesc("actorlb_restore_repairs", "Inconsistencies repaired at restore, by kind.", []string{"kind"}, nil)
 	descRestoreWrites  = prometheus.NewDesc("actorlb_restore_writes", "Map entries written or deleted by the restore's repairs.", nil, nil)
 	descSteps          = prometheus.NewDesc("actorlb_operation_steps_total", "Steps run by engine operations, by step name.", []string{"step"}, nil)
+	descDrift          = prometheus.NewDesc("actorlb_drift_repairs_total", "Map entries and pins found changed behind the agent's back and repaired by reconciles, by map and kind (missing, changed, extra, pin).", []string{"map", "kind"}, nil)
+	descPinOK          = prometheus.NewDesc("actorlb_map_pin_ok", "1 when the map's pin names the map the agent writes, 0 when it was removed or replaced.", []string{"map"}, nil)
+	descReconciles     = prometheus.NewDesc("actorlb_reconciles_total", "Reconciles (drift checks of every map) run since start.", nil, nil)
 	descStepSeconds    = prometheus.NewDesc("actorlb_operation_step_seconds_total", "Time engine operations spent in each step (divide by actorlb_operation_steps_total for the mean).", []string{"step"}, nil)
 )
 
@@ -102,7 +105,7 @@ type engineCollector struct{ s *Server }
 
 func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descUp, descServices, descBackends, descRevNAT, descMapEntries, descMapMax, descMapFill,
-		descMapWrites, descRestarts, descInFlight, descRestoreSvcs, descRestoreBes, descRestoreOrphans, descRestoreRepairs, descRestoreWrites, descSteps, descStepSeconds} {
+		descMapWrites, descRestarts, descInFlight, descRestoreSvcs, descRestoreBes, descRestoreOrphans, descRestoreRepairs, descRestoreWrites, descSteps, descStepSeconds, descDrift, descPinOK, descReconciles} {
 		ch <- d
 	}
 }
@@ -139,7 +142,16 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descMapFill, m.Fill, m.Name)
 		counter(descMapWrites, float64(m.Updated), m.Name, "update")
 		counter(descMapWrites, float64(m.Deleted), m.Name, "delete")
+		pinOK := 0.0
+		if m.Pin == "ok" || m.Pin == "unpinned" {
+			pinOK = 1
+		}
+		gauge(descPinOK, pinOK, m.Name)
+		for _, kind := range []string{"missing", "changed", "extra", "pin"} {
+			counter(descDrift, float64(st.Reconcile.Repairs[m.Name][kind]), m.Name, kind)
+		}
 	}
+	counter(descReconciles, float64(st.Reconcile.Runs))
 	restarts := map[string]int{}
 	for _, name := range actorlb.ActorNames {
 		restarts[name] = 0 // every actor has a series, even before its first restart

@@ -171,7 +171,9 @@ type RevNATMapValue struct {
 
 // Status is the agent's health and figures (GET /v1/healthz).
 type Status struct {
-	// State is Ok when the engine serves, Failure otherwise (503).
+	// State is Ok when the engine serves, Warning when it serves but a pin,
+	// a full map or a failed reconcile needs an operator (Msg says what;
+	// still 200), Failure otherwise (503).
 	State string `json:"state"`
 	// Msg says why the state is not Ok.
 	Msg   string `json:"msg,omitempty"`
@@ -200,6 +202,30 @@ type Status struct {
 	Steps map[string]StepStatus `json:"steps"`
 	// SocketLB says what socket-LB datapath is attached ("" if unknown).
 	SocketLB string `json:"socket-lb,omitempty"`
+	// Reconcile holds the figures of the drift checks.
+	Reconcile ReconcileStatus `json:"reconcile"`
+}
+
+// ReconcileStatus counts the reconciles (drift checks) and what they
+// repaired, by map then kind (missing, changed, extra, pin).
+type ReconcileStatus struct {
+	Runs      uint64                       `json:"runs"`
+	Last      string                       `json:"last,omitempty"` // RFC 3339
+	LastError string                       `json:"last-error,omitempty"`
+	Repairs   map[string]map[string]uint64 `json:"repairs"`
+}
+
+// MapDrift is what one reconcile found in one map and repaired: the pin's
+// state before the repair (ok, missing, replaced: re-pinned; unpinned),
+// entries missing from the map, holding another value, or there without
+// having been written (extra, deleted).
+type MapDrift struct {
+	Map     string `json:"map"`
+	Pin     string `json:"pin"`
+	Missing int    `json:"missing"`
+	Changed int    `json:"changed"`
+	Extra   int    `json:"extra"`
+	Error   string `json:"error,omitempty"`
 }
 
 // StepStatus counts the runs of one step and their total duration.
@@ -218,6 +244,9 @@ type MapStatus struct {
 	// agent started.
 	Updated uint64 `json:"updated"`
 	Deleted uint64 `json:"deleted"`
+	// Pin is what the map's pin names now: ok, missing, replaced (then
+	// healthz says Warning), unpinned (dry run).
+	Pin string `json:"pin,omitempty"`
 }
 
 // RestoreStatus are the figures of the restore from the pinned maps.

@@ -33,6 +33,7 @@ type Engine interface {
 	RevNATDump(ctx context.Context) ([]actorlb.RevNAT, error)
 	Stats(ctx context.Context) (actorlb.Stats, error)
 	DumpMaps(ctx context.Context) (actorlb.MapEntries, error)
+	Reconcile(ctx context.Context) ([]actorlb.MapDrift, error)
 }
 
 var _ Engine = (*actorlb.Engine)(nil)
@@ -251,6 +252,7 @@ var routeTable = []struct{ path, method, op string }{
 	{"/v1/services", "DELETE", "service_delete_batch"},
 	{"/v1/lb/revnat", "GET", "revnat_list"},
 	{"/v1/lb/maps", "GET", "maps_dump"},
+	{"/v1/lb/reconcile", "POST", "reconcile"},
 	{"/v1/healthz", "GET", "healthz"},
 	{"/v1/openapi.json", "GET", "openapi"},
 	{"/metrics", "GET", "metrics"},
@@ -288,6 +290,7 @@ func (s *Server) Handler() http.Handler {
 		"service_delete_batch": s.heavyOnly(s.deleteServices),
 		"revnat_list":          s.heavyOnly(s.listRevNAT),
 		"maps_dump":            s.heavyOnly(s.dumpMaps),
+		"reconcile":            s.heavyOnly(s.reconcile),
 		"healthz":              s.healthz,
 		"openapi":              s.openAPI,
 		"metrics": func(w http.ResponseWriter, r *http.Request) reply {
@@ -718,6 +721,16 @@ func (s *Server) status(ctx context.Context) (*Status, error) {
 	if s.socketLB != nil {
 		out.SocketLB = s.socketLB()
 	}
+	out.Reconcile = ReconcileStatus{Runs: st.Reconciles, Repairs: st.DriftRepairs}
+	if !st.LastReconcile.IsZero() {
+		out.Reconcile.Last = st.LastReconcile.UTC().Format(time.RFC3339)
+	}
+	if st.LastReconcileError != nil {
+		out.Reconcile.LastError = st.LastReconcileError.Error()
+	}
+	if out.Reconcile.Repairs == nil {
+		out.Reconcile.Repairs = map[string]map[string]uint64{}
+	}
 	if out.Restore.RepairsByKind == nil {
 		out.Restore.RepairsByKind = map[string]int{}
 	}
@@ -726,7 +739,7 @@ func (s *Server) status(ctx context.Context) (*Status, error) {
 	}
 	for _, m := range st.Maps {
 		out.Maps = append(out.Maps, MapStatus{
-			Name: m.Name, Entries: m.Entries, MaxEntries: m.MaxEntries, Fill: m.Fill(), Updated: m.Updated, Deleted: m.Deleted,
+			Name: m.Name, Entries: m.Entries, MaxEntries: m.MaxEntries, Fill: m.Fill(), Updated: m.Updated, Deleted: m.Deleted, Pin: m.Pin,
 		})
 	}
 	return out, nil
@@ -745,7 +758,49 @@ func (s *Server) healthz(_ http.ResponseWriter, r *http.Request) reply {
 	case !st.Ready:
 		st.State, st.Msg = "Failure", "engine restoring from the maps"
 	default:
+		// Serving, but something needs an operator: 200 with Warning (a
+		// probe must not restart the agent for it).
+		if msg := warnings(st); msg != "" {
+			st.State, st.Msg = "Warning", msg
+		}
 		return reply{code: http.StatusOK, body: st}
 	}
 	return reply{code: http.StatusServiceUnavailable, body: st}
+}
+
+// warnings says what in st needs an operator: a pin that no longer names
+// its map, a full map, a failed reconcile ("" if nothing).
+func warnings(st *Status) string {
+	var ws []string
+	for _, m := range st.Maps {
+		if m.Pin != "" && m.Pin != "ok" && m.Pin != "unpinned" {
+			ws = append(ws, fmt.Sprintf("pin of %s is %s: a restart would not find the map (the next reconcile re-pins it; actorlb bpf lb reconcile does it now)", m.Name, m.Pin))
+		}
+		if m.MaxEntries > 0 && m.Entries >= m.MaxEntries {
+			ws = append(ws, fmt.Sprintf("%s is full (%d entries): raise --map-max (the maps are migrated at the next start)", m.Name, m.Entries))
+		}
+	}
+	if st.Reconcile.LastError != "" {
+		ws = append(ws, "last reconcile failed: "+st.Reconcile.LastError)
+	}
+	return strings.Join(ws, "; ")
+}
+
+// reconcile compares every map with what the engine wrote, and repairs.
+func (s *Server) reconcile(_ http.ResponseWriter, r *http.Request) reply {
+	ctx, cancel := s.ctx(r)
+	defer cancel()
+	ds, err := s.engine.Reconcile(ctx)
+	out := make([]MapDrift, len(ds))
+	for i, d := range ds {
+		out[i] = MapDrift{Map: d.Map, Pin: d.Pin, Missing: d.Missing, Changed: d.Changed, Extra: d.Extra, Error: d.Error}
+	}
+	if err != nil && len(ds) == 0 {
+		return reply{code: http.StatusInternalServerError, err: err}
+	}
+	code := http.StatusOK
+	if err != nil {
+		code = http.StatusInternalServerError // what was repaired is in the body
+	}
+	return reply{code: code, body: out}
 }

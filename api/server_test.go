@@ -68,6 +68,9 @@ func (f *failingEngine) Stats(ctx context.Context) (actorlb.Stats, error) {
 func (f *failingEngine) DumpMaps(ctx context.Context) (actorlb.MapEntries, error) {
 	return actorlb.MapEntries{}, f.fail(ctx)
 }
+func (f *failingEngine) Reconcile(ctx context.Context) ([]actorlb.MapDrift, error) {
+	return nil, f.fail(ctx)
+}
 
 func TestEngineErrorsToStatus(t *testing.T) {
 	put := `{"frontend-address": {"ip": "10.96.0.10", "port": 80}, "backend-addresses": [{"ip": "10.0.1.5", "port": 8080}]}`
@@ -217,4 +220,47 @@ func TestHealthAndMetricsReadNoMap(t *testing.T) {
 		require.Contains(t, rec.Body.String(), want)
 	}
 	require.Zero(t, eng.dumps, "health and metrics dumped the maps")
+}
+
+// A pin removed under the agent, a full map and a failed reconcile each
+// turn healthz to Warning (200: a probe must not restart the agent for
+// them), naming the map and what to do; /metrics exposes pins and drift.
+func TestHealthzWarnsOfAMissingPinAFullMapAndAFailedReconcile(t *testing.T) {
+	eng := &statsEngine{failingEngine: failingEngine{err: errors.New("not called")}, st: actorlb.Stats{
+		Ready: true,
+		Maps: []actorlb.MapStats{
+			{Name: maps.Service4Name, MaxEntries: 100, Entries: 3, Pin: "missing"},
+			{Name: maps.Backend4Name, MaxEntries: 4, Entries: 4, Pin: "ok"},
+		},
+		Reconciles:         2,
+		LastReconcileError: errors.New("reconcile maps: lb4_services: busy"),
+		DriftRepairs:       map[string]map[string]uint64{maps.Backend4Name: {"missing": 3}},
+	}}
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	s, err := NewServer(Config{Engine: eng, Log: logrus.NewEntry(log)})
+	require.NoError(t, err)
+
+	rec := httptest.NewRecorder()
+	s.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/v1/healthz", nil))
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	var st Status
+	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &st))
+	require.Equal(t, "Warning", st.State)
+	require.Equal(t, "pin of lb4_services is missing: a restart would not find the map (the next reconcile re-pins it; actorlb bpf lb reconcile does it now); "+
+		"lb4_backends is full (4 entries): raise --map-max (the maps are migrated at the next start); "+
+		"last reconcile failed: reconcile maps: lb4_services: busy", st.Msg)
+	require.Equal(t, uint64(3), st.Reconcile.Repairs[maps.Backend4Name]["missing"])
+
+	rec = httptest.NewRecorder()
+	s.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	for _, want := range []string{
+		`actorlb_map_pin_ok{map="lb4_services"} 0`,
+		`actorlb_map_pin_ok{map="lb4_backends"} 1`,
+		`actorlb_drift_repairs_total{kind="missing",map="lb4_backends"} 3`,
+		`actorlb_drift_repairs_total{kind="extra",map="lb4_services"} 0`,
+		`actorlb_reconciles_total 2`,
+	} {
+		require.Contains(t, rec.Body.String(), want)
+	}
 }

@@ -81,7 +81,8 @@ file left behind by an agent that died is replaced; any other file is not.`,
 			fs.String("socket", api.DefaultSocket, "unix socket of the API (created with mode 0660)")
 			fs.String("api-addr", "", "also serve the API on this TCP address, IP:PORT (loopback only unless --api-allow-remote; port 0 picks one; needs --api-token-file or --api-insecure)")
 			fs.Bool("api-allow-remote", false, "allow a non-loopback --api-addr (the token travels in clear text: anyone who sees it controls the load balancer)")
-			fs.Int("map-max", maps.DefaultMaxEntries, "max entries of each service, backend and revNAT map")
+			fs.Int("map-max", maps.DefaultMaxEntries, "max entries of each service, backend and revNAT map; another value than the pinned maps' migrates them at start (every service kept)")
+			fs.Duration("reconcile-interval", actorlb.DefaultReconcileInterval, "how often every map is compared with what the agent wrote, and its pin with the map, and repaired (0: only on demand, actorlb bpf lb reconcile)")
 			fs.Bool("restore", true, "rebuild state from the pinned maps at start (false: empty them)")
 			fs.Bool("recreate-maps", false, "replace pinned maps whose shape differs from the configured one (their entries are lost)")
 			fs.Bool("dry-run", false, "use in-memory maps: no kernel, no privileges, nothing pinned")
@@ -106,6 +107,7 @@ type agentConfig struct {
 	dryRun, socketLB, socketLBAsked bool
 	socketLBCgroup                  string
 	mapMax                          int
+	reconcile                       time.Duration
 	log                             *logrus.Logger
 	stdout                          io.Writer
 	sizes                           maps.Sizes
@@ -122,6 +124,7 @@ func agentFlags(e *env) (*agentConfig, error) {
 	c.apiAddr, _ = fs.GetString("api-addr")
 	c.allowRemote, _ = fs.GetBool("api-allow-remote")
 	c.mapMax, _ = fs.GetInt("map-max")
+	c.reconcile, _ = fs.GetDuration("reconcile-interval")
 	c.restore, _ = fs.GetBool("restore")
 	c.recreate, _ = fs.GetBool("recreate-maps")
 	c.dryRun, _ = fs.GetBool("dry-run")
@@ -149,6 +152,12 @@ func agentFlags(e *env) (*agentConfig, error) {
 		return nil, fmt.Errorf("invalid --map-max %d: must be between 1 and %d", c.mapMax, 1<<24)
 	}
 	c.sizes = maps.Sizes{Services: c.mapMax, Backends: c.mapMax, RevNAT: c.mapMax}
+	if c.reconcile < 0 || (c.reconcile > 0 && c.reconcile < 100*time.Millisecond) {
+		return nil, fmt.Errorf("invalid --reconcile-interval %s: must be 0 (off) or at least 100ms", c.reconcile)
+	}
+	if c.reconcile == 0 {
+		c.reconcile = -1 // the library's "only on demand"
+	}
 	if c.socket == "" {
 		return nil, errors.New("invalid --socket \"\": want the path of the API's unix socket")
 	}
@@ -434,6 +443,7 @@ func agent(ctx context.Context, c *agentConfig) error {
 
 	engine, err := actorlb.New(ctx, actorlb.Config{
 		BPFRoot: c.root, MaxEntries: c.sizes, RecreateMaps: c.recreate, NoRestore: !c.restore, InMemory: c.dryRun, Logger: log,
+		ReconcileInterval: c.reconcile,
 	})
 	if err != nil {
 		return err
