@@ -355,10 +355,11 @@ func (c *Client) Health(ctx context.Context) (*Status, error) {
 const DefaultChunkBytes = DefaultMaxBodyBytes / 2
 
 // chunked sends items (each already JSON) as JSON arrays of at most
-// maxBytes in order, through send; a chunk the agent refuses as too large
+// maxBytes and maxItems items (the agent's batch limit) in order, through
+// send; a chunk the agent refuses as too large
 // (413: its limit is lower) is split in two and sent again. progress, if
 // not nil, is told how many items are done after each chunk.
-func chunked(ctx context.Context, items []json.RawMessage, maxBytes int, send func(ctx context.Context, body json.RawMessage, n int) ([]BatchResult, error), progress func(done int)) ([]BatchResult, error) {
+func chunked(ctx context.Context, items []json.RawMessage, maxBytes, maxItems int, send func(ctx context.Context, body json.RawMessage, n int) ([]BatchResult, error), progress func(done int)) ([]BatchResult, error) {
 	if maxBytes <= 0 {
 		maxBytes = DefaultChunkBytes
 	}
@@ -396,7 +397,7 @@ func chunked(ctx context.Context, items []json.RawMessage, maxBytes int, send fu
 	}
 	start, size := 0, 2
 	for i, it := range items {
-		if i > start && size+len(it)+1 > maxBytes {
+		if i > start && (size+len(it)+1 > maxBytes || i-start >= maxItems) {
 			if err := sendChunk(items[start:i]); err != nil {
 				return out, err
 			}
@@ -425,7 +426,7 @@ func (c *Client) PutServicesChunked(ctx context.Context, specs []ServiceSpec, ma
 		}
 		items[i] = b
 	}
-	return chunked(ctx, items, maxBytes, func(ctx context.Context, body json.RawMessage, n int) ([]BatchResult, error) {
+	return chunked(ctx, items, maxBytes, c.batch, func(ctx context.Context, body json.RawMessage, n int) ([]BatchResult, error) {
 		var out []BatchResult
 		_, err := c.do(ctx, fmt.Sprintf("put %d services", n), http.MethodPut, "/v1/services", body, &out)
 		return out, err
@@ -440,7 +441,7 @@ func (c *Client) DeleteServices(ctx context.Context, ids []lb.ServiceID, maxByte
 	for i, id := range ids {
 		items[i] = json.RawMessage(strconv.Itoa(int(id)))
 	}
-	return chunked(ctx, items, maxBytes, func(ctx context.Context, body json.RawMessage, n int) ([]BatchResult, error) {
+	return chunked(ctx, items, maxBytes, c.batch, func(ctx context.Context, body json.RawMessage, n int) ([]BatchResult, error) {
 		var out []BatchResult
 		_, err := c.do(ctx, fmt.Sprintf("delete %d services", n), http.MethodDelete, "/v1/services", body, &out)
 		return out, err

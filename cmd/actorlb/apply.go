@@ -115,7 +115,7 @@ Services that differ from what the agent holds are sent in batches (each
 request under the agent's body limit, so any number of services can be
 applied); services that are already as FILE says are not sent and are
 reported "unchanged". With --prune the services the agent holds that FILE
-does not name are deleted, in one batch call. With --dry-run nothing is
+does not name are deleted, in batch calls of up to 1,000. With --dry-run nothing is
 changed: the command prints what it would do.
 
 Prints one line per service: its ID and "created", "updated", "unchanged",
@@ -257,7 +257,7 @@ func serviceDeleteCommand() *command {
 	return &command{
 		use:   "service delete (ID | --all) [flags]",
 		short: "delete one service or all of them",
-		long: `Deletes the service with ID, or with --all every service (in one batch call):
+		long: `Deletes the service with ID, or with --all every service (in batch calls of up to 1,000, the agent's limit):
 its master and slots, the backends no other service uses and its revNAT
 entry. Exits 1 if there is no service with ID.`,
 		examples: `  actorlb service delete 1
