@@ -40,6 +40,7 @@ func resultOf(code int) string {
 type metrics struct {
 	reg     *prometheus.Registry
 	ops     *prometheus.CounterVec
+	items   *prometheus.CounterVec
 	latency *prometheus.HistogramVec
 }
 
@@ -49,6 +50,10 @@ func newMetrics(s *Server) *metrics {
 		ops: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "actorlb_operations_total",
 			Help: "API operations by kind (service_put, service_delete, ...) and result (ok, invalid, not_found, error).",
+		}, []string{"operation", "result"}),
+		items: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "actorlb_batch_items_total",
+			Help: "Items of batch operations (PUT and DELETE /v1/services) by operation and result: a batch answered 200 counts each of its failed items here as a failure.",
 		}, []string{"operation", "result"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "actorlb_operation_duration_seconds",
@@ -62,7 +67,7 @@ func newMetrics(s *Server) *metrics {
 		Help:        "Always 1; the labels say what the agent was built from (as 'actorlb version' does).",
 		ConstLabels: prometheus.Labels{"version": b.Version, "revision": b.Revision, "modified": strconv.FormatBool(b.Modified), "goversion": b.GoVersion},
 	}, func() float64 { return 1 })
-	m.reg.MustRegister(m.ops, m.latency, buildInfo, &engineCollector{s: s},
+	m.reg.MustRegister(m.ops, m.items, m.latency, buildInfo, &engineCollector{s: s},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -70,6 +75,13 @@ func newMetrics(s *Server) *metrics {
 func (m *metrics) observe(op string, code int, d time.Duration) {
 	m.ops.WithLabelValues(op, resultOf(code)).Inc()
 	m.latency.WithLabelValues(op).Observe(d.Seconds())
+}
+
+// observeItems counts the items of a batch answer by their own result.
+func (m *metrics) observeItems(op string, items []BatchResult) {
+	for _, it := range items {
+		m.items.WithLabelValues(op, resultOf(it.Code)).Inc()
+	}
 }
 
 func (m *metrics) handler() http.Handler {

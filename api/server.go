@@ -385,6 +385,9 @@ func (s *Server) dispatch(rt route) http.Handler {
 		d := time.Since(start)
 		if op, ok := rt.ops[r.Method]; ok {
 			s.metrics.observe(op, rep.code, d)
+			if items, ok := rep.body.([]BatchResult); ok {
+				s.metrics.observeItems(op, items)
+			}
 		}
 		fields := logrus.Fields{"method": r.Method, "path": r.URL.Path, "status": rep.code, "duration": d.Round(time.Microsecond).String()} // with its unit, in JSON logs too
 		switch {

@@ -162,6 +162,13 @@ func TestPutServicesResults(t *testing.T) {
 	require.Equal(t, StatusInvalidBackend, rs[2].Code, rs[2].Error)
 	require.False(t, eng.noDeadline)
 
+	// The batch answered 200, but /metrics counts its failed items as
+	// failures (a full map used to count as "ok").
+	rec = httptest.NewRecorder()
+	s.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	require.Contains(t, rec.Body.String(), `actorlb_batch_items_total{operation="service_put_batch",result="error"} 1`)
+	require.Contains(t, rec.Body.String(), `actorlb_batch_items_total{operation="service_put_batch",result="invalid"} 2`)
+
 	for _, bad := range []string{`{"id": 1}`, `[{"id": 1, "bogus": true}]`, `[`} {
 		rec := httptest.NewRecorder()
 		s.Handler().ServeHTTP(rec, httptest.NewRequest("PUT", "/v1/services", strings.NewReader(bad)))
