@@ -196,8 +196,8 @@ func TestServiceFlags(t *testing.T) {
 		{"HostPort", SVCTypeHostPort, "192.168.1.10:8080", false, false, false, FlagHostPort | FlagRoutable, 0},
 		{"HostPort 0.0.0.0", SVCTypeHostPort, "0.0.0.0:8080", false, false, false, FlagHostPort | FlagRoutable, 0},
 		{"LocalRedirect", SVCTypeLocalRedirect, "169.254.20.10:53", false, false, false, 0, Flag2LocalRedirect},
-		{"ext local: two scopes", SVCTypeNodePort, "192.168.1.10:30080", true, false, false, FlagNodePort | FlagRoutable | FlagExtLocalScope, Flag2TwoScopes},
-		{"int local on NodePort: two scopes", SVCTypeNodePort, "192.168.1.10:30080", false, true, false, FlagNodePort | FlagRoutable, Flag2IntLocalScope | Flag2TwoScopes},
+		{"ext local", SVCTypeNodePort, "192.168.1.10:30080", true, false, false, FlagNodePort | FlagRoutable | FlagExtLocalScope, 0},
+		{"int local on NodePort", SVCTypeNodePort, "192.168.1.10:30080", false, true, false, FlagNodePort | FlagRoutable, Flag2IntLocalScope},
 		{"both local: one set", SVCTypeLoadBalancer, "203.0.113.6:443", true, true, false, FlagLoadBalancer | FlagRoutable | FlagExtLocalScope, Flag2IntLocalScope},
 		{"int local on ClusterIP: one set", SVCTypeClusterIP, "10.96.0.10:80", false, true, false, FlagRoutable, Flag2IntLocalScope},
 		{"affinity", SVCTypeClusterIP, "10.96.0.10:80", false, false, true, FlagRoutable | FlagAffinity, 0},
@@ -263,8 +263,10 @@ func TestLocalPoliciesChooseTheBackendSets(t *testing.T) {
 	}{
 		{"ClusterIP cluster", SVCTypeClusterIP, false, false, false, false, false},
 		{"ClusterIP int local", SVCTypeClusterIP, false, true, false, true, true},
-		{"NodePort ext local", SVCTypeNodePort, true, false, true, true, false},
-		{"NodePort int local", SVCTypeNodePort, false, true, true, false, true},
+		// One set until actorlb writes two (see TwoScopes): local if either
+		// policy is Local.
+		{"NodePort ext local", SVCTypeNodePort, true, false, false, true, true},
+		{"NodePort int local", SVCTypeNodePort, false, true, false, true, true},
 		{"LoadBalancer both local", SVCTypeLoadBalancer, true, true, false, true, true},
 		{"LocalRedirect int local", SVCTypeLocalRedirect, false, true, false, true, true},
 	}

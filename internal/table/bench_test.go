@@ -14,7 +14,7 @@ func benchService(n int) *Service {
 		if i%4 == 3 {
 			st = lb.BackendStateTerminating
 		}
-		s.Spec.Backends = append(s.Spec.Backends, lb.Backend{L3n4Addr: lb.L3n4Addr{Addr: netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)}), Port: 8080, Protocol: lb.TCP}, State: st})
+		s.Spec.Backends = append(s.Spec.Backends, lb.Backend{L3n4Addr: lb.L3n4Addr{Addr: netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)}), Port: 8080, Protocol: lb.TCP}, Weight: lb.DefaultBackendWeight, State: st})
 		s.BackendIDs = append(s.BackendIDs, lb.BackendID(i+1))
 	}
 	return s

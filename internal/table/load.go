@@ -203,8 +203,9 @@ func (rb *rebuild) loadServices(d Dump) {
 
 // pairScopes attaches each internal-scope group to the external-scope
 // group of the same frontend when that one's master says it has two
-// scopes and both masters carry one service ID; the paired internal
-// groups leave the family's groups. Other internal-scope groups stay
+// scopes (the internal-scope key is then that service's, whatever its
+// entries say); the paired internal groups leave the family's groups before rule 1, and
+// rule 5 rewrites them from the rebuilt service (fixInnerScope). Other internal-scope groups stay
 // frontends of their own (an internal frontend declared by itself).
 func (rb *rebuild) pairScopes() {
 	for _, fs := range rb.fam {
@@ -216,10 +217,10 @@ func (rb *rebuild) pairScopes() {
 		}
 		kept := fs.groups[:0]
 		for _, g := range fs.groups {
-			if g.key.Scope == uint8(lb.ScopeInternal) && g.state == groupKept {
+			if g.key.Scope == uint8(lb.ScopeInternal) {
 				k := g.key
 				k.Scope = uint8(lb.ScopeExternal)
-				if e := byKey[k]; e != nil && e.state == groupKept && e.master.Flags2&lb.Flag2TwoScopes != 0 && e.master.RevNATIndex == g.master.RevNATIndex {
+				if e := byKey[k]; e != nil && e.hasMaster && groupHasTwoScopes(e) {
 					e.inner = g
 					continue
 				}
@@ -228,6 +229,14 @@ func (rb *rebuild) pairScopes() {
 		}
 		fs.groups = kept
 	}
+}
+
+// groupHasTwoScopes reports whether the service g's master describes has two
+// backend sets (by its type and policy flags, as rule 5 rebuilds it: the
+// TWO_SCOPES bit itself may be wrong).
+func groupHasTwoScopes(g *group) bool {
+	spec := SpecFromMaster(g.fe, g.master)
+	return spec.TwoScopes()
 }
 
 // loadMembers indexes the lb_members entries by service ID (rule 5 reads

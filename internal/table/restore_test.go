@@ -64,7 +64,9 @@ func dumpOf(svcs ...*Service) Dump {
 	var d Dump
 	bes := map[maps.Family]map[uint32]maps.BackendEntry{maps.IPv4: {}, maps.IPv6: {}}
 	for _, s := range svcs {
-		entries := append([]maps.ServiceEntry{Master(s)}, Slots(s)...)
+		entries := SlotsAndMaster(s)
+		d.Members = append(d.Members, MemberEntries(s)...)
+		d.AffinityMatch = append(d.AffinityMatch, AffinityMatches(s)...)
 		if s.Family() == maps.IPv6 {
 			d.Services6 = append(d.Services6, entries...)
 			d.RevNAT6 = append(d.RevNAT6, RevNAT(s))
@@ -90,6 +92,7 @@ func cloneDump(d Dump) Dump {
 		Services4: slices.Clone(d.Services4), Services6: slices.Clone(d.Services6),
 		Backends4: slices.Clone(d.Backends4), Backends6: slices.Clone(d.Backends6),
 		RevNAT4: slices.Clone(d.RevNAT4), RevNAT6: slices.Clone(d.RevNAT6),
+		Members: slices.Clone(d.Members), AffinityMatch: slices.Clone(d.AffinityMatch),
 	}
 }
 
@@ -105,6 +108,8 @@ func shuffledDump(r *rand.Rand, d Dump) Dump {
 	shuffle(r, c.Backends6)
 	shuffle(r, c.RevNAT4)
 	shuffle(r, c.RevNAT6)
+	shuffle(r, c.Members)
+	shuffle(r, c.AffinityMatch)
 	return c
 }
 
@@ -114,6 +119,9 @@ type famMaps struct {
 	svc map[maps.ServiceKey]maps.ServiceValue
 	be  map[uint32]maps.BackendValue
 	rev map[uint16]maps.RevNATValue
+	// lb_members and lb_affinity_match serve both families: st[0] holds them.
+	mem   map[maps.MemberKey]maps.MemberValue
+	match map[maps.AffinityMatchKey]bool
 }
 
 type mapState [2]*famMaps // IPv4, IPv6
@@ -143,6 +151,13 @@ func stateOf(d Dump) mapState {
 		}
 		st[i] = fm
 	}
+	st[0].mem, st[0].match = map[maps.MemberKey]maps.MemberValue{}, map[maps.AffinityMatchKey]bool{}
+	for _, e := range d.Members {
+		st[0].mem[e.Key] = e.Value
+	}
+	for _, k := range d.AffinityMatch {
+		st[0].match[k] = true
+	}
 	return st
 }
 
@@ -168,6 +183,14 @@ func (st mapState) dump() Dump {
 			d.Services6, d.Backends6, d.RevNAT6 = svcs, bes, revs
 		}
 	}
+	for k, v := range st[0].mem {
+		d.Members = append(d.Members, maps.MemberEntry{Key: k, Value: v})
+	}
+	slices.SortFunc(d.Members, func(a, b maps.MemberEntry) int { return compareMemberKey(a.Key, b.Key) })
+	for k := range st[0].match {
+		d.AffinityMatch = append(d.AffinityMatch, k)
+	}
+	slices.SortFunc(d.AffinityMatch, func(a, b maps.AffinityMatchKey) int { return compareMemberKey(maps.MemberKey(a), maps.MemberKey(b)) })
 	return d
 }
 
@@ -206,6 +229,20 @@ func apply(t *testing.T, d Dump, r *Restored) Dump {
 	t.Helper()
 	st := stateOf(d)
 	initial := st.datapathProblems()
+	for _, e := range r.Members.MemberWrites {
+		st[0].mem[e.Key] = e.Value
+	}
+	for _, k := range r.Members.MatchWrites {
+		st[0].match[k] = true
+	}
+	defer func() {
+		for _, k := range r.Members.MemberDeletes {
+			delete(st[0].mem, k)
+		}
+		for _, k := range r.Members.MatchDeletes {
+			delete(st[0].match, k)
+		}
+	}()
 	steps := []struct {
 		name string
 		do   func(fm *famMaps, f *Fixes)
@@ -259,6 +296,12 @@ func apply(t *testing.T, d Dump, r *Restored) Dump {
 			}
 		}
 	}
+	for _, k := range r.Members.MemberDeletes {
+		delete(st[0].mem, k)
+	}
+	for _, k := range r.Members.MatchDeletes {
+		delete(st[0].match, k)
+	}
 	return st.dump()
 }
 
@@ -285,10 +328,15 @@ func invariantProblems(d Dump) []string {
 				if m.RevNATIndex == 0 || !feAddr.Protocol.IsValid() || !feAddr.Scope.IsValid() {
 					bad("%s: invalid master %s %+v", fam, k, m)
 				}
-				if other, dup := ids[m.RevNATIndex]; dup {
+				ek := k
+				ek.Scope = uint8(lb.ScopeExternal)
+				paired := k.Scope == uint8(lb.ScopeInternal) && fm.svc[ek].Flags2&lb.Flag2TwoScopes != 0 && fm.svc[ek].RevNATIndex == m.RevNATIndex
+				if other, dup := ids[m.RevNATIndex]; dup && !paired {
 					bad("%s: service ID %d of %s also used by %s", fam, m.RevNATIndex, feAddr, other)
 				}
-				ids[m.RevNATIndex] = feAddr.String()
+				if !paired {
+					ids[m.RevNATIndex] = feAddr.String()
+				}
 				n := int(m.Count) + int(m.QCount)
 				var bs []lb.Backend
 				for s := 1; s <= n; s++ {
@@ -334,6 +382,9 @@ func invariantProblems(d Dump) []string {
 			}
 			used[m.BackendID] = true
 		}
+		for k := range st[0].mem { // maintenance backends, those left out of a local set
+			used[k.BackendID] = true
+		}
 		keys := map[lb.L3n4Addr]uint32{}
 		for _, id := range sortedKeys(fm.be) {
 			v := fm.be[id]
@@ -364,7 +415,7 @@ func invariantProblems(d Dump) []string {
 // Rebuild is a no-op with the same table. It returns the repaired dump.
 func checkRepaired(t *testing.T, d Dump, r *Restored) Dump {
 	t.Helper()
-	total := r.Fixes4.Writes() + r.Fixes6.Writes()
+	total := r.Fixes4.Writes() + r.Fixes6.Writes() + r.Members.Writes()
 	assert.Equal(t, total > 0, len(r.Repairs) > 0, "fixes without repairs or repairs without fixes: %+v", r.Repairs)
 	fixed := apply(t, d, r)
 	require.Empty(t, invariantProblems(fixed), "invariants after applying fixes")
@@ -402,14 +453,17 @@ func consistentServices() []*Service {
 			s.SessionAffinity, s.SessionAffinityTimeout = true, lb.DefaultSessionAffinityTimeout
 			s.LBAlgorithm = lb.LBAlgMaglev
 			s.ExtTrafficPolicyLocal = true
+			s.Backends[0].NodeLocal = true // two sets: external the local backend, internal all
 		}, np...),
 		svc("192.168.1.10:30080/tcp", 12, func(s *lb.Service) { s.Type = lb.SVCTypeNodePort }, np...),
 		svc("203.0.113.5:443/tcp", 13, func(s *lb.Service) {
 			s.Type = lb.SVCTypeLoadBalancer
 			s.IntTrafficPolicyLocal = true
 			s.LBAlgorithm = lb.LBAlgRandom
+			s.Backends[1].NodeLocal = true
+			s.Backends[0].Weight = 7
 		}, be("10.0.4.1:443/tcp", 401), be("10.0.3.1:8080/tcp", 301)),
-		svc("203.0.113.5:443/tcp/internal", 14, func(s *lb.Service) { s.Type = lb.SVCTypeLoadBalancer },
+		svc("203.0.113.5:444/tcp/internal", 14, func(s *lb.Service) { s.Type = lb.SVCTypeLoadBalancer },
 			be("10.0.4.2:443/tcp", 402)),
 		svc("198.51.100.7:8080/sctp", 15, func(s *lb.Service) { s.Type = lb.SVCTypeExternalIPs },
 			be("10.0.5.1:8080/sctp", 501)),
@@ -418,6 +472,8 @@ func consistentServices() []*Service {
 		svc("169.254.20.10:53/any", 17, func(s *lb.Service) { s.Type = lb.SVCTypeLocalRedirect },
 			be("10.0.7.1:53/udp", 701, quar), be("10.0.7.1:53/tcp", 702, quar)),
 		svc("10.96.0.99:80/tcp", 18, nil),
+		svc("10.96.0.98:80/tcp", 19, func(s *lb.Service) { s.Backends[1].Weight = 0 },
+			be("10.0.8.1:80/tcp", 801), be("10.0.8.2:80/tcp", 802), be("10.0.8.3:80/tcp", 803, lb.BackendStateMaintenance)),
 		svc("[fd00::a]:443/tcp", 20, func(s *lb.Service) { s.SessionAffinity, s.SessionAffinityTimeout = true, 300 },
 			be("[fd00::1:2]:443/tcp", 202), be("[fd00::1:1]:443/tcp", 201, term)),
 		svc("[::]:30443/tcp", 21, func(s *lb.Service) { s.Type = lb.SVCTypeNodePort }, np6...),
@@ -425,6 +481,7 @@ func consistentServices() []*Service {
 			s.Type = lb.SVCTypeLoadBalancer
 			s.LBAlgorithm = lb.LBAlgMaglev
 			s.ExtTrafficPolicyLocal, s.IntTrafficPolicyLocal = true, true
+			s.Backends[0].NodeLocal = true
 		}, np6...),
 		svc("[fd00::b]:53/udp/internal", 23, func(s *lb.Service) { s.Type = lb.SVCTypeClusterIP },
 			be("[fd00::7:1]:53/udp", 711, quar)),
@@ -1122,8 +1179,24 @@ func (g *gen) services() []*Service {
 		}
 		s := svc(f.String(), lb.ServiceID(ids[i]+1), func(s *lb.Service) {
 			s.Type = lb.ServiceType(g.r.IntN(6))
-			s.ExtTrafficPolicyLocal = g.r.IntN(2) == 0
-			s.IntTrafficPolicyLocal = g.r.IntN(2) == 0
+			if f.Scope == lb.ScopeExternal {
+				s.ExtTrafficPolicyLocal = s.Type.HasExternalSide() && g.r.IntN(2) == 0
+				s.IntTrafficPolicyLocal = g.r.IntN(2) == 0
+				twin := f
+				twin.Scope = lb.ScopeInternal
+				if s.TwoScopes() && usedFE[twin] {
+					s.ExtTrafficPolicyLocal, s.IntTrafficPolicyLocal = false, false
+				}
+				if s.TwoScopes() {
+					usedFE[twin] = true
+				}
+			}
+			for j := range s.Backends {
+				s.Backends[j].NodeLocal = g.r.IntN(3) == 0
+				if g.r.IntN(5) == 0 {
+					s.Backends[j].Weight = uint16(g.r.IntN(300))
+				}
+			}
 			if g.r.IntN(3) == 0 {
 				s.SessionAffinity = true
 				s.SessionAffinityTimeout = uint32(1 + g.r.IntN(20000))

@@ -66,6 +66,7 @@ func Rebuild(d Dump) *Restored {
 	go func() {
 		defer close(done)
 		svcs.loadServices(d)
+		svcs.pairScopes()
 		svcs.deleteSlotsWithoutMaster() // rule 1
 		svcs.removeInvalidFrontends()   // rule 2
 	}()
@@ -74,7 +75,6 @@ func Rebuild(d Dump) *Restored {
 	rb.filterBackends() // rule 4
 	<-done
 	rb.out.Repairs = append(rb.out.Repairs, svcs.out.Repairs...)
-	rb.pairScopes()
 	rb.loadMembers(d)
 	rb.dedupeServiceIDs() // rule 3
 	for _, fs := range rb.fam {
@@ -177,7 +177,9 @@ func (rb *rebuild) remove(fs *famState, g *group, kind RepairKind, detail string
 		fs.fixes.SlotDeletes = append(fs.fixes.SlotDeletes, slotKey(g.key, s))
 	}
 	if in := g.inner; in != nil { // the internal set goes with it
-		fs.fixes.MasterDeletes = append(fs.fixes.MasterDeletes, in.key)
+		if in.hasMaster {
+			fs.fixes.MasterDeletes = append(fs.fixes.MasterDeletes, in.key)
+		}
 		for _, s := range in.slotNs {
 			fs.fixes.SlotDeletes = append(fs.fixes.SlotDeletes, slotKey(in.key, s))
 		}
@@ -432,14 +434,28 @@ func (rb *rebuild) rebuildService(fs *famState, g *group) {
 		slices.SortStableFunc(sorted, byRank)
 		reordered = true
 	}
-	// The backends only the internal set has (two scopes) and the
-	// maintenance backends recorded in lb_members join the service in
-	// slot order; they play no part in the checks of the external set.
-	if extra := rb.extraBackends(fs, g, list); len(extra) > 0 {
-		sorted = append(slices.Clone(sorted), extra...)
+	// The backends only the internal set has (two scopes) and those
+	// recorded in lb_members join the service. A service with such
+	// backends, or whose one set is node-local, gets the engine's own
+	// order (state, then address): which of its backends have slots
+	// depends on lb_members, so slot order alone is not stable.
+	extraBEs := rb.extraBackends(fs, g, list)
+	if spec := SpecFromMaster(g.fe, m); len(extraBEs) > 0 || spec.ScopeLocal(lb.ScopeExternal) {
+		sorted = append(slices.Clone(sorted), extraBEs...)
 		slices.SortStableFunc(sorted, func(a, b slotted) int {
 			return cmp.Or(byRank(a, b), a.b.L3n4Addr.Compare(b.b.L3n4Addr))
 		})
+		if !reordered {
+			var ext []slotted
+			for _, sl := range sorted {
+				if sl.b.State != lb.BackendStateMaintenance && (sl.b.NodeLocal || !spec.ScopeLocal(lb.ScopeExternal)) {
+					ext = append(ext, sl)
+				}
+			}
+			if !slices.EqualFunc(ext, list, func(a, b slotted) bool { return a.id == b.id }) && len(ext) == len(list) {
+				rb.svcRepair(RepairSlotOrder, fs, g, 0, "slots not in the engine's order (state, then address): reordered")
+			}
+		}
 	}
 
 	svc := &Service{Spec: SpecFromMaster(g.fe, m)}
@@ -518,7 +534,8 @@ func (rb *rebuild) memberOf(b *lb.Backend, id uint32, rev uint16) {
 
 // extraBackends returns the backends of g's service that its external
 // slots (list) do not name: those of its internal set (two scopes) and
-// its maintenance backends recorded in lb_members. A slot of the
+// those recorded in lb_members (maintenance backends, and those left out
+// of a node-local set). A slot of the
 // internal set naming a missing backend or one in maintenance is
 // dropped (rewritten by fixInnerScope).
 func (rb *rebuild) extraBackends(fs *famState, g *group, list []slotted) []slotted {
@@ -556,8 +573,9 @@ func (rb *rebuild) extraBackends(fs *famState, g *group, list []slotted) []slott
 		}
 	}
 	for _, e := range rb.members[rev] {
-		if e.Value.Flags&maps.MemberMaintenance != 0 {
+		if e.Key.BackendID != 0 {
 			add(e.Key.BackendID, true)
+			add(e.Key.BackendID, false)
 		}
 	}
 	return out
@@ -571,7 +589,9 @@ func (rb *rebuild) fixInnerScope(fs *famState, g *group, svc *Service) {
 	if !svc.Spec.TwoScopes() {
 		if in != nil {
 			rb.svcRepair(RepairInvalidEntry, fs, g, 0, "internal-scope entries of a service with one backend set: deleted")
-			fs.fixes.MasterDeletes = append(fs.fixes.MasterDeletes, in.key)
+			if in.hasMaster {
+				fs.fixes.MasterDeletes = append(fs.fixes.MasterDeletes, in.key)
+			}
 			for _, s := range in.slotNs {
 				fs.fixes.SlotDeletes = append(fs.fixes.SlotDeletes, slotKey(in.key, s))
 			}
@@ -585,7 +605,7 @@ func (rb *rebuild) fixInnerScope(fs *famState, g *group, svc *Service) {
 	if in != nil {
 		slot = in.slot
 	}
-	wrong := in == nil || in.master != want.Value
+	wrong := in == nil || !in.hasMaster || in.master != want.Value
 	for i := range n {
 		w := slotValueOf(svc, ids, i)
 		if v, ok := slot(uint16(i + 1)); !ok || v != w {
@@ -593,7 +613,7 @@ func (rb *rebuild) fixInnerScope(fs *famState, g *group, svc *Service) {
 			fs.fixes.SlotWrites = append(fs.fixes.SlotWrites, maps.ServiceEntry{Key: ScopeKey(svc.Frontend(), lb.ScopeInternal, uint16(i+1)), Value: w})
 		}
 	}
-	if in == nil || in.master != want.Value {
+	if in == nil || !in.hasMaster || in.master != want.Value {
 		fs.fixes.MasterWrites = append(fs.fixes.MasterWrites, want)
 	}
 	if in != nil {

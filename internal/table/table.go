@@ -231,13 +231,17 @@ func ScopeKey(fe lb.L3n4Addr, sc lb.Scope, slot uint16) maps.ServiceKey {
 }
 
 // MemberEntries returns svc's lb_members entries: one per backend whose
-// weight is not the default, that is node-local or in maintenance, and
-// the weight summary (backend ID 0) when any weight is not the default.
-// Most services have none (nil).
+// weight is not the default, that is node-local or in maintenance (or
+// every backend, when the service's one backend set holds only node-local
+// ones), and the weight summary (backend ID 0) when any weight is not the
+// default. Most services have none (nil).
 func MemberEntries(svc *Service) []maps.MemberEntry {
 	var out []maps.MemberEntry
 	weighted := false
 	var maxW uint16
+	// With one backend set of node-local backends only, the others have
+	// no slot: their entry is the record that they belong.
+	allLocal := !svc.Spec.TwoScopes() && svc.Spec.ScopeLocal(lb.ScopeExternal)
 	for i, b := range svc.Spec.Backends {
 		var flags uint8
 		if b.NodeLocal {
@@ -251,7 +255,7 @@ func MemberEntries(svc *Service) []maps.MemberEntry {
 		if b.Weight != lb.DefaultBackendWeight {
 			weighted = true
 		}
-		if flags != 0 || b.Weight != lb.DefaultBackendWeight {
+		if flags != 0 || b.Weight != lb.DefaultBackendWeight || allLocal {
 			out = append(out, maps.MemberEntry{
 				Key:   maps.MemberKey{BackendID: uint32(svc.BackendIDs[i]), RevNATIndex: uint16(svc.ID())},
 				Value: maps.MemberValue{Weight: b.Weight, Flags: flags},

@@ -124,7 +124,7 @@ func TestCorruptedMapsAreRepaired(t *testing.T) {
 	for i := range 50 {
 		svc := &lb.Service{Frontend: lb.Frontend{L3n4Addr: lb.L3n4Addr{Addr: ip("10.96.0.10"), Port: 80, Protocol: lb.TCP}}}
 		for j := range 1 + i%5 {
-			svc.Backends = append(svc.Backends, lb.Backend{L3n4Addr: lb.L3n4Addr{Addr: ip(fmt.Sprintf("10.0.2.%d", j+1)), Port: 8080, Protocol: lb.TCP}})
+			svc.Backends = append(svc.Backends, lb.Backend{L3n4Addr: lb.L3n4Addr{Addr: ip(fmt.Sprintf("10.0.2.%d", j+1)), Port: 8080, Protocol: lb.TCP}, Weight: lb.DefaultBackendWeight})
 		}
 		_, _, err := e.Upsert(ctx, svc)
 		require.NoError(t, err)
