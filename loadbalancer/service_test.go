@@ -298,4 +298,3 @@ func TestExternalPolicyLocalIsRefusedWithoutAnExternalSide(t *testing.T) {
 		t.Fatalf("NodePort with external Local: %v", err)
 	}
 }
-
