@@ -669,7 +669,7 @@ func statsOf(r messages.StatsReply) Stats {
 // ActorNames lists the engine's actors, the names StopActor takes and
 // Stats.ActorRestarts counts by: the supervisor, the ID allocator, the
 // service and backend map owners per family and the revNAT maps' owner.
-var ActorNames = []string{"supervisor", "alloc", "svc4", "svc6", "be4", "be6", "revnat"}
+var ActorNames = []string{"supervisor", "alloc", "svc4", "svc6", "be4", "be6", "revnat", "members", "affinity"}
 
 // StopActor stops one actor of the engine outright, as a crash would
 // (chaos testing and drills): its parent spawns it again, it rebuilds its

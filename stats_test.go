@@ -29,6 +29,7 @@ func mapEntries(t *testing.T, e *Engine, reads *atomic.Int64) map[string]int {
 	dumped := map[string]int{
 		maps.Service4Name: len(d.Services4), maps.Backend4Name: len(d.Backends4), maps.RevNAT4Name: len(d.RevNAT4),
 		maps.Service6Name: len(d.Services6), maps.Backend6Name: len(d.Backends6), maps.RevNAT6Name: len(d.RevNAT6),
+		maps.MembersName: len(d.Members), maps.AffinityMatchName: len(d.AffinityMatch),
 	}
 	got := map[string]int{}
 	var names []string
@@ -64,12 +65,14 @@ func TestStatsCountsMapEntriesWithoutReadingMaps(t *testing.T) {
 	require.Equal(t, map[string]int{
 		maps.Service4Name: 3, maps.Backend4Name: 2, maps.RevNAT4Name: 2,
 		maps.Service6Name: 2, maps.Backend6Name: 1, maps.RevNAT6Name: 1,
+		maps.MembersName: 0, maps.AffinityMatchName: 0,
 	}, mapEntries(t, e, &reads))
 
 	require.NoError(t, e.Delete(ctx, id4))
 	require.Equal(t, map[string]int{
 		maps.Service4Name: 0, maps.Backend4Name: 0, maps.RevNAT4Name: 1,
 		maps.Service6Name: 2, maps.Backend6Name: 1, maps.RevNAT6Name: 1,
+		maps.MembersName: 0, maps.AffinityMatchName: 0,
 	}, mapEntries(t, e, &reads))
 	require.NoError(t, e.Close())
 	if root == "" {
@@ -82,6 +85,7 @@ func TestStatsCountsMapEntriesWithoutReadingMaps(t *testing.T) {
 	require.Equal(t, map[string]int{
 		maps.Service4Name: 0, maps.Backend4Name: 0, maps.RevNAT4Name: 0,
 		maps.Service6Name: 2, maps.Backend6Name: 1, maps.RevNAT6Name: 1,
+		maps.MembersName: 0, maps.AffinityMatchName: 0,
 	}, mapEntries(t, e2, &reads))
 }
 
