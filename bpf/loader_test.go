@@ -45,7 +45,14 @@ func TestObjectMatchesMapLayouts(t *testing.T) {
 		require.Equal(t, ebpf.LRUHash, ms.Type, name)
 		require.Equal(t, size, [2]uint32{ms.KeySize, ms.ValueSize}, name)
 	}
-	require.Len(t, spec.Maps, 8)
+	for name, key := range map[string]uint32{NodeAddrs4Name: 4, NodeAddrs6Name: 16} {
+		ms := spec.Maps[name]
+		require.NotNil(t, ms, name)
+		require.Equal(t, ebpf.Hash, ms.Type, name)
+		require.Equal(t, [2]uint32{key, 1}, [2]uint32{ms.KeySize, ms.ValueSize}, name)
+		require.EqualValues(t, MaxNodeAddresses, ms.MaxEntries, name)
+	}
+	require.Len(t, spec.Maps, 10)
 	require.Len(t, spec.Programs, len(Hooks))
 	for _, h := range Hooks {
 		ps := spec.Programs[h.Program]

@@ -10,23 +10,48 @@
  * when the application asks who it talks to (getpeername) or where a UDP
  * datagram came from (recvmsg).
  *
+ * Frontend lookup: the destination's own frontend (exact protocol, then
+ * "any"); when it has none and the destination is local (loopback or a
+ * node address in lb4_node_addrs / lb6_node_addrs), the surrogate frontend
+ * 0.0.0.0 / :: of the same port, used only for NodePort and HostPort
+ * services. A service with two backend sets is served from the internal
+ * one (the socket LB only sees traffic from inside the node).
+ *
  * The service, backend and revNAT maps are actorlb's own, written by its
  * engine with the upstream layouts (docs: reference/lb-map-layouts.md). The
  * loader never lets these definitions create maps: it hands the pinned ones
- * in. Only lb4_reverse_sk and lb6_reverse_sk belong to the datapath.
+ * in. Only lb4_reverse_sk, lb6_reverse_sk, lb4_node_addrs and
+ * lb6_node_addrs belong to the datapath (the loader creates them).
  *
- * Every program returns 1: the call always proceeds, translated or not.
+ * connect and sendmsg fail with EPERM (the program returns 0) when the
+ * destination is a service with no usable backend: the VIP is never reached
+ * untranslated. Every other call proceeds, translated or not.
  */
 
 #include "include/socklb_uapi.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
+/* What a cgroup socket-address program returns: proceed with the call
+ * (translated or not), or fail it with EPERM. */
+#define SYS_REJECT 0
 #define SYS_PROCEED 1
+
+/* What the forward translation found. */
+enum lb_result {
+	LB_PASS,   /* not a service frontend: the call proceeds untranslated */
+	LB_XLATE,  /* translated to a backend */
+	LB_REFUSE, /* a service with no usable backend: the call fails */
+};
 
 /* Service map scope byte. */
 #define LB_SCOPE_EXT 0
 #define LB_SCOPE_INT 1
+
+/* flags bits of a master entry: the service types whose surrogate
+ * frontend (0.0.0.0 / ::) stands for every local address. */
+#define SVC_FLAG_NODEPORT (1 << 1)
+#define SVC_FLAG_HOSTPORT (1 << 3)
 
 /* flags2 bit of a master entry with a second (internal) backend set. */
 #define SVC_FLAG2_TWO_SCOPES (1 << 5)
@@ -195,6 +220,34 @@ struct {
 	__uint(max_entries, 65536);
 } lb6_reverse_sk SEC(".maps");
 
+/* The node's own addresses besides loopback (datapath configuration,
+ * written by bpf.SetNodeAddresses; the value is unused). A connect to one
+ * of them, or to loopback, at a port no frontend has, falls back to the
+ * surrogate frontend of that port. */
+#define NODE_ADDRS_MAX 1024
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __be32);
+	__type(value, __u8);
+	__uint(max_entries, NODE_ADDRS_MAX);
+} lb4_node_addrs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, union v6addr);
+	__type(value, __u8);
+	__uint(max_entries, NODE_ADDRS_MAX);
+} lb6_node_addrs SEC(".maps");
+
+/* lb_surrogate_ok: a surrogate frontend is used only by the service types
+ * it exists for (a ClusterIP service cannot have one; a raw entry without
+ * these flags is ignored). */
+static __always_inline bool lb_surrogate_ok(const struct lb_service *svc)
+{
+	return (svc->flags & (SVC_FLAG_NODEPORT | SVC_FLAG_HOSTPORT)) != 0;
+}
+
 static __always_inline bool is_v4_mapped(const struct bpf_sock_addr *ctx)
 {
 	return ctx->user_ip6[0] == 0 && ctx->user_ip6[1] == 0 &&
@@ -230,12 +283,41 @@ static __always_inline const struct lb_service *lb4_master(struct lb4_key *key, 
 	return svc;
 }
 
+/* lb4_is_local: loopback (127.0.0.0/8) or one of the node's addresses. */
+static __always_inline bool lb4_is_local(__be32 addr)
+{
+	if ((bpf_ntohl(addr) >> 24) == 127)
+		return true;
+	return bpf_map_lookup_elem(&lb4_node_addrs, &addr) != 0;
+}
+
+/* lb4_frontend finds the master of key's address and port: the address's
+ * own frontend first; when it has none and the address is local, the
+ * surrogate frontend 0.0.0.0 of the same port (NodePort on every node
+ * address). key->address is left at the frontend found. */
+static __always_inline const struct lb_service *lb4_frontend(struct lb4_key *key, __u8 proto)
+{
+	const struct lb_service *svc;
+
+	svc = lb4_master(key, proto);
+	if (!svc && key->address != 0 && lb4_is_local(key->address)) {
+		key->address = 0;
+		svc = lb4_master(key, proto);
+	}
+	if (svc && key->address == 0 && !lb_surrogate_ok(svc))
+		return 0;
+	return svc;
+}
+
 /* lb4_select picks a random backend among the master's count active slots.
  * A slot or backend that vanished between the reads (the engine deletes old
  * slots and backends after writing the new master) is retried; a backend
  * that is not active (only terminating ones are counted when no backend is
  * active, and a state change is written before the slots) is used only if
- * no active one turns up. Returns 0 and fills be and rev_nat on success. */
+ * no active one turns up. Returns LB_XLATE and fills be and rev_nat; LB_PASS
+ * when vip:vport is no frontend; LB_REFUSE when the service has no usable
+ * backend (count 0: e.g. a Local traffic policy with no local backend),
+ * never falling back to the VIP untranslated. */
 static __always_inline int lb4_select(__be32 vip, __be16 vport, __u8 proto,
 				      struct lb4_backend *be, __be16 *rev_nat)
 {
@@ -247,6 +329,8 @@ static __always_inline int lb4_select(__be32 vip, __be16 vport, __u8 proto,
 
 	key.address = vip;
 	key.dport = vport;
+	if (!lb4_frontend(&key, proto))
+		return LB_PASS;
 
 #pragma unroll
 	for (i = 0; i < LB_SELECT_ATTEMPTS; i++) {
@@ -256,13 +340,14 @@ static __always_inline int lb4_select(__be32 vip, __be16 vport, __u8 proto,
 		__u16 count;
 		__be16 rev;
 
+		/* Re-read each time: the master may change under us. */
 		svc = lb4_master(&key, proto);
 		if (!svc)
-			return -1;
+			return LB_PASS;
 		count = svc->count;
 		rev = svc->rev_nat_index;
 		if (count == 0)
-			break;
+			return LB_REFUSE;
 		key.backend_slot = (bpf_get_prandom_u32() % count) + 1;
 		slot = bpf_map_lookup_elem(&lb4_services, &key);
 		if (!slot)
@@ -276,7 +361,7 @@ static __always_inline int lb4_select(__be32 vip, __be16 vport, __u8 proto,
 		if (b->flags == BE_STATE_ACTIVE) {
 			*be = *b;
 			*rev_nat = rev;
-			return 0;
+			return LB_XLATE;
 		}
 		if (b->flags == BE_STATE_TERMINATING && !have_fallback) {
 			fallback = *b;
@@ -285,10 +370,10 @@ static __always_inline int lb4_select(__be32 vip, __be16 vport, __u8 proto,
 		}
 	}
 	if (!have_fallback)
-		return -1;
+		return LB_REFUSE;
 	*be = fallback;
 	*rev_nat = fallback_rev;
-	return 0;
+	return LB_XLATE;
 }
 
 /* sk4_remember records, for the socket, which VIP a backend stands for. */
@@ -315,16 +400,19 @@ static __always_inline void sk4_remember(void *ctx, __be32 backend, __be16 bport
 }
 
 /* sk4_fwd translates *addr:*port in place if it is a service frontend. */
-static __always_inline void sk4_fwd(void *ctx, __u8 proto, __be32 *addr, __be16 *port)
+static __always_inline int sk4_fwd(void *ctx, __u8 proto, __be32 *addr, __be16 *port)
 {
 	struct lb4_backend be;
 	__be16 rev_nat;
+	int res;
 
-	if (lb4_select(*addr, *port, proto, &be, &rev_nat))
-		return;
+	res = lb4_select(*addr, *port, proto, &be, &rev_nat);
+	if (res != LB_XLATE)
+		return res;
 	sk4_remember(ctx, be.address, be.port, *addr, *port, rev_nat);
 	*addr = be.address;
 	*port = be.port;
+	return LB_XLATE;
 }
 
 /* sk4_rev translates a backend *addr:*port back into the VIP the socket
@@ -345,7 +433,9 @@ static __always_inline void sk4_rev(void *ctx, __be32 *addr, __be16 *port)
 		return;
 	idx = val->rev_nat_index;
 	rn = bpf_map_lookup_elem(&lb4_reverse_nat, &idx);
-	if (!rn || rn->address != val->address || rn->port != val->port) {
+	/* The VIP remembered is the address the socket named: for a
+	 * surrogate frontend, a local address, not the revNAT's 0.0.0.0. */
+	if (!rn || (rn->address != val->address && rn->address != 0) || rn->port != val->port) {
 		/* The service is gone (or its ID now names another one). */
 		bpf_map_delete_elem(&lb4_reverse_sk, &key);
 		return;
@@ -354,18 +444,20 @@ static __always_inline void sk4_rev(void *ctx, __be32 *addr, __be16 *port)
 	*port = val->port;
 }
 
-static __always_inline void sock4_fwd(struct bpf_sock_addr *ctx)
+static __always_inline int sock4_fwd(struct bpf_sock_addr *ctx)
 {
 	__be32 addr = ctx->user_ip4;
 	__be16 port = (__be16)ctx->user_port;
 	__be32 oaddr = addr;
 	__be16 oport = port;
+	int res;
 
-	sk4_fwd(ctx, (__u8)ctx->protocol, &addr, &port);
+	res = sk4_fwd(ctx, (__u8)ctx->protocol, &addr, &port);
 	if (addr != oaddr || port != oport) {
 		ctx->user_ip4 = addr;
 		ctx->user_port = (__u32)port;
 	}
+	return res;
 }
 
 static __always_inline void sock4_rev(struct bpf_sock_addr *ctx)
@@ -385,15 +477,13 @@ static __always_inline void sock4_rev(struct bpf_sock_addr *ctx)
 SEC("cgroup/connect4")
 int sock4_connect(struct bpf_sock_addr *ctx)
 {
-	sock4_fwd(ctx);
-	return SYS_PROCEED;
+	return sock4_fwd(ctx) == LB_REFUSE ? SYS_REJECT : SYS_PROCEED;
 }
 
 SEC("cgroup/sendmsg4")
 int sock4_sendmsg(struct bpf_sock_addr *ctx)
 {
-	sock4_fwd(ctx);
-	return SYS_PROCEED;
+	return sock4_fwd(ctx) == LB_REFUSE ? SYS_REJECT : SYS_PROCEED;
 }
 
 SEC("cgroup/recvmsg4")
@@ -448,6 +538,37 @@ static __always_inline const struct lb_service *lb6_master(struct lb6_key *key, 
 	return svc;
 }
 
+static __always_inline bool v6_is_zero(const union v6addr *a)
+{
+	return (a->p[0] | a->p[1] | a->p[2] | a->p[3]) == 0;
+}
+
+/* lb6_is_local: ::1 or one of the node's addresses. */
+static __always_inline bool lb6_is_local(const union v6addr *a)
+{
+	if (a->p[0] == 0 && a->p[1] == 0 && a->p[2] == 0 && a->p[3] == bpf_htonl(1))
+		return true;
+	return bpf_map_lookup_elem(&lb6_node_addrs, a) != 0;
+}
+
+/* lb6_frontend is lb4_frontend for IPv6 (surrogate ::). */
+static __always_inline const struct lb_service *lb6_frontend(struct lb6_key *key, __u8 proto)
+{
+	const struct lb_service *svc;
+
+	svc = lb6_master(key, proto);
+	if (!svc && !v6_is_zero(&key->address) && lb6_is_local(&key->address)) {
+		key->address.p[0] = 0;
+		key->address.p[1] = 0;
+		key->address.p[2] = 0;
+		key->address.p[3] = 0;
+		svc = lb6_master(key, proto);
+	}
+	if (svc && v6_is_zero(&key->address) && !lb_surrogate_ok(svc))
+		return 0;
+	return svc;
+}
+
 /* lb6_select is lb4_select for IPv6 (same rules, same retries). */
 static __always_inline int lb6_select(const union v6addr *vip, __be16 vport, __u8 proto,
 				      struct lb6_backend *be, __be16 *rev_nat)
@@ -460,6 +581,8 @@ static __always_inline int lb6_select(const union v6addr *vip, __be16 vport, __u
 
 	v6_copy(&key.address, vip);
 	key.dport = vport;
+	if (!lb6_frontend(&key, proto))
+		return LB_PASS;
 
 #pragma unroll
 	for (i = 0; i < LB_SELECT_ATTEMPTS; i++) {
@@ -471,11 +594,11 @@ static __always_inline int lb6_select(const union v6addr *vip, __be16 vport, __u
 
 		svc = lb6_master(&key, proto);
 		if (!svc)
-			return -1;
+			return LB_PASS;
 		count = svc->count;
 		rev = svc->rev_nat_index;
 		if (count == 0)
-			break;
+			return LB_REFUSE;
 		key.backend_slot = (bpf_get_prandom_u32() % count) + 1;
 		slot = bpf_map_lookup_elem(&lb6_services, &key);
 		if (!slot)
@@ -489,7 +612,7 @@ static __always_inline int lb6_select(const union v6addr *vip, __be16 vport, __u
 		if (b->flags == BE_STATE_ACTIVE) {
 			*be = *b;
 			*rev_nat = rev;
-			return 0;
+			return LB_XLATE;
 		}
 		if (b->flags == BE_STATE_TERMINATING && !have_fallback) {
 			fallback = *b;
@@ -498,10 +621,10 @@ static __always_inline int lb6_select(const union v6addr *vip, __be16 vport, __u
 		}
 	}
 	if (!have_fallback)
-		return -1;
+		return LB_REFUSE;
 	*be = fallback;
 	*rev_nat = fallback_rev;
-	return 0;
+	return LB_XLATE;
 }
 
 static __always_inline void sk6_remember(void *ctx, const union v6addr *backend, __be16 bport,
@@ -525,16 +648,19 @@ static __always_inline void sk6_remember(void *ctx, const union v6addr *backend,
 	bpf_map_update_elem(&lb6_reverse_sk, &key, &val, BPF_ANY);
 }
 
-static __always_inline void sk6_fwd(void *ctx, __u8 proto, union v6addr *addr, __be16 *port)
+static __always_inline int sk6_fwd(void *ctx, __u8 proto, union v6addr *addr, __be16 *port)
 {
 	struct lb6_backend be;
 	__be16 rev_nat;
+	int res;
 
-	if (lb6_select(addr, *port, proto, &be, &rev_nat))
-		return;
+	res = lb6_select(addr, *port, proto, &be, &rev_nat);
+	if (res != LB_XLATE)
+		return res;
 	sk6_remember(ctx, &be.address, be.port, addr, *port, rev_nat);
 	v6_copy(addr, &be.address);
 	*port = be.port;
+	return LB_XLATE;
 }
 
 static __always_inline void sk6_rev(void *ctx, union v6addr *addr, __be16 *port)
@@ -556,7 +682,7 @@ static __always_inline void sk6_rev(void *ctx, union v6addr *addr, __be16 *port)
 	rn = bpf_map_lookup_elem(&lb6_reverse_nat, &idx);
 	if (rn)
 		__builtin_memcpy(&rn_addr, rn, sizeof(rn_addr)); /* address is at offset 0 */
-	if (!rn || !v6_equal(&rn_addr, &val->address) || rn->port != val->port) {
+	if (!rn || (!v6_equal(&rn_addr, &val->address) && !v6_is_zero(&rn_addr)) || rn->port != val->port) {
 		bpf_map_delete_elem(&lb6_reverse_sk, &key);
 		return;
 	}
@@ -567,21 +693,22 @@ static __always_inline void sk6_rev(void *ctx, union v6addr *addr, __be16 *port)
 /* An IPv6 socket may name an IPv4 destination as ::ffff:a.b.c.d; such a
  * destination is an IPv4 service and is looked up in the IPv4 maps. */
 
-static __always_inline void sock6_fwd(struct bpf_sock_addr *ctx)
+static __always_inline int sock6_fwd(struct bpf_sock_addr *ctx)
 {
 	__be16 port = (__be16)ctx->user_port;
 	__be16 oport = port;
+	int res;
 
 	if (is_v4_mapped(ctx)) {
 		__be32 addr = ctx->user_ip6[3];
 		__be32 oaddr = addr;
 
-		sk4_fwd(ctx, (__u8)ctx->protocol, &addr, &port);
+		res = sk4_fwd(ctx, (__u8)ctx->protocol, &addr, &port);
 		if (addr != oaddr || port != oport) {
 			ctx->user_ip6[3] = addr;
 			ctx->user_port = (__u32)port;
 		}
-		return;
+		return res;
 	}
 
 	union v6addr addr, orig;
@@ -591,7 +718,7 @@ static __always_inline void sock6_fwd(struct bpf_sock_addr *ctx)
 	addr.p[2] = ctx->user_ip6[2];
 	addr.p[3] = ctx->user_ip6[3];
 	v6_copy(&orig, &addr);
-	sk6_fwd(ctx, (__u8)ctx->protocol, &addr, &port);
+	res = sk6_fwd(ctx, (__u8)ctx->protocol, &addr, &port);
 	if (!v6_equal(&addr, &orig) || port != oport) {
 		ctx->user_ip6[0] = addr.p[0];
 		ctx->user_ip6[1] = addr.p[1];
@@ -599,6 +726,7 @@ static __always_inline void sock6_fwd(struct bpf_sock_addr *ctx)
 		ctx->user_ip6[3] = addr.p[3];
 		ctx->user_port = (__u32)port;
 	}
+	return res;
 }
 
 static __always_inline void sock6_rev(struct bpf_sock_addr *ctx)
@@ -638,15 +766,13 @@ static __always_inline void sock6_rev(struct bpf_sock_addr *ctx)
 SEC("cgroup/connect6")
 int sock6_connect(struct bpf_sock_addr *ctx)
 {
-	sock6_fwd(ctx);
-	return SYS_PROCEED;
+	return sock6_fwd(ctx) == LB_REFUSE ? SYS_REJECT : SYS_PROCEED;
 }
 
 SEC("cgroup/sendmsg6")
 int sock6_sendmsg(struct bpf_sock_addr *ctx)
 {
-	sock6_fwd(ctx);
-	return SYS_PROCEED;
+	return sock6_fwd(ctx) == LB_REFUSE ? SYS_REJECT : SYS_PROCEED;
 }
 
 SEC("cgroup/recvmsg6")

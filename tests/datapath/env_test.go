@@ -374,8 +374,11 @@ type env struct {
 	helper *helper
 	// netNS is where the backends must listen ("" for the host's).
 	netNS string
-	rng   *rand.Rand
-	v6    bool
+	// dev is the namespace's device that carries its addresses (v0, or lo
+	// without veth support).
+	dev string
+	rng *rand.Rand
+	v6  bool
 	// size is the capacity of every map (4096 unless a test grows it).
 	size int
 }
@@ -461,6 +464,7 @@ func (e *env) setupNetNS() {
 	for _, a := range v6Backends {
 		run("ip", "-6", "addr", "add", a.String()+"/64", "dev", dev, "nodad")
 	}
+	e.dev = dev
 	e.t.Logf("network namespace %s: backends on %s", e.netNS, dev)
 }
 
@@ -509,6 +513,39 @@ func (e *env) upsert(t testing.TB, vip netip.Addr, port uint16, proto lb.L4Type,
 	id, _, err := e.engine.Upsert(ctxT(t), svc)
 	require.NoError(t, err)
 	return id
+}
+
+// upsertSvc creates or updates svc (a service of any type).
+func (e *env) upsertSvc(t testing.TB, svc *lb.Service) lb.ServiceID {
+	t.Helper()
+	id, _, err := e.engine.Upsert(ctxT(t), svc)
+	require.NoError(t, err)
+	return id
+}
+
+// backendID returns the ID the engine gave the backend at ap.
+func (e *env) backendID(t testing.TB, ap netip.AddrPort) uint32 {
+	t.Helper()
+	d, err := e.engine.DumpMaps(ctxT(t))
+	require.NoError(t, err)
+	for _, b := range append(d.Backends4, d.Backends6...) {
+		if b.Value.Address == ap.Addr() && b.Value.Port == ap.Port() {
+			return b.ID
+		}
+	}
+	t.Fatalf("no backend %s in the maps", ap)
+	return 0
+}
+
+// rawMaps opens the pinned LB maps beside the engine, for tests that write
+// entries the engine would not (closed when t ends).
+func (e *env) rawMaps(t testing.TB) *maps.LBMaps {
+	t.Helper()
+	size := cmp.Or(e.size, 4096)
+	lbm, err := maps.Open(maps.Config{Root: e.root, MaxEntries: maps.Sizes{Services: size, Backends: size, RevNAT: size}})
+	require.NoError(t, err)
+	t.Cleanup(func() { lbm.Close() })
+	return lbm
 }
 
 func backends(es []*echo, proto lb.L4Type) []lb.Backend {
