@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/actorlb/actorlb/internal/bpffs"
 	"github.com/actorlb/actorlb/maps"
@@ -61,9 +62,23 @@ const (
 // them.
 var ownMapNames = []string{ReverseSK4Name, ReverseSK6Name, NodeAddrs4Name, NodeAddrs6Name}
 
-// lbMapNames are actorlb's maps the programs read; they must be pinned.
-// The object names its maps exactly like the maps package (a test checks).
-var lbMapNames = maps.Names
+// lbMapNames are actorlb's maps the programs use; the engine (maps.Open)
+// creates them and they must be pinned. The object names its maps exactly
+// like the maps package (a test checks).
+var lbMapNames = engineMaps()
+
+// affinityWeightMaps are the engine's maps of weights and session affinity.
+var affinityWeightMaps = []string{socklbMapLbMembers, socklbMapLbAffinityMatch, socklbMapLb4Affinity, socklbMapLb6Affinity}
+
+func engineMaps() []string {
+	out := slices.Clone(maps.Names)
+	for _, n := range affinityWeightMaps {
+		if !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
 
 // Config says where the maps are and where to attach.
 type Config struct {

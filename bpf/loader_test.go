@@ -52,7 +52,25 @@ func TestObjectMatchesMapLayouts(t *testing.T) {
 		require.Equal(t, [2]uint32{key, 1}, [2]uint32{ms.KeySize, ms.ValueSize}, name)
 		require.EqualValues(t, MaxNodeAddresses, ms.MaxEntries, name)
 	}
-	require.Len(t, spec.Maps, 10)
+	// The weight and affinity maps, as SPEC15 defines them (the engine
+	// creates them).
+	for name, shape := range map[string]struct {
+		typ       ebpf.MapType
+		key, size uint32
+	}{
+		"lb_members":        {ebpf.Hash, 8, 4},
+		"lb_affinity_match": {ebpf.Hash, 8, 1},
+		"lb4_affinity":      {ebpf.LRUHash, 16, 16},
+		"lb6_affinity":      {ebpf.LRUHash, 24, 16},
+	} {
+		ms := spec.Maps[name]
+		require.NotNil(t, ms, name)
+		require.Contains(t, lbMapNames, name, "the loader hands the pinned map in")
+		require.Equal(t, shape.typ, ms.Type, name)
+		require.Equal(t, [2]uint32{shape.key, shape.size}, [2]uint32{ms.KeySize, ms.ValueSize}, name)
+		require.Zero(t, ms.Flags, name)
+	}
+	require.Len(t, spec.Maps, 14)
 	require.Len(t, spec.Programs, len(Hooks))
 	for _, h := range Hooks {
 		ps := spec.Programs[h.Program]
@@ -106,8 +124,34 @@ func openMaps(tb testing.TB, root string, max int) *maps.LBMaps {
 	lbm, err := maps.Open(maps.Config{Root: root, MaxEntries: maps.Sizes{Services: max, Backends: max, RevNAT: max}})
 	require.NoError(tb, err)
 	tb.Cleanup(func() { lbm.Close() })
+	pinEngineMapsMissing(tb, root)
 	return lbm
 }
+
+// pinEngineMapsMissing creates and pins, with the spec's exact shapes, the
+// engine's weight and affinity maps that maps.Open does not create yet
+// (lb_members, lb_affinity_match, lb4_affinity, lb6_affinity). Temporary:
+// it goes once maps.Open creates them.
+func pinEngineMapsMissing(tb testing.TB, root string) {
+	tb.Helper()
+	for _, s := range []ebpf.MapSpec{
+		{Name: "lb_members", Type: ebpf.Hash, KeySize: 8, ValueSize: 4},
+		{Name: "lb_affinity_match", Type: ebpf.Hash, KeySize: 8, ValueSize: 1},
+		{Name: "lb4_affinity", Type: ebpf.LRUHash, KeySize: 16, ValueSize: 16},
+		{Name: "lb6_affinity", Type: ebpf.LRUHash, KeySize: 24, ValueSize: 16},
+	} {
+		path := filepath.Join(root, s.Name)
+		if _, err := os.Stat(path); err == nil {
+			continue
+		}
+		s.MaxEntries = 4096
+		m, err := ebpf.NewMap(&s)
+		require.NoError(tb, err, s.Name)
+		require.NoError(tb, m.Pin(path), s.Name)
+		m.Close()
+	}
+}
+
 
 func mapID(tb testing.TB, path string) ebpf.MapID {
 	tb.Helper()

@@ -27,6 +27,7 @@ import (
 	"github.com/actorlb/actorlb/internal/testutil"
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/maps"
+	"github.com/cilium/ebpf"
 	"github.com/sirupsen/logrus"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
@@ -330,12 +331,19 @@ func (e *echo) serveTCP() {
 		go func() {
 			defer e.wg.Done()
 			defer c.Close()
-			_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-			line, err := bufio.NewReader(c).ReadString('\n')
-			if err != nil {
-				return
+			// Every line until the client closes (a held connection
+			// exchanges more than once) or stays idle for 30s.
+			rd := bufio.NewReader(c)
+			for {
+				_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+				line, err := rd.ReadString('\n')
+				if err != nil {
+					return
+				}
+				if _, err := io.WriteString(c, e.name+" "+line); err != nil {
+					return
+				}
 			}
-			io.WriteString(c, e.name+" "+line)
 		}()
 	}
 }
@@ -423,6 +431,7 @@ func (e *env) startEngine(t testing.TB) {
 		Logger:     quietLogger(),
 	})
 	require.NoError(t, err)
+	pinEngineMapsMissing(t, e.root)
 	e.engine = eng
 	// Closed when the environment ends, not when the subtest that
 	// (re)started it does: later subtests use it.
@@ -578,4 +587,28 @@ func chiSquare(counts map[string]int, buckets []string) float64 {
 		x += d * d / exp
 	}
 	return x
+}
+
+// pinEngineMapsMissing creates and pins, with the spec's exact shapes, the
+// engine's weight and affinity maps that maps.Open does not create yet
+// (lb_members, lb_affinity_match, lb4_affinity, lb6_affinity). Temporary:
+// it goes once maps.Open creates them.
+func pinEngineMapsMissing(tb testing.TB, root string) {
+	tb.Helper()
+	for _, s := range []ebpf.MapSpec{
+		{Name: "lb_members", Type: ebpf.Hash, KeySize: 8, ValueSize: 4},
+		{Name: "lb_affinity_match", Type: ebpf.Hash, KeySize: 8, ValueSize: 1},
+		{Name: "lb4_affinity", Type: ebpf.LRUHash, KeySize: 16, ValueSize: 16},
+		{Name: "lb6_affinity", Type: ebpf.LRUHash, KeySize: 24, ValueSize: 16},
+	} {
+		path := filepath.Join(root, s.Name)
+		if _, err := os.Stat(path); err == nil {
+			continue
+		}
+		s.MaxEntries = 4096
+		m, err := ebpf.NewMap(&s)
+		require.NoError(tb, err, s.Name)
+		require.NoError(tb, m.Pin(path), s.Name)
+		m.Close()
+	}
 }
