@@ -152,7 +152,6 @@ func pinEngineMapsMissing(tb testing.TB, root string) {
 	}
 }
 
-
 func mapID(tb testing.TB, path string) ebpf.MapID {
 	tb.Helper()
 	m, err := ebpf.LoadPinnedMap(path, nil)
