@@ -12,8 +12,16 @@
 // address (127.0.0.0/8, ::1, or a node address set by SetNodeAddresses in
 // lb4_node_addrs / lb6_node_addrs), the surrogate frontend 0.0.0.0 or ::
 // of that port, used only if it is a NodePort or HostPort service. They
-// pick one of the master's count active slots at random; read the backend
-// and rewrite the destination to it. A service whose master counts no
+// pick one of the master's count active slots at random (weighted when the
+// service has a weight summary in lb_members: up to 16 draws kept with
+// probability w/W, then a weighted scan of every slot; weight 0 takes no
+// new connection, and a service whose weights are all 0 refuses); read
+// the backend and rewrite the destination to it. With session affinity
+// (the master's AFFINITY flag, timeout in its low 24 bits), the client is
+// the socket's network namespace cookie: the backend recorded for it in
+// lb4_affinity / lb6_affinity within the timeout is used again if its
+// lb_affinity_match entry exists and it is active; otherwise the choice is
+// made as above and recorded. A service whose master counts no
 // slot (no usable backend, e.g. a Local traffic policy with no local
 // backend) refuses the call: connect and sendmsg fail with EPERM rather
 // than reach the VIP untranslated. They remember, per socket
@@ -25,8 +33,12 @@
 // only then); quarantined and maintenance backends never do. A slot or
 // backend that vanishes mid-lookup (the engine deletes old slots after
 // writing the new master) is retried. Every other call proceeds,
-// translated or not. Session affinity, Maglev and source ranges are not
-// implemented: every service is served by random selection.
+// translated or not. Maglev and source ranges are not implemented.
+//
+// Maps: the six LB maps, lb_members, lb_affinity_match, lb4_affinity and
+// lb6_affinity are the engine's (maps.Open creates them; Attach hands the
+// pinned ones in and fails with ErrMapsNotPinned without them); the
+// reverse socket maps and the node address maps are the datapath's own.
 //
 // Lifecycle: Attach loads the programs on the maps pinned under the bpffs
 // root (it never creates LB maps: they are the engine's) and attaches them

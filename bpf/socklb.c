@@ -17,10 +17,18 @@
  * services. A service with two backend sets is served from the internal
  * one (the socket LB only sees traffic from inside the node).
  *
+ * Backend selection (lb4_select): session affinity first (the client is
+ * the socket's network namespace cookie), then random draws among the
+ * master's slots, weighted when lb_members holds the service's weight
+ * summary, then a weighted scan of every slot. The bounded loops are
+ * bpf_loop calls.
+ *
  * The service, backend and revNAT maps are actorlb's own, written by its
  * engine with the upstream layouts (docs: reference/lb-map-layouts.md). The
  * loader never lets these definitions create maps: it hands the pinned ones
- * in. Only lb4_reverse_sk, lb6_reverse_sk, lb4_node_addrs and
+ * in (lb_members, lb_affinity_match and lb4/lb6_affinity too: the engine
+ * creates them, the datapath writes the affinity entries). Only
+ * lb4_reverse_sk, lb6_reverse_sk, lb4_node_addrs and
  * lb6_node_addrs belong to the datapath (the loader creates them).
  *
  * connect and sendmsg fail with EPERM (the program returns 0) when the

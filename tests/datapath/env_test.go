@@ -265,13 +265,21 @@ type echo struct {
 // ends.
 func startEcho(tb testing.TB, nsPath, name string, ip netip.Addr, tcp, udp bool) *echo {
 	tb.Helper()
+	return startEchoAt(tb, nsPath, name, netip.AddrPortFrom(ip, 0), tcp, udp)
+}
+
+// startEchoAt is startEcho on a given port (0: the kernel's choice); a
+// replica of a backend in another network namespace takes its port.
+func startEchoAt(tb testing.TB, nsPath, name string, ap netip.AddrPort, tcp, udp bool) *echo {
+	tb.Helper()
+	ip := ap.Addr()
 	e := &echo{name: name}
 	err := inNetNS(nsPath, func() error {
 		var lastErr error
 		for attempt := 0; attempt < 20; attempt++ {
-			port := 0
+			port := int(ap.Port())
 			if tcp {
-				ln, err := net.Listen("tcp", netip.AddrPortFrom(ip, 0).String())
+				ln, err := net.Listen("tcp", netip.AddrPortFrom(ip, uint16(port)).String())
 				if err != nil {
 					return err
 				}
@@ -454,27 +462,34 @@ var v6Backends = []netip.Addr{
 }
 
 func (e *env) setupNetNS() {
+	e.dev = setupNetNSOf(e.t, e.helper)
+}
+
+// setupNetNSOf configures the network namespace of helper h: loopback up,
+// a veth pair (or, without veth support, loopback) carrying v6Backends.
+// It returns the device.
+func setupNetNSOf(t testing.TB, h *helper) string {
 	if _, err := exec.LookPath("ip"); err != nil {
-		requireOrSkip(e.t, "iproute2 not installed (the IPv6 test configures its namespace with ip): %v", err)
+		requireOrSkip(t, "iproute2 not installed (the IPv6 test configures its namespace with ip): %v", err)
 	}
 	run := func(argv ...string) response {
-		return e.helper.do(e.t, request{Op: "exec", Argv: argv}, 30*time.Second)
+		return h.do(t, request{Op: "exec", Argv: argv}, 30*time.Second)
 	}
 	run("ip", "link", "set", "lo", "up")
 	dev := "v0"
-	out := e.helper.do(e.t, request{Op: "exec", Argv: []string{"sh", "-c", "ip link add v0 type veth peer name v1 && echo ok || true"}}, 30*time.Second)
+	out := h.do(t, request{Op: "exec", Argv: []string{"sh", "-c", "ip link add v0 type veth peer name v1 && echo ok || true"}}, 30*time.Second)
 	if strings.TrimSpace(out.Output) == "ok" {
 		run("ip", "link", "set", "v1", "up")
 		run("ip", "link", "set", "v0", "up")
 	} else {
-		e.t.Logf("no veth (%s): backend addresses go on the namespace's loopback", strings.TrimSpace(out.Output))
+		t.Logf("no veth (%s): backend addresses go on the namespace's loopback", strings.TrimSpace(out.Output))
 		dev = "lo"
 	}
 	for _, a := range v6Backends {
 		run("ip", "-6", "addr", "add", a.String()+"/64", "dev", dev, "nodad")
 	}
-	e.dev = dev
-	e.t.Logf("network namespace %s: backends on %s", e.netNS, dev)
+	t.Logf("network namespace %s: backends on %s", h.NetNS, dev)
+	return dev
 }
 
 // vip returns a random VIP: in 127.200.0.0/16, or fd00:db8:ffff::/64 (a
