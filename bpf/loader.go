@@ -49,11 +49,31 @@ const (
 	// next to the LB maps: per socket, which VIP a backend stands for.
 	ReverseSK4Name = socklbMapLb4ReverseSk
 	ReverseSK6Name = socklbMapLb6ReverseSk
+	// NodeAddrs4Name and NodeAddrs6Name are the datapath's configuration
+	// maps of the node's own addresses (SetNodeAddresses), pinned next to
+	// the reverse maps.
+	NodeAddrs4Name = socklbMapLb4NodeAddrs
+	NodeAddrs6Name = socklbMapLb6NodeAddrs
 )
 
-// lbMapNames are actorlb's maps the programs read; they must be pinned.
-// The object names its maps exactly like the maps package (a test checks).
-var lbMapNames = maps.Names // only those the object defines are handed in (see Attach)
+// ownMapNames are the maps that belong to the datapath, not to the engine:
+// the loader (or SetNodeAddresses) creates and pins them, Detach removes
+// them. lb4_affinity and lb6_affinity are written by the programs only
+// (the engine keeps lb_affinity_match, which they check).
+var ownMapNames = []string{ReverseSK4Name, ReverseSK6Name, NodeAddrs4Name, NodeAddrs6Name, Affinity4Name, Affinity6Name}
+
+// Affinity4Name and Affinity6Name are the session-affinity LRU maps the
+// programs keep per client (network-namespace cookie) and service.
+const (
+	Affinity4Name = socklbMapLb4Affinity
+	Affinity6Name = socklbMapLb6Affinity
+)
+
+// lbMapNames are actorlb's maps the programs use; the engine (maps.Open)
+// creates them and they must be pinned. The object names its maps exactly
+// like the maps package (a test checks); only those the object defines
+// are handed in (see pinnedMaps).
+var lbMapNames = maps.Names
 
 // Config says where the maps are and where to attach.
 type Config struct {
@@ -174,9 +194,10 @@ func attach(cfg Config) (Info, error) {
 	return info, nil
 }
 
-// pinnedMaps opens the maps the programs use: actorlb's six LB maps, which
-// must be pinned under root, and the two reverse socket maps, created and
-// pinned there when missing (or replaced when their shape is outdated).
+// pinnedMaps opens the maps the programs use: actorlb's LB maps, which
+// must be pinned under root, and the datapath's own maps (reverse socket
+// maps, node addresses), created and pinned there when missing (or
+// replaced when their shape is outdated).
 func pinnedMaps(spec *ebpf.CollectionSpec, root string) (map[string]*ebpf.Map, error) {
 	out := make(map[string]*ebpf.Map, len(spec.Maps))
 	for _, name := range lbMapNames {
@@ -199,8 +220,8 @@ func pinnedMaps(spec *ebpf.CollectionSpec, root string) (map[string]*ebpf.Map, e
 			return out, fmt.Errorf("%w: %s: %v", ErrIncompatible, path, err)
 		}
 	}
-	for _, name := range []string{ReverseSK4Name, ReverseSK6Name} {
-		m, err := reverseMap(spec.Maps[name], filepath.Join(root, name))
+	for _, name := range ownMapNames {
+		m, err := ownMap(spec.Maps[name], filepath.Join(root, name))
 		if err != nil {
 			return out, err
 		}
@@ -209,9 +230,9 @@ func pinnedMaps(spec *ebpf.CollectionSpec, root string) (map[string]*ebpf.Map, e
 	return out, nil
 }
 
-// reverseMap opens the reverse socket map pinned at path, or creates and
-// pins it; a pinned map of another shape (an older datapath) is replaced.
-func reverseMap(ms *ebpf.MapSpec, path string) (*ebpf.Map, error) {
+// ownMap opens the datapath's own map pinned at path, or creates and pins
+// it; a pinned map of another shape (an older datapath) is replaced.
+func ownMap(ms *ebpf.MapSpec, path string) (*ebpf.Map, error) {
 	m, err := ebpf.LoadPinnedMap(path, nil)
 	switch {
 	case err == nil:
@@ -322,8 +343,8 @@ func lockLinks(root string) (func(), error) {
 }
 
 // Detach detaches the socket-LB programs whose links are pinned under
-// root/links and removes the pins and the datapath's reverse maps. The LB
-// maps stay. Nothing attached is not an error.
+// root/links and removes the pins and the datapath's own maps (reverse
+// socket maps, node addresses). The LB maps stay. Nothing attached is not an error.
 func Detach(root string) error {
 	if root == "" {
 		root = maps.DefaultRoot
@@ -376,7 +397,7 @@ func detach(root string) error {
 
 func removePins(root string) error {
 	var errs []error
-	for _, name := range []string{ReverseSK4Name, ReverseSK6Name} {
+	for _, name := range ownMapNames {
 		p := filepath.Join(root, name)
 		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, fmt.Errorf("unpin %s: %w", p, err))

@@ -31,8 +31,10 @@ func TestObjectMatchesMapLayouts(t *testing.T) {
 		maps.RevNAT4Name:  {maps.RevNATKeySize, maps.RevNAT4Size},
 		maps.RevNAT6Name:  {maps.RevNATKeySize, maps.RevNAT6Size},
 	}
-	require.Len(t, maps.Names, len(want))
-	for _, name := range maps.Names {
+	for name := range want {
+		require.Contains(t, maps.Names, name)
+	}
+	for name := range want {
 		ms := spec.Maps[name]
 		require.NotNil(t, ms, "map %s missing from the object", name)
 		require.Equal(t, ebpf.Hash, ms.Type, name)
@@ -45,7 +47,35 @@ func TestObjectMatchesMapLayouts(t *testing.T) {
 		require.Equal(t, ebpf.LRUHash, ms.Type, name)
 		require.Equal(t, size, [2]uint32{ms.KeySize, ms.ValueSize}, name)
 	}
-	require.Len(t, spec.Maps, 8)
+	for name, key := range map[string]uint32{NodeAddrs4Name: 4, NodeAddrs6Name: 16} {
+		ms := spec.Maps[name]
+		require.NotNil(t, ms, name)
+		require.Equal(t, ebpf.Hash, ms.Type, name)
+		require.Equal(t, [2]uint32{key, 1}, [2]uint32{ms.KeySize, ms.ValueSize}, name)
+		require.EqualValues(t, MaxNodeAddresses, ms.MaxEntries, name)
+	}
+	// The weight and affinity maps, as SPEC15 defines them (the engine
+	// creates them).
+	for name, shape := range map[string]struct {
+		typ       ebpf.MapType
+		key, size uint32
+	}{
+		"lb_members":        {ebpf.Hash, 8, 4},
+		"lb_affinity_match": {ebpf.Hash, 8, 1},
+		"lb4_affinity":      {ebpf.LRUHash, 16, 16},
+		"lb6_affinity":      {ebpf.LRUHash, 24, 16},
+	} {
+		ms := spec.Maps[name]
+		require.NotNil(t, ms, name)
+		require.Contains(t, lbMapNames, name, "the loader hands the pinned map in")
+		require.Equal(t, shape.typ, ms.Type, name)
+		require.Equal(t, [2]uint32{shape.key, shape.size}, [2]uint32{ms.KeySize, ms.ValueSize}, name)
+		require.Zero(t, ms.Flags, name)
+	}
+	for _, name := range maps.Names {
+		require.Contains(t, lbMapNames, name, "every map of the maps package is known to the loader")
+	}
+	require.Len(t, spec.Maps, 14)
 	require.Len(t, spec.Programs, len(Hooks))
 	for _, h := range Hooks {
 		ps := spec.Programs[h.Program]
@@ -101,6 +131,7 @@ func openMaps(tb testing.TB, root string, max int) *maps.LBMaps {
 	tb.Cleanup(func() { lbm.Close() })
 	return lbm
 }
+
 
 func mapID(tb testing.TB, path string) ebpf.MapID {
 	tb.Helper()

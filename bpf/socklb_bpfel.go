@@ -16,14 +16,20 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	socklbMapLb4Affinity       = "lb4_affinity"
 	socklbMapLb4Backends       = "lb4_backends"
+	socklbMapLb4NodeAddrs      = "lb4_node_addrs"
 	socklbMapLb4ReverseNat     = "lb4_reverse_nat"
 	socklbMapLb4ReverseSk      = "lb4_reverse_sk"
 	socklbMapLb4Services       = "lb4_services"
+	socklbMapLb6Affinity       = "lb6_affinity"
 	socklbMapLb6Backends       = "lb6_backends"
+	socklbMapLb6NodeAddrs      = "lb6_node_addrs"
 	socklbMapLb6ReverseNat     = "lb6_reverse_nat"
 	socklbMapLb6ReverseSk      = "lb6_reverse_sk"
 	socklbMapLb6Services       = "lb6_services"
+	socklbMapLbAffinityMatch   = "lb_affinity_match"
+	socklbMapLbMembers         = "lb_members"
 	socklbProgSock4Connect     = "sock4_connect"
 	socklbProgSock4Getpeername = "sock4_getpeername"
 	socklbProgSock4Recvmsg     = "sock4_recvmsg"
@@ -90,14 +96,20 @@ type socklbProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type socklbMapSpecs struct {
-	Lb4Backends   *ebpf.MapSpec `ebpf:"lb4_backends"`
-	Lb4ReverseNat *ebpf.MapSpec `ebpf:"lb4_reverse_nat"`
-	Lb4ReverseSk  *ebpf.MapSpec `ebpf:"lb4_reverse_sk"`
-	Lb4Services   *ebpf.MapSpec `ebpf:"lb4_services"`
-	Lb6Backends   *ebpf.MapSpec `ebpf:"lb6_backends"`
-	Lb6ReverseNat *ebpf.MapSpec `ebpf:"lb6_reverse_nat"`
-	Lb6ReverseSk  *ebpf.MapSpec `ebpf:"lb6_reverse_sk"`
-	Lb6Services   *ebpf.MapSpec `ebpf:"lb6_services"`
+	Lb4Affinity     *ebpf.MapSpec `ebpf:"lb4_affinity"`
+	Lb4Backends     *ebpf.MapSpec `ebpf:"lb4_backends"`
+	Lb4NodeAddrs    *ebpf.MapSpec `ebpf:"lb4_node_addrs"`
+	Lb4ReverseNat   *ebpf.MapSpec `ebpf:"lb4_reverse_nat"`
+	Lb4ReverseSk    *ebpf.MapSpec `ebpf:"lb4_reverse_sk"`
+	Lb4Services     *ebpf.MapSpec `ebpf:"lb4_services"`
+	Lb6Affinity     *ebpf.MapSpec `ebpf:"lb6_affinity"`
+	Lb6Backends     *ebpf.MapSpec `ebpf:"lb6_backends"`
+	Lb6NodeAddrs    *ebpf.MapSpec `ebpf:"lb6_node_addrs"`
+	Lb6ReverseNat   *ebpf.MapSpec `ebpf:"lb6_reverse_nat"`
+	Lb6ReverseSk    *ebpf.MapSpec `ebpf:"lb6_reverse_sk"`
+	Lb6Services     *ebpf.MapSpec `ebpf:"lb6_services"`
+	LbAffinityMatch *ebpf.MapSpec `ebpf:"lb_affinity_match"`
+	LbMembers       *ebpf.MapSpec `ebpf:"lb_members"`
 }
 
 // socklbVariableSpecs contains global variables before they are loaded into the kernel.
@@ -126,26 +138,38 @@ func (o *socklbObjects) Close() error {
 //
 // It can be passed to loadSocklbObjects or ebpf.CollectionSpec.LoadAndAssign.
 type socklbMaps struct {
-	Lb4Backends   *ebpf.Map `ebpf:"lb4_backends"`
-	Lb4ReverseNat *ebpf.Map `ebpf:"lb4_reverse_nat"`
-	Lb4ReverseSk  *ebpf.Map `ebpf:"lb4_reverse_sk"`
-	Lb4Services   *ebpf.Map `ebpf:"lb4_services"`
-	Lb6Backends   *ebpf.Map `ebpf:"lb6_backends"`
-	Lb6ReverseNat *ebpf.Map `ebpf:"lb6_reverse_nat"`
-	Lb6ReverseSk  *ebpf.Map `ebpf:"lb6_reverse_sk"`
-	Lb6Services   *ebpf.Map `ebpf:"lb6_services"`
+	Lb4Affinity     *ebpf.Map `ebpf:"lb4_affinity"`
+	Lb4Backends     *ebpf.Map `ebpf:"lb4_backends"`
+	Lb4NodeAddrs    *ebpf.Map `ebpf:"lb4_node_addrs"`
+	Lb4ReverseNat   *ebpf.Map `ebpf:"lb4_reverse_nat"`
+	Lb4ReverseSk    *ebpf.Map `ebpf:"lb4_reverse_sk"`
+	Lb4Services     *ebpf.Map `ebpf:"lb4_services"`
+	Lb6Affinity     *ebpf.Map `ebpf:"lb6_affinity"`
+	Lb6Backends     *ebpf.Map `ebpf:"lb6_backends"`
+	Lb6NodeAddrs    *ebpf.Map `ebpf:"lb6_node_addrs"`
+	Lb6ReverseNat   *ebpf.Map `ebpf:"lb6_reverse_nat"`
+	Lb6ReverseSk    *ebpf.Map `ebpf:"lb6_reverse_sk"`
+	Lb6Services     *ebpf.Map `ebpf:"lb6_services"`
+	LbAffinityMatch *ebpf.Map `ebpf:"lb_affinity_match"`
+	LbMembers       *ebpf.Map `ebpf:"lb_members"`
 }
 
 func (m *socklbMaps) Close() error {
 	return _SocklbClose(
+		m.Lb4Affinity,
 		m.Lb4Backends,
+		m.Lb4NodeAddrs,
 		m.Lb4ReverseNat,
 		m.Lb4ReverseSk,
 		m.Lb4Services,
+		m.Lb6Affinity,
 		m.Lb6Backends,
+		m.Lb6NodeAddrs,
 		m.Lb6ReverseNat,
 		m.Lb6ReverseSk,
 		m.Lb6Services,
+		m.LbAffinityMatch,
+		m.LbMembers,
 	)
 }
 

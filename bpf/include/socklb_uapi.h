@@ -58,6 +58,9 @@ static long (*bpf_map_update_elem)(void *map, const void *key, const void *value
 static long (*bpf_map_delete_elem)(void *map, const void *key) = (void *)3;
 static __u32 (*bpf_get_prandom_u32)(void) = (void *)7;
 static __u64 (*bpf_get_socket_cookie)(void *ctx) = (void *)46;
+static __u64 (*bpf_ktime_get_ns)(void) = (void *)5;
+static __u64 (*bpf_get_netns_cookie)(void *ctx) = (void *)122;
+static long (*bpf_loop)(__u32 nr_loops, void *callback_fn, void *callback_ctx, __u64 flags) = (void *)181;
 
 /* BTF-defined maps, as libbpf and cilium/ebpf read them. */
 #define SEC(name) __attribute__((section(name), used))
@@ -67,8 +70,12 @@ static __u64 (*bpf_get_socket_cookie)(void *ctx) = (void *)46;
 
 #if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
 #define bpf_htonl(x) __builtin_bswap32(x)
+#define bpf_ntohl(x) __builtin_bswap32(x)
+#define bpf_htons(x) __builtin_bswap16(x)
 #else
 #define bpf_htonl(x) (x)
+#define bpf_ntohl(x) (x)
+#define bpf_htons(x) (x)
 #endif
 
 #endif /* ACTORLB_SOCKLB_UAPI_H */

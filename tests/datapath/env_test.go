@@ -27,6 +27,7 @@ import (
 	"github.com/actorlb/actorlb/internal/testutil"
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/maps"
+	"github.com/cilium/ebpf"
 	"github.com/sirupsen/logrus"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
@@ -264,13 +265,21 @@ type echo struct {
 // ends.
 func startEcho(tb testing.TB, nsPath, name string, ip netip.Addr, tcp, udp bool) *echo {
 	tb.Helper()
+	return startEchoAt(tb, nsPath, name, netip.AddrPortFrom(ip, 0), tcp, udp)
+}
+
+// startEchoAt is startEcho on a given port (0: the kernel's choice); a
+// replica of a backend in another network namespace takes its port.
+func startEchoAt(tb testing.TB, nsPath, name string, ap netip.AddrPort, tcp, udp bool) *echo {
+	tb.Helper()
+	ip := ap.Addr()
 	e := &echo{name: name}
 	err := inNetNS(nsPath, func() error {
 		var lastErr error
 		for attempt := 0; attempt < 20; attempt++ {
-			port := 0
+			port := int(ap.Port())
 			if tcp {
-				ln, err := net.Listen("tcp", netip.AddrPortFrom(ip, 0).String())
+				ln, err := net.Listen("tcp", netip.AddrPortFrom(ip, uint16(port)).String())
 				if err != nil {
 					return err
 				}
@@ -330,12 +339,19 @@ func (e *echo) serveTCP() {
 		go func() {
 			defer e.wg.Done()
 			defer c.Close()
-			_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-			line, err := bufio.NewReader(c).ReadString('\n')
-			if err != nil {
-				return
+			// Every line until the client closes (a held connection
+			// exchanges more than once) or stays idle for 30s.
+			rd := bufio.NewReader(c)
+			for {
+				_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+				line, err := rd.ReadString('\n')
+				if err != nil {
+					return
+				}
+				if _, err := io.WriteString(c, e.name+" "+line); err != nil {
+					return
+				}
 			}
-			io.WriteString(c, e.name+" "+line)
 		}()
 	}
 }
@@ -374,8 +390,11 @@ type env struct {
 	helper *helper
 	// netNS is where the backends must listen ("" for the host's).
 	netNS string
-	rng   *rand.Rand
-	v6    bool
+	// dev is the namespace's device that carries its addresses (v0, or lo
+	// without veth support).
+	dev string
+	rng *rand.Rand
+	v6  bool
 	// size is the capacity of every map (4096 unless a test grows it).
 	size int
 }
@@ -442,26 +461,34 @@ var v6Backends = []netip.Addr{
 }
 
 func (e *env) setupNetNS() {
+	e.dev = setupNetNSOf(e.t, e.helper)
+}
+
+// setupNetNSOf configures the network namespace of helper h: loopback up,
+// a veth pair (or, without veth support, loopback) carrying v6Backends.
+// It returns the device.
+func setupNetNSOf(t testing.TB, h *helper) string {
 	if _, err := exec.LookPath("ip"); err != nil {
-		requireOrSkip(e.t, "iproute2 not installed (the IPv6 test configures its namespace with ip): %v", err)
+		requireOrSkip(t, "iproute2 not installed (the IPv6 test configures its namespace with ip): %v", err)
 	}
 	run := func(argv ...string) response {
-		return e.helper.do(e.t, request{Op: "exec", Argv: argv}, 30*time.Second)
+		return h.do(t, request{Op: "exec", Argv: argv}, 30*time.Second)
 	}
 	run("ip", "link", "set", "lo", "up")
 	dev := "v0"
-	out := e.helper.do(e.t, request{Op: "exec", Argv: []string{"sh", "-c", "ip link add v0 type veth peer name v1 && echo ok || true"}}, 30*time.Second)
+	out := h.do(t, request{Op: "exec", Argv: []string{"sh", "-c", "ip link add v0 type veth peer name v1 && echo ok || true"}}, 30*time.Second)
 	if strings.TrimSpace(out.Output) == "ok" {
 		run("ip", "link", "set", "v1", "up")
 		run("ip", "link", "set", "v0", "up")
 	} else {
-		e.t.Logf("no veth (%s): backend addresses go on the namespace's loopback", strings.TrimSpace(out.Output))
+		t.Logf("no veth (%s): backend addresses go on the namespace's loopback", strings.TrimSpace(out.Output))
 		dev = "lo"
 	}
 	for _, a := range v6Backends {
 		run("ip", "-6", "addr", "add", a.String()+"/64", "dev", dev, "nodad")
 	}
-	e.t.Logf("network namespace %s: backends on %s", e.netNS, dev)
+	t.Logf("network namespace %s: backends on %s", h.NetNS, dev)
+	return dev
 }
 
 // vip returns a random VIP: in 127.200.0.0/16, or fd00:db8:ffff::/64 (a
@@ -511,6 +538,39 @@ func (e *env) upsert(t testing.TB, vip netip.Addr, port uint16, proto lb.L4Type,
 	return id
 }
 
+// upsertSvc creates or updates svc (a service of any type).
+func (e *env) upsertSvc(t testing.TB, svc *lb.Service) lb.ServiceID {
+	t.Helper()
+	id, _, err := e.engine.Upsert(ctxT(t), svc)
+	require.NoError(t, err)
+	return id
+}
+
+// backendID returns the ID the engine gave the backend at ap.
+func (e *env) backendID(t testing.TB, ap netip.AddrPort) uint32 {
+	t.Helper()
+	d, err := e.engine.DumpMaps(ctxT(t))
+	require.NoError(t, err)
+	for _, b := range append(d.Backends4, d.Backends6...) {
+		if b.Value.Address == ap.Addr() && b.Value.Port == ap.Port() {
+			return b.ID
+		}
+	}
+	t.Fatalf("no backend %s in the maps", ap)
+	return 0
+}
+
+// rawMaps opens the pinned LB maps beside the engine, for tests that write
+// entries the engine would not (closed when t ends).
+func (e *env) rawMaps(t testing.TB) *maps.LBMaps {
+	t.Helper()
+	size := cmp.Or(e.size, 4096)
+	lbm, err := maps.Open(maps.Config{Root: e.root, MaxEntries: maps.Sizes{Services: size, Backends: size, RevNAT: size}})
+	require.NoError(t, err)
+	t.Cleanup(func() { lbm.Close() })
+	return lbm
+}
+
 func backends(es []*echo, proto lb.L4Type) []lb.Backend {
 	var out []lb.Backend
 	for _, x := range es {
@@ -542,3 +602,4 @@ func chiSquare(counts map[string]int, buckets []string) float64 {
 	}
 	return x
 }
+

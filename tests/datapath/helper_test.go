@@ -3,6 +3,7 @@ package datapath
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,9 +12,11 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -32,7 +35,10 @@ type request struct {
 	// Duration or N), "udp" (N datagrams from one unconnected socket),
 	// "udp-connected" (N connected sockets, one datagram each),
 	// "tcp-mapped" (N connects from a dual-stack IPv6 socket to the
-	// IPv4-mapped form of Addr) or "exec" (run Argv).
+	// IPv4-mapped form of Addr), "hold" (N connects that exchange a line
+	// and stay open), "held" (one more exchange on every held connection),
+	// "release" (close them), "netns-cookie" (SO_NETNS_COOKIE of a new
+	// socket, in Output) or "exec" (run Argv).
 	Op       string        `json:"op"`
 	Addr     string        `json:"addr,omitempty"`
 	N        int           `json:"n,omitempty"`
@@ -167,6 +173,54 @@ func serve(req *request, resp *response) {
 			}
 			resp.ok(name, peer)
 		}
+	case "hold":
+		for i := 0; i < req.N; i++ {
+			c, err := net.DialTimeout("tcp", req.Addr, req.Timeout)
+			if err != nil {
+				resp.fail(err)
+				continue
+			}
+			rd := bufio.NewReader(c)
+			name, err := exchangeOn(c, rd, req.Timeout, i)
+			if err != nil {
+				c.Close()
+				resp.fail(err)
+				continue
+			}
+			held = append(held, heldConn{c: c, rd: rd, name: name})
+			resp.ok(name, "")
+		}
+	case "held":
+		for i, h := range held {
+			name, err := exchangeOn(h.c, h.rd, req.Timeout, i)
+			switch {
+			case err != nil:
+				resp.fail(err)
+			case name != h.name:
+				resp.fail(fmt.Errorf("held connection %d to %s answered by %s", i, h.name, name))
+			default:
+				resp.ok(name, "")
+			}
+		}
+	case "release":
+		for _, h := range held {
+			h.c.Close()
+		}
+		held = nil
+	case "netns-cookie":
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			resp.Err = err.Error()
+			return
+		}
+		defer unix.Close(fd)
+		// The cookie bpf_get_netns_cookie returns for the namespace.
+		b := make([]byte, 8)
+		if err := getsockoptBytes(fd, unix.SOL_SOCKET, unix.SO_NETNS_COOKIE, b); err != nil {
+			resp.Err = fmt.Sprintf("SO_NETNS_COOKIE: %v", err)
+			return
+		}
+		resp.Output = strconv.FormatUint(binary.NativeEndian.Uint64(b), 10)
 	default:
 		resp.Err = fmt.Sprintf("unknown op %q", req.Op)
 	}
@@ -197,6 +251,47 @@ func sockaddrString(sa unix.Sockaddr) string {
 		return netip.AddrPortFrom(netip.AddrFrom16(a.Addr), uint16(a.Port)).String()
 	}
 	return fmt.Sprintf("%v", sa)
+}
+
+// heldConn is a connection the helper keeps open between requests.
+type heldConn struct {
+	c    net.Conn
+	rd   *bufio.Reader
+	name string
+}
+
+// held are the connections of "hold", until "release".
+var held []heldConn
+
+func getsockoptBytes(fd, level, opt int, b []byte) error {
+	l := uint32(len(b))
+	_, _, errno := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), uintptr(level), uintptr(opt),
+		uintptr(unsafe.Pointer(&b[0])), uintptr(unsafe.Pointer(&l)), 0)
+	if errno != 0 {
+		return errno
+	}
+	return nil
+}
+
+// exchangeOn is exchange on a connection read through rd (which may hold
+// buffered data across exchanges).
+func exchangeOn(c net.Conn, rd *bufio.Reader, timeout time.Duration, i int) (string, error) {
+	if err := c.SetDeadline(time.Now().Add(timeout)); err != nil {
+		return "", err
+	}
+	msg := fmt.Sprintf("ping-%d", i)
+	if _, err := io.WriteString(c, msg+"\n"); err != nil {
+		return "", fmt.Errorf("write: %w", err)
+	}
+	line, err := rd.ReadString('\n')
+	if err != nil {
+		return "", fmt.Errorf("read reply: %w", err)
+	}
+	name, echoed, ok := strings.Cut(strings.TrimSuffix(line, "\n"), " ")
+	if !ok || echoed != msg {
+		return "", fmt.Errorf("bad reply %q to %q", line, msg)
+	}
+	return name, nil
 }
 
 // exchange sends one line and returns the backend's name from its reply

@@ -35,6 +35,7 @@ func TestSocketLB(t *testing.T) {
 			t.Run("RemovedTerminatingMaintenanceGetNothing", e.testBackendStates)
 			t.Run("ExactProtocolBeforeAny", e.testProtoAny)
 			t.Run("DeletedServiceIsUnanswered", e.testDelete)
+			t.Run("NoUsableBackendRefuses", e.testNoBackendRefuses)
 			t.Run("ZeroFailuresUnderChurn", e.testChurn)
 			t.Run("ZeroFailuresAcrossAgentRestartAndReattach", e.testRestart)
 			t.Run("ZeroFailuresWhileTheMapsAreResized", e.testResize)
@@ -178,6 +179,47 @@ func (e *env) testDelete(t *testing.T) {
 	require.Contains(t, r.Errors[0], want)
 	r = e.ask(t, request{Op: "udp", Addr: addr(vip, 53), N: 3, Timeout: 300 * time.Millisecond})
 	require.Equal(t, 3, r.Failed, "the VIP still answers: %v", r.Names)
+}
+
+// A service with no usable backend (none, or only maintenance ones: the
+// master's count is 0) refuses connects and sends with EPERM instead of
+// letting them reach the VIP untranslated, although something listens
+// there; once the service is deleted, the VIP is reached again.
+func (e *env) testNoBackendRefuses(t *testing.T) {
+	be := e.echoes(t, "usable", 1, true, true)[0]
+	// The "VIP" is a local address where a server listens.
+	self := startEcho(t, e.netNS, "vipself", e.backendIP(4), true, true)
+	vip, port := self.addr.Addr(), self.addr.Port()
+	const eperm = "operation not permitted"
+	refused := func(what string) {
+		t.Helper()
+		r := e.ask(t, request{Op: "tcp", Addr: addr(vip, port), N: 5, Timeout: time.Second})
+		require.Equal(t, 5, r.Failed, "%s: connects succeeded: %v", what, r.Names)
+		require.Len(t, r.Errors, 1, "%v", r.Errors)
+		require.Contains(t, r.Errors[0], eperm, what)
+		r = e.ask(t, request{Op: "udp", Addr: addr(vip, port), N: 3, Timeout: 300 * time.Millisecond})
+		require.Equal(t, 3, r.Failed, "%s: sends answered: %v", what, r.Names)
+		require.Contains(t, r.Errors[0], eperm, what)
+		r = e.ask(t, request{Op: "udp-connected", Addr: addr(vip, port), N: 3, Timeout: 300 * time.Millisecond})
+		require.Equal(t, 3, r.Failed, "%s: connected UDP answered: %v", what, r.Names)
+		require.Contains(t, r.Errors[0], eperm, what)
+	}
+	r := e.ask(t, request{Op: "tcp", Addr: addr(vip, port), N: 3})
+	require.Equal(t, map[string]int{"vipself": 3}, r.Names, "before the service: %v", r.Errors)
+
+	id := e.upsert(t, vip, port, lb.ANY)
+	refused("no backend")
+	e.upsert(t, vip, port, lb.ANY, be.backend(lb.ANY, lb.BackendStateMaintenance))
+	refused("only a maintenance backend")
+	e.upsert(t, vip, port, lb.ANY, be.backend(lb.ANY, lb.BackendStateActive))
+	r = e.ask(t, request{Op: "tcp", Addr: addr(vip, port), N: 10})
+	require.Equal(t, map[string]int{be.name: 10}, r.Names, "errors: %v", r.Errors)
+	r = e.ask(t, request{Op: "udp", Addr: addr(vip, port), N: 10})
+	require.Equal(t, map[string]int{be.name: 10}, r.Names, "errors: %v", r.Errors)
+
+	require.NoError(t, e.engine.Delete(ctxT(t), id))
+	r = e.ask(t, request{Op: "tcp", Addr: addr(vip, port), N: 3})
+	require.Equal(t, map[string]int{"vipself": 3}, r.Names, "no service, no translation: %v", r.Errors)
 }
 
 // A connect loop through the VIP while the service's backend set changes
