@@ -54,20 +54,25 @@ func TestObjectMatchesMapLayouts(t *testing.T) {
 		require.Equal(t, [2]uint32{key, 1}, [2]uint32{ms.KeySize, ms.ValueSize}, name)
 		require.EqualValues(t, MaxNodeAddresses, ms.MaxEntries, name)
 	}
-	// The weight and affinity maps, as SPEC15 defines them (the engine
-	// creates them).
+	// The weight and affinity maps: the engine's two (maps.Open creates
+	// them, the loader hands them in) and the datapath's own LRU maps.
 	for name, shape := range map[string]struct {
 		typ       ebpf.MapType
 		key, size uint32
+		own       bool
 	}{
-		"lb_members":        {ebpf.Hash, 8, 4},
-		"lb_affinity_match": {ebpf.Hash, 8, 1},
-		"lb4_affinity":      {ebpf.LRUHash, 16, 16},
-		"lb6_affinity":      {ebpf.LRUHash, 24, 16},
+		maps.MembersName:       {ebpf.Hash, maps.MemberKeySize, maps.MemberValueSize, false},
+		maps.AffinityMatchName: {ebpf.Hash, maps.AffinityMatchKeySize, maps.AffinityMatchValSize, false},
+		Affinity4Name:          {ebpf.LRUHash, 16, 16, true},
+		Affinity6Name:          {ebpf.LRUHash, 24, 16, true},
 	} {
 		ms := spec.Maps[name]
 		require.NotNil(t, ms, name)
-		require.Contains(t, lbMapNames, name, "the loader hands the pinned map in")
+		if shape.own {
+			require.Contains(t, ownMapNames, name, "the loader creates the datapath's own map")
+		} else {
+			require.Contains(t, lbMapNames, name, "the loader hands the pinned map in")
+		}
 		require.Equal(t, shape.typ, ms.Type, name)
 		require.Equal(t, [2]uint32{shape.key, shape.size}, [2]uint32{ms.KeySize, ms.ValueSize}, name)
 		require.Zero(t, ms.Flags, name)
