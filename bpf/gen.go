@@ -10,3 +10,8 @@ package bpf
 // written in little-endian host order (see package maps).
 
 //go:generate go run github.com/cilium/ebpf/cmd/bpf2go -go-package bpf -target bpfel -no-global-types socklb socklb.c -- -O2 -g -Wall -Werror -I./include
+
+// The UDP socket termination iterator is a separate object: it needs a
+// newer kernel (bpf_sock_destroy, 6.5) than the socket LB, which must load
+// without it.
+//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -go-package bpf -target bpfel -no-global-types sockterm sockterm.c -- -O2 -g -Wall -Werror -I./include

@@ -1,0 +1,225 @@
+// SPDX-License-Identifier: Apache-2.0
+//go:build ignore
+
+/*
+ * actorlb UDP socket termination.
+ *
+ * A BPF iterator program over the UDP sockets of a network namespace (IPv4
+ * and IPv6 sockets alike: the kernel keeps them in one table). It destroys,
+ * with the bpf_sock_destroy kfunc (Linux 6.5 or later), every connected UDP
+ * socket whose peer is one of the backends listed in the filter maps AND
+ * that reached that backend through a service VIP, which is what an entry
+ * {socket cookie, backend} in the socket LB's reverse map records. A socket
+ * connected straight to the backend address has no such entry and is left
+ * alone. A destroyed socket reports ECONNABORTED to its owner (its pending
+ * or next receive) and is disconnected, so a client that reconnects goes
+ * through the socket LB again and gets a backend that is still in service.
+ *
+ * For each socket it destroys, the program writes the socket's cookie (8
+ * bytes, host order) to the iterator's output: the reader counts them.
+ *
+ * The reverse maps are the socket LB's (socklb.c), pinned under the bpffs
+ * root; the loader hands them in, these definitions never create them. The
+ * filter maps are private to the loaded object and filled before each run.
+ */
+
+#include "include/socklb_uapi.h"
+
+char __license[] SEC("license") = "Dual BSD/GPL";
+
+/* sk_state of a connected UDP socket (include/net/tcp_states.h). */
+#define TCP_ESTABLISHED 1
+
+/* Helper numbers not in socklb_uapi.h (enum bpf_func_id). In a tracing
+ * program get_socket_cookie takes a socket pointer. */
+static long (*bpf_seq_write)(void *seq, const void *data, __u32 len) = (void *)127;
+
+/* The kfunc. Not weak: a kernel without it refuses to load the object,
+ * which the Go side reports as ErrSockDestroyNotSupported. */
+struct sock_common;
+extern int bpf_sock_destroy(struct sock_common *sk) __attribute__((section(".ksyms")));
+
+/* The kernel structures the program reads, reduced to the fields it uses;
+ * preserve_access_index makes the loader relocate each field to its offset
+ * in the running kernel (CO-RE), so the layout here needs not match. */
+struct in6_addr {
+	union {
+		__u8 u6_addr8[16];
+		__be32 u6_addr32[4];
+	} in6_u;
+} __attribute__((preserve_access_index));
+
+struct sock_common {
+	union {
+		struct {
+			__be32 skc_daddr;
+			__be32 skc_rcv_saddr;
+		};
+	};
+	union {
+		struct {
+			__be16 skc_dport;
+			__u16 skc_num;
+		};
+	};
+	unsigned short skc_family;
+	volatile unsigned char skc_state;
+	struct in6_addr skc_v6_daddr;
+} __attribute__((preserve_access_index));
+
+/* The iterator's context (struct bpf_iter__udp): the verifier checks the
+ * accesses by offset. */
+struct bpf_iter_meta {
+	void *seq;
+};
+
+struct bpf_iter__udp {
+	struct bpf_iter_meta *meta;
+	struct sock_common *udp_sk;
+};
+
+/* Reverse map keys and values: exactly socklb.c's. */
+struct sk4_rev_key {
+	__u64 cookie;
+	__be32 address;
+	__be16 port;
+	__u16 pad;
+};
+
+struct sk4_rev_value {
+	__be32 address;
+	__be16 port;
+	__be16 rev_nat_index;
+};
+
+struct sk6_rev_key {
+	__u64 cookie;
+	__u8 address[16];
+	__be16 port;
+	__u16 pad;
+	__u32 pad2;
+};
+
+struct sk6_rev_value {
+	__u8 address[16];
+	__be16 port;
+	__be16 rev_nat_index;
+};
+
+/* Filter keys: a backend address and port, network order. */
+struct term4_key {
+	__be32 address;
+	__be16 port;
+	__u16 pad;
+};
+
+struct term6_key {
+	__u8 address[16];
+	__be16 port;
+	__u16 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct sk4_rev_key);
+	__type(value, struct sk4_rev_value);
+	__uint(max_entries, 65536);
+} lb4_reverse_sk SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct sk6_rev_key);
+	__type(value, struct sk6_rev_value);
+	__uint(max_entries, 65536);
+} lb6_reverse_sk SEC(".maps");
+
+/* The backends whose sockets are destroyed: key -> 1. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct term4_key);
+	__type(value, __u8);
+	__uint(max_entries, 4096);
+} sockterm4_backends SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct term6_key);
+	__type(value, __u8);
+	__uint(max_entries, 4096);
+} sockterm6_backends SEC(".maps");
+
+/* match4 reports whether the socket (cookie) reached backend addr:port
+ * through a VIP and that backend is to be terminated. */
+static __always_inline bool match4(__u64 cookie, __be32 addr, __be16 port)
+{
+	struct term4_key fk = {
+		.address = addr,
+		.port = port,
+	};
+	struct sk4_rev_key rk = {
+		.cookie = cookie,
+		.address = addr,
+		.port = port,
+	};
+
+	if (!bpf_map_lookup_elem(&sockterm4_backends, &fk))
+		return false;
+	return bpf_map_lookup_elem(&lb4_reverse_sk, &rk) != 0;
+}
+
+static __always_inline bool match6(__u64 cookie, const __be32 *addr, __be16 port)
+{
+	struct term6_key fk = {};
+	struct sk6_rev_key rk = {};
+
+	__builtin_memcpy(fk.address, addr, 16);
+	fk.port = port;
+	if (!bpf_map_lookup_elem(&sockterm6_backends, &fk))
+		return false;
+	rk.cookie = cookie;
+	__builtin_memcpy(rk.address, addr, 16);
+	rk.port = port;
+	return bpf_map_lookup_elem(&lb6_reverse_sk, &rk) != 0;
+}
+
+SEC("iter/udp")
+int sockterm_udp(struct bpf_iter__udp *ctx)
+{
+	struct sock_common *sk = ctx->udp_sk;
+	__be32 a6[4];
+	__be16 dport;
+	__u64 cookie;
+	bool match;
+
+	if (!sk)
+		return 0;
+	if (sk->skc_state != TCP_ESTABLISHED)
+		return 0; /* not connected: each send picks its backend anew */
+	dport = sk->skc_dport;
+	cookie = bpf_get_socket_cookie(sk);
+
+	switch (sk->skc_family) {
+	case AF_INET:
+		match = match4(cookie, sk->skc_daddr, dport);
+		break;
+	case AF_INET6:
+		a6[0] = sk->skc_v6_daddr.in6_u.u6_addr32[0];
+		a6[1] = sk->skc_v6_daddr.in6_u.u6_addr32[1];
+		a6[2] = sk->skc_v6_daddr.in6_u.u6_addr32[2];
+		a6[3] = sk->skc_v6_daddr.in6_u.u6_addr32[3];
+		/* ::ffff:a.b.c.d is an IPv4 backend: the socket LB recorded it
+		 * in the IPv4 reverse map. */
+		if (a6[0] == 0 && a6[1] == 0 && a6[2] == bpf_htonl(0x0000ffff))
+			match = match4(cookie, a6[3], dport);
+		else
+			match = match6(cookie, a6, dport);
+		break;
+	default:
+		return 0;
+	}
+	if (!match)
+		return 0;
+	if (bpf_sock_destroy(sk) == 0)
+		bpf_seq_write(ctx->meta->seq, &cookie, sizeof(cookie));
+	return 0;
+}
