@@ -276,3 +276,87 @@ func TestTerminateUDPSocketsDestroysSocketsThatReachedTheBackendThroughAVIP(t *t
 	requireAborted(t, viaB4, "viaB4")
 	require.NoError(t, ping(other4, 2))
 }
+
+// Concurrent callers take turns on the shared object: every socket is
+// destroyed exactly once, the counts add up.
+func TestTerminateUDPSocketsConcurrentCallersCountEachSocketOnce(t *testing.T) {
+	e := newTermEnv(t)
+	a4 := udpEcho(t, "udp4", "127.0.0.1:0")
+	const sockets, callers = 24, 4
+	conns := make([]*net.UDPConn, sockets)
+	for i := range conns {
+		conns[i] = dial(t, "udp4", a4)
+		e.mark(t, conns[i], a4)
+	}
+	var wg sync.WaitGroup
+	counts := make([]int, callers)
+	errs := make([]error, callers)
+	for i := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			counts[i], errs[i] = TerminateUDPSockets(e.root, []netip.AddrPort{a4})
+		}()
+	}
+	wg.Wait()
+	total := 0
+	for i := range callers {
+		require.NoError(t, errs[i])
+		total += counts[i]
+	}
+	require.Equal(t, sockets, total, "per caller: %v", counts)
+	for i, c := range conns {
+		requireAborted(t, c, fmt.Sprintf("socket %d", i))
+	}
+}
+
+// The object is loaded on the reverse maps pinned at the time: when the
+// datapath pins new ones (Detach, then Attach), the next call uses those.
+func TestTerminateUDPSocketsFollowsRepinnedReverseMaps(t *testing.T) {
+	e := newTermEnv(t)
+	a4 := udpEcho(t, "udp4", "127.0.0.1:0")
+	n, err := TerminateUDPSockets(e.root, []netip.AddrPort{a4})
+	require.NoError(t, err)
+	require.Zero(t, n)
+
+	require.NoError(t, removePins(e.root))
+	e.rev4.Close()
+	e.rev6.Close()
+	n, err = TerminateUDPSockets(e.root, []netip.AddrPort{a4})
+	require.NoError(t, err, "no reverse maps pinned")
+	require.Zero(t, n)
+
+	spec, err := loadSocklb()
+	require.NoError(t, err)
+	e.rev4, err = reverseMap(spec.Maps[ReverseSK4Name], filepath.Join(e.root, ReverseSK4Name))
+	require.NoError(t, err)
+	e.rev6, err = reverseMap(spec.Maps[ReverseSK6Name], filepath.Join(e.root, ReverseSK6Name))
+	require.NoError(t, err)
+	c := dial(t, "udp4", a4)
+	e.mark(t, c, a4)
+	n, err = TerminateUDPSockets(e.root, []netip.AddrPort{a4})
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "the entry in the new map is seen")
+	requireAborted(t, c, "socket marked in the new map")
+}
+
+// More backends than the filter maps hold are handled in several runs.
+func TestTerminateUDPSocketsManyBackends(t *testing.T) {
+	e := newTermEnv(t)
+	a4 := udpEcho(t, "udp4", "127.0.0.1:0")
+	a6 := udpEcho(t, "udp6", "[::1]:0")
+	c4, c6 := dial(t, "udp4", a4), dial(t, "udp6", a6)
+	e.mark(t, c4, a4)
+	e.mark(t, c6, a6)
+	var list []netip.AddrPort
+	for i := range 5000 {
+		list = append(list, netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 77, byte(i >> 8), byte(i)}), 53))
+		list = append(list, netip.AddrPortFrom(netip.AddrFrom16([16]byte{0xfd, 15: byte(i)}), uint16(1000+i)))
+	}
+	list = append(list, a4, a6)
+	n, err := TerminateUDPSockets(e.root, list)
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	requireAborted(t, c4, "IPv4 socket")
+	requireAborted(t, c6, "IPv6 socket")
+}
