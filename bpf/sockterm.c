@@ -106,17 +106,18 @@ struct sk6_rev_value {
 	__be16 rev_nat_index;
 };
 
-/* Filter keys: a backend address and port, network order. */
+/* Filter keys: a backend address and port and a service ID (0: any),
+ * network order. */
 struct term4_key {
 	__be32 address;
 	__be16 port;
-	__u16 pad;
+	__be16 rev_nat_index;
 };
 
 struct term6_key {
 	__u8 address[16];
 	__be16 port;
-	__u16 pad;
+	__be16 rev_nat_index;
 };
 
 struct {
@@ -133,7 +134,8 @@ struct {
 	__uint(max_entries, 65536);
 } lb6_reverse_sk SEC(".maps");
 
-/* The backends whose sockets are destroyed: key -> 1. */
+/* The backends (per service or for any) whose sockets are destroyed:
+ * key -> 1. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__type(key, struct term4_key);
@@ -149,37 +151,47 @@ struct {
 } sockterm6_backends SEC(".maps");
 
 /* match4 reports whether the socket (cookie) reached backend addr:port
- * through a VIP and that backend is to be terminated. */
+ * through a VIP of a service the filter lists that backend for. */
 static __always_inline bool match4(__u64 cookie, __be32 addr, __be16 port)
 {
-	struct term4_key fk = {
-		.address = addr,
-		.port = port,
-	};
 	struct sk4_rev_key rk = {
 		.cookie = cookie,
 		.address = addr,
 		.port = port,
 	};
+	struct term4_key fk = {
+		.address = addr,
+		.port = port,
+	};
+	const struct sk4_rev_value *rv;
 
-	if (!bpf_map_lookup_elem(&sockterm4_backends, &fk))
-		return false;
-	return bpf_map_lookup_elem(&lb4_reverse_sk, &rk) != 0;
+	rv = bpf_map_lookup_elem(&lb4_reverse_sk, &rk);
+	if (!rv)
+		return false; /* not through a VIP */
+	if (bpf_map_lookup_elem(&sockterm4_backends, &fk))
+		return true; /* any service */
+	fk.rev_nat_index = rv->rev_nat_index;
+	return bpf_map_lookup_elem(&sockterm4_backends, &fk) != 0;
 }
 
 static __always_inline bool match6(__u64 cookie, const __be32 *addr, __be16 port)
 {
-	struct term6_key fk = {};
 	struct sk6_rev_key rk = {};
+	struct term6_key fk = {};
+	const struct sk6_rev_value *rv;
 
-	__builtin_memcpy(fk.address, addr, 16);
-	fk.port = port;
-	if (!bpf_map_lookup_elem(&sockterm6_backends, &fk))
-		return false;
 	rk.cookie = cookie;
 	__builtin_memcpy(rk.address, addr, 16);
 	rk.port = port;
-	return bpf_map_lookup_elem(&lb6_reverse_sk, &rk) != 0;
+	rv = bpf_map_lookup_elem(&lb6_reverse_sk, &rk);
+	if (!rv)
+		return false;
+	__builtin_memcpy(fk.address, addr, 16);
+	fk.port = port;
+	if (bpf_map_lookup_elem(&sockterm6_backends, &fk))
+		return true;
+	fk.rev_nat_index = rv->rev_nat_index;
+	return bpf_map_lookup_elem(&sockterm6_backends, &fk) != 0;
 }
 
 SEC("iter/udp")

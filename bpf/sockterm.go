@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sync"
 
+	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/maps"
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -20,17 +21,25 @@ import (
 const cookieSize = 8
 
 // term4Key and term6Key are the filter map keys of sockterm.c: a backend
-// address and port in network order.
+// address and port and a service ID (0: any), in network order.
 type term4Key struct {
 	Address [4]byte
 	Port    [2]byte
-	Pad     uint16
+	Service [2]byte
 }
 
 type term6Key struct {
 	Address [16]byte
 	Port    [2]byte
-	Pad     uint16
+	Service [2]byte
+}
+
+// UDPTarget names connected UDP sockets to destroy: those that reached
+// Backend through a VIP of the service Service, or of any service if
+// Service is 0.
+type UDPTarget struct {
+	Backend netip.AddrPort
+	Service lb.ServiceID
 }
 
 // sockterm is the loaded termination object, shared by every caller of
@@ -84,18 +93,33 @@ func (l *socktermLoaded) close() {
 // port 0) fails before anything is done. Calls may run concurrently; they
 // take turns.
 func TerminateUDPSockets(root string, backends []netip.AddrPort) (int, error) {
-	n, err := terminateUDPSockets(root, backends)
+	targets := make([]UDPTarget, len(backends))
+	for i, b := range backends {
+		targets[i] = UDPTarget{Backend: b}
+	}
+	n, err := terminateUDPSockets(root, "backends", targets)
 	if err != nil {
 		return n, fmt.Errorf("terminate udp sockets: %w", err)
 	}
 	return n, nil
 }
 
-func terminateUDPSockets(root string, backends []netip.AddrPort) (int, error) {
+// TerminateUDPSocketsOf is TerminateUDPSockets for the sockets that reached
+// each target's backend through the given service's VIP: a backend that
+// left one service keeps its clients of another. Errors name targets[i].
+func TerminateUDPSocketsOf(root string, targets []UDPTarget) (int, error) {
+	n, err := terminateUDPSockets(root, "targets", targets)
+	if err != nil {
+		return n, fmt.Errorf("terminate udp sockets: %w", err)
+	}
+	return n, nil
+}
+
+func terminateUDPSockets(root, field string, targets []UDPTarget) (int, error) {
 	if root == "" {
 		root = maps.DefaultRoot
 	}
-	keys4, keys6, err := termKeys(backends)
+	keys4, keys6, err := termKeys(field, targets)
 	if err != nil {
 		return 0, err
 	}
@@ -138,33 +162,36 @@ func terminateUDPSockets(root string, backends []netip.AddrPort) (int, error) {
 	return total, nil
 }
 
-// termKeys validates backends and turns them into filter keys, without
-// duplicates; IPv4-mapped IPv6 addresses are IPv4 backends.
-func termKeys(backends []netip.AddrPort) ([]term4Key, []term6Key, error) {
+// termKeys validates targets (field names them in errors) and turns them
+// into filter keys, without duplicates; IPv4-mapped IPv6 addresses are IPv4
+// backends.
+func termKeys(field string, targets []UDPTarget) ([]term4Key, []term6Key, error) {
 	var keys4 []term4Key
 	var keys6 []term6Key
-	seen := make(map[netip.AddrPort]bool, len(backends))
-	for i, b := range backends {
+	seen := make(map[UDPTarget]bool, len(targets))
+	for i, t := range targets {
+		b := t.Backend
 		a := b.Addr().Unmap()
 		switch {
 		case !a.IsValid():
-			return nil, nil, fmt.Errorf("backends[%d]: address: missing or invalid", i)
+			return nil, nil, fmt.Errorf("%s[%d]: address: missing or invalid", field, i)
 		case a.Zone() != "":
-			return nil, nil, fmt.Errorf("backends[%d]: address %s: zones are not supported", i, b.Addr())
+			return nil, nil, fmt.Errorf("%s[%d]: address %s: zones are not supported", field, i, b.Addr())
 		case b.Port() == 0:
-			return nil, nil, fmt.Errorf("backends[%d] (%s): port: must be 1..65535", i, b)
+			return nil, nil, fmt.Errorf("%s[%d] (%s): port: must be 1..65535", field, i, b)
 		}
-		ap := netip.AddrPortFrom(a, b.Port())
-		if seen[ap] {
+		t.Backend = netip.AddrPortFrom(a, b.Port())
+		if seen[t] {
 			continue
 		}
-		seen[ap] = true
-		var port [2]byte
+		seen[t] = true
+		var port, svc [2]byte
 		binary.BigEndian.PutUint16(port[:], b.Port())
+		binary.BigEndian.PutUint16(svc[:], uint16(t.Service))
 		if a.Is4() {
-			keys4 = append(keys4, term4Key{Address: a.As4(), Port: port})
+			keys4 = append(keys4, term4Key{Address: a.As4(), Port: port, Service: svc})
 		} else {
-			keys6 = append(keys6, term6Key{Address: a.As16(), Port: port})
+			keys6 = append(keys6, term6Key{Address: a.As16(), Port: port, Service: svc})
 		}
 	}
 	return keys4, keys6, nil

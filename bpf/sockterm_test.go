@@ -2,11 +2,13 @@ package bpf
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -56,6 +58,13 @@ func TestTerminateUDPSocketsRefusesBadInput(t *testing.T) {
 			n, err := TerminateUDPSockets(root, tc.backends)
 			require.Zero(t, n)
 			require.EqualError(t, err, "terminate udp sockets: "+tc.want)
+			targets := make([]UDPTarget, len(tc.backends))
+			for i, b := range tc.backends {
+				targets[i] = UDPTarget{Backend: b, Service: 7}
+			}
+			n, err = TerminateUDPSocketsOf(root, targets)
+			require.Zero(t, n)
+			require.EqualError(t, err, "terminate udp sockets: "+strings.Replace(tc.want, "backends[", "targets[", 1))
 		})
 	}
 }
@@ -95,9 +104,19 @@ func newTermEnv(t *testing.T) *termEnv {
 	return e
 }
 
-// mark records that the socket c reached backend through a VIP.
+// mark records that the socket c reached backend through a VIP of service
+// 1.
 func (e *termEnv) mark(t *testing.T, c *net.UDPConn, backend netip.AddrPort) {
 	t.Helper()
+	e.markVia(t, c, backend, 1)
+}
+
+// markVia records that the socket c reached backend through a VIP of the
+// service svc.
+func (e *termEnv) markVia(t *testing.T, c *net.UDPConn, backend netip.AddrPort, svc uint16) {
+	t.Helper()
+	var rev [2]byte
+	binary.BigEndian.PutUint16(rev[:], svc)
 	cookie := socketCookie(t, c)
 	a := backend.Addr().Unmap()
 	var port [2]byte
@@ -113,7 +132,7 @@ func (e *termEnv) mark(t *testing.T, c *net.UDPConn, backend netip.AddrPort) {
 			Addr [4]byte
 			Port [2]byte
 			Rev  [2]byte
-		}{[4]byte{127, 100, 0, 1}, [2]byte{0, 53}, [2]byte{0, 1}}
+		}{[4]byte{127, 100, 0, 1}, [2]byte{0, 53}, rev}
 		require.NoError(t, e.rev4.Put(key, val))
 		return
 	}
@@ -128,7 +147,7 @@ func (e *termEnv) mark(t *testing.T, c *net.UDPConn, backend netip.AddrPort) {
 		Addr [16]byte
 		Port [2]byte
 		Rev  [2]byte
-	}{netip.MustParseAddr("fd00::100").As16(), [2]byte{0, 53}, [2]byte{0, 1}}
+	}{netip.MustParseAddr("fd00::100").As16(), [2]byte{0, 53}, rev}
 	require.NoError(t, e.rev6.Put(key, val))
 }
 
@@ -359,4 +378,36 @@ func TestTerminateUDPSocketsManyBackends(t *testing.T) {
 	require.Equal(t, 2, n)
 	requireAborted(t, c4, "IPv4 socket")
 	requireAborted(t, c6, "IPv6 socket")
+}
+
+// A target naming a service destroys only the sockets that reached the
+// backend through that service's VIP; a backend that left one service
+// keeps its clients of another.
+func TestTerminateUDPSocketsOfOneService(t *testing.T) {
+	e := newTermEnv(t)
+	a4 := udpEcho(t, "udp4", "127.0.0.1:0")
+	a6 := udpEcho(t, "udp6", "[::1]:0")
+	svc1, svc2 := dial(t, "udp4", a4), dial(t, "udp4", a4)
+	svc1v6, svc2v6 := dial(t, "udp6", a6), dial(t, "udp6", a6)
+	e.markVia(t, svc1, a4, 1)
+	e.markVia(t, svc2, a4, 2)
+	e.markVia(t, svc1v6, a6, 1)
+	e.markVia(t, svc2v6, a6, 2)
+
+	n, err := TerminateUDPSocketsOf(e.root, []UDPTarget{{Backend: a4, Service: 2}, {Backend: a6, Service: 2}, {Backend: a6, Service: 3}})
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	requireAborted(t, svc2, "IPv4 socket through service 2")
+	requireAborted(t, svc2v6, "IPv6 socket through service 2")
+	require.NoError(t, ping(svc1, 0), "IPv4 socket through service 1 is left alone")
+	require.NoError(t, ping(svc1v6, 0), "IPv6 socket through service 1 is left alone")
+}
+
+// A kernel without the kfunc (cilium/ebpf: ErrNotSupported) is reported
+// with the sentinel.
+func TestLoadErrorNamesMissingSockDestroy(t *testing.T) {
+	err := loadError(fmt.Errorf("kfunc %q: %w", "bpf_sock_destroy", ebpf.ErrNotSupported))
+	require.ErrorIs(t, err, ErrSockDestroyNotSupported)
+	require.ErrorContains(t, err, "bpf_sock_destroy")
+	require.NotErrorIs(t, loadError(errors.New("other")), ErrSockDestroyNotSupported)
 }

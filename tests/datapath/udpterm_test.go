@@ -41,7 +41,7 @@ func (e *env) testUDPTermination(t *testing.T) {
 	a, b := bs[0], bs[1]
 	vip := e.vip()
 	const port = 53
-	e.upsert(t, vip, port, lb.UDP, backends(bs, lb.UDP)...)
+	id := e.upsert(t, vip, port, lb.UDP, backends(bs, lb.UDP)...)
 	target := addr(vip, port)
 
 	// Clients through the VIP until both backends have some (and, for
@@ -95,7 +95,15 @@ func (e *env) testUDPTermination(t *testing.T) {
 	r = e.ask(t, request{Op: "held-ping", ID: clients[indexOn(clients, a.name)].id})
 	require.Equal(t, map[string]int{a.name: 1}, r.Names, "before termination the socket still reaches a: %v", r.Errors)
 
-	n := e.terminate(t, a.addr)
+	// Only sockets of the service named are destroyed: none through
+	// another service's VIP.
+	require.Zero(t, e.terminateOf(t, bpf.UDPTarget{Backend: a.addr, Service: id + 1}))
+	var n int
+	if e.v6 {
+		n = e.terminate(t, a.addr) // any service
+	} else {
+		n = e.terminateOf(t, bpf.UDPTarget{Backend: a.addr, Service: id})
+	}
 	t.Logf("%d clients through the VIP, %d on %s: %d sockets destroyed", len(clients), onA, a.name, n)
 	require.Equal(t, onA, n, "every socket on a through the VIP, and only those, destroyed")
 
@@ -142,10 +150,21 @@ func indexOn(clients []heldClient, backend string) int {
 // (the iterator walks the sockets of the caller's).
 func (e *env) terminate(t *testing.T, backends ...netip.AddrPort) int {
 	t.Helper()
+	return e.terminateWith(t, func() (int, error) { return bpf.TerminateUDPSockets(e.root, backends) })
+}
+
+// terminateOf is terminate with bpf.TerminateUDPSocketsOf.
+func (e *env) terminateOf(t *testing.T, targets ...bpf.UDPTarget) int {
+	t.Helper()
+	return e.terminateWith(t, func() (int, error) { return bpf.TerminateUDPSocketsOf(e.root, targets) })
+}
+
+func (e *env) terminateWith(t *testing.T, call func() (int, error)) int {
+	t.Helper()
 	var n int
 	err := inNetNS(e.netNS, func() error {
 		var err error
-		n, err = bpf.TerminateUDPSockets(e.root, backends)
+		n, err = call()
 		return err
 	})
 	if errors.Is(err, bpf.ErrSockDestroyNotSupported) {
