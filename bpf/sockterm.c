@@ -15,8 +15,10 @@
  * or next receive) and is disconnected, so a client that reconnects goes
  * through the socket LB again and gets a backend that is still in service.
  *
- * For each socket it destroys, the program writes the socket's cookie (8
- * bytes, host order) to the iterator's output: the reader counts them.
+ * For each socket it destroys, the program deletes the socket's reverse map
+ * entry for that backend (the socket no longer talks to it) and writes the
+ * socket's cookie (8 bytes, host order) to the iterator's output: the
+ * reader counts them.
  *
  * The reverse maps are the socket LB's (socklb.c), pinned under the bpffs
  * root; the loader hands them in, these definitions never create them. The
@@ -150,22 +152,18 @@ struct {
 	__uint(max_entries, 4096);
 } sockterm6_backends SEC(".maps");
 
-/* match4 reports whether the socket (cookie) reached backend addr:port
- * through a VIP of a service the filter lists that backend for. */
-static __always_inline bool match4(__u64 cookie, __be32 addr, __be16 port)
+/* match4 reports whether the socket whose reverse map key is rk reached
+ * backend rk->address:rk->port through a VIP of a service the filter lists
+ * that backend for. */
+static __always_inline bool match4(const struct sk4_rev_key *rk)
 {
-	struct sk4_rev_key rk = {
-		.cookie = cookie,
-		.address = addr,
-		.port = port,
-	};
 	struct term4_key fk = {
-		.address = addr,
-		.port = port,
+		.address = rk->address,
+		.port = rk->port,
 	};
 	const struct sk4_rev_value *rv;
 
-	rv = bpf_map_lookup_elem(&lb4_reverse_sk, &rk);
+	rv = bpf_map_lookup_elem(&lb4_reverse_sk, rk);
 	if (!rv)
 		return false; /* not through a VIP */
 	if (bpf_map_lookup_elem(&sockterm4_backends, &fk))
@@ -174,20 +172,16 @@ static __always_inline bool match4(__u64 cookie, __be32 addr, __be16 port)
 	return bpf_map_lookup_elem(&sockterm4_backends, &fk) != 0;
 }
 
-static __always_inline bool match6(__u64 cookie, const __be32 *addr, __be16 port)
+static __always_inline bool match6(const struct sk6_rev_key *rk)
 {
-	struct sk6_rev_key rk = {};
 	struct term6_key fk = {};
 	const struct sk6_rev_value *rv;
 
-	rk.cookie = cookie;
-	__builtin_memcpy(rk.address, addr, 16);
-	rk.port = port;
-	rv = bpf_map_lookup_elem(&lb6_reverse_sk, &rk);
+	rv = bpf_map_lookup_elem(&lb6_reverse_sk, rk);
 	if (!rv)
 		return false;
-	__builtin_memcpy(fk.address, addr, 16);
-	fk.port = port;
+	__builtin_memcpy(fk.address, rk->address, 16);
+	fk.port = rk->port;
 	if (bpf_map_lookup_elem(&sockterm6_backends, &fk))
 		return true;
 	fk.rev_nat_index = rv->rev_nat_index;
@@ -198,21 +192,21 @@ SEC("iter/udp")
 int sockterm_udp(struct bpf_iter__udp *ctx)
 {
 	struct sock_common *sk = ctx->udp_sk;
+	struct sk4_rev_key rk4 = {};
+	struct sk6_rev_key rk6 = {};
+	bool v4 = true;
 	__be32 a6[4];
-	__be16 dport;
 	__u64 cookie;
-	bool match;
 
 	if (!sk)
 		return 0;
 	if (sk->skc_state != TCP_ESTABLISHED)
 		return 0; /* not connected: each send picks its backend anew */
-	dport = sk->skc_dport;
 	cookie = bpf_get_socket_cookie(sk);
 
 	switch (sk->skc_family) {
 	case AF_INET:
-		match = match4(cookie, sk->skc_daddr, dport);
+		rk4.address = sk->skc_daddr;
 		break;
 	case AF_INET6:
 		a6[0] = sk->skc_v6_daddr.in6_u.u6_addr32[0];
@@ -221,17 +215,34 @@ int sockterm_udp(struct bpf_iter__udp *ctx)
 		a6[3] = sk->skc_v6_daddr.in6_u.u6_addr32[3];
 		/* ::ffff:a.b.c.d is an IPv4 backend: the socket LB recorded it
 		 * in the IPv4 reverse map. */
-		if (a6[0] == 0 && a6[1] == 0 && a6[2] == bpf_htonl(0x0000ffff))
-			match = match4(cookie, a6[3], dport);
-		else
-			match = match6(cookie, a6, dport);
+		if (a6[0] == 0 && a6[1] == 0 && a6[2] == bpf_htonl(0x0000ffff)) {
+			rk4.address = a6[3];
+		} else {
+			v4 = false;
+			__builtin_memcpy(rk6.address, a6, 16);
+		}
 		break;
 	default:
 		return 0;
 	}
-	if (!match)
+	if (v4) {
+		rk4.cookie = cookie;
+		rk4.port = sk->skc_dport;
+		if (!match4(&rk4))
+			return 0;
+	} else {
+		rk6.cookie = cookie;
+		rk6.port = sk->skc_dport;
+		if (!match6(&rk6))
+			return 0;
+	}
+	if (bpf_sock_destroy(sk) != 0)
 		return 0;
-	if (bpf_sock_destroy(sk) == 0)
-		bpf_seq_write(ctx->meta->seq, &cookie, sizeof(cookie));
+	/* Disconnected: the socket no longer talks to that backend. */
+	if (v4)
+		bpf_map_delete_elem(&lb4_reverse_sk, &rk4);
+	else
+		bpf_map_delete_elem(&lb6_reverse_sk, &rk6);
+	bpf_seq_write(ctx->meta->seq, &cookie, sizeof(cookie));
 	return 0;
 }

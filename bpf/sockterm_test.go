@@ -122,12 +122,7 @@ func (e *termEnv) markVia(t *testing.T, c *net.UDPConn, backend netip.AddrPort, 
 	var port [2]byte
 	binary.BigEndian.PutUint16(port[:], backend.Port())
 	if a.Is4() {
-		key := struct {
-			Cookie uint64
-			Addr   [4]byte
-			Port   [2]byte
-			Pad    uint16
-		}{cookie, a.As4(), port, 0}
+		key := rev4Key{cookie, a.As4(), port, 0}
 		val := struct {
 			Addr [4]byte
 			Port [2]byte
@@ -136,19 +131,49 @@ func (e *termEnv) markVia(t *testing.T, c *net.UDPConn, backend netip.AddrPort, 
 		require.NoError(t, e.rev4.Put(key, val))
 		return
 	}
-	key := struct {
-		Cookie uint64
-		Addr   [16]byte
-		Port   [2]byte
-		Pad    uint16
-		Pad2   uint32
-	}{cookie, a.As16(), port, 0, 0}
+	key := rev6Key{cookie, a.As16(), port, 0, 0}
 	val := struct {
 		Addr [16]byte
 		Port [2]byte
 		Rev  [2]byte
 	}{netip.MustParseAddr("fd00::100").As16(), [2]byte{0, 53}, rev}
 	require.NoError(t, e.rev6.Put(key, val))
+}
+
+type rev4Key struct {
+	Cookie uint64
+	Addr   [4]byte
+	Port   [2]byte
+	Pad    uint16
+}
+
+type rev6Key struct {
+	Cookie uint64
+	Addr   [16]byte
+	Port   [2]byte
+	Pad    uint16
+	Pad2   uint32
+}
+
+// marked reports whether the reverse map holds an entry for c and backend.
+func (e *termEnv) marked(t *testing.T, c *net.UDPConn, backend netip.AddrPort) bool {
+	t.Helper()
+	cookie := socketCookie(t, c)
+	a := backend.Addr().Unmap()
+	var port [2]byte
+	binary.BigEndian.PutUint16(port[:], backend.Port())
+	var val [20]byte
+	var err error
+	if a.Is4() {
+		err = e.rev4.Lookup(rev4Key{cookie, a.As4(), port, 0}, val[:8])
+	} else {
+		err = e.rev6.Lookup(rev6Key{cookie, a.As16(), port, 0, 0}, val[:])
+	}
+	if errors.Is(err, ebpf.ErrKeyNotExist) {
+		return false
+	}
+	require.NoError(t, err)
+	return true
 }
 
 func socketCookie(t *testing.T, c *net.UDPConn) uint64 {
@@ -279,6 +304,12 @@ func TestTerminateUDPSocketsDestroysSocketsThatReachedTheBackendThroughAVIP(t *t
 	for _, name := range []string{"via4", "via6", "mapped"} {
 		requireAborted(t, all[name], name)
 	}
+	require.False(t, e.marked(t, via4, a4), "a destroyed socket's reverse entry is deleted")
+	require.False(t, e.marked(t, via6, a6))
+	require.False(t, e.marked(t, mapped, a4))
+	require.True(t, e.marked(t, other4, b4), "the others' entries stay")
+	require.True(t, e.marked(t, viaB4, b4))
+	require.True(t, e.marked(t, unconn, a4))
 	for _, name := range []string{"direct4", "other4", "viaB4", "direct6"} {
 		require.NoError(t, ping(all[name], 1), "%s is left alone", name)
 	}
