@@ -40,6 +40,22 @@
 // pinned ones in and fails with ErrMapsNotPinned without them); the
 // reverse socket maps and the node address maps are the datapath's own.
 //
+// UDP socket termination: a connected UDP socket keeps the backend it was
+// given at connect time, even after that backend left the service.
+// TerminateUDPSockets (and TerminateUDPSocketsOf, per service) destroy such
+// sockets with a second object, sockterm.c: a BPF iterator over the UDP
+// sockets of the caller's network namespace that calls the
+// bpf_sock_destroy kfunc (Linux 6.5 or later) on every connected socket
+// (IPv4, IPv6, or dual-stack to an IPv4-mapped address) whose peer is a
+// listed backend and whose cookie has an lb4_reverse_sk/lb6_reverse_sk
+// entry for that backend, i.e. that reached it through a VIP; sockets
+// connected straight to the backend are left alone. The owner gets
+// ECONNABORTED on its next receive and the socket is disconnected, so
+// connecting again goes through the socket LB. The object is loaded once
+// per process on the pinned reverse maps (again when they are re-pinned)
+// and calls take turns on it; without the reverse maps (datapath not
+// attached) there is nothing to do.
+//
 // Lifecycle: Attach loads the programs on the maps pinned under the bpffs
 // root (it never creates LB maps: they are the engine's) and attaches them
 // through BPF links pinned in <root>/links, so they keep running after the
@@ -55,6 +71,9 @@
 // program, map or path concerned. errors.Is reports ErrMapsNotPinned (no LB
 // maps under the root), ErrIncompatible (a pinned map of another shape),
 // ErrNoCgroup2 and ErrNotCgroup2 (no cgroup v2, or a path that is not a
-// cgroup v2 directory) and ErrLinkNotSupported (kernel without cgroup BPF
-// links, before 5.7). A verifier rejection is returned with its log.
+// cgroup v2 directory), ErrLinkNotSupported (kernel without cgroup BPF
+// links, before 5.7) and ErrSockDestroyNotSupported (UDP socket
+// termination on a kernel before 6.5). A verifier rejection is returned
+// with its log. Termination errors are prefixed "terminate udp sockets: "
+// and name the bad entry (backends[i] or targets[i]).
 package bpf

@@ -26,4 +26,10 @@ var (
 	// ErrLinkNotSupported occurs on kernels without BPF links for cgroup
 	// programs (before 5.7): the programs could not survive the agent.
 	ErrLinkNotSupported = errors.New("cgroup bpf links not supported by the kernel")
+
+	// ErrSockDestroyNotSupported occurs when TerminateUDPSockets runs on a
+	// kernel without the bpf_sock_destroy kfunc or the BPF UDP socket iterator
+	// (both needed: Linux 6.5 or later). Connected UDP sockets then keep their
+	// backend until the application reconnects.
+	ErrSockDestroyNotSupported = errors.New("udp socket termination not supported by the kernel (needs the bpf_sock_destroy kfunc and the udp socket iterator: Linux 6.5 or later)")
 )

@@ -48,6 +48,11 @@ type request struct {
 	Argv    []string      `json:"argv,omitempty"`
 	// Bare connects and closes without exchanging data (benchmarks).
 	Bare bool `json:"bare,omitempty"`
+	// ID names a socket the helper keeps between requests (the "held-*"
+	// ops of helper_held_test.go); Mapped makes it a dual-stack IPv6
+	// socket connected to the IPv4-mapped form of Addr.
+	ID     string `json:"id,omitempty"`
+	Mapped bool   `json:"mapped,omitempty"`
 }
 
 // response is what the helper did.
@@ -222,7 +227,9 @@ func serve(req *request, resp *response) {
 		}
 		resp.Output = strconv.FormatUint(binary.NativeEndian.Uint64(b), 10)
 	default:
-		resp.Err = fmt.Sprintf("unknown op %q", req.Op)
+		if !serveHeld(req, resp) {
+			resp.Err = fmt.Sprintf("unknown op %q", req.Op)
+		}
 	}
 }
 
