@@ -68,6 +68,15 @@ type Config struct {
 	// engine wrote (and its pin with the map) and repaired
 	// (DefaultReconcileInterval if 0; negative: only on demand, Reconcile).
 	ReconcileInterval time.Duration
+	// SocketTerminator, if set, closes the connected UDP sockets that
+	// reached a backend through a service once the backend stops taking
+	// that service's new connections (removed, no longer active, or the
+	// service deleted), so that clients such as DNS resolvers reconnect
+	// and reach a live backend. It runs on a goroutine of the engine's,
+	// one call at a time, with the targets queued since the last call
+	// (at most 65,536 wait; more are dropped and counted). The agent sets
+	// the socket-LB datapath's.
+	SocketTerminator SocketTerminator
 
 	// hooks are the test knobs (map faults, actor middleware): set here by
 	// this package's tests, through enginetest.With by the module's others.
@@ -107,6 +116,8 @@ type Engine struct {
 	reconciles uint64
 	lastAt     time.Time
 	lastErr    error
+
+	sockets *socketWorker // nil without Config.SocketTerminator
 }
 
 // New opens the maps, starts the actors and waits until the state is
@@ -137,9 +148,15 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		}),
 		actor.WithDeadLetterRequestLogging(false),
 	)
+	var onLeft func(lb.ServiceID, []lb.L3n4Addr)
+	if cfg.SocketTerminator != nil {
+		e.sockets = newSocketWorker(cfg.SocketTerminator)
+		onLeft = e.sockets.add
+	}
 	var once sync.Once
 	props := actors.NewKeeperProps(actors.Config{
-		Maps: lbm, Log: e.log, Restore: !cfg.NoRestore, ChildMiddleware: cfg.hooks.ChildMiddleware,
+		OnBackendsLeft: onLeft,
+		Maps:           lbm, Log: e.log, Restore: !cfg.NoRestore, ChildMiddleware: cfg.hooks.ChildMiddleware,
 		OnStopped:       func() { once.Do(func() { close(e.stopped) }) },
 		OnUp:            e.gate.setUp,
 		OnDown:          e.gate.setDown,
@@ -147,6 +164,9 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	}, cfg.hooks.SupervisorMiddleware...)
 	e.keeper, err = e.sys.Root.SpawnNamed(props, actors.KeeperName)
 	if err != nil {
+		if e.sockets != nil {
+			e.sockets.stop()
+		}
 		lbm.Close()
 		return nil, fmt.Errorf("new engine: spawn keeper: %w", err)
 	}
@@ -223,6 +243,9 @@ func (e *Engine) Close() error {
 			err = errors.New("close: actors did not stop within 10s")
 		}
 		e.sys.Shutdown()
+		if e.sockets != nil {
+			e.sockets.stop()
+		}
 		e.mapsMu.Lock()
 		e.mapsOff = true
 		err = errors.Join(err, e.maps.Close())
@@ -579,6 +602,14 @@ type Stats struct {
 	Reconciles         uint64
 	LastReconcile      time.Time
 	LastReconcileError error
+	// SocketsTerminated counts the connected UDP sockets the
+	// SocketTerminator closed; SocketTargetsDropped the targets dropped
+	// because too many waited; SocketTerminateFailures its failed calls,
+	// LastSocketTerminateError the last failure.
+	SocketsTerminated        uint64
+	SocketTargetsDropped     uint64
+	SocketTerminateFailures  uint64
+	LastSocketTerminateError error
 }
 
 // MapWrites is the total of entries written and deleted in every map.
@@ -629,6 +660,9 @@ func (e *Engine) Stats(ctx context.Context) (Stats, error) {
 	}
 	st.Reconciles, st.LastReconcile, st.LastReconcileError = e.reconciles, e.lastAt, e.lastErr
 	e.driftMu.Unlock()
+	if e.sockets != nil {
+		st.SocketsTerminated, st.SocketTargetsDropped, st.SocketTerminateFailures, st.LastSocketTerminateError = e.sockets.stats()
+	}
 	return st, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/actorlb/actorlb/internal/engine"
+	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/maps"
 	"github.com/actorlb/actorlb/messages"
 	"github.com/asynkron/protoactor-go/actor"
@@ -41,6 +42,8 @@ type Config struct {
 	// OnRestoreFailed runs when restore fails; the incarnation serves
 	// nothing and answers every call with err.
 	OnRestoreFailed func(err error)
+	// OnBackendsLeft: see engine.Config.
+	OnBackendsLeft func(service lb.ServiceID, backends []lb.L3n4Addr)
 }
 
 // Supervisor is the engine's actor: it spawns and supervises the children
@@ -92,7 +95,7 @@ func NewSupervisorProducer(cfg Config) actor.Producer {
 			restarts: restarts,
 			core: engine.New(engine.Config{
 				Log: log, Restore: cfg.Restore, MaxResends: cfg.MaxResends, Restarts: restarts,
-				OnUp: cfg.OnUp, OnDown: cfg.OnDown, OnRestoreFailed: cfg.OnRestoreFailed,
+				OnUp: cfg.OnUp, OnDown: cfg.OnDown, OnRestoreFailed: cfg.OnRestoreFailed, OnBackendsLeft: cfg.OnBackendsLeft,
 			}),
 		}
 		s.strategy = actor.NewOneForOneStrategy(cfg.MaxRestarts, cfg.RestartWindow, actor.DefaultDecider)

@@ -29,6 +29,12 @@ type Config struct {
 	// every call with err).
 	OnUp, OnDown    func()
 	OnRestoreFailed func(err error)
+	// OnBackendsLeft runs when backends stopped taking new connections of
+	// a UDP (or any-protocol) service: removed from it, no longer active,
+	// or the service deleted. It runs once the service map no longer
+	// offers them, so that clients that reconnect reach another backend.
+	// It must not block (the caller queues the work).
+	OnBackendsLeft func(service lb.ServiceID, backends []lb.L3n4Addr)
 	// Now is the clock of step timings (time.Now if nil).
 	Now func() time.Time
 }
@@ -85,6 +91,9 @@ func New(cfg Config) *Core {
 	}
 	if cfg.OnDown == nil {
 		cfg.OnDown = func() {}
+	}
+	if cfg.OnBackendsLeft == nil {
+		cfg.OnBackendsLeft = func(lb.ServiceID, []lb.L3n4Addr) {}
 	}
 	if cfg.OnRestoreFailed == nil {
 		cfg.OnRestoreFailed = func(error) {}

@@ -102,6 +102,7 @@ func (p *deletePlan) commit(c *Core, o *op) {
 	}
 	o.beHolds = slices.Grow(o.beHolds, n)
 	for it := range p.live {
+		c.backendsLeft(it.old, nil)
 		c.drop(it.old)
 		o.svcHolds = append(o.svcHolds, messages.AllocBinding{Key: it.fe, ID: uint64(it.old.ID()), Refs: 1})
 		for j, b := range it.old.Spec.Backends {

@@ -71,6 +71,9 @@ func newIdleHarness(t *testing.T) *harness {
 		OnUp:            func() { h.events = append(h.events, "up") },
 		OnDown:          func() { h.events = append(h.events, "down") },
 		OnRestoreFailed: func(err error) { h.events = append(h.events, "restore failed: "+err.Error()) },
+		OnBackendsLeft: func(id lb.ServiceID, bs []lb.L3n4Addr) {
+			h.events = append(h.events, fmt.Sprintf("backends left %d: %s", id, list(bs, lb.L3n4Addr.String)))
+		},
 	})
 	return h
 }

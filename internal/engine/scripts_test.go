@@ -451,3 +451,63 @@ func TestScriptBatchThatFillsAMapCreatesWhatFits(t *testing.T) {
 	h.reply("alloc", done())
 	h.expectAnswers("upsert batch: [id 1 created true error: upsert service 10.96.0.2:80/TCP: write service: map full]")
 }
+
+// Backends that stop taking a UDP service's new connections are reported
+// once the service map no longer offers them (so that connected sockets
+// on them can be closed and their clients reconnect elsewhere): removed,
+// gone terminating, or with the whole service deleted. TCP services are
+// not reported: their connections end with their own sockets.
+func TestScriptBackendsLeavingAUDPServiceAreReported(t *testing.T) {
+	h := newHarness(t)
+	h.call(upsert(svc(t, "10.96.0.10:53/udp", "10.0.1.1:53/udp", "10.0.1.2:53/udp", "10.0.1.3:53/udp")))
+	h.expect("alloc: acquire service 10.96.0.10:53/UDP backends [10.0.1.1:53/UDP 10.0.1.2:53/UDP 10.0.1.3:53/UDP]")
+	h.reply("alloc", acquired(1, 1, 2, 3))
+	h.expect("be4: write [1=10.0.1.1:53 2=10.0.1.2:53 3=10.0.1.3:53]", "revnat: write [1=10.96.0.10:53]")
+	h.reply("be4", ok())
+	h.reply("revnat", ok())
+	h.expect("svc4: write [10.96.0.10:53/UDP#1 10.96.0.10:53/UDP#2 10.96.0.10:53/UDP#3 10.96.0.10:53/UDP#0]")
+	h.reply("svc4", ok())
+	h.expectAnswers("upsert: id 1 created true")
+	h.expectEvents()
+
+	// 10.0.1.1 leaves, 10.0.1.2 goes terminating: both reported, after
+	// the service write.
+	upd := svc(t, "10.96.0.10:53/udp", "10.0.1.2:53/udp", "10.0.1.3:53/udp")
+	upd.Backends[0].State = lb.BackendStateTerminating
+	h.call(upsert(upd))
+	h.expect("be4: write [3=10.0.1.3:53 2=10.0.1.2:53(terminating)]", "revnat: write [1=10.96.0.10:53]")
+	h.reply("be4", ok())
+	h.reply("revnat", ok())
+	h.expect("svc4: write [10.96.0.10:53/UDP#1 10.96.0.10:53/UDP#2 10.96.0.10:53/UDP#0] delete [10.96.0.10:53/UDP#3]")
+	h.expectEvents()
+	h.reply("svc4", ok())
+	h.expectEvents("backends left 1: [10.0.1.1:53/UDP 10.0.1.2:53/UDP]")
+	h.expect("alloc: release backends [10.0.1.1:53/UDP] services []")
+	h.reply("alloc", released(1))
+	h.expect("be4: write [] delete [1]")
+	h.reply("be4", ok())
+	h.expect("alloc: unhold [1]")
+	h.reply("alloc", done())
+	h.expectAnswers("upsert: id 1 created false")
+
+	// Deleted: its one active backend is reported.
+	h.call(deleteFE(t, "10.96.0.10:53/udp"))
+	h.expect("svc4: write [] delete [10.96.0.10:53/UDP#0 10.96.0.10:53/UDP#1 10.96.0.10:53/UDP#2]")
+	h.reply("svc4", ok())
+	h.expectEvents("backends left 1: [10.0.1.3:53/UDP]")
+
+	// A TCP service is not reported.
+	h2 := newHarness(t)
+	h2.call(upsert(svc(t, "10.96.0.11:80", "10.0.2.1:80")))
+	h2.expect("alloc: acquire service 10.96.0.11:80/TCP backends [10.0.2.1:80/TCP]")
+	h2.reply("alloc", acquired(1, 1))
+	h2.expect("be4: write [1=10.0.2.1:80]", "revnat: write [1=10.96.0.11:80]")
+	h2.reply("be4", ok())
+	h2.reply("revnat", ok())
+	h2.expect("svc4: write [10.96.0.11:80/TCP#1 10.96.0.11:80/TCP#0]")
+	h2.reply("svc4", ok())
+	h2.call(deleteFE(t, "10.96.0.11:80"))
+	h2.expect("svc4: write [] delete [10.96.0.11:80/TCP#0 10.96.0.11:80/TCP#1]")
+	h2.reply("svc4", ok())
+	h2.expectEvents()
+}

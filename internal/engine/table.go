@@ -139,6 +139,37 @@ func (c *Core) backendState(k lb.L3n4Addr) (lb.BackendState, lb.BackendID, bool)
 
 // commit installs svc in the table and, when it shares a backend with
 // other services, gives them its backend states (propagateStates).
+// backendsLeft reports (Config.OnBackendsLeft) the active backends of
+// old, a UDP or any-protocol service, that svc (nil: deleted) no longer
+// has active: connected UDP sockets stay on their backend until told.
+func (c *Core) backendsLeft(old, svc *table.Service) {
+	if p := old.Frontend().Protocol; p != lb.UDP && p != lb.ANY {
+		return
+	}
+	var left []lb.L3n4Addr
+	for _, b := range old.Spec.Backends {
+		if b.State != lb.BackendStateActive {
+			continue
+		}
+		still := false
+		if svc != nil {
+			k := table.BackendKey(b)
+			for _, nb := range svc.Spec.Backends {
+				if table.BackendKey(nb) == k {
+					still = nb.State == lb.BackendStateActive
+					break
+				}
+			}
+		}
+		if !still {
+			left = append(left, table.BackendKey(b))
+		}
+	}
+	if len(left) > 0 {
+		c.cfg.OnBackendsLeft(old.ID(), left)
+	}
+}
+
 func (c *Core) commit(svc *table.Service) {
 	if c.put(svc) {
 		c.propagateStates(svc)

@@ -265,6 +265,9 @@ func (p *upsertPlan) deleteFreedAndStale(c *Core, o *op) {
 func (p *upsertPlan) commit(c *Core, o *op) {
 	o.svcHolds, o.beHolds = nil, nil
 	for it := range p.live {
+		if it.old != nil {
+			c.backendsLeft(it.old, it.svc)
+		}
 		c.commit(it.svc)
 		for j, k := range it.removed {
 			o.beHolds = append(o.beHolds, messages.AllocBinding{Key: k, ID: uint64(it.removedIDs[j]), Refs: 1})
