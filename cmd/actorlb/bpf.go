@@ -135,7 +135,10 @@ func masterFlags(fe lb.L3n4Addr, v maps.ServiceValue) string {
 		parts = append(parts, fmt.Sprintf("affinity %ds", spec.SessionAffinityTimeout))
 	}
 	if spec.LBAlgorithm != lb.LBAlgDefault {
-		parts = append(parts, spec.LBAlgorithm.String())
+		parts = append(parts, algorithmString(spec.LBAlgorithm.String()))
+	}
+	if v.Flags2&lb.Flag2TwoScopes != 0 {
+		parts = append(parts, "two-scopes")
 	}
 	if v.Flags&lb.FlagRoutable == 0 {
 		parts = append(parts, "non-routable")
