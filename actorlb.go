@@ -172,6 +172,10 @@ type MapEntries struct {
 	Services4, Services6 []maps.ServiceEntry
 	Backends4, Backends6 []maps.BackendEntry
 	RevNAT4, RevNAT6     []maps.RevNATEntry
+	// Members (lb_members) and AffinityMatch (lb_affinity_match) serve
+	// both families.
+	Members       []maps.MemberEntry
+	AffinityMatch []maps.AffinityMatchKey
 }
 
 // DumpMaps reads every entry of the six maps, as the datapath sees them
@@ -192,6 +196,8 @@ func (e *Engine) DumpMaps(ctx context.Context) (MapEntries, error) {
 		func() (err error) { d.Services6, err = e.maps.Service6.Dump(); return err },
 		func() (err error) { d.Backends6, err = e.maps.Backend6.Dump(); return err },
 		func() (err error) { d.RevNAT6, err = e.maps.RevNAT6.Dump(); return err },
+		func() (err error) { d.Members, err = e.maps.Members.Dump(); return err },
+		func() (err error) { d.AffinityMatch, err = e.maps.AffinityMatch.Dump(); return err },
 	} {
 		if err := ctx.Err(); err != nil {
 			return MapEntries{}, fmt.Errorf("dump maps: %w", err)
@@ -599,7 +605,7 @@ func (e *Engine) Stats(ctx context.Context) (Stats, error) {
 		Entries() int
 		Counters() maps.Counters
 		CheckPin() (maps.PinState, error)
-	}{e.maps.Service4, e.maps.Backend4, e.maps.RevNAT4, e.maps.Service6, e.maps.Backend6, e.maps.RevNAT6} {
+	}{e.maps.Service4, e.maps.Backend4, e.maps.RevNAT4, e.maps.Service6, e.maps.Backend6, e.maps.RevNAT6, e.maps.Members, e.maps.AffinityMatch} {
 		c := m.Counters()
 		ms := MapStats{Name: m.Name(), MaxEntries: m.MaxEntries(), Entries: m.Entries(), Updated: c.Updated, Deleted: c.Deleted}
 		// Microseconds (the pin is opened and its map ID compared): a pin

@@ -115,6 +115,26 @@ func newBackendMapActor(m maps.BackendMap) actor.Producer {
 	}
 }
 
+// newMembersActor owns lb_members: weights, node-local flags and
+// maintenance memberships, written by the core beside the backends.
+func newMembersActor(m maps.MembersMap) actor.Producer {
+	return func() actor.Actor {
+		return &mapActor[maps.MemberEntry, maps.MemberKey]{name: m.Name(), mirror: newMirror(maps.Map[maps.MemberEntry, maps.MemberKey](m),
+			func(e maps.MemberEntry) (maps.MemberKey, maps.MemberValue) { return e.Key, e.Value },
+			func(k maps.MemberKey, v maps.MemberValue) maps.MemberEntry { return maps.MemberEntry{Key: k, Value: v} })}
+	}
+}
+
+// newAffinityMatchActor owns lb_affinity_match: which backends a
+// session-affinity service may keep a client on.
+func newAffinityMatchActor(m maps.AffinityMatchMap) actor.Producer {
+	return func() actor.Actor {
+		return &mapActor[maps.AffinityMatchKey, maps.AffinityMatchKey]{name: m.Name(), mirror: newMirror(maps.Map[maps.AffinityMatchKey, maps.AffinityMatchKey](m),
+			func(k maps.AffinityMatchKey) (maps.AffinityMatchKey, struct{}) { return k, struct{}{} },
+			func(k maps.AffinityMatchKey, _ struct{}) maps.AffinityMatchKey { return k })}
+	}
+}
+
 func (a *mapActor[E, K]) Receive(ctx actor.Context) {
 	messages.EachRequest(ctx.Message(), func(m any) { a.receive(ctx, m) })
 }

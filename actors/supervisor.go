@@ -209,6 +209,10 @@ func (s *Supervisor) props(name string) *actor.Props {
 		producer = newBackendMapActor(mp.Backend6)
 	case engine.ChildRevNAT:
 		producer = newRevNATActor(mp.RevNAT4, mp.RevNAT6)
+	case engine.ChildMembers:
+		producer = newMembersActor(mp.Members)
+	case engine.ChildAffinity:
+		producer = newAffinityMatchActor(mp.AffinityMatch)
 	}
 	return actor.PropsFromProducer(producer, actor.WithReceiverMiddleware(s.cfg.ChildMiddleware...))
 }

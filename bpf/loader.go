@@ -53,7 +53,7 @@ const (
 
 // lbMapNames are actorlb's maps the programs read; they must be pinned.
 // The object names its maps exactly like the maps package (a test checks).
-var lbMapNames = maps.Names
+var lbMapNames = maps.Names // only those the object defines are handed in (see Attach)
 
 // Config says where the maps are and where to attach.
 type Config struct {
@@ -180,6 +180,10 @@ func attach(cfg Config) (Info, error) {
 func pinnedMaps(spec *ebpf.CollectionSpec, root string) (map[string]*ebpf.Map, error) {
 	out := make(map[string]*ebpf.Map, len(spec.Maps))
 	for _, name := range lbMapNames {
+		ms := spec.Maps[name]
+		if ms == nil {
+			continue // a map of actorlb's that these programs do not read
+		}
 		path := filepath.Join(root, name)
 		m, err := ebpf.LoadPinnedMap(path, nil)
 		if errors.Is(err, os.ErrNotExist) {
@@ -189,7 +193,6 @@ func pinnedMaps(spec *ebpf.CollectionSpec, root string) (map[string]*ebpf.Map, e
 			return out, fmt.Errorf("open pinned map %s: %w", path, err)
 		}
 		out[name] = m
-		ms := spec.Maps[name]
 		// The capacity is the engine's choice; everything else must match.
 		ms.MaxEntries = m.MaxEntries()
 		if err := ms.Compatible(m); err != nil {

@@ -122,10 +122,17 @@ func NewBackendWeight(n int64) (uint16, error) {
 // ScopeExternal in canonical form; Service.Validate ignores it.
 type Backend struct {
 	L3n4Addr
-	// Weight is the relative share of new traffic; 0 means the backend
-	// receives no new traffic.
+	// Weight is the relative share of new connections among the service's
+	// active backends (DefaultBackendWeight when parsed or decoded without
+	// one). 0 means the backend receives no new connections while the open
+	// ones keep working. Note that the zero value of Backend has weight 0:
+	// set DefaultBackendWeight when building a Backend by hand.
 	Weight uint16
 	State  BackendState
+	// NodeLocal says the backend runs on this node. A service whose
+	// traffic policy is Local on one side sends that side's connections
+	// only to its node-local backends.
+	NodeLocal bool
 }
 
 // ParseBackend parses "IP:PORT[/PROTOCOL]" (see ParseL3n4Addr; no scope) into

@@ -55,6 +55,14 @@ func (t ServiceType) String() string {
 // IsValid reports whether t is a known service type.
 func (t ServiceType) IsValid() bool { return int(t) < len(serviceTypeNames) }
 
+// HasExternalSide reports whether a service of type t is reached from
+// outside the node (NodePort, ExternalIPs, LoadBalancer, HostPort), so
+// that it has an external traffic policy besides the internal one.
+// ClusterIP and LocalRedirect services are reached only from inside.
+func (t ServiceType) HasExternalSide() bool {
+	return t.IsValid() && t != SVCTypeClusterIP && t != SVCTypeLocalRedirect
+}
+
 // LBAlgorithm is the backend selection algorithm, stored in bits 24-31 of the
 // master slot.
 type LBAlgorithm uint8
@@ -120,9 +128,12 @@ type Service struct {
 	// order itself.
 	Backends []Backend
 	Type     ServiceType
-	// ExtTrafficPolicyLocal sets FlagExtLocalScope.
+	// ExtTrafficPolicyLocal: connections from outside the node go only to
+	// node-local backends (none: refused). Sets FlagExtLocalScope. Only
+	// for types with an external side (ServiceType.HasExternalSide).
 	ExtTrafficPolicyLocal bool
-	// IntTrafficPolicyLocal sets Flag2IntLocalScope.
+	// IntTrafficPolicyLocal: connections from inside the node go only to
+	// node-local backends (none: refused). Sets Flag2IntLocalScope.
 	IntTrafficPolicyLocal bool
 	// SessionAffinity sets FlagAffinity.
 	SessionAffinity bool
@@ -183,6 +194,10 @@ func (s *Service) Validate() error {
 
 	if !s.Type.IsValid() {
 		return invalid("type", strconv.Itoa(int(s.Type)), "unknown service type")
+	}
+	if s.ExtTrafficPolicyLocal && !s.Type.HasExternalSide() {
+		return invalid("external-traffic-policy", "Local",
+			"a "+s.Type.String()+" service is reached only from inside the node: it has no external traffic policy (use the internal traffic policy)")
 	}
 	if s.SessionAffinityTimeout > MaxSessionAffinityTimeout {
 		return invalid("session-affinity-timeout", strconv.FormatUint(uint64(s.SessionAffinityTimeout), 10),
@@ -276,9 +291,10 @@ const (
 // LocalRedirect Flag2LocalRedirect). FlagRoutable is set for every type
 // except LocalRedirect and a NodePort service on the surrogate frontend
 // (0.0.0.0 or ::), which only stands for the node's own addresses.
-// FlagExtLocalScope, Flag2IntLocalScope and FlagAffinity follow the options.
-// Source ranges, NAT46/64, L7, two scopes and DSR are not supported yet and
-// their bits stay 0.
+// FlagExtLocalScope, Flag2IntLocalScope and FlagAffinity follow the options;
+// Flag2TwoScopes is set when the service has two backend sets (TwoScopes).
+// Source ranges, NAT46/64, L7 and DSR are not supported yet and their bits
+// stay 0.
 func (s *Service) Flags() (flags, flags2 uint8) {
 	if s == nil {
 		return 0, 0
@@ -308,7 +324,36 @@ func (s *Service) Flags() (flags, flags2 uint8) {
 	if s.IntTrafficPolicyLocal {
 		flags2 |= Flag2IntLocalScope
 	}
+	if s.TwoScopes() {
+		flags2 |= Flag2TwoScopes
+	}
 	return flags, flags2
+}
+
+// TwoScopes reports whether the service carries two backend sets: it has
+// an external side and exactly one of its two traffic policies is Local.
+// The external set (key scope ScopeExternal) then serves connections from
+// outside the node, the internal one (ScopeInternal) those from inside.
+// Otherwise one set serves both: the node-local backends if a policy is
+// Local, all of them if not.
+func (s *Service) TwoScopes() bool {
+	return s != nil && s.Type.HasExternalSide() && s.ExtTrafficPolicyLocal != s.IntTrafficPolicyLocal
+}
+
+// ScopeLocal reports whether the backend set at scope sc holds only the
+// node-local backends. Without two scopes there is one set (at
+// ScopeExternal), local when either policy is Local.
+func (s *Service) ScopeLocal(sc Scope) bool {
+	if s == nil {
+		return false
+	}
+	if !s.TwoScopes() {
+		return s.ExtTrafficPolicyLocal || s.IntTrafficPolicyLocal
+	}
+	if sc == ScopeInternal {
+		return s.IntTrafficPolicyLocal
+	}
+	return s.ExtTrafficPolicyLocal
 }
 
 // AffinityAlgo returns the backend_id union of the master slot: bits 0-23

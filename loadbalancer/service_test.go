@@ -196,8 +196,10 @@ func TestServiceFlags(t *testing.T) {
 		{"HostPort", SVCTypeHostPort, "192.168.1.10:8080", false, false, false, FlagHostPort | FlagRoutable, 0},
 		{"HostPort 0.0.0.0", SVCTypeHostPort, "0.0.0.0:8080", false, false, false, FlagHostPort | FlagRoutable, 0},
 		{"LocalRedirect", SVCTypeLocalRedirect, "169.254.20.10:53", false, false, false, 0, Flag2LocalRedirect},
-		{"ext local", SVCTypeNodePort, "192.168.1.10:30080", true, false, false, FlagNodePort | FlagRoutable | FlagExtLocalScope, 0},
-		{"int local", SVCTypeClusterIP, "10.96.0.10:80", false, true, false, FlagRoutable, Flag2IntLocalScope},
+		{"ext local: two scopes", SVCTypeNodePort, "192.168.1.10:30080", true, false, false, FlagNodePort | FlagRoutable | FlagExtLocalScope, Flag2TwoScopes},
+		{"int local on NodePort: two scopes", SVCTypeNodePort, "192.168.1.10:30080", false, true, false, FlagNodePort | FlagRoutable, Flag2IntLocalScope | Flag2TwoScopes},
+		{"both local: one set", SVCTypeLoadBalancer, "203.0.113.6:443", true, true, false, FlagLoadBalancer | FlagRoutable | FlagExtLocalScope, Flag2IntLocalScope},
+		{"int local on ClusterIP: one set", SVCTypeClusterIP, "10.96.0.10:80", false, true, false, FlagRoutable, Flag2IntLocalScope},
 		{"affinity", SVCTypeClusterIP, "10.96.0.10:80", false, false, true, FlagRoutable | FlagAffinity, 0},
 		{"all options LB", SVCTypeLoadBalancer, "203.0.113.6:443", true, true, true,
 			FlagLoadBalancer | FlagRoutable | FlagExtLocalScope | FlagAffinity, Flag2IntLocalScope},
@@ -250,3 +252,48 @@ func TestServiceAffinityAlgo(t *testing.T) {
 		t.Error("nil AffinityAlgo")
 	}
 }
+
+func TestLocalPoliciesChooseTheBackendSets(t *testing.T) {
+	cases := []struct {
+		name           string
+		typ            ServiceType
+		ext, intl      bool
+		two            bool
+		extSet, intSet bool // whether the set at that scope is node-local only
+	}{
+		{"ClusterIP cluster", SVCTypeClusterIP, false, false, false, false, false},
+		{"ClusterIP int local", SVCTypeClusterIP, false, true, false, true, true},
+		{"NodePort ext local", SVCTypeNodePort, true, false, true, true, false},
+		{"NodePort int local", SVCTypeNodePort, false, true, true, false, true},
+		{"LoadBalancer both local", SVCTypeLoadBalancer, true, true, false, true, true},
+		{"LocalRedirect int local", SVCTypeLocalRedirect, false, true, false, true, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &Service{Type: tc.typ, ExtTrafficPolicyLocal: tc.ext, IntTrafficPolicyLocal: tc.intl}
+			if got := s.TwoScopes(); got != tc.two {
+				t.Errorf("TwoScopes() = %v, want %v", got, tc.two)
+			}
+			if got := s.ScopeLocal(ScopeExternal); got != tc.extSet {
+				t.Errorf("ScopeLocal(external) = %v, want %v", got, tc.extSet)
+			}
+			if tc.two {
+				if got := s.ScopeLocal(ScopeInternal); got != tc.intSet {
+					t.Errorf("ScopeLocal(internal) = %v, want %v", got, tc.intSet)
+				}
+			}
+		})
+	}
+}
+
+func TestExternalPolicyLocalIsRefusedWithoutAnExternalSide(t *testing.T) {
+	for _, typ := range []ServiceType{SVCTypeClusterIP, SVCTypeLocalRedirect} {
+		s := &Service{Frontend: fe("10.96.0.10:80", 0), Type: typ, ExtTrafficPolicyLocal: true}
+		wantValidationError(t, s.Validate(), "external-traffic-policy", "")
+	}
+	s := &Service{Frontend: fe("10.96.0.10:30080", 0), Type: SVCTypeNodePort, ExtTrafficPolicyLocal: true}
+	if err := s.Validate(); err != nil {
+		t.Fatalf("NodePort with external Local: %v", err)
+	}
+}
+

@@ -28,8 +28,9 @@ const (
 	RevNAT6Name  = "lb6_reverse_nat"
 )
 
-// Names lists every map name in a fixed order.
-var Names = []string{Service4Name, Backend4Name, RevNAT4Name, Service6Name, Backend6Name, RevNAT6Name}
+// Names lists every map name in a fixed order: the six upstream maps,
+// then actorlb's own (lb_members, lb_affinity_match).
+var Names = []string{Service4Name, Backend4Name, RevNAT4Name, Service6Name, Backend6Name, RevNAT6Name, MembersName, AffinityMatchName}
 
 // Sizes holds the capacity of each map family; zero means DefaultMaxEntries.
 type Sizes struct {
@@ -79,11 +80,15 @@ func (c Config) validate() error {
 	return nil
 }
 
-// LBMaps holds the six maps.
+// LBMaps holds the maps.
 type LBMaps struct {
 	Service4, Service6 ServiceMap
 	Backend4, Backend6 BackendMap
 	RevNAT4, RevNAT6   RevNATMap
+	// Members is lb_members (one map for both families: IDs are shared).
+	Members MembersMap
+	// AffinityMatch is lb_affinity_match (one map for both families).
+	AffinityMatch AffinityMatchMap
 	// Root is where the maps are pinned ("" for in-memory maps).
 	Root string
 	// Created names the maps that were created (not found pinned) by Open.
@@ -117,7 +122,7 @@ func (m *LBMaps) RevNAT(f Family) RevNATMap {
 // Close closes every map; pins stay.
 func (m *LBMaps) Close() error {
 	var errs []error
-	for _, c := range []interface{ Close() error }{m.Service4, m.Service6, m.Backend4, m.Backend6, m.RevNAT4, m.RevNAT6} {
+	for _, c := range []interface{ Close() error }{m.Service4, m.Service6, m.Backend4, m.Backend6, m.RevNAT4, m.RevNAT6, m.Members, m.AffinityMatch} {
 		if c != nil {
 			errs = append(errs, c.Close())
 		}
@@ -188,6 +193,16 @@ func Open(cfg Config) (_ *LBMaps, err error) {
 		return nil, err
 	}
 	lb.RevNAT6 = r6
+	mb, err := newMap(&o, MembersName, 0, sizes.Backends, membersCodec, btfMemberKey("lb_member_key"), btfMemberValue())
+	if err != nil {
+		return nil, err
+	}
+	lb.Members = mb
+	am, err := newMap(&o, AffinityMatchName, 0, sizes.Backends, affinityMatchCodec, btfMemberKey("lb_affinity_match"), btfU8)
+	if err != nil {
+		return nil, err
+	}
+	lb.AffinityMatch = am
 	return lb, nil
 }
 

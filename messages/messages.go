@@ -277,6 +277,10 @@ type MapDumped[E any] struct {
 type (
 	ServiceApply = MapApply[maps.ServiceEntry, maps.ServiceKey]
 	BackendApply = MapApply[maps.BackendEntry, uint32]
+	// MemberApply writes and deletes lb_members entries.
+	MemberApply = MapApply[maps.MemberEntry, maps.MemberKey]
+	// AffinityMatchApply writes and deletes lb_affinity_match entries.
+	AffinityMatchApply = MapApply[maps.AffinityMatchKey, maps.AffinityMatchKey]
 )
 
 // RevNATApply writes and deletes revNAT entries of both families.

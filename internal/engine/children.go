@@ -11,10 +11,15 @@ const (
 	ChildBackend4  = "be4"
 	ChildBackend6  = "be6"
 	ChildRevNAT    = "revnat"
+	// ChildMembers owns lb_members (weights, node-local, maintenance
+	// memberships).
+	ChildMembers = "members"
+	// ChildAffinity owns lb_affinity_match.
+	ChildAffinity = "affinity"
 )
 
 // Children lists the child names, in the order Ready lists requests.
-var Children = []string{ChildAllocator, ChildService4, ChildService6, ChildBackend4, ChildBackend6, ChildRevNAT}
+var Children = []string{ChildAllocator, ChildService4, ChildService6, ChildBackend4, ChildBackend6, ChildRevNAT, ChildMembers, ChildAffinity}
 
 func svcChild(f maps.Family) string {
 	if f == maps.IPv6 {

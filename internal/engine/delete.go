@@ -88,7 +88,7 @@ func (p *deletePlan) deleteServices(c *Core, o *op) {
 	var ds [2][]maps.ServiceKey
 	for it := range p.live {
 		f := famIndex(it.old.Family())
-		ds[f] = append(ds[f], slotKeys(it.fe, 0, table.SlotCount(it.old))...) // master first
+		ds[f] = append(ds[f], allKeys(it.old)...) // master first
 	}
 	c.applyServices(o, [2][]maps.ServiceEntry{}, ds)
 }
@@ -124,11 +124,16 @@ func (p *deletePlan) releaseBackends(c *Core, o *op) {
 
 func (p *deletePlan) deleteRevNAT(c *Core, o *op) {
 	var rev [2][]uint16
+	var md []maps.MemberKey
+	var ad []maps.AffinityMatchKey
 	for it := range p.live {
 		f := famIndex(it.old.Family())
 		rev[f] = append(rev[f], uint16(it.old.ID()))
+		md = append(md, memberKeysNotIn(table.MemberEntries(it.old), nil)...)
+		ad = append(ad, table.AffinityMatches(it.old)...)
 	}
 	c.applyRevNAT(o, nil, rev)
+	c.applyMembers(o, nil, md, nil, ad) // before the service ID can be reused
 }
 
 // releaseServiceIDs lets the freed backend IDs be reused and gives the

@@ -48,12 +48,14 @@ func newHarness(t *testing.T) *harness {
 // with an empty map.
 func (h *harness) dumpEmptyMaps() {
 	h.t.Helper()
-	h.expect("svc4: dump", "svc6: dump", "be4: dump", "be6: dump", "revnat: dump")
+	h.expect("svc4: dump", "svc6: dump", "be4: dump", "be6: dump", "revnat: dump", "members: dump", "affinity: dump")
 	h.reply("svc4", dumpedServices())
 	h.reply("svc6", dumpedServices())
 	h.reply("be4", dumpedBackends())
 	h.reply("be6", dumpedBackends())
 	h.reply("revnat", func(r messages.Request) any { return &messages.RevNATDumped{ReqID: r.RequestID()} })
+	h.reply("members", func(r messages.Request) any { return &messages.MapDumped[maps.MemberEntry]{ReqID: r.RequestID()} })
+	h.reply("affinity", func(r messages.Request) any { return &messages.MapDumped[maps.AffinityMatchKey]{ReqID: r.RequestID()} })
 }
 
 // newIdleHarness returns a core that has not started.
@@ -275,6 +277,13 @@ func printRequest(r messages.Request) string {
 		s := "write " + list(m.Writes, func(e maps.RevNATEntry) string { return fmt.Sprintf("%d=%s:%d", e.ID, e.Value.Address, e.Value.Port) })
 		s += del(m.Deletes4, func(id uint16) string { return fmt.Sprint(id) })
 		return s + del(m.Deletes6, func(id uint16) string { return fmt.Sprint(id) })
+	case *messages.MemberApply:
+		return "write " + list(m.Writes, func(e maps.MemberEntry) string {
+			return fmt.Sprintf("%d/%d=w%d,f%d", e.Key.RevNATIndex, e.Key.BackendID, e.Value.Weight, e.Value.Flags)
+		}) + del(m.Deletes, func(k maps.MemberKey) string { return fmt.Sprintf("%d/%d", k.RevNATIndex, k.BackendID) })
+	case *messages.AffinityMatchApply:
+		f := func(k maps.AffinityMatchKey) string { return fmt.Sprintf("%d/%d", k.RevNATIndex, k.BackendID) }
+		return "write " + list(m.Writes, f) + del(m.Deletes, f)
 	case *messages.MapDump:
 		return "dump"
 	case *messages.MapReconcile:

@@ -19,7 +19,7 @@ type reconcilePlan struct {
 }
 
 // reconcileChildren are the map owners, each asked once.
-var reconcileChildren = []string{ChildService4, ChildService6, ChildBackend4, ChildBackend6, ChildRevNAT}
+var reconcileChildren = []string{ChildService4, ChildService6, ChildBackend4, ChildBackend6, ChildRevNAT, ChildMembers, ChildAffinity}
 
 func (c *Core) reconcile(m *messages.Reconcile) {
 	c.begin(&op{plan: &reconcilePlan{call: m}})

@@ -48,7 +48,7 @@ func (p *restorePlan) dumpMaps(c *Core, o *op) {
 	}
 }
 
-var dumpChildren = []string{ChildService4, ChildService6, ChildBackend4, ChildBackend6, ChildRevNAT}
+var dumpChildren = []string{ChildService4, ChildService6, ChildBackend4, ChildBackend6, ChildRevNAT, ChildMembers, ChildAffinity}
 
 func (p *restorePlan) dumped(_ *op, i int, r any) error {
 	switch dumpChildren[i] {
@@ -63,6 +63,10 @@ func (p *restorePlan) dumped(_ *op, i int, r any) error {
 	case ChildRevNAT:
 		rev := r.(*messages.RevNATDumped)
 		p.dump.RevNAT4, p.dump.RevNAT6 = rev.V4, rev.V6
+	case ChildMembers:
+		p.dump.Members = r.(*messages.MapDumped[maps.MemberEntry]).Entries
+	case ChildAffinity:
+		p.dump.AffinityMatch = r.(*messages.MapDumped[maps.AffinityMatchKey]).Entries
 	}
 	return nil
 }
@@ -113,6 +117,12 @@ var fixOrder = []fix{
 
 func (p *repairPlan) start(*Core, *op) []step {
 	var steps []step
+	mf := &p.restored.Members
+	if len(mf.MemberWrites) > 0 || len(mf.MatchWrites) > 0 {
+		steps = append(steps, step{name: "repair: write members", retry: mapRetries, send: func(c *Core, o *op) {
+			c.applyMembers(o, mf.MemberWrites, nil, mf.MatchWrites, nil)
+		}})
+	}
 	for _, f := range families {
 		if p.restored.Fixes(f).Empty() {
 			continue
@@ -123,6 +133,11 @@ func (p *repairPlan) start(*Core, *op) []step {
 				steps = append(steps, step{name: fx.name, send: fx.send(p.restored), retry: mapRetries})
 			}
 		}
+	}
+	if len(mf.MemberDeletes) > 0 || len(mf.MatchDeletes) > 0 {
+		steps = append(steps, step{name: "repair: delete members", retry: mapRetries, send: func(c *Core, o *op) {
+			c.applyMembers(o, nil, mf.MemberDeletes, nil, mf.MatchDeletes)
+		}})
 	}
 	return append(steps, step{name: StepInstall, send: p.install})
 }
@@ -238,7 +253,7 @@ func (c *Core) recordRestore(r *table.Restored) {
 		OrphanRevNAT:  len(r.OrphanRevNAT),
 		Repairs:       len(r.Repairs),
 		RepairsByKind: map[string]int{},
-		Writes:        r.Fixes4.Writes() + r.Fixes6.Writes(),
+		Writes:        r.Fixes4.Writes() + r.Fixes6.Writes() + r.Members.Writes(),
 	}
 	bes := map[lb.BackendID]bool{}
 	for _, svc := range r.Services {
@@ -283,5 +298,9 @@ func flushAll(d table.Dump) *table.Restored {
 		}
 		sort.Slice(fx.BackendDeletes, func(i, j int) bool { return fx.BackendDeletes[i] < fx.BackendDeletes[j] })
 	}
+	for _, e := range d.Members {
+		r.Members.MemberDeletes = append(r.Members.MemberDeletes, e.Key)
+	}
+	r.Members.MatchDeletes = d.AffinityMatch
 	return r
 }

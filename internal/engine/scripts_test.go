@@ -293,8 +293,12 @@ func TestScriptSharedBackendStateReachesTheOtherService(t *testing.T) {
 	h.expect("be4: write [1=10.0.1.1:8080 2=10.0.1.9:8080(terminating)]", "revnat: write [1=10.96.0.1:80]")
 	h.reply("be4", ok())
 	h.reply("revnat", ok())
-	h.expect("svc4: write [10.96.0.1:80/TCP#1 10.96.0.1:80/TCP#2 10.96.0.1:80/TCP#0]")
+	// A refresh cannot tell which backend left maintenance: it deletes
+	// every member entry the service should not have (absent keys never
+	// reach the kernel).
+	h.expect("svc4: write [10.96.0.1:80/TCP#1 10.96.0.1:80/TCP#2 10.96.0.1:80/TCP#0]", "members: write [] delete [1/1 1/2 1/0]")
 	h.reply("svc4", ok())
+	h.reply("members", ok())
 	h.expect()
 	require.Equal(t, lb.BackendStateTerminating, h.c.services[1].Spec.Backends[1].State)
 }
@@ -342,7 +346,9 @@ func TestScriptReconcileAsksEveryOwnerAndCountsRepairs(t *testing.T) {
 	h.call(upsert(svc(t, "10.96.0.1:80", "10.0.1.1:8080")))
 	h.expect("alloc: acquire service 10.96.0.1:80/TCP backends [10.0.1.1:8080/TCP]")
 	h.call(&messages.Reconcile{Reply: make(chan messages.ReconcileReply, 1)})
-	h.expect("svc4: reconcile", "svc6: reconcile", "be4: reconcile", "be6: reconcile", "revnat: reconcile")
+	h.expect("svc4: reconcile", "svc6: reconcile", "be4: reconcile", "be6: reconcile", "revnat: reconcile", "members: reconcile", "affinity: reconcile")
+	h.reply("affinity", drifted(messages.Drift{Map: "lb_affinity_match", Pin: maps.PinOK}))
+	h.reply("members", drifted(messages.Drift{Map: "lb_members", Pin: maps.PinOK, Changed: 1}))
 	h.reply("revnat", drifted(messages.Drift{Map: "lb4_reverse_nat", Pin: maps.PinOK}, messages.Drift{Map: "lb6_reverse_nat", Pin: maps.PinOK}))
 	h.reply("be6", drifted(messages.Drift{Map: "lb6_backends", Pin: maps.PinOK}))
 	h.reply("be4", drifted(messages.Drift{Map: "lb4_backends", Pin: maps.PinOK, Missing: 1}))
@@ -355,7 +361,9 @@ func TestScriptReconcileAsksEveryOwnerAndCountsRepairs(t *testing.T) {
 		"lb4_reverse_nat pin ok missing 0 changed 0 extra 0 " +
 		"lb6_services pin ok missing 0 changed 0 extra 0 " +
 		"lb6_backends pin ok missing 0 changed 0 extra 0 " +
-		"lb6_reverse_nat pin ok missing 0 changed 0 extra 0]")
+		"lb6_reverse_nat pin ok missing 0 changed 0 extra 0 " +
+		"lb_members pin ok missing 0 changed 1 extra 0 " +
+		"lb_affinity_match pin ok missing 0 changed 0 extra 0]")
 
 	// The upsert went on meanwhile.
 	h.reply("alloc", acquired(1, 1))
@@ -366,9 +374,9 @@ func TestScriptReconcileAsksEveryOwnerAndCountsRepairs(t *testing.T) {
 func TestScriptReconcileFailsNamingTheMapThatCouldNotBeRepaired(t *testing.T) {
 	h := newHarness(t)
 	h.call(&messages.Reconcile{Reply: make(chan messages.ReconcileReply, 1)})
-	h.expect("svc4: reconcile", "svc6: reconcile", "be4: reconcile", "be6: reconcile", "revnat: reconcile")
+	h.expect("svc4: reconcile", "svc6: reconcile", "be4: reconcile", "be6: reconcile", "revnat: reconcile", "members: reconcile", "affinity: reconcile")
 	h.reply("svc4", drifted(messages.Drift{Map: "lb4_services", Pin: maps.PinOK, Missing: 3, Err: errBusy}))
-	for _, c := range []string{"svc6", "be4", "be6", "revnat"} {
+	for _, c := range []string{"svc6", "be4", "be6", "revnat", "members", "affinity"} {
 		h.reply(c, drifted())
 	}
 	h.expectAnswers("reconcile: error: reconcile maps: lb4_services: device or resource busy")

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"slices"
+
 	"github.com/actorlb/actorlb/internal/table"
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/maps"
@@ -69,6 +71,78 @@ func (c *Core) applyRevNAT(o *op, writes []maps.RevNATEntry, deletes [2][]uint16
 		return
 	}
 	c.request(o, ChildRevNAT, 0, replyErr, &messages.RevNATApply{ReqID: c.reqID(), Writes: writes, Deletes4: deletes[0], Deletes6: deletes[1]})
+}
+
+// applyMembers sends the lb_members owner writes and deletes, and the
+// lb_affinity_match owner its own: nothing when there is nothing.
+func (c *Core) applyMembers(o *op, writes []maps.MemberEntry, deletes []maps.MemberKey, mw, md []maps.AffinityMatchKey) {
+	if len(writes) > 0 || len(deletes) > 0 {
+		c.request(o, ChildMembers, 0, replyErr, &messages.MemberApply{ReqID: c.reqID(), Writes: writes, Deletes: deletes})
+	}
+	if len(mw) > 0 || len(md) > 0 {
+		c.request(o, ChildAffinity, 0, replyErr, &messages.AffinityMatchApply{ReqID: c.reqID(), Writes: mw, Deletes: md})
+	}
+}
+
+// memberKeysNotIn returns the keys of from that want does not have.
+func memberKeysNotIn(from, want []maps.MemberEntry) []maps.MemberKey {
+	var out []maps.MemberKey
+	for _, e := range from {
+		if !slices.ContainsFunc(want, func(w maps.MemberEntry) bool { return w.Key == e.Key }) {
+			out = append(out, e.Key)
+		}
+	}
+	return out
+}
+
+// matchesNotIn returns the keys of from that want does not have.
+func matchesNotIn(from, want []maps.AffinityMatchKey) []maps.AffinityMatchKey {
+	var out []maps.AffinityMatchKey
+	for _, k := range from {
+		if !slices.Contains(want, k) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// innerKeys returns the internal-scope keys of fe: its master (if
+// master) and slots from..to.
+func innerKeys(fe lb.L3n4Addr, master bool, from, to int) []maps.ServiceKey {
+	var out []maps.ServiceKey
+	if master {
+		out = append(out, table.ScopeKey(fe, lb.ScopeInternal, 0))
+	}
+	for i := max(from, 1); i <= to; i++ {
+		out = append(out, table.ScopeKey(fe, lb.ScopeInternal, uint16(i)))
+	}
+	return out
+}
+
+// staleKeys returns the service map keys to delete after svc is written
+// over a frontend whose entries may reach maxExt slots at its scope and
+// maxInt at the internal one (hadInt: an internal master may be there):
+// slots beyond svc's counts, and the internal set if svc has none.
+func staleKeys(svc *table.Service, maxExt, maxInt int, hadInt bool) []maps.ServiceKey {
+	fe := svc.Frontend()
+	out := slotKeys(fe, table.SlotCount(svc)+1, maxExt)
+	if svc.Spec.TwoScopes() {
+		return append(out, innerKeys(fe, false, table.SlotCountAt(svc, lb.ScopeInternal)+1, maxInt)...)
+	}
+	if hadInt || maxInt > 0 {
+		out = append(out, innerKeys(fe, true, 1, maxInt)...)
+	}
+	return out
+}
+
+// allKeys returns every service map key svc occupies, each scope's master
+// first (the delete order).
+func allKeys(svc *table.Service) []maps.ServiceKey {
+	out := slotKeys(svc.Frontend(), 0, table.SlotCount(svc))
+	if svc.Spec.TwoScopes() {
+		out = append(out, innerKeys(svc.Frontend(), true, 1, table.SlotCountAt(svc, lb.ScopeInternal))...)
+	}
+	return out
 }
 
 // slotKeys returns the service map keys of slots from..to of fe.

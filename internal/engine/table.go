@@ -212,12 +212,27 @@ func (p *refreshPlan) writeBackends(c *Core, o *op) {
 	bes[famIndex(p.svc.Family())] = table.BackendEntries(p.svc)
 	c.applyBackends(o, bes, [2][]uint32{})
 	c.applyRevNAT(o, []maps.RevNATEntry{table.RevNAT(p.svc)}, [2][]uint16{})
+	c.applyMembers(o, table.MemberEntries(p.svc), nil, table.AffinityMatches(p.svc), nil)
 }
 
 func (p *refreshPlan) writeService(c *Core, o *op) {
 	var ws [2][]maps.ServiceEntry
 	ws[famIndex(p.svc.Family())] = table.SlotsAndMaster(p.svc)
 	c.applyServices(o, ws, [2][]maps.ServiceKey{})
+	// A backend that left maintenance may leave a member entry, one that
+	// entered it an affinity match: deleted if present (the owners skip
+	// absent keys).
+	var maybe []maps.MemberEntry
+	var slotted []maps.AffinityMatchKey
+	for i, b := range p.svc.Spec.Backends {
+		k := maps.MemberKey{BackendID: uint32(p.svc.BackendIDs[i]), RevNATIndex: uint16(p.svc.ID())}
+		maybe = append(maybe, maps.MemberEntry{Key: k})
+		if b.State == lb.BackendStateMaintenance {
+			slotted = append(slotted, maps.AffinityMatchKey(k))
+		}
+	}
+	maybe = append(maybe, maps.MemberEntry{Key: maps.MemberKey{RevNATIndex: uint16(p.svc.ID())}})
+	c.applyMembers(o, nil, memberKeysNotIn(maybe, table.MemberEntries(p.svc)), nil, slotted)
 }
 
 func (p *refreshPlan) rollback(*Core, *op) []step { return nil }

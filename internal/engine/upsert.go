@@ -46,6 +46,7 @@ type upsertItem struct {
 	removedIDs    []lb.BackendID
 	restoreShared []maps.BackendEntry // what gives the other services their backends' states back
 	maxSlots      int                 // slots to clear beyond the service's own
+	maxInner      int                 // the same at the internal scope (two scopes)
 	acquired      bool                // holds its IDs (or needed none)
 	err           error               // this service failed alone
 }
@@ -60,6 +61,9 @@ func (c *Core) upsertOp(specs []*lb.Service, to *waiter, slots []int) *op {
 	for i, spec := range specs {
 		p.items[i] = upsertItem{spec: spec, to: to, slot: slots[i]}
 		o.keys = appendOpKeys(o.keys, spec.Frontend.L3n4Addr, spec.Backends)
+		if other, ok := otherScope(spec); ok {
+			o.keys = append(o.keys, feQueue(other))
+		}
 	}
 	return o
 }
@@ -87,7 +91,7 @@ var upsertSteps = []step{
 	{name: StepWriteService, send: on((*upsertPlan).writeService), retry: mapRetries},
 	{name: StepCommit, send: on((*upsertPlan).commit)},
 	{name: StepReleaseIDs, send: on((*upsertPlan).releaseRemoved)},
-	{name: StepDeleteBackends, send: on((*upsertPlan).deleteFreed), retry: mapRetries},
+	{name: StepDeleteBackends, send: on((*upsertPlan).deleteFreedAndStale), retry: mapRetries},
 	{name: StepReuseBackendIDs, send: on((*upsertPlan).reuse)},
 }
 
@@ -104,6 +108,9 @@ func (c *Core) planUpsert(it *upsertItem) error {
 		}
 	}
 	if it.err = c.checkWantedID(fe, want); it.err != nil {
+		return it.err
+	}
+	if it.err = c.checkOtherScope(it.spec); it.err != nil {
 		return it.err
 	}
 	it.svc = newTableService(it.spec)
@@ -147,6 +154,12 @@ func (c *Core) planUpsert(it *upsertItem) error {
 		}
 	}
 	it.maxSlots = max(oldSlots, len(bs))
+	if it.old != nil {
+		it.maxInner = table.SlotCountAt(it.old, lb.ScopeInternal)
+	}
+	if it.svc.Spec.TwoScopes() {
+		it.maxInner = max(it.maxInner, len(bs))
+	}
 	it.acquired = it.old != nil && len(it.acquire) == 0
 	return nil
 }
@@ -205,13 +218,18 @@ func upsertAcquired(o *op, i int, reply any) error {
 func (p *upsertPlan) writeBackends(c *Core, o *op) {
 	var bes [2][]maps.BackendEntry
 	var revs []maps.RevNATEntry
+	var ms []maps.MemberEntry
+	var as []maps.AffinityMatchKey
 	for it := range p.live {
 		f := famIndex(it.svc.Family())
 		bes[f] = append(bes[f], table.BackendEntries(it.svc)...)
 		revs = append(revs, table.RevNAT(it.svc))
+		ms = append(ms, table.MemberEntries(it.svc)...)
+		as = append(as, table.AffinityMatches(it.svc)...)
 	}
 	c.applyBackends(o, bes, [2][]uint32{})
 	c.applyRevNAT(o, revs, [2][]uint16{})
+	c.applyMembers(o, ms, nil, as, nil)
 }
 
 func (p *upsertPlan) writeService(c *Core, o *op) {
@@ -220,9 +238,25 @@ func (p *upsertPlan) writeService(c *Core, o *op) {
 	for it := range p.live {
 		f := famIndex(it.svc.Family())
 		ws[f] = append(ws[f], table.SlotsAndMaster(it.svc)...)
-		ds[f] = append(ds[f], slotKeys(it.svc.Frontend(), table.SlotCount(it.svc)+1, it.maxSlots)...)
+		ds[f] = append(ds[f], staleKeys(it.svc, it.maxSlots, it.maxInner, it.old != nil && it.old.Spec.TwoScopes())...)
 	}
 	c.applyServices(o, ws, ds)
+}
+
+// deleteFreedAndStale deletes the backends that became free and the
+// lb_members and lb_affinity_match entries the services no longer have
+// (after the service write: nothing the datapath can still reach).
+func (p *upsertPlan) deleteFreedAndStale(c *Core, o *op) {
+	p.deleteFreed(c, o)
+	var md []maps.MemberKey
+	var ad []maps.AffinityMatchKey
+	for it := range p.live {
+		if it.old != nil {
+			md = append(md, memberKeysNotIn(table.MemberEntries(it.old), table.MemberEntries(it.svc))...)
+			ad = append(ad, matchesNotIn(table.AffinityMatches(it.old), table.AffinityMatches(it.svc))...)
+		}
+	}
+	c.applyMembers(o, nil, md, nil, ad)
 }
 
 // commit puts the services in the table. The references of removed
@@ -288,16 +322,21 @@ func (p *upsertPlan) undone(yield func(*upsertItem) bool) {
 func (p *upsertPlan) rollbackBackends(c *Core, o *op) {
 	var bes [2][]maps.BackendEntry
 	var revs []maps.RevNATEntry
+	var ms []maps.MemberEntry
+	var as []maps.AffinityMatchKey
 	for it := range p.undone {
 		f := famIndex(it.svc.Family())
 		if it.old != nil {
 			bes[f] = append(bes[f], table.BackendEntries(it.old)...)
 			revs = append(revs, table.RevNAT(it.old))
+			ms = append(ms, table.MemberEntries(it.old)...)
+			as = append(as, table.AffinityMatches(it.old)...)
 		}
 		bes[f] = append(bes[f], it.restoreShared...)
 	}
 	c.applyBackends(o, bes, [2][]uint32{})
 	c.applyRevNAT(o, revs, [2][]uint16{})
+	c.applyMembers(o, ms, nil, as, nil)
 }
 
 func (p *upsertPlan) rollbackService(c *Core, o *op) {
@@ -307,9 +346,12 @@ func (p *upsertPlan) rollbackService(c *Core, o *op) {
 		f := famIndex(it.svc.Family())
 		if it.old != nil {
 			ws[f] = append(ws[f], table.SlotsAndMaster(it.old)...)
-			ds[f] = append(ds[f], slotKeys(it.old.Frontend(), table.SlotCount(it.old)+1, it.maxSlots)...)
+			ds[f] = append(ds[f], staleKeys(it.old, it.maxSlots, it.maxInner, it.svc.Spec.TwoScopes())...)
 		} else {
 			ds[f] = append(ds[f], slotKeys(it.svc.Frontend(), 0, it.maxSlots)...) // master first
+			if it.svc.Spec.TwoScopes() {
+				ds[f] = append(ds[f], innerKeys(it.svc.Frontend(), true, 1, it.maxInner)...)
+			}
 		}
 	}
 	c.applyServices(o, ws, ds)
@@ -317,13 +359,21 @@ func (p *upsertPlan) rollbackService(c *Core, o *op) {
 
 func (p *upsertPlan) rollbackRevNAT(c *Core, o *op) {
 	var rev [2][]uint16
+	var md []maps.MemberKey
+	var ad []maps.AffinityMatchKey
 	for it := range p.undone {
 		if it.old == nil {
 			f := famIndex(it.svc.Family())
 			rev[f] = append(rev[f], uint16(it.svc.ID()))
+			md = append(md, memberKeysNotIn(table.MemberEntries(it.svc), nil)...)
+			ad = append(ad, table.AffinityMatches(it.svc)...)
+		} else {
+			md = append(md, memberKeysNotIn(table.MemberEntries(it.svc), table.MemberEntries(it.old))...)
+			ad = append(ad, matchesNotIn(table.AffinityMatches(it.svc), table.AffinityMatches(it.old))...)
 		}
 	}
 	c.applyRevNAT(o, nil, rev)
+	c.applyMembers(o, nil, md, nil, ad)
 }
 
 func (p *upsertPlan) rollbackRelease(c *Core, o *op) {
@@ -381,6 +431,44 @@ func (p *upsertPlan) answer(c *Core, it *upsertItem, err error) {
 		r.ID, r.Created = it.svc.ID(), it.old == nil
 	}
 	c.upserted(it.to, it.slot, r)
+}
+
+// otherScope returns the frontend spec's service shares its entries'
+// address with at the other scope, when one service could claim it: the
+// internal scope of a two-scope service, or the external scope of a
+// service declared at the internal scope.
+func otherScope(spec *lb.Service) (lb.L3n4Addr, bool) {
+	fe := spec.Frontend.L3n4Addr
+	switch {
+	case spec.TwoScopes():
+		fe.Scope = lb.ScopeInternal
+		return fe, true
+	case fe.Scope == lb.ScopeInternal:
+		fe.Scope = lb.ScopeExternal
+		return fe, true
+	}
+	return fe, false
+}
+
+// checkOtherScope refuses a two-scope service whose internal-scope
+// frontend is a service of its own, and a service at an internal-scope
+// frontend whose external one is a two-scope service (one key each).
+func (c *Core) checkOtherScope(spec *lb.Service) error {
+	other, ok := otherScope(spec)
+	if !ok {
+		return nil
+	}
+	id, taken := c.byFE.Get(other)
+	if !taken {
+		return nil
+	}
+	if spec.TwoScopes() {
+		return fmt.Errorf("%w: a service with two backend sets (one traffic policy Local) uses the internal scope of %s, which is service %d", ErrFrontendInUse, spec.Frontend.L3n4Addr, id)
+	}
+	if s := c.services[id]; s != nil && s.Spec.TwoScopes() {
+		return fmt.Errorf("%w: %s is the internal backend set of service %d (%s has two backend sets)", ErrFrontendInUse, spec.Frontend.L3n4Addr, id, other)
+	}
+	return nil
 }
 
 // checkWantedID checks that the service ID want (0: any) is not taken by

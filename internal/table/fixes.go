@@ -105,6 +105,14 @@ const (
 	// terminating, quarantined), or a count/qcount that does not match the
 	// slot states; slots are reordered and the master rewritten.
 	RepairSlotOrder RepairKind = "slot-order"
+	// RepairMember (rule 8): an lb_members entry missing or not as the
+	// engine writes it for the rebuilt service (rewritten), or of no
+	// rebuilt service's backend (deleted).
+	RepairMember RepairKind = "member"
+	// RepairAffinityMatch (rule 9): an lb_affinity_match entry missing for
+	// a backend of a session-affinity service (written), or of no such
+	// backend (deleted).
+	RepairAffinityMatch RepairKind = "affinity-match"
 )
 
 // String returns the kind as used in logs and metrics.
@@ -138,6 +146,36 @@ type Restored struct {
 	// Repairs sorted by kind, family, service ID, frontend, backend ID and
 	// detail.
 	Repairs []Repair
+	// Members are the writes of lb_members and lb_affinity_match (one map
+	// each for both families), applied with the family fixes: writes
+	// before the slots that use them, deletes after (rules 8 and 9).
+	Members MemberFixes
+}
+
+// MemberFixes are the writes that make lb_members and lb_affinity_match
+// equal to the rebuilt table. Sorted, each key once.
+type MemberFixes struct {
+	MemberWrites  []maps.MemberEntry
+	MemberDeletes []maps.MemberKey
+	MatchWrites   []maps.AffinityMatchKey
+	MatchDeletes  []maps.AffinityMatchKey
+}
+
+// Writes returns the total number of entries written or deleted.
+func (f *MemberFixes) Writes() int {
+	return len(f.MemberWrites) + len(f.MemberDeletes) + len(f.MatchWrites) + len(f.MatchDeletes)
+}
+
+func compareMemberKey(a, b maps.MemberKey) int {
+	return cmp.Or(cmp.Compare(a.RevNATIndex, b.RevNATIndex), cmp.Compare(a.BackendID, b.BackendID))
+}
+
+func (f *MemberFixes) sort() {
+	slices.SortFunc(f.MemberWrites, func(a, b maps.MemberEntry) int { return compareMemberKey(a.Key, b.Key) })
+	slices.SortFunc(f.MemberDeletes, compareMemberKey)
+	byMatch := func(a, b maps.AffinityMatchKey) int { return compareMemberKey(maps.MemberKey(a), maps.MemberKey(b)) }
+	slices.SortFunc(f.MatchWrites, byMatch)
+	slices.SortFunc(f.MatchDeletes, byMatch)
 }
 
 // Fixes returns the fixes of family f.

@@ -14,11 +14,13 @@ import (
 // hand-made dump repeat a key) and the service entries are grouped by
 // frontend. Nothing is repaired here; the rules (rules.go) do that.
 
-// Dump is what was read back from the six maps.
+// Dump is what was read back from the maps.
 type Dump struct {
 	Services4, Services6 []maps.ServiceEntry
 	Backends4, Backends6 []maps.BackendEntry
 	RevNAT4, RevNAT6     []maps.RevNATEntry
+	Members              []maps.MemberEntry
+	AffinityMatch        []maps.AffinityMatchKey
 }
 
 var families = [2]maps.Family{maps.IPv4, maps.IPv6}
@@ -42,6 +44,11 @@ type group struct {
 	nslots    int                 // slot entries (loadServices' count)
 	state     groupState          // set by rules 1-3
 	svc       *Service            // the rebuilt service (rule 5), nil if not kept
+	// inner is the internal-scope set of a two-scope service (its master
+	// has Flag2TwoScopes and the same service ID): pairScopes attaches it
+	// here and takes it out of the groups, so rules 3 and 5 see one
+	// service.
+	inner *group
 }
 
 func (g *group) id() uint16 { return g.master.RevNATIndex }
@@ -191,6 +198,48 @@ func (rb *rebuild) loadServices(d Dump) {
 		for _, g := range fs.groups {
 			g.sortSlots()
 		}
+	}
+}
+
+// pairScopes attaches each internal-scope group to the external-scope
+// group of the same frontend when that one's master says it has two
+// scopes and both masters carry one service ID; the paired internal
+// groups leave the family's groups. Other internal-scope groups stay
+// frontends of their own (an internal frontend declared by itself).
+func (rb *rebuild) pairScopes() {
+	for _, fs := range rb.fam {
+		byKey := make(map[maps.ServiceKey]*group, len(fs.groups))
+		for _, g := range fs.groups {
+			if g.key.Scope == uint8(lb.ScopeExternal) {
+				byKey[g.key] = g
+			}
+		}
+		kept := fs.groups[:0]
+		for _, g := range fs.groups {
+			if g.key.Scope == uint8(lb.ScopeInternal) && g.state == groupKept {
+				k := g.key
+				k.Scope = uint8(lb.ScopeExternal)
+				if e := byKey[k]; e != nil && e.state == groupKept && e.master.Flags2&lb.Flag2TwoScopes != 0 && e.master.RevNATIndex == g.master.RevNATIndex {
+					e.inner = g
+					continue
+				}
+			}
+			kept = append(kept, g)
+		}
+		fs.groups = kept
+	}
+}
+
+// loadMembers indexes the lb_members entries by service ID (rule 5 reads
+// a rebuilt service's weights, node-local flags and maintenance backends
+// there; rule 8 reconciles them).
+func (rb *rebuild) loadMembers(d Dump) {
+	rb.members = make(map[uint16][]maps.MemberEntry)
+	es := slices.Clone(d.Members)
+	slices.SortFunc(es, func(a, b maps.MemberEntry) int { return compareMemberKey(a.Key, b.Key) })
+	es = slices.CompactFunc(es, func(a, b maps.MemberEntry) bool { return a.Key == b.Key })
+	for _, e := range es {
+		rb.members[e.Key.RevNATIndex] = append(rb.members[e.Key.RevNATIndex], e)
 	}
 }
 

@@ -74,12 +74,15 @@ func Rebuild(d Dump) *Restored {
 	rb.filterBackends() // rule 4
 	<-done
 	rb.out.Repairs = append(rb.out.Repairs, svcs.out.Repairs...)
+	rb.pairScopes()
+	rb.loadMembers(d)
 	rb.dedupeServiceIDs() // rule 3
 	for _, fs := range rb.fam {
 		rb.rebuildServices(fs) // rule 5 (parallel halves for a large family)
 	}
 	rb.deleteOrphanBackends() // rule 6
 	rb.reconcileRevNAT()      // rule 7
+	rb.reconcileMembers(d)    // rules 8 and 9
 	rb.finish()
 	return rb.out
 }
@@ -101,6 +104,9 @@ type rebuild struct {
 	// list is rebuildService's scratch, kept from one service to the next
 	// (each goroutine of Rebuild has its own rebuild).
 	list []slotted
+	// members are the lb_members entries by service ID (loadMembers); read
+	// only once loaded.
+	members map[uint16][]maps.MemberEntry
 }
 
 func (rb *rebuild) other(fs *famState) *famState {
@@ -169,6 +175,12 @@ func (rb *rebuild) remove(fs *famState, g *group, kind RepairKind, detail string
 	fs.fixes.MasterDeletes = append(fs.fixes.MasterDeletes, g.key)
 	for _, s := range g.slotNs {
 		fs.fixes.SlotDeletes = append(fs.fixes.SlotDeletes, slotKey(g.key, s))
+	}
+	if in := g.inner; in != nil { // the internal set goes with it
+		fs.fixes.MasterDeletes = append(fs.fixes.MasterDeletes, in.key)
+		for _, s := range in.slotNs {
+			fs.fixes.SlotDeletes = append(fs.fixes.SlotDeletes, slotKey(in.key, s))
+		}
 	}
 }
 
@@ -310,7 +322,7 @@ func (rb *rebuild) rebuildServices(fs *famState) {
 		return
 	}
 	half := len(fs.groups) / 2
-	rb2 := &rebuild{out: &Restored{}, fam: rb.fam}
+	rb2 := &rebuild{out: &Restored{}, fam: rb.fam, members: rb.members}
 	fs2 := *fs
 	fs2.fixes = &Fixes{}
 	done := make(chan struct{})
@@ -368,6 +380,7 @@ func (rb *rebuild) rebuildService(fs *famState, g *group) {
 			continue
 		}
 		b := BackendFromValue(bv)
+		rb.memberOf(&b, id, m.RevNATIndex)
 		if b.State == lb.BackendStateMaintenance {
 			rb.svcRepair(RepairDanglingSlot, fs, g, orig, "slot %d points to backend %d in maintenance: dropped", s, orig)
 			dropped = true
@@ -419,6 +432,15 @@ func (rb *rebuild) rebuildService(fs *famState, g *group) {
 		slices.SortStableFunc(sorted, byRank)
 		reordered = true
 	}
+	// The backends only the internal set has (two scopes) and the
+	// maintenance backends recorded in lb_members join the service in
+	// slot order; they play no part in the checks of the external set.
+	if extra := rb.extraBackends(fs, g, list); len(extra) > 0 {
+		sorted = append(slices.Clone(sorted), extra...)
+		slices.SortStableFunc(sorted, func(a, b slotted) int {
+			return cmp.Or(byRank(a, b), a.b.L3n4Addr.Compare(b.b.L3n4Addr))
+		})
+	}
 
 	svc := &Service{Spec: SpecFromMaster(g.fe, m)}
 	if !svc.Spec.LBAlgorithm.IsValid() {
@@ -438,6 +460,7 @@ func (rb *rebuild) rebuildService(fs *famState, g *group) {
 
 	want := Master(svc)
 	wv := want.Value
+	_, extIDs := ScopeSet(svc, lb.ScopeExternal)
 	countsWrong := !dropped && (wv.Count != m.Count || wv.QCount != m.QCount)
 	switch {
 	case reordered && countsWrong:
@@ -468,7 +491,7 @@ func (rb *rebuild) rebuildService(fs *famState, g *group) {
 	// The slots as Slots writes them, compared without building them.
 	nslots := SlotCount(svc)
 	for i := range nslots {
-		want := slotValue(svc, i)
+		want := slotValueOf(svc, extIDs, i)
 		if v, ok := g.slot(uint16(i + 1)); !ok || v != want {
 			fs.fixes.SlotWrites = append(fs.fixes.SlotWrites, maps.ServiceEntry{Key: Key(svc.Frontend(), uint16(i+1)), Value: want})
 		}
@@ -476,6 +499,167 @@ func (rb *rebuild) rebuildService(fs *famState, g *group) {
 	for _, s := range g.slotNs {
 		if int(s) > nslots {
 			fs.fixes.SlotDeletes = append(fs.fixes.SlotDeletes, slotKey(g.key, s))
+		}
+	}
+	rb.fixInnerScope(fs, g, svc)
+}
+
+// memberOf sets b's weight and node-local flag from its lb_members entry
+// in service rev, if any (none: the defaults).
+func (rb *rebuild) memberOf(b *lb.Backend, id uint32, rev uint16) {
+	for _, e := range rb.members[rev] {
+		if e.Key.BackendID == id {
+			b.Weight = e.Value.Weight
+			b.NodeLocal = e.Value.Flags&maps.MemberNodeLocal != 0
+			return
+		}
+	}
+}
+
+// extraBackends returns the backends of g's service that its external
+// slots (list) do not name: those of its internal set (two scopes) and
+// its maintenance backends recorded in lb_members. A slot of the
+// internal set naming a missing backend or one in maintenance is
+// dropped (rewritten by fixInnerScope).
+func (rb *rebuild) extraBackends(fs *famState, g *group, list []slotted) []slotted {
+	rev := g.master.RevNATIndex
+	if g.inner == nil && len(rb.members[rev]) == 0 {
+		return nil
+	}
+	have := make(map[lb.BackendID]bool, len(list))
+	for _, sl := range list {
+		have[sl.id] = true
+	}
+	var out []slotted
+	add := func(id uint32, wantMaint bool) {
+		if kept, ok := fs.alias[id]; ok {
+			id = kept
+		}
+		bv, ok := fs.backends.get(id)
+		if id == 0 || !ok || have[lb.BackendID(id)] {
+			return
+		}
+		b := BackendFromValue(bv)
+		if (b.State == lb.BackendStateMaintenance) != wantMaint {
+			return
+		}
+		rb.memberOf(&b, id, rev)
+		have[lb.BackendID(id)] = true
+		out = append(out, slotted{lb.BackendID(id), b})
+	}
+	if in := g.inner; in != nil {
+		n := int(in.master.Count) + int(in.master.QCount)
+		for i, s := range in.slotNs {
+			if int(s) <= n {
+				add(in.slotVs[i].BackendID, false)
+			}
+		}
+	}
+	for _, e := range rb.members[rev] {
+		if e.Value.Flags&maps.MemberMaintenance != 0 {
+			add(e.Key.BackendID, true)
+		}
+	}
+	return out
+}
+
+// fixInnerScope makes the internal-scope entries of g's frontend what the
+// engine writes for svc: its internal set if it has two scopes, nothing
+// if not.
+func (rb *rebuild) fixInnerScope(fs *famState, g *group, svc *Service) {
+	in := g.inner
+	if !svc.Spec.TwoScopes() {
+		if in != nil {
+			rb.svcRepair(RepairInvalidEntry, fs, g, 0, "internal-scope entries of a service with one backend set: deleted")
+			fs.fixes.MasterDeletes = append(fs.fixes.MasterDeletes, in.key)
+			for _, s := range in.slotNs {
+				fs.fixes.SlotDeletes = append(fs.fixes.SlotDeletes, slotKey(in.key, s))
+			}
+		}
+		return
+	}
+	want := MasterAt(svc, lb.ScopeInternal)
+	_, ids := ScopeSet(svc, lb.ScopeInternal)
+	n := SlotCountAt(svc, lb.ScopeInternal)
+	slot := func(s uint16) (maps.ServiceValue, bool) { return maps.ServiceValue{}, false }
+	if in != nil {
+		slot = in.slot
+	}
+	wrong := in == nil || in.master != want.Value
+	for i := range n {
+		w := slotValueOf(svc, ids, i)
+		if v, ok := slot(uint16(i + 1)); !ok || v != w {
+			wrong = true
+			fs.fixes.SlotWrites = append(fs.fixes.SlotWrites, maps.ServiceEntry{Key: ScopeKey(svc.Frontend(), lb.ScopeInternal, uint16(i+1)), Value: w})
+		}
+	}
+	if in == nil || in.master != want.Value {
+		fs.fixes.MasterWrites = append(fs.fixes.MasterWrites, want)
+	}
+	if in != nil {
+		for _, s := range in.slotNs {
+			if int(s) > n {
+				wrong = true
+				fs.fixes.SlotDeletes = append(fs.fixes.SlotDeletes, slotKey(in.key, s))
+			}
+		}
+	}
+	if wrong {
+		rb.svcRepair(RepairMissingSlot, fs, g, 0, "internal backend set not as the engine writes it: rewritten")
+	}
+}
+
+// reconcileMembers applies rules 8 and 9: lb_members and
+// lb_affinity_match hold exactly what the engine writes for the rebuilt
+// services.
+func (rb *rebuild) reconcileMembers(d Dump) {
+	mf := &rb.out.Members
+	wantM := map[maps.MemberKey]maps.MemberValue{}
+	wantA := map[maps.AffinityMatchKey]bool{}
+	for _, fs := range rb.fam {
+		for _, g := range fs.groups {
+			if g.svc == nil {
+				continue
+			}
+			for _, e := range MemberEntries(g.svc) {
+				wantM[e.Key] = e.Value
+			}
+			for _, k := range AffinityMatches(g.svc) {
+				wantA[k] = true
+			}
+		}
+	}
+	have := make(map[maps.MemberKey]maps.MemberValue, len(d.Members))
+	for _, e := range d.Members {
+		have[e.Key] = e.Value
+	}
+	for k, v := range have {
+		if _, ok := wantM[k]; !ok {
+			rb.repair(RepairMember, 0, k.RevNATIndex, "", k.BackendID, "lb_members entry of no backend of a service: deleted")
+			mf.MemberDeletes = append(mf.MemberDeletes, k)
+		} else if wantM[k] != v {
+			rb.repair(RepairMember, 0, k.RevNATIndex, "", k.BackendID, "lb_members entry %+v, want %+v: rewritten", v, wantM[k])
+			mf.MemberWrites = append(mf.MemberWrites, maps.MemberEntry{Key: k, Value: wantM[k]})
+		}
+	}
+	for k, v := range wantM {
+		if _, ok := have[k]; !ok {
+			rb.repair(RepairMember, 0, k.RevNATIndex, "", k.BackendID, "lb_members entry missing: written")
+			mf.MemberWrites = append(mf.MemberWrites, maps.MemberEntry{Key: k, Value: v})
+		}
+	}
+	hasA := make(map[maps.AffinityMatchKey]bool, len(d.AffinityMatch))
+	for _, k := range d.AffinityMatch {
+		hasA[k] = true
+		if !wantA[k] {
+			rb.repair(RepairAffinityMatch, 0, k.RevNATIndex, "", k.BackendID, "affinity match of no backend of a session-affinity service: deleted")
+			mf.MatchDeletes = append(mf.MatchDeletes, k)
+		}
+	}
+	for k := range wantA {
+		if !hasA[k] {
+			rb.repair(RepairAffinityMatch, 0, k.RevNATIndex, "", k.BackendID, "affinity match missing: written")
+			mf.MatchWrites = append(mf.MatchWrites, k)
 		}
 	}
 }
@@ -569,6 +753,7 @@ func removedOwner(fs *famState, id uint16, v maps.RevNATValue) *group {
 
 // finish sorts every output.
 func (rb *rebuild) finish() {
+	rb.out.Members.sort()
 	for _, fs := range rb.fam {
 		fs.fixes.sort()
 		for _, g := range fs.groups {

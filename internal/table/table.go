@@ -104,12 +104,61 @@ func Key(fe lb.L3n4Addr, slot uint16) maps.ServiceKey {
 	return maps.ServiceKey{Address: fe.Addr, Port: fe.Port, Slot: slot, Proto: uint8(fe.Protocol), Scope: uint8(fe.Scope)}
 }
 
-// Master returns the master (slot 0) entry of svc.
+// scopeKey is Key at scope sc (the internal set of a two-scope service
+// lives at the frontend's key with scope internal).
+func scopeKey(fe lb.L3n4Addr, sc lb.Scope, slot uint16) maps.ServiceKey {
+	k := Key(fe, slot)
+	if sc == lb.ScopeInternal {
+		k.Scope = uint8(lb.ScopeInternal)
+	}
+	return k
+}
+
+// Scopes returns the scopes svc writes a backend set at: the frontend's
+// own, and the internal one too for a two-scope service.
+func Scopes(svc *Service) []lb.Scope {
+	if svc.Spec.TwoScopes() {
+		return twoScopes
+	}
+	return oneScope
+}
+
+var (
+	oneScope  = []lb.Scope{lb.ScopeExternal}
+	twoScopes = []lb.Scope{lb.ScopeExternal, lb.ScopeInternal}
+)
+
+// ScopeSet returns the backends of svc's set at scope sc, in slot order,
+// and their IDs: all of them, or only the node-local ones when the set is
+// local (lb.Service.ScopeLocal). The slices are svc's own when the set has
+// every backend.
+func ScopeSet(svc *Service, sc lb.Scope) ([]lb.Backend, []lb.BackendID) {
+	if !svc.Spec.ScopeLocal(sc) {
+		return svc.Spec.Backends, svc.BackendIDs
+	}
+	var bs []lb.Backend
+	var ids []lb.BackendID
+	for i, b := range svc.Spec.Backends {
+		if b.NodeLocal {
+			bs = append(bs, b)
+			ids = append(ids, svc.BackendIDs[i])
+		}
+	}
+	return bs, ids
+}
+
+// Master returns the master (slot 0) entry of svc's first scope.
 func Master(svc *Service) maps.ServiceEntry {
-	count, qcount := Counts(svc.Spec.Backends)
+	return MasterAt(svc, lb.ScopeExternal)
+}
+
+// MasterAt returns the master entry of svc's set at scope sc.
+func MasterAt(svc *Service, sc lb.Scope) maps.ServiceEntry {
+	bs, _ := ScopeSet(svc, sc)
+	count, qcount := Counts(bs)
 	flags, flags2 := svc.Spec.Flags()
 	return maps.ServiceEntry{
-		Key: Key(svc.Frontend(), 0),
+		Key: scopeKey(svc.Frontend(), sc, 0),
 		Value: maps.ServiceValue{
 			BackendID:   svc.Spec.AffinityAlgo(),
 			Count:       count,
@@ -121,37 +170,116 @@ func Master(svc *Service) maps.ServiceEntry {
 	}
 }
 
-// Slots returns the entries of slots 1..count+qcount of svc.
+// Slots returns the entries of slots 1..count+qcount of svc's first scope.
 func Slots(svc *Service) []maps.ServiceEntry {
-	return slots(svc, 0)
+	return slotsAt(svc, lb.ScopeExternal, 0)
 }
 
-// SlotsAndMaster returns Slots then Master in one slice: the order a
-// service is written in (make before break).
+// SlotsAndMaster returns, for each scope of svc, its slots then its
+// master: the order a service is written in (make before break).
 func SlotsAndMaster(svc *Service) []maps.ServiceEntry {
-	return append(slots(svc, 1), Master(svc))
+	if !svc.Spec.TwoScopes() {
+		return append(slotsAt(svc, lb.ScopeExternal, 1), Master(svc))
+	}
+	out := append(slotsAt(svc, lb.ScopeExternal, 1), Master(svc))
+	out = append(out, slotsAt(svc, lb.ScopeInternal, 1)...)
+	return append(out, MasterAt(svc, lb.ScopeInternal))
 }
 
-// slots returns the slot entries of svc with room for extra more.
-func slots(svc *Service, extra int) []maps.ServiceEntry {
-	count, qcount := Counts(svc.Spec.Backends)
+// slotsAt returns the slot entries of svc's set at sc with room for extra
+// more.
+func slotsAt(svc *Service, sc lb.Scope, extra int) []maps.ServiceEntry {
+	bs, ids := ScopeSet(svc, sc)
+	count, qcount := Counts(bs)
 	n := int(count) + int(qcount)
 	out := make([]maps.ServiceEntry, n, n+extra)
 	for i := range n {
-		out[i] = maps.ServiceEntry{Key: Key(svc.Frontend(), uint16(i+1)), Value: slotValue(svc, i)}
+		out[i] = maps.ServiceEntry{Key: scopeKey(svc.Frontend(), sc, uint16(i+1)), Value: slotValueOf(svc, ids, i)}
 	}
 	return out
 }
 
-// slotValue is the value of svc's slot i+1 (i counts from 0).
+// slotValue is the value of svc's slot i+1 at its first scope.
 func slotValue(svc *Service, i int) maps.ServiceValue {
-	return maps.ServiceValue{BackendID: uint32(svc.BackendIDs[i]), RevNATIndex: uint16(svc.ID())}
+	return slotValueOf(svc, svc.BackendIDs, i)
 }
 
-// SlotCount is the number of slots (excluding the master) svc occupies.
+func slotValueOf(svc *Service, ids []lb.BackendID, i int) maps.ServiceValue {
+	return maps.ServiceValue{BackendID: uint32(ids[i]), RevNATIndex: uint16(svc.ID())}
+}
+
+// SlotCount is the number of slots (excluding the master) svc occupies at
+// its first scope.
 func SlotCount(svc *Service) int {
-	count, qcount := Counts(svc.Spec.Backends)
+	return SlotCountAt(svc, lb.ScopeExternal)
+}
+
+// SlotCountAt is the number of slots svc occupies at scope sc (0 at the
+// internal scope of a service with one set).
+func SlotCountAt(svc *Service, sc lb.Scope) int {
+	if sc == lb.ScopeInternal && !svc.Spec.TwoScopes() {
+		return 0
+	}
+	bs, _ := ScopeSet(svc, sc)
+	count, qcount := Counts(bs)
 	return int(count) + int(qcount)
+}
+
+// ScopeKey returns the service map key of slot of fe's set at scope sc.
+func ScopeKey(fe lb.L3n4Addr, sc lb.Scope, slot uint16) maps.ServiceKey {
+	return scopeKey(fe, sc, slot)
+}
+
+// MemberEntries returns svc's lb_members entries: one per backend whose
+// weight is not the default, that is node-local or in maintenance, and
+// the weight summary (backend ID 0) when any weight is not the default.
+// Most services have none (nil).
+func MemberEntries(svc *Service) []maps.MemberEntry {
+	var out []maps.MemberEntry
+	weighted := false
+	var maxW uint16
+	for i, b := range svc.Spec.Backends {
+		var flags uint8
+		if b.NodeLocal {
+			flags |= maps.MemberNodeLocal
+		}
+		if b.State == lb.BackendStateMaintenance {
+			flags |= maps.MemberMaintenance
+		} else if b.Weight > maxW {
+			maxW = b.Weight
+		}
+		if b.Weight != lb.DefaultBackendWeight {
+			weighted = true
+		}
+		if flags != 0 || b.Weight != lb.DefaultBackendWeight {
+			out = append(out, maps.MemberEntry{
+				Key:   maps.MemberKey{BackendID: uint32(svc.BackendIDs[i]), RevNATIndex: uint16(svc.ID())},
+				Value: maps.MemberValue{Weight: b.Weight, Flags: flags},
+			})
+		}
+	}
+	if weighted {
+		out = append(out, maps.MemberEntry{
+			Key:   maps.MemberKey{RevNATIndex: uint16(svc.ID())},
+			Value: maps.MemberValue{Weight: maxW},
+		})
+	}
+	return out
+}
+
+// AffinityMatches returns svc's lb_affinity_match keys: one per slotted
+// backend of a service with session affinity (nil otherwise).
+func AffinityMatches(svc *Service) []maps.AffinityMatchKey {
+	if !svc.Spec.SessionAffinity {
+		return nil
+	}
+	var out []maps.AffinityMatchKey
+	for i, b := range svc.Spec.Backends {
+		if b.State != lb.BackendStateMaintenance {
+			out = append(out, maps.AffinityMatchKey{BackendID: uint32(svc.BackendIDs[i]), RevNATIndex: uint16(svc.ID())})
+		}
+	}
+	return out
 }
 
 // BackendEntry returns the backend map entry for b with id.

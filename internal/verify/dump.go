@@ -39,6 +39,17 @@ func Dump(m *maps.LBMaps) (table.Dump, error) {
 	if d.RevNAT6, err = m.RevNAT6.Dump(); err != nil {
 		return table.Dump{}, fmt.Errorf("dump maps: %w", err)
 	}
+	if m.Members != nil {
+		if d.Members, err = m.Members.Dump(); err != nil {
+			return table.Dump{}, fmt.Errorf("dump maps: %w", err)
+		}
+	}
+	if m.AffinityMatch != nil {
+		if d.AffinityMatch, err = m.AffinityMatch.Dump(); err != nil {
+			return table.Dump{}, fmt.Errorf("dump maps: %w", err)
+		}
+	}
+	d.Members, d.AffinityMatch = nilIfEmpty(d.Members), nilIfEmpty(d.AffinityMatch)
 	return d, nil
 }
 
@@ -83,7 +94,27 @@ func DumpPinned(root string) (table.Dump, error) {
 	}); err != nil {
 		return table.Dump{}, err
 	}
+	defer func() { d.Members, d.AffinityMatch = nilIfEmpty(d.Members), nilIfEmpty(d.AffinityMatch) }()
+	// actorlb's own maps are younger than the six: a root written by an
+	// older agent has none (read as empty).
+	if d.Members, err = readPinned(root, maps.MembersName, func(k [maps.MemberKeySize]byte, v [maps.MemberValueSize]byte) maps.MemberEntry {
+		return maps.MemberEntry{Key: maps.UnmarshalMemberKey(k), Value: maps.UnmarshalMemberValue(v)}
+	}); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return table.Dump{}, err
+	}
+	if d.AffinityMatch, err = readPinned(root, maps.AffinityMatchName, func(k [maps.AffinityMatchKeySize]byte, _ [maps.AffinityMatchValSize]byte) maps.AffinityMatchKey {
+		return maps.UnmarshalAffinityMatchKey(k)
+	}); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return table.Dump{}, err
+	}
 	return d, nil
+}
+
+func nilIfEmpty[E any](s []E) []E {
+	if len(s) == 0 {
+		return nil
+	}
+	return s
 }
 
 // iterateTries bounds how often an iteration that the kernel aborted
