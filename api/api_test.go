@@ -59,7 +59,7 @@ func TestDecodeStrict(t *testing.T) {
 func TestDecodeStrictRoundTrip(t *testing.T) {
 	w := uint16(7)
 	spec := &ServiceSpec{ID: 3, FrontendAddress: &FrontendAddress{IP: "fd00::a", Port: 443, Protocol: "udp", Scope: "internal"},
-		BackendAddresses: []BackendAddress{{IP: "fd00::1", Port: 8443, Weight: &w, State: "quarantined"}},
+		BackendAddresses: []BackendAddress{{IP: "fd00::1", Port: 8443, Weight: &w, State: "quarantined", NodeLocal: true}, {IP: "fd00::2", Port: 8443}},
 		Flags: &ServiceFlags{Type: "NodePort", TrafficPolicy: "Local", ExtTrafficPolicy: "Local", IntTrafficPolicy: "Local", SessionAffinity: true,
 			SessionAffinityTimeout: 60, LBAlgorithm: "maglev", NatPolicy: "None", HealthCheckNodePort: 0}}
 	b, err := json.Marshal(spec)
@@ -115,9 +115,9 @@ func TestToService(t *testing.T) {
 			`invalid flags.sessionAffinityTimeout "16777216": timeout must be at most 16777215 seconds`, 400},
 		{"algorithm", spec(func(s *ServiceSpec) { s.Flags = &ServiceFlags{LBAlgorithm: "rr"} }), `invalid flags.lbAlgorithm "rr": must be one of default, random, maglev`, 400},
 		{"local on ClusterIP", spec(func(s *ServiceSpec) { s.Flags = &ServiceFlags{ExtTrafficPolicy: "Local"} }),
-			`invalid flags.extTrafficPolicy "Local": a ClusterIP service has no external side: Local needs type NodePort, ExternalIPs, LoadBalancer or HostPort (use flags.intTrafficPolicy for traffic from the node)`, 400},
+			`invalid flags.extTrafficPolicy "Local": a ClusterIP service is reached only from inside the node: it has no external traffic policy (use the internal traffic policy)`, 400},
 		{"upstream local on LocalRedirect", spec(func(s *ServiceSpec) { s.Flags = &ServiceFlags{Type: "LocalRedirect", TrafficPolicy: "Local"} }),
-			`invalid flags.trafficPolicy "Local": a LocalRedirect service has no external side: Local needs type NodePort, ExternalIPs, LoadBalancer or HostPort (use flags.intTrafficPolicy for traffic from the node)`, 400},
+			`invalid flags.extTrafficPolicy "Local": a LocalRedirect service is reached only from inside the node: it has no external traffic policy (use the internal traffic policy)`, 400},
 		{"int local on ClusterIP", spec(func(s *ServiceSpec) { s.Flags = &ServiceFlags{IntTrafficPolicy: "Local"} }), "", 0},
 		{"nat46", spec(func(s *ServiceSpec) { s.Flags = &ServiceFlags{NatPolicy: "Nat46"} }),
 			`invalid flags.natPolicy "Nat46": NAT46/64 services are not supported (leave it out or give None)`, 400},

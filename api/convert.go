@@ -127,6 +127,7 @@ func ToService(id lb.ServiceID, spec *ServiceSpec) (*lb.Service, error) {
 		if b.Weight != nil {
 			be.Weight = *b.Weight
 		}
+		be.NodeLocal = b.NodeLocal
 		if be.State, err = lb.ParseBackendState(b.State); err != nil {
 			return nil, fieldError(path+".state", err)
 		}
@@ -169,14 +170,6 @@ func ToService(id lb.ServiceID, spec *ServiceSpec) (*lb.Service, error) {
 		if err := checkUpstreamFlags(f); err != nil {
 			return nil, err
 		}
-		if svc.ExtTrafficPolicyLocal && !hasExternalSide(svc.Type) {
-			path, value := "flags.extTrafficPolicy", f.ExtTrafficPolicy
-			if f.ExtTrafficPolicy == "" {
-				path, value = "flags.trafficPolicy", f.TrafficPolicy
-			}
-			return nil, &FieldError{Path: path, Value: value,
-				Reason: "a " + svc.Type.String() + " service has no external side: Local needs type NodePort, ExternalIPs, LoadBalancer or HostPort (use flags.intTrafficPolicy for traffic from the node)"}
-		}
 		if f.DirectServerReturn != nil && !*f.DirectServerReturn {
 			return nil, &FieldError{Path: "flags.direct-server-return", Value: "false",
 				Reason: "actorlb always creates the revNAT entry with the service (what true means in upstream v1.6); leave the flag out or set it true"}
@@ -186,12 +179,6 @@ func ToService(id lb.ServiceID, spec *ServiceSpec) (*lb.Service, error) {
 		return nil, fieldError("", err)
 	}
 	return svc, nil
-}
-
-// hasExternalSide reports whether services of type t take traffic from
-// outside the node (so that an external traffic policy means something).
-func hasExternalSide(t lb.ServiceType) bool {
-	return t != lb.SVCTypeClusterIP && t != lb.SVCTypeLocalRedirect
 }
 
 // checkUpstreamFlags refuses the upstream flags actorlb cannot honour:
@@ -255,7 +242,7 @@ func FromService(svc *lb.Service) *ServiceSpec {
 	}
 	for i, b := range svc.Backends {
 		w := b.Weight
-		spec.BackendAddresses[i] = BackendAddress{IP: b.Addr.String(), Port: b.Port, Weight: &w, State: b.State.String()}
+		spec.BackendAddresses[i] = BackendAddress{IP: b.Addr.String(), Port: b.Port, Weight: &w, State: b.State.String(), NodeLocal: b.NodeLocal}
 	}
 	return spec
 }

@@ -29,6 +29,9 @@ type BackendAddress struct {
 	// State is active, terminating, quarantined or maintenance; empty means
 	// active.
 	State string `json:"state,omitempty"`
+	// NodeLocal says the backend runs on this node (actorlb's field): a
+	// side whose traffic policy is Local uses only node-local backends.
+	NodeLocal bool `json:"nodeLocal,omitempty"`
 }
 
 // ServiceFlags are the options of a service.

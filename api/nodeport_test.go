@@ -197,3 +197,21 @@ func TestWeightOver65535IsRefusedNamingTheWeight(t *testing.T) {
 	require.Contains(t, rec.Body.String(), `invalid backend-addresses[0].weight \"65536\": want an integer between 0 and 65535`)
 	require.Zero(t, eng.count())
 }
+
+func TestNodeLocalAndPoliciesSurviveTheConversionBothWays(t *testing.T) {
+	spec := &ServiceSpec{FrontendAddress: &FrontendAddress{IP: "192.0.2.10", Port: 443, Protocol: "tcp", Scope: "external"},
+		BackendAddresses: []BackendAddress{{IP: "10.0.1.5", Port: 8443, NodeLocal: true}, {IP: "10.0.1.6", Port: 8443}},
+		Flags:            &ServiceFlags{Type: "LoadBalancer", ExtTrafficPolicy: "Local", SessionAffinity: true, SessionAffinityTimeout: 30}}
+	svc, err := ToService(9, spec)
+	require.NoError(t, err)
+	require.True(t, svc.Backends[0].NodeLocal)
+	require.False(t, svc.Backends[1].NodeLocal)
+	require.True(t, svc.TwoScopes(), "ext Local, int Cluster: two backend sets")
+	back := FromService(svc)
+	require.True(t, back.BackendAddresses[0].NodeLocal)
+	require.Equal(t, "Local", back.Flags.ExtTrafficPolicy)
+	require.Equal(t, "Cluster", back.Flags.IntTrafficPolicy)
+	again, err := ToService(9, back)
+	require.NoError(t, err, "an answer can be PUT back as it is")
+	require.Equal(t, svc, again)
+}

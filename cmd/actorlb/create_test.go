@@ -46,7 +46,18 @@ func TestUpdateOptionsChangeOnlyWhatIsGiven(t *testing.T) {
 	require.EqualValues(t, 300, *bs[1].Weight)
 	require.Equal(t, "LoadBalancer", merged("--weights", "10.0.1.1:80=0").Flags.Type)
 
-	u, err := parsedUpdate(t, "--id", "1", "--weights", "10.0.1.9:80=5")
+	bs = merged("--node-local", "10.0.1.2:80").BackendAddresses
+	require.Equal(t, []bool{false, true}, []bool{bs[0].NodeLocal, bs[1].NodeLocal})
+	cur.BackendAddresses[0].NodeLocal = true
+	bs = merged("--backends", "10.0.1.1:80,10.0.1.3:80").BackendAddresses
+	require.True(t, bs[0].NodeLocal, "a backend kept keeps node-local")
+	require.False(t, merged("--node-local", "").BackendAddresses[0].NodeLocal, "--node-local '' clears")
+	u, err := parsedUpdate(t, "--id", "1", "--node-local", "10.0.1.9:80")
+	require.NoError(t, err)
+	_, err = u.merge(cur, nil)
+	require.EqualError(t, err, "--node-local 10.0.1.9:80: service 1 has no backend 10.0.1.9:80")
+
+	u, err = parsedUpdate(t, "--id", "1", "--weights", "10.0.1.9:80=5")
 	require.NoError(t, err)
 	_, err = u.merge(cur, nil)
 	require.EqualError(t, err, "--weights 10.0.1.9:80=...: service 1 has no backend 10.0.1.9:80")

@@ -192,7 +192,11 @@ func printServices(w io.Writer, svcs []*api.Service, wide bool) error {
 			if b.Weight != nil {
 				weight = strconv.Itoa(int(*b.Weight))
 			}
-			line := fmt.Sprintf("%d => %s (%s, weight %s)", i+1, hostPort(b.IP, b.Port), b.State, weight)
+			local := ""
+			if b.NodeLocal {
+				local = ", node-local"
+			}
+			line := fmt.Sprintf("%d => %s (%s, weight %s%s)", i+1, hostPort(b.IP, b.Port), b.State, weight, local)
 			if i == 0 {
 				fmt.Fprintln(tw, head+line)
 			} else {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -38,6 +39,8 @@ command reads the service, changes what the flags say and writes it back).
                 0 turns affinity off.
   --weights     W,... one per backend in order, or ADDR=W,... for the
                 backends named (the others keep theirs).
+  --node-local  the backends that run on this node (the others do not);
+                '' for none. A Local policy uses only those.
   --lb-algorithm default, random or maglev (maglev is stored but has no
                 effect on the socket LB yet: the command warns).
 
@@ -58,7 +61,7 @@ the request. To change a backend's state everywhere at once, see
   actorlb service update --id 1 --affinity-timeout 10800
   actorlb service update --id 1 --affinity-timeout 0
   actorlb service update --id 1 --weights 10.0.1.5:8080=300,10.0.1.6:8080=100
-  actorlb service update --id 2 --int-traffic-policy Local
+  actorlb service update --id 2 --int-traffic-policy Local --node-local 10.0.1.7:53
   actorlb service update --id 2 --backends ''`,
 		flags: func(fs *pflag.FlagSet) {
 			fs.String("id", "", "service ID, 1..65535 (required)")
@@ -80,6 +83,7 @@ func serviceSpecFlags(fs *pflag.FlagSet) {
 	fs.String("int-traffic-policy", "", "Cluster or Local: traffic from the node itself goes to every backend or to node-local ones only (default: kept, Cluster for a new service)")
 	fs.Int64("affinity-timeout", 0, "session affinity (ClientIP) timeout in seconds, 1..16777215; 0 turns affinity off (default: kept, off for a new service)")
 	fs.String("lb-algorithm", "", "default, random or maglev (maglev has no effect on the socket LB yet; default: kept)")
+	fs.StringSlice("node-local", nil, "the backends (IP:PORT, comma-separated) that run on this node; the others do not ('' for none; default: kept)")
 }
 
 // updateFlags are service update's flags, parsed and checked; a nil
@@ -98,6 +102,9 @@ type updateFlags struct {
 	// affinity is the --affinity-timeout given (nil: kept; 0: off).
 	affinity *uint32
 	alg      string
+	// nodeLocal are the backends of --node-local by backendKey (nil: not
+	// given).
+	nodeLocal map[string]bool
 }
 
 // parseUpdateFlags checks service update's flags without the agent.
@@ -240,6 +247,17 @@ func (u *updateFlags) parseOptions(fs *pflag.FlagSet) error {
 		t := uint32(n)
 		u.affinity = &t
 	}
+	if fs.Changed("node-local") {
+		list, _ := fs.GetStringSlice("node-local")
+		u.nodeLocal = map[string]bool{}
+		for _, a := range list {
+			be, err := lb.ParseBackend(a)
+			if err != nil {
+				return fmt.Errorf("--node-local: %w", err)
+			}
+			u.nodeLocal[backendKey(be.Addr.String(), be.Port)] = true
+		}
+	}
 	if fs.Changed("lb-algorithm") {
 		v, _ := fs.GetString("lb-algorithm")
 		a, err := lb.ParseLBAlgorithm(v)
@@ -293,7 +311,7 @@ func (u *updateFlags) merge(cur *api.ServiceSpec, shared map[string]string) (*ap
 		for _, be := range u.backends {
 			b := api.BackendAddress{IP: be.Addr.String(), Port: be.Port}
 			if o, ok := old[backendKey(b.IP, b.Port)]; ok {
-				b.Weight, b.State = o.Weight, o.State
+				b.Weight, b.State, b.NodeLocal = o.Weight, o.State, o.NodeLocal
 			} else if st, ok := shared[backendKey(b.IP, b.Port)]; ok {
 				b.State = st
 			}
@@ -324,6 +342,23 @@ func (u *updateFlags) merge(cur *api.ServiceSpec, shared map[string]string) (*ap
 	for k := range u.weightsByAddr {
 		if !seen[k] {
 			return nil, fmt.Errorf("--weights %s=...: service %d has no backend %s", k, u.id, k)
+		}
+	}
+	if u.nodeLocal != nil {
+		found := 0
+		for i, b := range spec.BackendAddresses {
+			local := u.nodeLocal[backendKey(b.IP, b.Port)]
+			spec.BackendAddresses[i].NodeLocal = local
+			if local {
+				found++
+			}
+		}
+		if found != len(u.nodeLocal) {
+			for k := range u.nodeLocal {
+				if !slices.ContainsFunc(spec.BackendAddresses, func(b api.BackendAddress) bool { return backendKey(b.IP, b.Port) == k }) {
+					return nil, fmt.Errorf("--node-local %s: service %d has no backend %s", k, u.id, k)
+				}
+			}
 		}
 	}
 	if u.typ != "" {
