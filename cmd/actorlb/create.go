@@ -153,7 +153,12 @@ func runServiceCreate(ctx context.Context, e *env, args []string) error {
 		}
 		svc, _, err := c.PutService(ctx, one.id, spec)
 		if err != nil {
-			return errors.Join(flagError(err), undoCreate(ctx, c, created))
+			err = flagError(err)
+			if nodePort != "" {
+				// The frontends came from --node-port, not --frontend.
+				err = &mappedError{msg: strings.ReplaceAll(err.Error(), "--frontend", "--node-port"), err: err}
+			}
+			return errors.Join(err, undoCreate(ctx, c, created))
 		}
 		created = append(created, svc)
 	}
