@@ -107,7 +107,7 @@ func TestCLI(t *testing.T) {
 	require.Contains(t, out, "Listening:      unix://"+a.socket)
 	require.Contains(t, out, "Services:       3   Backends: 5   RevNAT entries: 3")
 	require.Contains(t, out, "Restored:       0 services, 0 backends, 0 orphan revNAT entries deleted; 0 repairs (0 map writes)")
-	require.Contains(t, out, "lb4_services      6         65536   0.01%")
+	require.Contains(t, out, "lb4_services        6         65536   0.01%")
 	var st api.Status
 	require.NoError(t, json.Unmarshal([]byte(requireOK(t, a.cli(t, "status", "-o", "json"))), &st))
 	require.True(t, st.Ready)

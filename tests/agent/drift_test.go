@@ -31,7 +31,7 @@ func TestBackendDeletedBehindTheAgentsBackIsRepaired(t *testing.T) {
 	requireOK(t, res)
 	var ds []api.MapDrift
 	require.NoError(t, json.Unmarshal([]byte(res.stdout), &ds))
-	require.Len(t, ds, 6)
+	require.Len(t, ds, 8) // the six, lb_members, lb_affinity_match
 	require.Equal(t, api.MapDrift{Map: maps.Backend4Name, Pin: "ok", Missing: 1}, ds[1])
 	var v [12]byte
 	require.NoError(t, m.Lookup(key, &v), "the backend is back")
