@@ -59,8 +59,9 @@ func TestDecodeStrict(t *testing.T) {
 func TestDecodeStrictRoundTrip(t *testing.T) {
 	w := uint16(7)
 	spec := &ServiceSpec{ID: 3, FrontendAddress: &FrontendAddress{IP: "fd00::a", Port: 443, Protocol: "udp", Scope: "internal"},
-		BackendAddresses: []BackendAddress{{IP: "fd00::1", Port: 8443, Weight: &w, State: "quarantined"}},
-		Flags:            &ServiceFlags{Type: "NodePort", ExtTrafficPolicy: "Local", SessionAffinity: true, SessionAffinityTimeout: 60, LBAlgorithm: "maglev"}}
+		BackendAddresses: []BackendAddress{{IP: "fd00::1", Port: 8443, Weight: &w, State: "quarantined", NodeLocal: true}, {IP: "fd00::2", Port: 8443}},
+		Flags: &ServiceFlags{Type: "NodePort", TrafficPolicy: "Local", ExtTrafficPolicy: "Local", IntTrafficPolicy: "Local", SessionAffinity: true,
+			SessionAffinityTimeout: 60, LBAlgorithm: "maglev", NatPolicy: "None", HealthCheckNodePort: 0}}
 	b, err := json.Marshal(spec)
 	require.NoError(t, err)
 	var got ServiceSpec
@@ -113,6 +114,18 @@ func TestToService(t *testing.T) {
 		{"timeout too large", spec(func(s *ServiceSpec) { s.Flags = &ServiceFlags{SessionAffinity: true, SessionAffinityTimeout: 1 << 24} }),
 			`invalid flags.sessionAffinityTimeout "16777216": timeout must be at most 16777215 seconds`, 400},
 		{"algorithm", spec(func(s *ServiceSpec) { s.Flags = &ServiceFlags{LBAlgorithm: "rr"} }), `invalid flags.lbAlgorithm "rr": must be one of default, random, maglev`, 400},
+		{"local on ClusterIP", spec(func(s *ServiceSpec) { s.Flags = &ServiceFlags{ExtTrafficPolicy: "Local"} }),
+			`invalid flags.extTrafficPolicy "Local": a ClusterIP service is reached only from inside the node: it has no external traffic policy (use the internal traffic policy)`, 400},
+		{"upstream local on LocalRedirect", spec(func(s *ServiceSpec) { s.Flags = &ServiceFlags{Type: "LocalRedirect", TrafficPolicy: "Local"} }),
+			`invalid flags.extTrafficPolicy "Local": a LocalRedirect service is reached only from inside the node: it has no external traffic policy (use the internal traffic policy)`, 400},
+		{"int local on ClusterIP", spec(func(s *ServiceSpec) { s.Flags = &ServiceFlags{IntTrafficPolicy: "Local"} }), "", 0},
+		{"nat46", spec(func(s *ServiceSpec) { s.Flags = &ServiceFlags{NatPolicy: "Nat46"} }),
+			`invalid flags.natPolicy "Nat46": NAT46/64 services are not supported (leave it out or give None)`, 400},
+		{"nat none", spec(func(s *ServiceSpec) { s.Flags = &ServiceFlags{NatPolicy: "None"} }), "", 0},
+		{"health check node port", spec(func(s *ServiceSpec) { s.Flags = &ServiceFlags{HealthCheckNodePort: 31000} }),
+			`invalid flags.healthCheckNodePort "31000": actorlb serves no health check node port (leave it out or give 0)`, 400},
+		{"name", spec(func(s *ServiceSpec) { s.Flags = &ServiceFlags{Namespace: "default"} }),
+			`invalid flags.namespace "default": actorlb names a service by its ID and does not store names (leave it out)`, 400},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -350,6 +350,16 @@ func (c *Client) Health(ctx context.Context) (*Status, error) {
 	return &out, err
 }
 
+// Config returns the agent's configuration (GET /v1/config): its node
+// addresses and node port range among others.
+func (c *Client) Config(ctx context.Context) (*DaemonConfiguration, error) {
+	var out DaemonConfiguration
+	if _, err := c.do(ctx, "config", http.MethodGet, "/v1/config", nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // DefaultChunkBytes bounds the body of one request of the chunked batch
 // calls: half the server's default limit, so that a chunk fits with room.
 const DefaultChunkBytes = DefaultMaxBodyBytes / 2

@@ -39,6 +39,12 @@ func jsonPath(field string) string {
 		return "flags.sessionAffinityTimeout"
 	case field == "lb-algorithm":
 		return "flags.lbAlgorithm"
+	case field == "external-traffic-policy":
+		return "flags.extTrafficPolicy"
+	case field == "internal-traffic-policy":
+		return "flags.intTrafficPolicy"
+	case field == "session-affinity":
+		return "flags.sessionAffinity"
 	}
 	return field
 }
@@ -121,6 +127,7 @@ func ToService(id lb.ServiceID, spec *ServiceSpec) (*lb.Service, error) {
 		if b.Weight != nil {
 			be.Weight = *b.Weight
 		}
+		be.NodeLocal = b.NodeLocal
 		if be.State, err = lb.ParseBackendState(b.State); err != nil {
 			return nil, fieldError(path+".state", err)
 		}
@@ -160,6 +167,9 @@ func ToService(id lb.ServiceID, spec *ServiceSpec) (*lb.Service, error) {
 		if svc.LBAlgorithm, err = lb.ParseLBAlgorithm(f.LBAlgorithm); err != nil {
 			return nil, fieldError("flags.lbAlgorithm", err)
 		}
+		if err := checkUpstreamFlags(f); err != nil {
+			return nil, err
+		}
 		if f.DirectServerReturn != nil && !*f.DirectServerReturn {
 			return nil, &FieldError{Path: "flags.direct-server-return", Value: "false",
 				Reason: "actorlb always creates the revNAT entry with the service (what true means in upstream v1.6); leave the flag out or set it true"}
@@ -169,6 +179,38 @@ func ToService(id lb.ServiceID, spec *ServiceSpec) (*lb.Service, error) {
 		return nil, fieldError("", err)
 	}
 	return svc, nil
+}
+
+// checkUpstreamFlags refuses the upstream flags actorlb cannot honour:
+// a NAT46/64 policy, a health check node port, service names.
+func checkUpstreamFlags(f *ServiceFlags) error {
+	if f.NatPolicy != "" && !strings.EqualFold(f.NatPolicy, "None") {
+		return &FieldError{Path: "flags.natPolicy", Value: f.NatPolicy,
+			Reason: "NAT46/64 services are not supported (leave it out or give None)"}
+	}
+	if f.HealthCheckNodePort != 0 {
+		return &FieldError{Path: "flags.healthCheckNodePort", Value: strconv.Itoa(int(f.HealthCheckNodePort)),
+			Reason: "actorlb serves no health check node port (leave it out or give 0)"}
+	}
+	for _, n := range []struct{ path, v string }{{"flags.name", f.Name}, {"flags.namespace", f.Namespace}, {"flags.cluster", f.Cluster}} {
+		if n.v != "" {
+			return &FieldError{Path: n.path, Value: n.v,
+				Reason: "actorlb names a service by its ID and does not store names (leave it out)"}
+		}
+	}
+	return nil
+}
+
+// MaglevWarning is the warning of a service with lbAlgorithm maglev.
+const MaglevWarning = "lbAlgorithm maglev is stored in the service map but has no effect on the socket LB yet: it selects backends at random (weighted) until the north-south datapath exists"
+
+// Warnings says what of svc is accepted but not honoured by the
+// datapath (nil if nothing).
+func Warnings(svc *lb.Service) []string {
+	if svc != nil && svc.LBAlgorithm == lb.LBAlgMaglev {
+		return []string{MaglevWarning}
+	}
+	return nil
 }
 
 func policyName(local bool) string {
@@ -200,7 +242,7 @@ func FromService(svc *lb.Service) *ServiceSpec {
 	}
 	for i, b := range svc.Backends {
 		w := b.Weight
-		spec.BackendAddresses[i] = BackendAddress{IP: b.Addr.String(), Port: b.Port, Weight: &w, State: b.State.String()}
+		spec.BackendAddresses[i] = BackendAddress{IP: b.Addr.String(), Port: b.Port, Weight: &w, State: b.State.String(), NodeLocal: b.NodeLocal}
 	}
 	return spec
 }
@@ -208,7 +250,7 @@ func FromService(svc *lb.Service) *ServiceSpec {
 // NewService wraps the spec of an engine service with its status.
 func NewService(svc *lb.Service) *Service {
 	spec := FromService(svc)
-	return &Service{Spec: spec, Status: &ServiceStatus{Realized: FromService(svc)}}
+	return &Service{Spec: spec, Status: &ServiceStatus{Realized: FromService(svc), Warnings: Warnings(svc)}}
 }
 
 func compareServiceKey(a, b maps.ServiceKey) int {

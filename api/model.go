@@ -23,12 +23,15 @@ type FrontendAddress struct {
 type BackendAddress struct {
 	IP   string `json:"ip"`
 	Port uint16 `json:"port"`
-	// Weight is 0..65535; nil means 100. It is not stored in the BPF maps:
-	// after an agent restart every weight reads 100.
+	// Weight is 0..65535 (upstream's uint16 weight); nil means 100. 0
+	// gives the backend no new connection.
 	Weight *uint16 `json:"weight,omitempty"`
 	// State is active, terminating, quarantined or maintenance; empty means
 	// active.
 	State string `json:"state,omitempty"`
+	// NodeLocal says the backend runs on this node (actorlb's field): a
+	// side whose traffic policy is Local uses only node-local backends.
+	NodeLocal bool `json:"nodeLocal,omitempty"`
 }
 
 // ServiceFlags are the options of a service.
@@ -47,8 +50,23 @@ type ServiceFlags struct {
 	// its timeout in seconds (0: 10800).
 	SessionAffinity        bool   `json:"sessionAffinity,omitempty"`
 	SessionAffinityTimeout uint32 `json:"sessionAffinityTimeout,omitempty"`
-	// LBAlgorithm is default, random or maglev.
+	// LBAlgorithm is default, random or maglev. maglev is stored in the
+	// master entry but has no effect on the socket LB yet: the answer
+	// carries a warning (ServiceStatus.Warnings).
 	LBAlgorithm string `json:"lbAlgorithm,omitempty"`
+	// NatPolicy is the upstream protocol NAT policy: only None (or left
+	// out) is accepted; Nat46 and Nat64 are refused (not supported).
+	// Answers leave it out.
+	NatPolicy string `json:"natPolicy,omitempty"`
+	// HealthCheckNodePort is upstream's health check node port: actorlb
+	// serves no health check, so only 0 (or left out) is accepted.
+	HealthCheckNodePort uint16 `json:"healthCheckNodePort,omitempty"`
+	// Name, Namespace and Cluster are upstream's names of the service
+	// (e.g. the Kubernetes service): actorlb names a service by its ID
+	// and does not store them, so only empty values are accepted.
+	Name      string `json:"name,omitempty"`
+	Namespace string `json:"namespace,omitempty"`
+	Cluster   string `json:"cluster,omitempty"`
 	// DirectServerReturn is the upstream v1.6 flag that `cilium service
 	// update` sends as true by default (its --rev): there it means "add
 	// the revNAT entry", which actorlb always does. true is accepted and
@@ -65,6 +83,9 @@ type BatchResult struct {
 	ID    int64  `json:"id"`
 	Code  int    `json:"code"`
 	Error string `json:"error,omitempty"`
+	// Warnings say what of the service is accepted but not honoured
+	// (see ServiceStatus.Warnings).
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // ServiceSpec is the configuration of a service.
@@ -82,6 +103,9 @@ type ServiceSpec struct {
 // ServiceStatus is what the maps hold for a service.
 type ServiceStatus struct {
 	Realized *ServiceSpec `json:"realized"`
+	// Warnings say what of the service is stored but not honoured by the
+	// datapath (today: lbAlgorithm maglev, which the socket LB ignores).
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // Service is a service with its realized state. The agent answers a write
@@ -258,4 +282,47 @@ type RestoreStatus struct {
 	RepairsByKind map[string]int `json:"repairs-by-kind"`
 	// Writes is the number of map entries written or deleted to repair.
 	Writes int `json:"writes"`
+}
+
+// DaemonConfiguration is the answer of GET /v1/config, in upstream's
+// shape (spec and status); only the status is filled.
+type DaemonConfiguration struct {
+	Spec   *DaemonConfigurationSpec   `json:"spec"`
+	Status *DaemonConfigurationStatus `json:"status"`
+}
+
+// DaemonConfigurationSpec is the changeable configuration: actorlb has
+// none (it is always empty).
+type DaemonConfigurationSpec struct{}
+
+// DaemonConfigurationStatus is the agent's configuration as it runs.
+type DaemonConfigurationStatus struct {
+	// Addressing is upstream's node addressing: the first global unicast
+	// node address of each family ("" when the family has none).
+	Addressing *NodeAddressing `json:"addressing"`
+	// NodeAddresses are the addresses NodePort frontends may use besides
+	// the surrogate (--node-addresses), in the agent's order.
+	NodeAddresses []string `json:"node-addresses"`
+	// NodePortRange is the range NodePort frontends take their port from
+	// (--node-port-range), "MIN-MAX"; NodePortMin and NodePortMax are its
+	// ends. All empty when the agent does not check NodePort services.
+	NodePortRange string `json:"node-port-range,omitempty"`
+	NodePortMin   uint16 `json:"node-port-min,omitempty"`
+	NodePortMax   uint16 `json:"node-port-max,omitempty"`
+	// BPFRoot is where the maps are pinned ("" in a dry run).
+	BPFRoot string `json:"bpf-root"`
+	DryRun  bool   `json:"dry-run"`
+}
+
+// NodeAddressing is the node's address per family.
+type NodeAddressing struct {
+	IPv4 *NodeAddressingElement `json:"ipv4"`
+	IPv6 *NodeAddressingElement `json:"ipv6"`
+}
+
+// NodeAddressingElement is one family's address: Enabled when the node
+// has an address of the family among its node addresses.
+type NodeAddressingElement struct {
+	Enabled bool   `json:"enabled"`
+	IP      string `json:"ip,omitempty"`
 }

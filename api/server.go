@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -104,6 +105,53 @@ type Config struct {
 	Token string
 	// Insecure allows serving TCP listeners without a Token.
 	Insecure bool
+	// NodePort, if set, is checked against every NodePort service written
+	// (and reported by GET /v1/config); nil checks nothing.
+	NodePort *NodePortConfig
+}
+
+// NodePortConfig is what the agent allows NodePort frontends to be.
+type NodePortConfig struct {
+	// Range bounds the frontend port (--node-port-range;
+	// lb.DefaultNodePortRange if zero).
+	Range lb.PortRange
+	// Addresses are the node's own addresses (--node-addresses): a
+	// NodePort frontend is the surrogate (0.0.0.0 or ::) or one of them.
+	Addresses []netip.Addr
+}
+
+// check refuses a NodePort service whose frontend port is outside the
+// range or whose address is neither the surrogate nor a node address.
+func (c *NodePortConfig) check(svc *lb.Service) error {
+	if c == nil || svc.Type != lb.SVCTypeNodePort {
+		return nil
+	}
+	fe := svc.Frontend.L3n4Addr
+	if err := lb.ValidateNodePort(fe.Port, c.Range); err != nil {
+		return &FieldError{Path: "frontend-address.port", Value: strconv.Itoa(int(fe.Port)),
+			Reason: "a NodePort frontend's port must be in the agent's node port range " + c.Range.String() +
+				" (pick a port in it, or start the agent with another --node-port-range)"}
+	}
+	if fe.IsSurrogate() || slices.Contains(c.Addresses, fe.Addr) {
+		return nil
+	}
+	var same []string
+	for _, a := range c.Addresses {
+		if a.Is6() == fe.Addr.Is6() {
+			same = append(same, a.String())
+		}
+	}
+	surrogate := "0.0.0.0"
+	if fe.Addr.Is6() {
+		surrogate = "::"
+	}
+	have := "the agent has no node address of this family"
+	if len(same) > 0 {
+		have = "the node addresses are " + strings.Join(same, ", ")
+	}
+	return &FieldError{Path: "frontend-address.ip", Value: fe.Addr.String(),
+		Reason: "a NodePort frontend must be the surrogate " + surrogate + " or one of the node's addresses (" + have +
+			"): use one of those, give another type (ExternalIPs, LoadBalancer), or add the address to the agent's --node-addresses"}
 }
 
 // Server is the REST shim: every request becomes engine calls.
@@ -125,6 +173,7 @@ type Server struct {
 	insecure    bool
 	heavy       chan struct{}
 	release     *memRelease
+	nodePort    *NodePortConfig
 
 	mu     sync.Mutex
 	listen []string
@@ -167,6 +216,17 @@ func NewServer(cfg Config) (*Server, error) {
 		maxBody: cfg.MaxBodyBytes, callTimeout: cfg.CallTimeout, socketLB: cfg.SocketLB, started: time.Now(),
 		maxBatch: cfg.MaxBatchSpecs, maxConns: cfg.MaxConns, token: cfg.Token, insecure: cfg.Insecure,
 		heavy: make(chan struct{}, cfg.MaxHeavyRequests), release: newMemRelease(), silent: map[net.Conn]struct{}{},
+	}
+	if cfg.NodePort != nil {
+		np := *cfg.NodePort
+		if np.Range == (lb.PortRange{}) {
+			np.Range = lb.DefaultNodePortRange
+		}
+		np.Addresses = slices.Clone(np.Addresses)
+		for i, a := range np.Addresses {
+			np.Addresses[i] = a.Unmap()
+		}
+		s.nodePort = &np
 	}
 	if s.dryRun {
 		s.root = ""
@@ -254,6 +314,7 @@ var routeTable = []struct{ path, method, op string }{
 	{"/v1/lb/maps", "GET", "maps_dump"},
 	{"/v1/lb/reconcile", "POST", "reconcile"},
 	{"/v1/healthz", "GET", "healthz"},
+	{"/v1/config", "GET", "config"},
 	{"/v1/openapi.json", "GET", "openapi"},
 	{"/metrics", "GET", "metrics"},
 }
@@ -292,6 +353,7 @@ func (s *Server) Handler() http.Handler {
 		"maps_dump":            s.heavyOnly(s.dumpMaps),
 		"reconcile":            s.heavyOnly(s.reconcile),
 		"healthz":              s.healthz,
+		"config":               s.config,
 		"openapi":              s.openAPI,
 		"metrics": func(w http.ResponseWriter, r *http.Request) reply {
 			metricsHandler.ServeHTTP(w, r)
@@ -522,8 +584,14 @@ func (s *Server) putService(w http.ResponseWriter, r *http.Request) reply {
 		return rr
 	}
 	svc, err := ToService(id, &spec)
+	if err == nil {
+		err = s.nodePort.check(svc)
+	}
 	if err != nil {
 		return invalid(err)
+	}
+	for _, msg := range Warnings(svc) {
+		w.Header().Add("Warning", `299 actorlb "`+msg+`"`)
 	}
 	ctx, cancel := s.ctx(r)
 	defer cancel()
@@ -586,11 +654,15 @@ func (s *Server) putServices(w http.ResponseWriter, r *http.Request) reply {
 			continue
 		}
 		svc, err := ToService(lb.ServiceID(specs[i].ID), &specs[i])
+		if err == nil {
+			err = s.nodePort.check(svc)
+		}
 		if err != nil {
 			rr := invalid(err)
 			results[i].Code, results[i].Error = rr.code, fmt.Sprintf("[%d]: %v", i, err)
 			continue
 		}
+		results[i].Warnings = Warnings(svc)
 		svcs, idx = append(svcs, svc), append(idx, i)
 	}
 	ctx, cancel := s.ctx(r)
@@ -605,7 +677,7 @@ func (s *Server) putServices(w http.ResponseWriter, r *http.Request) reply {
 		switch {
 		case x.Err != nil:
 			rr := engineError(x.Err, 0)
-			results[i].Code, results[i].Error = rr.code, x.Err.Error()
+			results[i].Code, results[i].Error, results[i].Warnings = rr.code, x.Err.Error(), nil
 		case x.Created:
 			results[i].Code = http.StatusCreated
 			created++
@@ -680,6 +752,31 @@ func (s *Server) dumpMaps(w http.ResponseWriter, r *http.Request) reply {
 	st.raw("}")
 	s.release.note(st.end())
 	return reply{written: true}
+}
+
+// Config returns what GET /v1/config answers.
+func (s *Server) Config() *DaemonConfiguration {
+	st := &DaemonConfigurationStatus{BPFRoot: s.root, DryRun: s.dryRun, NodeAddresses: []string{},
+		Addressing: &NodeAddressing{IPv4: &NodeAddressingElement{}, IPv6: &NodeAddressingElement{}}}
+	if np := s.nodePort; np != nil {
+		st.NodePortRange, st.NodePortMin, st.NodePortMax = np.Range.String(), np.Range.Min, np.Range.Max
+		for _, a := range np.Addresses {
+			st.NodeAddresses = append(st.NodeAddresses, a.String())
+			el := st.Addressing.IPv4
+			if a.Is6() {
+				el = st.Addressing.IPv6
+			}
+			el.Enabled = true
+			if el.IP == "" && a.IsGlobalUnicast() {
+				el.IP = a.String()
+			}
+		}
+	}
+	return &DaemonConfiguration{Spec: &DaemonConfigurationSpec{}, Status: st}
+}
+
+func (s *Server) config(_ http.ResponseWriter, _ *http.Request) reply {
+	return reply{code: http.StatusOK, body: s.Config()}
 }
 
 func (s *Server) openAPI(w http.ResponseWriter, _ *http.Request) reply {

@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -20,6 +21,7 @@ import (
 	"github.com/actorlb/actorlb/api"
 	"github.com/actorlb/actorlb/bpf"
 	"github.com/actorlb/actorlb/internal/bpffs"
+	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/maps"
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/pflag"
@@ -68,12 +70,17 @@ so a client that waits for the "actorlb agent ready" line or for READY=1
 can connect at once and /v1/healthz answers 200. The API answers nothing,
 /v1/healthz included, before that line is printed.
 
+NodePort services: the agent refuses one whose frontend port is outside
+--node-port-range or whose address is neither the surrogate (0.0.0.0, ::)
+nor one of --node-addresses; GET /v1/config reports both.
+
 One agent per --bpf-root and per --socket: a second one is refused. A socket
 file left behind by an agent that died is replaced; any other file is not.`,
 		examples: `  actorlb agent                                    # as root: maps in /sys/fs/bpf/actorlb
   actorlb agent --api-addr 127.0.0.1:8080 --api-token-file /etc/actorlb/token   # also serve the API on loopback TCP
   actorlb agent --dry-run --socket /tmp/alb.sock   # no privileges: in-memory maps
   actorlb agent --restore=false                    # start empty: delete what the maps hold
+  actorlb agent --node-addresses 192.168.1.10,127.0.0.1 --node-port-range 30000-32767   # where NodePort frontends may be
   actorlb agent --log-level debug --log-format json
   actorlb agent --cleanup --yes                    # remove actorlb from the node (agent stopped)`,
 		flags: func(fs *pflag.FlagSet) {
@@ -95,6 +102,8 @@ file left behind by an agent that died is replaced; any other file is not.`,
 			// API security (issue 13).
 			fs.String("api-token-file", "", "file holding the bearer token every request on --api-addr must carry (first line; not readable by every user)")
 			fs.Bool("api-insecure", false, "serve --api-addr without a token (any local user can then control the load balancer)")
+			fs.String("node-addresses", "", "the node's own addresses, comma-separated: a NodePort service's frontend is the surrogate (0.0.0.0 or ::) or one of them ('' for none: the surrogate only; default: the host's global unicast addresses plus 127.0.0.1 and ::1 when present)")
+			fs.String("node-port-range", lb.DefaultNodePortRange.String(), "MIN-MAX: the ports a NodePort service's frontend may have; others are refused")
 			fs.String("socket-group", "", "group (name or GID) that owns --socket, so its members may use the API without root (mode 0660)")
 		},
 		run: runAgent,
@@ -114,6 +123,8 @@ type agentConfig struct {
 	token                           string
 	insecure                        bool
 	socketGID                       int // -1: leave the socket's group alone
+	nodeAddrs                       []netip.Addr
+	nodePortRange                   lb.PortRange
 }
 
 func agentFlags(e *env) (*agentConfig, error) {
@@ -175,6 +186,9 @@ func agentFlags(e *env) (*agentConfig, error) {
 	if err := securityFlags(fs, c); err != nil {
 		return nil, err
 	}
+	if err := nodePortFlags(fs, c); err != nil {
+		return nil, err
+	}
 	if c.socketLBCgroup != "" && c.socketLB && !c.dryRun {
 		var st unix.Statfs_t
 		if err := unix.Statfs(c.socketLBCgroup, &st); err != nil {
@@ -185,6 +199,103 @@ func agentFlags(e *env) (*agentConfig, error) {
 		}
 	}
 	return c, nil
+}
+
+// nodePortFlags reads --node-addresses and --node-port-range into c,
+// checked; without --node-addresses the host's addresses are used.
+func nodePortFlags(fs *pflag.FlagSet, c *agentConfig) error {
+	rng, _ := fs.GetString("node-port-range")
+	r, err := lb.ParsePortRange(rng)
+	if err != nil {
+		var ve *lb.ValidationError
+		if errors.As(err, &ve) {
+			return fmt.Errorf("invalid --node-port-range %q: %s", rng, ve.Reason)
+		}
+		return fmt.Errorf("invalid --node-port-range %q: %w", rng, err)
+	}
+	c.nodePortRange = r
+	if !fs.Changed("node-addresses") {
+		c.nodeAddrs, err = hostNodeAddresses()
+		if err != nil {
+			return fmt.Errorf("list the host's addresses for --node-addresses: %w (give them with --node-addresses)", err)
+		}
+		return nil
+	}
+	list, _ := fs.GetString("node-addresses")
+	addrs, err := parseNodeAddresses(list)
+	if err != nil {
+		return err
+	}
+	c.nodeAddrs = addrs
+	return nil
+}
+
+// parseNodeAddresses parses --node-addresses: IP addresses separated by
+// commas, each once; "" is none.
+func parseNodeAddresses(list string) ([]netip.Addr, error) {
+	out := []netip.Addr{}
+	if strings.TrimSpace(list) == "" {
+		return out, nil
+	}
+	for _, s := range strings.Split(list, ",") {
+		s = strings.TrimSpace(s)
+		a, err := netip.ParseAddr(s)
+		switch {
+		case err != nil:
+			return nil, fmt.Errorf("invalid --node-addresses: %q is not an IP address", s)
+		case a.Zone() != "":
+			return nil, fmt.Errorf("invalid --node-addresses: %q has a zone (link-local addresses cannot be NodePort frontends)", s)
+		}
+		a = a.Unmap()
+		switch {
+		case a.IsUnspecified():
+			return nil, fmt.Errorf("invalid --node-addresses: %s is the surrogate, always allowed (leave it out)", a)
+		case a.IsMulticast() || a == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
+			return nil, fmt.Errorf("invalid --node-addresses: %s is not a unicast address", a)
+		case slices.Contains(out, a):
+			return nil, fmt.Errorf("invalid --node-addresses: %s is given twice", a)
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}
+
+// hostNodeAddresses returns the default of --node-addresses: the global
+// unicast addresses of the host's interfaces, then 127.0.0.1 and ::1 if
+// an interface has them.
+func hostNodeAddresses() ([]netip.Addr, error) {
+	ifAddrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil, err
+	}
+	out := []netip.Addr{}
+	var lo4, lo6 bool
+	for _, ia := range ifAddrs {
+		ipn, ok := ia.(*net.IPNet)
+		if !ok {
+			continue
+		}
+		a, ok := netip.AddrFromSlice(ipn.IP)
+		if !ok {
+			continue
+		}
+		a = a.Unmap()
+		switch {
+		case a == netip.AddrFrom4([4]byte{127, 0, 0, 1}):
+			lo4 = true
+		case a == netip.IPv6Loopback():
+			lo6 = true
+		case a.IsGlobalUnicast() && !slices.Contains(out, a):
+			out = append(out, a)
+		}
+	}
+	if lo4 {
+		out = append(out, netip.AddrFrom4([4]byte{127, 0, 0, 1}))
+	}
+	if lo6 {
+		out = append(out, netip.IPv6Loopback())
+	}
+	return out, nil
 }
 
 // securityFlags reads --api-token-file, --api-insecure and --socket-group
@@ -467,6 +578,12 @@ func agent(ctx context.Context, c *agentConfig) error {
 			log.Info(info.Summary())
 		}
 	}
+	nodes := make([]string, len(c.nodeAddrs))
+	for i, a := range c.nodeAddrs {
+		nodes[i] = a.String()
+	}
+	log.WithFields(logrus.Fields{"node-addresses": strings.Join(nodes, ","), "node-port-range": c.nodePortRange.String()}).
+		Info("NodePort frontends: the surrogate or a node address, ports in the node port range")
 	if !c.dryRun {
 		root := engine.BPFRoot()
 		socketLB = func() string {
@@ -478,7 +595,7 @@ func agent(ctx context.Context, c *agentConfig) error {
 		}
 	}
 	srv, err := api.NewServer(api.Config{Engine: engine, Log: logrus.NewEntry(log), BPFRoot: engine.BPFRoot(), DryRun: c.dryRun, SocketLB: socketLB,
-		Token: c.token, Insecure: c.insecure})
+		Token: c.token, Insecure: c.insecure, NodePort: &api.NodePortConfig{Range: c.nodePortRange, Addresses: c.nodeAddrs}})
 	if err != nil {
 		return err
 	}

@@ -66,8 +66,12 @@ func bpfListCommand() *command {
 		short: "list the service map as the datapath sees it",
 		long: `Reads the service, backend and revNAT maps pinned under --bpf-root directly
 (read-only; no agent needed) and lists every frontend with its master entry
-(slot 0: service ID, type, count) and its slots, each with the backend
-address it points to. With -o json it prints the raw entries of all six maps,
+(slot 0: service ID, type, traffic policies, affinity timeout, count) and
+its slots, each with the backend address it points to and, from lb_members,
+its weight when not 100 and whether it is node-local. A service with two
+backend sets (one traffic policy Local, "two-scopes") lists its internal set
+under its frontend with /internal; maglev is shown as ignored by the socket
+LB, which does not implement it yet. With -o json it prints the raw entries of all six maps,
 decoded, with the field names of the datapath's C structs.
 
 As Cilium's 'bpf lb list': --frontends lists the master entries only (one
@@ -135,7 +139,10 @@ func masterFlags(fe lb.L3n4Addr, v maps.ServiceValue) string {
 		parts = append(parts, fmt.Sprintf("affinity %ds", spec.SessionAffinityTimeout))
 	}
 	if spec.LBAlgorithm != lb.LBAlgDefault {
-		parts = append(parts, spec.LBAlgorithm.String())
+		parts = append(parts, algorithmString(spec.LBAlgorithm.String()))
+	}
+	if v.Flags2&lb.Flag2TwoScopes != 0 {
+		parts = append(parts, "two-scopes")
 	}
 	if v.Flags&lb.FlagRoutable == 0 {
 		parts = append(parts, "non-routable")
@@ -143,7 +150,32 @@ func masterFlags(fe lb.L3n4Addr, v maps.ServiceValue) string {
 	return strings.Join(parts, ", ")
 }
 
+// memberNote is what lb_members says of backend id in service rev: its
+// weight when not the default, and whether it is node-local ("" if
+// nothing).
+func memberNote(members map[maps.MemberKey]maps.MemberValue, id uint32, rev uint16) string {
+	m, ok := members[maps.MemberKey{BackendID: id, RevNATIndex: rev}]
+	if !ok {
+		return ""
+	}
+	var parts []string
+	if m.Weight != lb.DefaultBackendWeight {
+		parts = append(parts, fmt.Sprintf("weight %d", m.Weight))
+	}
+	if m.Flags&maps.MemberNodeLocal != 0 {
+		parts = append(parts, "node-local")
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " [" + strings.Join(parts, ", ") + "]"
+}
+
 func printServiceMaps(w io.Writer, d table.Dump) error {
+	members := make(map[maps.MemberKey]maps.MemberValue, len(d.Members))
+	for _, m := range d.Members {
+		members[m.Key] = m.Value
+	}
 	tw := newTable(w)
 	fmt.Fprintln(tw, "SERVICE ADDRESS\tBACKEND ADDRESS (REVNAT_ID) (SLOT)")
 	for _, fam := range []struct {
@@ -185,7 +217,7 @@ func printServiceMaps(w io.Writer, d table.Dump) error {
 					target += " " + b.State.String()
 				}
 			}
-			fmt.Fprintf(tw, "%s\t%s (%d) (%d)\n", first, target, v.RevNATIndex, e.Key.Slot)
+			fmt.Fprintf(tw, "%s\t%s (%d) (%d)%s\n", first, target, v.RevNATIndex, e.Key.Slot, memberNote(members, v.BackendID, v.RevNATIndex))
 		}
 	}
 	return tw.Flush()

@@ -66,6 +66,7 @@ func newRoot(stdout, stderr io.Writer, stdin io.Reader) *cobra.Command {
 		group("service", "manage services through the agent's API",
 			leafCommand("list", serviceListCommand()),
 			leafCommand("get", serviceGetCommand()),
+			leafCommand("create", serviceCreateCommand()),
 			leafCommand("update", serviceUpdateCommand()),
 			leafCommand("apply", serviceApplyCommand()),
 			leafCommand("delete", serviceDeleteCommand()),

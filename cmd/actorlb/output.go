@@ -109,6 +109,10 @@ var apiPaths = []struct {
 	{regexp.MustCompile(`\bbackend-addresses\[(\d+)\](\.ip|\.port)?`), "--backends (backend ${1})"},
 	{regexp.MustCompile(`\bfrontend-address(\.\w+)?`), "--frontend"},
 	{regexp.MustCompile(`\bflags\.type\b`), "--type"},
+	{regexp.MustCompile(`\bflags\.(extTrafficPolicy|trafficPolicy)\b`), "--ext-traffic-policy"},
+	{regexp.MustCompile(`\bflags\.intTrafficPolicy\b`), "--int-traffic-policy"},
+	{regexp.MustCompile(`\bflags\.sessionAffinityTimeout\b`), "--affinity-timeout"},
+	{regexp.MustCompile(`\bflags\.lbAlgorithm\b`), "--lb-algorithm"},
 	{regexp.MustCompile(`^invalid id\b`), "invalid --id"},
 }
 

@@ -141,15 +141,24 @@ func serviceOptions(f *api.ServiceFlags) string {
 		parts = append(parts, fmt.Sprintf("affinity %ds", f.SessionAffinityTimeout))
 	}
 	if f.LBAlgorithm != "" && f.LBAlgorithm != lb.LBAlgDefault.String() {
-		parts = append(parts, f.LBAlgorithm)
+		parts = append(parts, algorithmString(f.LBAlgorithm))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// algorithmString is an algorithm as the CLI shows it: maglev is not
+// honoured by the socket LB yet, and says so.
+func algorithmString(alg string) string {
+	if alg == lb.LBAlgMaglev.String() {
+		return alg + " (ignored by the socket LB)"
+	}
+	return alg
 }
 
 func printServices(w io.Writer, svcs []*api.Service, wide bool) error {
 	tw := newTable(w)
 	if wide {
-		fmt.Fprintln(tw, "ID\tFRONTEND\tTYPE\tEXT-POLICY\tINT-POLICY\tAFFINITY\tALGORITHM\tBACKEND")
+		fmt.Fprintln(tw, "ID\tFRONTEND\tTYPE\tSCOPE\tEXT-POLICY\tINT-POLICY\tAFFINITY\tALGORITHM\tBACKEND")
 	} else {
 		fmt.Fprintln(tw, "ID\tFRONTEND\tTYPE\tBACKEND")
 	}
@@ -165,7 +174,11 @@ func printServices(w io.Writer, svcs []*api.Service, wide bool) error {
 			if f.SessionAffinity {
 				aff = fmt.Sprintf("%ds", f.SessionAffinityTimeout)
 			}
-			head = fmt.Sprintf("%d\t%s\t%s\t%s\t%s\t%s\t%s\t", spec.ID, frontendString(spec.FrontendAddress), typ, ext, in, aff, alg)
+			scope := "external"
+			if spec.FrontendAddress != nil && spec.FrontendAddress.Scope != "" {
+				scope = spec.FrontendAddress.Scope
+			}
+			head = fmt.Sprintf("%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t", spec.ID, frontendString(spec.FrontendAddress), typ, scope, ext, in, aff, algorithmString(alg))
 		} else {
 			head = fmt.Sprintf("%d\t%s\t%s\t", spec.ID, frontendString(spec.FrontendAddress), serviceOptions(spec.Flags))
 		}
@@ -179,7 +192,11 @@ func printServices(w io.Writer, svcs []*api.Service, wide bool) error {
 			if b.Weight != nil {
 				weight = strconv.Itoa(int(*b.Weight))
 			}
-			line := fmt.Sprintf("%d => %s (%s, weight %s)", i+1, hostPort(b.IP, b.Port), b.State, weight)
+			local := ""
+			if b.NodeLocal {
+				local = ", node-local"
+			}
+			line := fmt.Sprintf("%d => %s (%s, weight %s%s)", i+1, hostPort(b.IP, b.Port), b.State, weight, local)
 			if i == 0 {
 				fmt.Fprintln(tw, head+line)
 			} else {

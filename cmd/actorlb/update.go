@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -28,6 +29,20 @@ command reads the service, changes what the flags say and writes it back).
   --weights     one weight per backend, in the order of --backends (or of
   --states      the service's backends when --backends is not given).
   --type        the service type; left out, the type is kept.
+  --ext-traffic-policy, --int-traffic-policy
+                Cluster or Local: Local sends traffic from outside the node
+                (ext) or from the node itself (int) to node-local backends
+                only. ext Local needs a type with an external side (not
+                ClusterIP or LocalRedirect).
+  --affinity-timeout SECONDS
+                session affinity (ClientIP) with this timeout, 1..16777215;
+                0 turns affinity off.
+  --weights     W,... one per backend in order, or ADDR=W,... for the
+                backends named (the others keep theirs).
+  --node-local  the backends that run on this node (the others do not);
+                '' for none. A Local policy uses only those.
+  --lb-algorithm default, random or maglev (maglev is stored but has no
+                effect on the socket LB yet: the command warns).
 
 Addresses are IP:PORT[/PROTOCOL[/SCOPE]] (IPv6 in brackets; protocol tcp,
 udp, sctp or any, tcp by default; scope external or internal). Backends take
@@ -42,18 +57,33 @@ the request. To change a backend's state everywhere at once, see
   actorlb service update --id 2 --frontend 10.96.0.53:53/udp --backends 10.0.1.7:53,10.0.1.8:53
   actorlb service update --id 3 --frontend [fd00::a]:443 --backends [fd00::1]:8443,[fd00::2]:8443 --weights 100,50
   actorlb service update --id 1 --backends 10.0.1.5:8080,10.0.1.6:8080 --states active,terminating
-  actorlb service update --id 1 --type NodePort
+  actorlb service update --id 1 --type LoadBalancer --ext-traffic-policy Local
+  actorlb service update --id 1 --affinity-timeout 10800
+  actorlb service update --id 1 --affinity-timeout 0
+  actorlb service update --id 1 --weights 10.0.1.5:8080=300,10.0.1.6:8080=100
+  actorlb service update --id 2 --int-traffic-policy Local --node-local 10.0.1.7:53
   actorlb service update --id 2 --backends ''`,
 		flags: func(fs *pflag.FlagSet) {
 			fs.String("id", "", "service ID, 1..65535 (required)")
 			fs.String("frontend", "", "frontend address IP:PORT[/PROTOCOL[/SCOPE]] (required to create; an existing service keeps its own)")
-			fs.StringSlice("backends", nil, "backend addresses IP:PORT, comma-separated or repeated; replaces the list ('' for none; default: keep)")
-			fs.StringSlice("weights", nil, "backend weights 0..65535, one per backend (default: kept, 100 for new ones)")
-			fs.StringSlice("states", nil, "backend states active, terminating, quarantined or maintenance, one per backend (default: kept)")
-			fs.String("type", "", "service type: ClusterIP, NodePort, ExternalIPs, LoadBalancer, HostPort or LocalRedirect (default: kept, ClusterIP for a new service)")
+			serviceSpecFlags(fs)
 		},
 		run: runServiceUpdate,
 	}
+}
+
+// serviceSpecFlags adds the flags service create and update share
+// besides --id and --frontend.
+func serviceSpecFlags(fs *pflag.FlagSet) {
+	fs.StringSlice("backends", nil, "backend addresses IP:PORT, comma-separated or repeated; replaces the list ('' for none; default: keep)")
+	fs.StringSlice("weights", nil, "backend weights 0..65535: one per backend (W,...), or ADDR=W,... for the backends named (default: kept, 100 for new ones)")
+	fs.StringSlice("states", nil, "backend states active, terminating, quarantined or maintenance, one per backend (default: kept)")
+	fs.String("type", "", "service type: ClusterIP, NodePort, ExternalIPs, LoadBalancer, HostPort or LocalRedirect (default: kept, ClusterIP for a new service)")
+	fs.String("ext-traffic-policy", "", "Cluster or Local: traffic from outside the node goes to every backend or to node-local ones only (default: kept, Cluster for a new service)")
+	fs.String("int-traffic-policy", "", "Cluster or Local: traffic from the node itself goes to every backend or to node-local ones only (default: kept, Cluster for a new service)")
+	fs.Int64("affinity-timeout", 0, "session affinity (ClientIP) timeout in seconds, 1..16777215; 0 turns affinity off (default: kept, off for a new service)")
+	fs.String("lb-algorithm", "", "default, random or maglev (maglev has no effect on the socket LB yet; default: kept)")
+	fs.StringSlice("node-local", nil, "the backends (IP:PORT, comma-separated) that run on this node; the others do not ('' for none; default: kept)")
 }
 
 // updateFlags are service update's flags, parsed and checked; a nil
@@ -63,8 +93,18 @@ type updateFlags struct {
 	frontend *lb.L3n4Addr
 	backends []lb.Backend // nil: keep; empty: none
 	weights  []uint16
-	states   []lb.BackendState
-	typ      string
+	// weightsByAddr are the weights given as ADDR=W, by backendKey.
+	weightsByAddr map[string]uint16
+	states        []lb.BackendState
+	typ           string
+	extPolicy     string
+	intPolicy     string
+	// affinity is the --affinity-timeout given (nil: kept; 0: off).
+	affinity *uint32
+	alg      string
+	// nodeLocal are the backends of --node-local by backendKey (nil: not
+	// given).
+	nodeLocal map[string]bool
 }
 
 // parseUpdateFlags checks service update's flags without the agent.
@@ -104,23 +144,18 @@ func parseUpdateFlags(fs *pflag.FlagSet) (*updateFlags, error) {
 			}
 			u.backends = append(u.backends, be)
 		}
-		if len(weights) > 0 && len(weights) != len(backends) {
+		if len(weights) > 0 && !strings.Contains(weights[0], "=") && len(weights) != len(backends) {
 			return nil, fmt.Errorf("--weights has %d values for %d backends (give one per backend)", len(weights), len(backends))
 		}
 		if len(states) > 0 && len(states) != len(backends) {
 			return nil, fmt.Errorf("--states has %d values for %d backends (give one per backend)", len(states), len(backends))
 		}
 	}
-	for _, w := range weights {
-		n, err := strconv.ParseInt(w, 10, 64)
-		if err != nil {
-			return nil, fmt.Errorf("--weights: invalid weight %q: not a decimal number", w)
-		}
-		bw, err := lb.NewBackendWeight(n)
-		if err != nil {
-			return nil, fmt.Errorf("--weights: %w", err)
-		}
-		u.weights = append(u.weights, bw)
+	if err := u.parseWeights(weights); err != nil {
+		return nil, err
+	}
+	if err := u.parseOptions(fs); err != nil {
+		return nil, err
 	}
 	for _, s := range states {
 		st, err := lb.ParseBackendState(s)
@@ -136,6 +171,102 @@ func parseUpdateFlags(fs *pflag.FlagSet) (*updateFlags, error) {
 		u.typ = typ
 	}
 	return u, nil
+}
+
+// parseWeights reads --weights: W,... (one per backend) or ADDR=W,...
+func (u *updateFlags) parseWeights(weights []string) error {
+	byAddr := len(weights) > 0 && strings.Contains(weights[0], "=")
+	if byAddr {
+		u.weightsByAddr = map[string]uint16{}
+	}
+	for _, w := range weights {
+		addr, num, named := strings.Cut(w, "=")
+		if named != byAddr {
+			return fmt.Errorf("--weights: %q: give every weight as W or every one as ADDR=W, not both", w)
+		}
+		if !named {
+			num = addr
+		}
+		n, err := strconv.ParseInt(num, 10, 64)
+		if err != nil {
+			return fmt.Errorf("--weights: invalid weight %q: not a decimal number", num)
+		}
+		bw, err := lb.NewBackendWeight(n)
+		if err != nil {
+			return fmt.Errorf("--weights: %w", err)
+		}
+		if !named {
+			u.weights = append(u.weights, bw)
+			continue
+		}
+		be, err := lb.ParseBackend(addr)
+		if err != nil {
+			return fmt.Errorf("--weights %s: %w", w, err)
+		}
+		k := backendKey(be.Addr.String(), be.Port)
+		if _, dup := u.weightsByAddr[k]; dup {
+			return fmt.Errorf("--weights: %s is given twice", addr)
+		}
+		u.weightsByAddr[k] = bw
+	}
+	return nil
+}
+
+// parsePolicyFlag checks a --*-traffic-policy value and returns its
+// canonical spelling.
+func parsePolicyFlag(flag, v string) (string, error) {
+	switch {
+	case strings.EqualFold(v, api.PolicyCluster):
+		return api.PolicyCluster, nil
+	case strings.EqualFold(v, api.PolicyLocal):
+		return api.PolicyLocal, nil
+	}
+	return "", fmt.Errorf("--%s: invalid policy %q: must be Cluster or Local", flag, v)
+}
+
+// parseOptions reads the service options: policies, affinity, algorithm.
+func (u *updateFlags) parseOptions(fs *pflag.FlagSet) error {
+	var err error
+	if fs.Changed("ext-traffic-policy") {
+		v, _ := fs.GetString("ext-traffic-policy")
+		if u.extPolicy, err = parsePolicyFlag("ext-traffic-policy", v); err != nil {
+			return err
+		}
+	}
+	if fs.Changed("int-traffic-policy") {
+		v, _ := fs.GetString("int-traffic-policy")
+		if u.intPolicy, err = parsePolicyFlag("int-traffic-policy", v); err != nil {
+			return err
+		}
+	}
+	if fs.Changed("affinity-timeout") {
+		n, _ := fs.GetInt64("affinity-timeout")
+		if n < 0 || n > int64(lb.MaxSessionAffinityTimeout) {
+			return fmt.Errorf("--affinity-timeout: invalid session-affinity-timeout \"%d\": timeout must be 0 (off) or 1..16777215 seconds", n)
+		}
+		t := uint32(n)
+		u.affinity = &t
+	}
+	if fs.Changed("node-local") {
+		list, _ := fs.GetStringSlice("node-local")
+		u.nodeLocal = map[string]bool{}
+		for _, a := range list {
+			be, err := lb.ParseBackend(a)
+			if err != nil {
+				return fmt.Errorf("--node-local: %w", err)
+			}
+			u.nodeLocal[backendKey(be.Addr.String(), be.Port)] = true
+		}
+	}
+	if fs.Changed("lb-algorithm") {
+		v, _ := fs.GetString("lb-algorithm")
+		a, err := lb.ParseLBAlgorithm(v)
+		if err != nil {
+			return fmt.Errorf("--lb-algorithm: %w", err)
+		}
+		u.alg = a.String()
+	}
+	return nil
 }
 
 // frontendSpec is fe as the API spells it.
@@ -180,7 +311,7 @@ func (u *updateFlags) merge(cur *api.ServiceSpec, shared map[string]string) (*ap
 		for _, be := range u.backends {
 			b := api.BackendAddress{IP: be.Addr.String(), Port: be.Port}
 			if o, ok := old[backendKey(b.IP, b.Port)]; ok {
-				b.Weight, b.State = o.Weight, o.State
+				b.Weight, b.State, b.NodeLocal = o.Weight, o.State, o.NodeLocal
 			} else if st, ok := shared[backendKey(b.IP, b.Port)]; ok {
 				b.State = st
 			}
@@ -194,7 +325,12 @@ func (u *updateFlags) merge(cur *api.ServiceSpec, shared map[string]string) (*ap
 	if len(u.states) > 0 && len(u.states) != n {
 		return nil, fmt.Errorf("--states has %d values for the %d backends of service %d (give one per backend, in the order 'actorlb service get %d' shows)", len(u.states), n, u.id, u.id)
 	}
-	for i := range spec.BackendAddresses {
+	seen := map[string]bool{}
+	for i, b := range spec.BackendAddresses {
+		if w, ok := u.weightsByAddr[backendKey(b.IP, b.Port)]; ok {
+			spec.BackendAddresses[i].Weight = &w
+			seen[backendKey(b.IP, b.Port)] = true
+		}
 		if len(u.weights) > 0 {
 			w := u.weights[i]
 			spec.BackendAddresses[i].Weight = &w
@@ -203,8 +339,44 @@ func (u *updateFlags) merge(cur *api.ServiceSpec, shared map[string]string) (*ap
 			spec.BackendAddresses[i].State = u.states[i].String()
 		}
 	}
+	for k := range u.weightsByAddr {
+		if !seen[k] {
+			return nil, fmt.Errorf("--weights %s=...: service %d has no backend %s", k, u.id, k)
+		}
+	}
+	if u.nodeLocal != nil {
+		found := 0
+		for i, b := range spec.BackendAddresses {
+			local := u.nodeLocal[backendKey(b.IP, b.Port)]
+			spec.BackendAddresses[i].NodeLocal = local
+			if local {
+				found++
+			}
+		}
+		if found != len(u.nodeLocal) {
+			for k := range u.nodeLocal {
+				if !slices.ContainsFunc(spec.BackendAddresses, func(b api.BackendAddress) bool { return backendKey(b.IP, b.Port) == k }) {
+					return nil, fmt.Errorf("--node-local %s: service %d has no backend %s", k, u.id, k)
+				}
+			}
+		}
+	}
 	if u.typ != "" {
 		spec.Flags.Type = u.typ
+	}
+	if u.extPolicy != "" {
+		// trafficPolicy is upstream's name of the same field: left in, a
+		// stale value would disagree with the new one.
+		spec.Flags.ExtTrafficPolicy, spec.Flags.TrafficPolicy = u.extPolicy, ""
+	}
+	if u.intPolicy != "" {
+		spec.Flags.IntTrafficPolicy = u.intPolicy
+	}
+	if u.affinity != nil {
+		spec.Flags.SessionAffinity, spec.Flags.SessionAffinityTimeout = *u.affinity != 0, *u.affinity
+	}
+	if u.alg != "" {
+		spec.Flags.LBAlgorithm = u.alg
 	}
 	return spec, nil
 }
@@ -295,5 +467,16 @@ func runServiceUpdate(ctx context.Context, e *env, args []string) error {
 	}
 	fmt.Fprintf(e.stdout, "%s service %d: %s with %s\n", verb, u.id, frontendString(svc.Spec.FrontendAddress),
 		plural(len(svc.Spec.BackendAddresses), "backend", "backends"))
+	printWarnings(e, svc)
 	return nil
+}
+
+// printWarnings writes the warnings of the agent's answer to stderr.
+func printWarnings(e *env, svc *api.Service) {
+	if svc == nil || svc.Status == nil {
+		return
+	}
+	for _, w := range svc.Status.Warnings {
+		fmt.Fprintf(e.stderr, "actorlb: warning: service %d: %s\n", svc.Spec.ID, w)
+	}
 }

@@ -91,7 +91,7 @@ func TestEndpoints(t *testing.T) {
 	require.True(t, st.Ready)
 	require.Equal(t, a.root, st.BPFRoot)
 	require.Equal(t, []string{"unix://" + a.socket}, st.Listen)
-	require.Len(t, st.Maps, 6)
+	require.Len(t, st.Maps, 8) // the six, lb_members, lb_affinity_match
 
 	// Empty list is an empty array.
 	require.JSONEq(t, `[]`, string(c.expect("GET", "/v1/service", "", http.StatusOK).body))
@@ -155,7 +155,7 @@ func TestEndpoints(t *testing.T) {
 	pinned, err := verify.DumpPinned(a.root)
 	require.NoError(t, err)
 	require.Equal(t, mapsDump(a.root, pinned), dump)
-	require.Len(t, dump.Services4, 3)
+	require.Len(t, dump.Services4, 4) // ext Local, int Cluster: two sets; the external one empty (no node-local backend), the internal one with 2 slots
 	require.Len(t, dump.Backends4, 2)
 	require.Empty(t, verify.Check(pinned))
 

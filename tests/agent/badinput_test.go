@@ -53,7 +53,7 @@ func TestBadInputs(t *testing.T) {
 		{"duplicate field", "/v1/service/2", `{` + fe + `, "frontend-address": {"ip": "10.96.0.10", "port": 80}}`, 460, `invalid frontend-address: field given twice`},
 		{"unknown field", "/v1/service/2", `{` + fe + `, "backends": []}`, 400, `invalid backends: unknown field (known: id, frontend-address, backend-addresses, flags)`},
 		{"unknown frontend field", "/v1/service/2", `{"frontend-address": {"ip": "10.96.0.20", "port": 80, "proto": "tcp"}}`, 460, `invalid frontend-address.proto: unknown field (known: ip, port, protocol, scope)`},
-		{"unknown backend field", "/v1/service/2", `{` + fe + `, "backend-addresses": [{"ip": "10.0.1.9", "port": 1, "nodeName": "n1"}]}`, 461, `invalid backend-addresses[0].nodeName: unknown field (known: ip, port, weight, state)`},
+		{"unknown backend field", "/v1/service/2", `{` + fe + `, "backend-addresses": [{"ip": "10.0.1.9", "port": 1, "nodeName": "n1"}]}`, 461, `invalid backend-addresses[0].nodeName: unknown field (known: ip, port, weight, state, nodeLocal)`},
 		{"legacy active-frontend", "/v1/service/2", `{` + fe + `, "flags": {"active-frontend": false}}`, 400, `invalid flags.active-frontend: unknown field (actorlb always creates the revNAT entry with the service and deletes it with it)`},
 		{"missing frontend", "/v1/service/2", `{"backend-addresses": []}`, 460, `invalid frontend-address: required`},
 		{"missing ip", "/v1/service/2", `{"frontend-address": {"port": 80}}`, 460, `invalid frontend-address.ip: IP address is required`},

@@ -56,7 +56,7 @@ func TestApplyIsStrict(t *testing.T) {
 // backend set-state changes a backend in every service.
 func TestUpdateIsNotDestructive(t *testing.T) {
 	a := startAgent(t, "")
-	requireOK(t, a.cli(t, "service", "update", "--id", "1", "--frontend", "10.96.0.10:80", "--backends", "10.0.1.5:8080,10.0.1.6:8080", "--type", "NodePort", "--weights", "100,50"))
+	requireOK(t, a.cli(t, "service", "update", "--id", "1", "--frontend", "10.96.0.10:80", "--backends", "10.0.1.5:8080,10.0.1.6:8080", "--type", "HostPort", "--weights", "100,50"))
 	requireOK(t, a.cli(t, "service", "update", "--id", "1", "--backends", "10.0.1.5:8080,10.0.1.6:8080", "--states", "active,terminating"))
 	get := func(id string) api.Service {
 		t.Helper()
@@ -65,7 +65,7 @@ func TestUpdateIsNotDestructive(t *testing.T) {
 		return s
 	}
 	s := get("1")
-	require.Equal(t, "NodePort", s.Spec.Flags.Type, "--type left out: kept")
+	require.Equal(t, "HostPort", s.Spec.Flags.Type, "--type left out: kept")
 	require.Len(t, s.Spec.BackendAddresses, 2)
 	require.Equal(t, "terminating", s.Spec.BackendAddresses[1].State)
 	require.EqualValues(t, 50, *s.Spec.BackendAddresses[1].Weight, "--weights left out: kept")
@@ -201,7 +201,7 @@ func TestCiliumHabits(t *testing.T) {
 	a := startAgent(t, "")
 	host := "unix://" + a.socket
 	requireOK(t, runCLI(t, "-H", host, "service", "update", "--id", "1", "--frontend", "10.96.0.10:80", "--backends", "10.0.1.5:8080"))
-	requireOK(t, runCLI(t, "--host="+host, "-o", "json", "service", "update", "--id", "2", "--frontend", "10.96.0.11:53/udp", "--backends", "10.0.1.6:53", "--type", "NodePort"))
+	requireOK(t, runCLI(t, "--host="+host, "-o", "json", "service", "update", "--id", "2", "--frontend", "10.96.0.11:53/udp", "--backends", "10.0.1.6:53", "--type", "HostPort"))
 	requireOK(t, runCLI(t, "service", "-H", host, "update", "--id", "3", "--frontend", "[fd00::a]:443", "--backends", "[fd00::1]:8443"))
 	r := runCLI(t, "-H", host, "nope")
 	require.Equal(t, 2, r.code)
@@ -213,7 +213,7 @@ func TestCiliumHabits(t *testing.T) {
 	require.Contains(t, y, "    port: 53\n")
 	wide := requireOK(t, a.cli(t, "service", "list", "-o", "Wide"))
 	require.Contains(t, wide, "EXT-POLICY")
-	require.Contains(t, wide, "2    10.96.0.11:53/UDP   NodePort")
+	require.Contains(t, wide, "2    10.96.0.11:53/UDP   HostPort")
 
 	ids := func(args ...string) string {
 		t.Helper()
@@ -231,7 +231,7 @@ func TestCiliumHabits(t *testing.T) {
 	require.Equal(t, "3", ids("--frontend", "[fd00::a]:443"))
 	require.Equal(t, "1", ids("--backend", "10.0.1.5:8080"))
 	require.Equal(t, "3", ids("--backend", "fd00::1"))
-	require.Equal(t, "2", ids("--type", "nodeport"))
+	require.Equal(t, "2", ids("--type", "hostport"))
 	require.Equal(t, "1,3", ids("--type", "ClusterIP"))
 	r = a.cli(t, "service", "list", "--frontend", "10.96.0.10:99999")
 	require.Equal(t, 2, r.code)
@@ -239,7 +239,7 @@ func TestCiliumHabits(t *testing.T) {
 
 	require.Equal(t, `SERVICE ID   FRONTEND            OPTIONS     COUNT   QCOUNT
 1            10.96.0.10:80/TCP   ClusterIP   1       0
-2            10.96.0.11:53/UDP   NodePort    1       0
+2            10.96.0.11:53/UDP   HostPort    1       0
 3            [fd00::a]:443/TCP   ClusterIP   1       0
 `, requireOK(t, a.bpf(t, "list", "--frontends")))
 	bes := requireOK(t, a.bpf(t, "list", "--backends"))

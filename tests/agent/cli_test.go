@@ -33,7 +33,7 @@ func TestCLI(t *testing.T) {
 
 	// Update with weights, states and type; a second and an IPv6 service.
 	out = requireOK(t, a.cli(t, "service", "update", "--id", "1", "--frontend", "10.96.0.10:80",
-		"--backends", "10.0.1.5:8080,10.0.1.6:8080", "--weights", "100,50", "--states", "active,quarantined", "--type", "NodePort"))
+		"--backends", "10.0.1.5:8080,10.0.1.6:8080", "--weights", "100,50", "--states", "active,quarantined", "--type", "HostPort"))
 	require.Equal(t, "Updated service 1: 10.96.0.10:80/TCP with 2 backends\n", out)
 	out = requireOK(t, a.cli(t, "service", "update", "--id", "2", "--frontend", "10.96.0.53:53/udp",
 		"--backends", "10.0.1.7:53", "--backends", "10.0.1.8:53", "-o", "json"))
@@ -50,7 +50,7 @@ func TestCLI(t *testing.T) {
 	// List and get.
 	out = requireOK(t, a.cli(t, "service", "list"))
 	require.Equal(t, `ID   FRONTEND            TYPE        BACKEND
-1    10.96.0.10:80/TCP   NodePort    1 => 10.0.1.5:8080 (active, weight 100)
+1    10.96.0.10:80/TCP   HostPort    1 => 10.0.1.5:8080 (active, weight 100)
                                      2 => 10.0.1.6:8080 (quarantined, weight 50)
 2    10.96.0.53:53/UDP   ClusterIP   1 => 10.0.1.7:53 (active, weight 100)
                                      2 => 10.0.1.8:53 (active, weight 100)
@@ -76,7 +76,7 @@ func TestCLI(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, *viaAPI, dump)
 	out = requireOK(t, a.bpf(t, "list"))
-	require.Contains(t, out, "10.96.0.10:80/TCP   0.0.0.0:0 (1) (0) [NodePort; count 1, qcount 1]")
+	require.Contains(t, out, "10.96.0.10:80/TCP   0.0.0.0:0 (1) (0) [HostPort; count 1, qcount 1]")
 	require.Contains(t, out, "10.0.1.6:8080/TCP quarantined (1) (2)")
 	require.Contains(t, out, "[fd00::a]:443/TCP   [::]:0 (3) (0) [ClusterIP; count 1, qcount 0]")
 
