@@ -108,6 +108,7 @@ var (
 	descDrift          = prometheus.NewDesc("actorlb_drift_repairs_total", "Map entries and pins found changed behind the agent's back and repaired by reconciles, by map and kind (missing, changed, extra, pin).", []string{"map", "kind"}, nil)
 	descPinOK          = prometheus.NewDesc("actorlb_map_pin_ok", "1 when the map's pin names the map the agent writes, 0 when it was removed or replaced.", []string{"map"}, nil)
 	descReconciles     = prometheus.NewDesc("actorlb_reconciles_total", "Reconciles (drift checks of every map) run since start.", nil, nil)
+	descUDPTerminated  = prometheus.NewDesc("actorlb_udp_sockets_terminated_total", "Connected UDP sockets closed because their backend left the service they reached it through.", nil, nil)
 	descStepSeconds    = prometheus.NewDesc("actorlb_operation_step_seconds_total", "Time engine operations spent in each step (divide by actorlb_operation_steps_total for the mean).", []string{"step"}, nil)
 )
 
@@ -117,7 +118,7 @@ type engineCollector struct{ s *Server }
 
 func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descUp, descServices, descBackends, descRevNAT, descMapEntries, descMapMax, descMapFill,
-		descMapWrites, descRestarts, descInFlight, descRestoreSvcs, descRestoreBes, descRestoreOrphans, descRestoreRepairs, descRestoreWrites, descSteps, descStepSeconds, descDrift, descPinOK, descReconciles} {
+		descMapWrites, descRestarts, descInFlight, descRestoreSvcs, descRestoreBes, descRestoreOrphans, descRestoreRepairs, descRestoreWrites, descSteps, descStepSeconds, descDrift, descPinOK, descReconciles, descUDPTerminated} {
 		ch <- d
 	}
 }
@@ -164,6 +165,7 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	counter(descReconciles, float64(st.Reconcile.Runs))
+	counter(descUDPTerminated, float64(st.UDPSockets.Terminated))
 	restarts := map[string]int{}
 	for _, name := range actorlb.ActorNames {
 		restarts[name] = 0 // every actor has a series, even before its first restart

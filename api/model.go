@@ -228,6 +228,20 @@ type Status struct {
 	SocketLB string `json:"socket-lb,omitempty"`
 	// Reconcile holds the figures of the drift checks.
 	Reconcile ReconcileStatus `json:"reconcile"`
+	// UDPSockets counts the connected UDP sockets moved off backends that
+	// left their service.
+	UDPSockets UDPSocketsStatus `json:"udp-sockets"`
+}
+
+// UDPSocketsStatus counts the connected UDP sockets closed because their
+// backend left the service they reached it through (their clients
+// reconnect), the backends dropped because too many waited, and the
+// failed attempts with the last error.
+type UDPSocketsStatus struct {
+	Terminated uint64 `json:"terminated"`
+	Dropped    uint64 `json:"dropped"`
+	Failures   uint64 `json:"failures"`
+	LastError  string `json:"last-error,omitempty"`
 }
 
 // ReconcileStatus counts the reconciles (drift checks) and what they

@@ -822,6 +822,10 @@ func (s *Server) status(ctx context.Context) (*Status, error) {
 		out.SocketLB = s.socketLB()
 	}
 	out.Reconcile = ReconcileStatus{Runs: st.Reconciles, Repairs: st.DriftRepairs}
+	out.UDPSockets = UDPSocketsStatus{Terminated: st.SocketsTerminated, Dropped: st.SocketTargetsDropped, Failures: st.SocketTerminateFailures}
+	if st.LastSocketTerminateError != nil {
+		out.UDPSockets.LastError = st.LastSocketTerminateError.Error()
+	}
 	if !st.LastReconcile.IsZero() {
 		out.Reconcile.Last = st.LastReconcile.UTC().Format(time.RFC3339)
 	}

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -552,10 +553,14 @@ func agent(ctx context.Context, c *agentConfig) error {
 		defer rootLock.Close()
 	}
 
-	engine, err := actorlb.New(ctx, actorlb.Config{
+	ecfg := actorlb.Config{
 		BPFRoot: c.root, MaxEntries: c.sizes, RecreateMaps: c.recreate, NoRestore: !c.restore, InMemory: c.dryRun, Logger: log,
 		ReconcileInterval: c.reconcile,
-	})
+	}
+	if !c.dryRun {
+		ecfg.SocketTerminator = udpTerminator(c.root, logrus.NewEntry(log))
+	}
+	engine, err := actorlb.New(ctx, ecfg)
 	if err != nil {
 		return err
 	}
@@ -576,6 +581,17 @@ func agent(ctx context.Context, c *agentConfig) error {
 			log.WithError(err).Warn("socket LB not attached; the maps are served without actorlb's datapath (pass --socket-lb to make this fatal, --socket-lb=false to silence it)")
 		default:
 			log.Info(info.Summary())
+		}
+	}
+	if !c.dryRun {
+		// The socket LB falls back to a NodePort's surrogate frontend for
+		// these addresses (and loopback). Written whether or not this agent
+		// attached the programs: a datapath left attached reads them too.
+		if err := bpf.SetNodeAddresses(engine.BPFRoot(), c.nodeAddrs); err != nil {
+			if c.socketLBAsked {
+				return fmt.Errorf("%w (run with --socket-lb=false to go without the datapath)", err)
+			}
+			log.WithError(err).Warn("node addresses not written to the datapath: NodePort surrogate frontends answer on loopback only")
 		}
 	}
 	nodes := make([]string, len(c.nodeAddrs))
@@ -659,4 +675,30 @@ func agent(ctx context.Context, c *agentConfig) error {
 	}
 	fmt.Fprintf(c.stdout, "actorlb agent stopped; maps stay pinned in %s\n", mapsAt)
 	return nil
+}
+
+// udpTerminator closes, through the socket-LB datapath, the connected UDP
+// sockets of backends that left a service (actorlb.Config.SocketTerminator).
+// A kernel without bpf_sock_destroy is said once, then the calls fail
+// quietly (counted in the stats).
+func udpTerminator(root string, log *logrus.Entry) actorlb.SocketTerminator {
+	var warned atomic.Bool
+	return func(ts []actorlb.SocketTarget) (int, error) {
+		targets := make([]bpf.UDPTarget, 0, len(ts))
+		for _, t := range ts {
+			targets = append(targets, bpf.UDPTarget{Backend: t.Backend.AddrPort(), Service: t.Service})
+		}
+		n, err := bpf.TerminateUDPSocketsOf(root, targets)
+		switch {
+		case err != nil && errors.Is(err, bpf.ErrSockDestroyNotSupported):
+			if !warned.Swap(true) {
+				log.WithError(err).Warn("connected UDP sockets cannot be moved off removed backends on this kernel")
+			}
+		case err != nil:
+			log.WithError(err).Warn("closing connected UDP sockets of removed backends failed")
+		case n > 0:
+			log.WithFields(logrus.Fields{"sockets": n, "backends": len(targets)}).Debug("closed connected UDP sockets of removed backends")
+		}
+		return n, err
+	}
 }
