@@ -137,7 +137,6 @@ func openMaps(tb testing.TB, root string, max int) *maps.LBMaps {
 	return lbm
 }
 
-
 func mapID(tb testing.TB, path string) ebpf.MapID {
 	tb.Helper()
 	m, err := ebpf.LoadPinnedMap(path, nil)

@@ -601,4 +601,3 @@ func chiSquare(counts map[string]int, buckets []string) float64 {
 	}
 	return x
 }
-
