@@ -18,7 +18,7 @@ import (
 // exchange, whose backend and peer are reported), "held-ping" (ID, N: N
 // exchanges), "held-recv" (ID: one receive, nothing sent), "held-connect"
 // (ID, Addr: connect the same socket again), "held-close" (ID).
-var held = map[string]*heldSocket{}
+var heldSockets = map[string]*heldSocket{}
 
 type heldSocket struct {
 	fd     int
@@ -35,7 +35,7 @@ func serveHeld(req *request, resp *response) bool {
 		resp.Err = "held socket op without an id"
 		return true
 	}
-	s := held[req.ID]
+	s := heldSockets[req.ID]
 	if req.Op != "held-open" && s == nil {
 		resp.Err = fmt.Sprintf("no held socket %q", req.ID)
 		return true
@@ -51,7 +51,7 @@ func serveHeld(req *request, resp *response) bool {
 			resp.Err = err.Error()
 			return true
 		}
-		held[req.ID] = s
+		heldSockets[req.ID] = s
 		s.exchange(req, resp)
 	case "held-ping":
 		for range max(req.N, 1) {
@@ -71,7 +71,7 @@ func serveHeld(req *request, resp *response) bool {
 		resp.ok("", "")
 	case "held-close":
 		unix.Close(s.fd)
-		delete(held, req.ID)
+		delete(heldSockets, req.ID)
 	default:
 		resp.Err = fmt.Sprintf("unknown op %q", req.Op)
 	}
