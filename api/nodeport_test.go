@@ -206,7 +206,7 @@ func TestNodeLocalAndPoliciesSurviveTheConversionBothWays(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, svc.Backends[0].NodeLocal)
 	require.False(t, svc.Backends[1].NodeLocal)
-	require.True(t, svc.ExtTrafficPolicyLocal && !svc.IntTrafficPolicyLocal, "ext Local, int Cluster")
+	require.True(t, svc.TwoScopes(), "ext Local, int Cluster: two backend sets")
 	back := FromService(svc)
 	require.True(t, back.BackendAddresses[0].NodeLocal)
 	require.Equal(t, "Local", back.Flags.ExtTrafficPolicy)

@@ -190,7 +190,7 @@ func (a L3n4Addr) IsIPv6() bool {
 }
 
 // IsSurrogate reports whether the address is unspecified (0.0.0.0 or ::): the
-// surrogate frontend of a NodePort service, which matches every node IP.
+// surrogate frontend of a NodePort or HostPort service, which matches every node IP.
 func (a L3n4Addr) IsSurrogate() bool {
 	return a.Addr.IsUnspecified()
 }

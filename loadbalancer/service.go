@@ -156,9 +156,9 @@ func (s *Service) Validate() error {
 		return err
 	}
 	switch {
-	case fe.IsSurrogate() && s.Type != SVCTypeNodePort:
+	case fe.IsSurrogate() && s.Type != SVCTypeNodePort && s.Type != SVCTypeHostPort:
 		return invalid("frontend", fe.Addr.String(),
-			"the unspecified address is only the surrogate frontend of a NodePort service (type NodePort); give the service's own address")
+			"the unspecified address is only the surrogate frontend of a NodePort or HostPort service (every node address); give the service's own address")
 	case fe.Addr == ipv4Broadcast:
 		return invalid("frontend", fe.Addr.String(), "the broadcast address cannot be a service frontend")
 	}
@@ -330,20 +330,14 @@ func (s *Service) Flags() (flags, flags2 uint8) {
 	return flags, flags2
 }
 
-// TwoScopes reports whether the service carries two backend sets, one for
-// connections from outside the node (key scope ScopeExternal) and one for
-// those from inside (ScopeInternal): upstream writes them when a service
-// with an external side has exactly one Local policy.
-//
-// actorlb does not write the second set yet (its restore of two sets is
-// not proven): it reports false, and a Local policy on either side makes
-// the one set hold only the node-local backends, for connections from
-// inside and outside alike. The socket LB serves connections from inside
-// the node only, where this is what an internal Local policy asks; an
-// external-only Local policy also restricts them (stricter than
-// kube-proxy, never looser).
+// TwoScopes reports whether the service carries two backend sets: it has
+// an external side and exactly one of its two traffic policies is Local.
+// The external set (key scope ScopeExternal) then serves connections from
+// outside the node, the internal one (ScopeInternal) those from inside.
+// Otherwise one set serves both: the node-local backends if a policy is
+// Local, all of them if not.
 func (s *Service) TwoScopes() bool {
-	return false
+	return s != nil && s.Type.HasExternalSide() && s.ExtTrafficPolicyLocal != s.IntTrafficPolicyLocal
 }
 
 // ScopeLocal reports whether the backend set at scope sc holds only the

@@ -103,7 +103,7 @@ func TestServiceValidate(t *testing.T) {
 		{"backends before type", func(s *Service) { s.Backends[0].Port = 0; s.Type = 42 }, "backends[0].port", ""},
 
 		{"frontend 0.0.0.0 of a ClusterIP service is refused", func(s *Service) { s.Frontend.Addr = mustAddr("0.0.0.0") }, "frontend",
-			`invalid frontend "0.0.0.0": the unspecified address is only the surrogate frontend of a NodePort service (type NodePort); give the service's own address`},
+			`invalid frontend "0.0.0.0": the unspecified address is only the surrogate frontend of a NodePort or HostPort service (every node address); give the service's own address`},
 		{"frontend :: of a LoadBalancer service is refused", func(s *Service) {
 			s.Frontend = fe("[::]:80/tcp", 0)
 			s.Backends = []Backend{be("[fd00::1]:80")}
@@ -196,8 +196,8 @@ func TestServiceFlags(t *testing.T) {
 		{"HostPort", SVCTypeHostPort, "192.168.1.10:8080", false, false, false, FlagHostPort | FlagRoutable, 0},
 		{"HostPort 0.0.0.0", SVCTypeHostPort, "0.0.0.0:8080", false, false, false, FlagHostPort | FlagRoutable, 0},
 		{"LocalRedirect", SVCTypeLocalRedirect, "169.254.20.10:53", false, false, false, 0, Flag2LocalRedirect},
-		{"ext local", SVCTypeNodePort, "192.168.1.10:30080", true, false, false, FlagNodePort | FlagRoutable | FlagExtLocalScope, 0},
-		{"int local on NodePort", SVCTypeNodePort, "192.168.1.10:30080", false, true, false, FlagNodePort | FlagRoutable, Flag2IntLocalScope},
+		{"ext local: two scopes", SVCTypeNodePort, "192.168.1.10:30080", true, false, false, FlagNodePort | FlagRoutable | FlagExtLocalScope, Flag2TwoScopes},
+		{"int local on NodePort: two scopes", SVCTypeNodePort, "192.168.1.10:30080", false, true, false, FlagNodePort | FlagRoutable, Flag2IntLocalScope | Flag2TwoScopes},
 		{"both local: one set", SVCTypeLoadBalancer, "203.0.113.6:443", true, true, false, FlagLoadBalancer | FlagRoutable | FlagExtLocalScope, Flag2IntLocalScope},
 		{"int local on ClusterIP: one set", SVCTypeClusterIP, "10.96.0.10:80", false, true, false, FlagRoutable, Flag2IntLocalScope},
 		{"affinity", SVCTypeClusterIP, "10.96.0.10:80", false, false, true, FlagRoutable | FlagAffinity, 0},
@@ -263,10 +263,8 @@ func TestLocalPoliciesChooseTheBackendSets(t *testing.T) {
 	}{
 		{"ClusterIP cluster", SVCTypeClusterIP, false, false, false, false, false},
 		{"ClusterIP int local", SVCTypeClusterIP, false, true, false, true, true},
-		// One set until actorlb writes two (see TwoScopes): local if either
-		// policy is Local.
-		{"NodePort ext local", SVCTypeNodePort, true, false, false, true, true},
-		{"NodePort int local", SVCTypeNodePort, false, true, false, true, true},
+		{"NodePort ext local", SVCTypeNodePort, true, false, true, true, false},
+		{"NodePort int local", SVCTypeNodePort, false, true, true, false, true},
 		{"LoadBalancer both local", SVCTypeLoadBalancer, true, true, false, true, true},
 		{"LocalRedirect int local", SVCTypeLocalRedirect, false, true, false, true, true},
 	}

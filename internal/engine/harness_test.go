@@ -320,7 +320,7 @@ func printRequest(r messages.Request) string {
 }
 
 func feOf(k maps.ServiceKey) string {
-	return lb.L3n4Addr{Addr: k.Address, Port: k.Port, Protocol: lb.L4Type(k.Proto)}.String()
+	return lb.L3n4Addr{Addr: k.Address, Port: k.Port, Protocol: lb.L4Type(k.Proto), Scope: lb.Scope(k.Scope)}.String()
 }
 
 func list[T any](xs []T, f func(T) string) string {

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"github.com/actorlb/actorlb/internal/table"
 	"testing"
 
 	lb "github.com/actorlb/actorlb/loadbalancer"
@@ -510,4 +511,49 @@ func TestScriptBackendsLeavingAUDPServiceAreReported(t *testing.T) {
 	h2.expect("svc4: write [] delete [10.96.0.11:80/TCP#0 10.96.0.11:80/TCP#1]")
 	h2.reply("svc4", ok())
 	h2.expectEvents()
+}
+
+// A service with one Local traffic policy carries two backend sets: the
+// external scope holds its node-local backends, the internal scope all of
+// them, each with its own master; lb_members records which are local.
+// Back to Cluster, the internal set goes after the new single set is
+// written, and the member entries after that.
+func TestScriptLocalPolicyWritesTwoBackendSets(t *testing.T) {
+	h := newHarness(t)
+	s := svc(t, "192.168.1.10:30080", "10.0.1.1:8080", "10.0.1.2:8080")
+	s.Type, s.ExtTrafficPolicyLocal = lb.SVCTypeNodePort, true
+	s.Backends[1].NodeLocal = true
+	h.call(upsert(s))
+	h.expect("alloc: acquire service 192.168.1.10:30080/TCP backends [10.0.1.1:8080/TCP 10.0.1.2:8080/TCP]")
+	h.reply("alloc", acquired(1, 1, 2))
+	h.expect("be4: write [1=10.0.1.1:8080 2=10.0.1.2:8080]", "revnat: write [1=192.168.1.10:30080]", "members: write [1/2=w100,f1]")
+	h.reply("be4", ok())
+	h.reply("revnat", ok())
+	h.reply("members", ok())
+	// (The external set has one slot of the two a set may have: slot 2
+	// is deleted in case an earlier write left it; absent keys never reach
+	// the kernel.)
+	h.expect("svc4: write [192.168.1.10:30080/TCP#1 192.168.1.10:30080/TCP#0 192.168.1.10:30080/TCP/internal#1 192.168.1.10:30080/TCP/internal#2 192.168.1.10:30080/TCP/internal#0] delete [192.168.1.10:30080/TCP#2]")
+	h.reply("svc4", ok())
+	h.expectAnswers("upsert: id 1 created true")
+	sv := h.c.services[1]
+	ext, intl := table.MasterAt(sv, lb.ScopeExternal).Value, table.MasterAt(sv, lb.ScopeInternal).Value
+	require.Equal(t, uint16(1), ext.Count, "external: the local backend")
+	require.Equal(t, uint16(2), intl.Count, "internal: every backend")
+	require.Equal(t, lb.Flag2TwoScopes, ext.Flags2&lb.Flag2TwoScopes)
+	require.Equal(t, ext.Flags2, intl.Flags2)
+
+	// Cluster again: one set of both backends; the internal set and the
+	// member entry are deleted after it is written.
+	c := svc(t, "192.168.1.10:30080", "10.0.1.1:8080", "10.0.1.2:8080")
+	c.Type = lb.SVCTypeNodePort
+	h.call(upsert(c))
+	h.expect("be4: write [1=10.0.1.1:8080 2=10.0.1.2:8080]", "revnat: write [1=192.168.1.10:30080]")
+	h.reply("be4", ok())
+	h.reply("revnat", ok())
+	h.expect("svc4: write [192.168.1.10:30080/TCP#1 192.168.1.10:30080/TCP#2 192.168.1.10:30080/TCP#0] delete [192.168.1.10:30080/TCP/internal#0 192.168.1.10:30080/TCP/internal#1 192.168.1.10:30080/TCP/internal#2]")
+	h.reply("svc4", ok())
+	h.expect("members: write [] delete [1/2]")
+	h.reply("members", ok())
+	h.expectAnswers("upsert: id 1 created false")
 }

@@ -163,6 +163,10 @@ func (rb *rebuild) removeInvalidFrontends() {
 				rb.remove(fs, g, RepairInvalidEntry, "master has unknown protocol "+strconv.Itoa(int(g.key.Proto))+": service removed")
 			case !lb.Scope(g.key.Scope).IsValid():
 				rb.remove(fs, g, RepairInvalidEntry, "master has unknown scope "+strconv.Itoa(int(g.key.Scope))+": service removed")
+			case g.key.Scope == uint8(lb.ScopeInternal) && groupHasTwoScopes(g):
+				// pairScopes found no external master of a two-scope
+				// service for it: the internal set of a service that is gone.
+				rb.remove(fs, g, RepairInvalidEntry, "internal backend set of a two-scope service without its external master: removed")
 			}
 		}
 	}

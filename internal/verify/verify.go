@@ -50,6 +50,13 @@ const (
 	// Backends in maintenance are exempt: the engine keeps them in the map
 	// without a slot, so the maps cannot say whose they are.
 	OrphanBackend Kind = "orphan-backend"
+	// StaleMember (invariant 5): an lb_members entry of a service ID no
+	// master has, or of a backend ID missing from both backend maps.
+	StaleMember Kind = "stale-member"
+	// StaleAffinityMatch (invariant 5): an lb_affinity_match entry of a
+	// service without session affinity (or none), or of a backend that is
+	// in none of that service's slots.
+	StaleAffinityMatch Kind = "stale-affinity-match"
 )
 
 // Invariant returns the number of the docs/architecture.md invariant that a
@@ -64,6 +71,8 @@ func (k Kind) Invariant() int {
 		return 3
 	case InvalidServiceID, DuplicateServiceID, DuplicateBackend, DuplicateBackendID, OrphanBackend:
 		return 4
+	case StaleMember, StaleAffinityMatch:
+		return 5
 	}
 	return 0
 }
@@ -106,7 +115,7 @@ func (v Violation) String() string {
 	return b.String()
 }
 
-// Check returns every violation of invariants 1-4 in d, sorted by
+// Check returns every violation of invariants 1-5 in d, sorted by
 // invariant, kind, family, service ID, frontend, backend ID and detail; nil
 // when the maps are consistent. Standalone revNAT entries (an ID no service
 // has) are allowed. IPv4 addresses are compared unmapped.
@@ -124,9 +133,15 @@ func Check(d table.Dump) []Violation {
 	}
 	backendIDs := [2]map[uint32]bool{}
 	ids := map[uint16][]string{} // service ID -> frontends (both families)
-	for i, fm := range fams {
-		backendIDs[i] = c.checkFamily(fm.f, fm.svcs, fm.bes, fm.revs, ids)
+	members := map[uint32]bool{} // backends lb_members names (they may have no slot)
+	for _, e := range d.Members {
+		members[e.Key.BackendID] = true
 	}
+	svcs := map[uint16]*serviceFacts{}
+	for i, fm := range fams {
+		backendIDs[i] = c.checkFamily(fm.f, fm.svcs, fm.bes, fm.revs, ids, members, svcs)
+	}
+	c.checkMembers(d, svcs, backendIDs)
 	for id := range backendIDs[1] {
 		if backendIDs[0][id] {
 			c.add(Violation{Kind: DuplicateBackendID, Family: maps.IPv6, BackendID: lb.BackendID(id),
@@ -159,6 +174,40 @@ type checker struct {
 	out []Violation
 }
 
+// serviceFacts is what invariant 5 needs of a service: whether it has
+// session affinity and which backends its slots name.
+type serviceFacts struct {
+	affinity bool
+	slotted  map[uint32]bool
+}
+
+// checkMembers checks invariant 5: lb_members and lb_affinity_match refer
+// to services and backends that exist.
+func (c *checker) checkMembers(d table.Dump, svcs map[uint16]*serviceFacts, backendIDs [2]map[uint32]bool) {
+	for _, e := range d.Members {
+		k := e.Key
+		switch {
+		case svcs[k.RevNATIndex] == nil:
+			c.add(Violation{Kind: StaleMember, ServiceID: lb.ServiceID(k.RevNATIndex), BackendID: lb.BackendID(k.BackendID),
+				Detail: fmt.Sprintf("lb_members entry of service ID %d, which no master has", k.RevNATIndex)})
+		case k.BackendID != 0 && !backendIDs[0][k.BackendID] && !backendIDs[1][k.BackendID]:
+			c.add(Violation{Kind: StaleMember, ServiceID: lb.ServiceID(k.RevNATIndex), BackendID: lb.BackendID(k.BackendID),
+				Detail: fmt.Sprintf("lb_members entry of backend %d, which no backend map has", k.BackendID)})
+		}
+	}
+	for _, k := range d.AffinityMatch {
+		s := svcs[k.RevNATIndex]
+		switch {
+		case s == nil || !s.affinity:
+			c.add(Violation{Kind: StaleAffinityMatch, ServiceID: lb.ServiceID(k.RevNATIndex), BackendID: lb.BackendID(k.BackendID),
+				Detail: fmt.Sprintf("affinity match of service ID %d, which has no session affinity", k.RevNATIndex)})
+		case !s.slotted[k.BackendID]:
+			c.add(Violation{Kind: StaleAffinityMatch, ServiceID: lb.ServiceID(k.RevNATIndex), BackendID: lb.BackendID(k.BackendID),
+				Detail: fmt.Sprintf("affinity match of backend %d, which no slot of service %d names", k.BackendID, k.RevNATIndex)})
+		}
+	}
+}
+
 func (c *checker) add(v Violation) { c.out = append(c.out, v) }
 
 // familyOfFrontend tells the family from a frontend's String form.
@@ -179,7 +228,8 @@ type frontendGroup struct {
 
 // checkFamily checks one family's maps and records its frontends by
 // service ID in ids. It returns the set of the family's backend IDs.
-func (c *checker) checkFamily(f maps.Family, svcs []maps.ServiceEntry, bes []maps.BackendEntry, revs []maps.RevNATEntry, ids map[uint16][]string) map[uint32]bool {
+func (c *checker) checkFamily(f maps.Family, svcs []maps.ServiceEntry, bes []maps.BackendEntry, revs []maps.RevNATEntry, ids map[uint16][]string,
+	members map[uint32]bool, facts map[uint16]*serviceFacts) map[uint32]bool {
 	backends := make(map[uint32]maps.BackendValue, len(bes))
 	for _, e := range bes {
 		e.Value.Address = e.Value.Address.Unmap()
@@ -221,11 +271,25 @@ func (c *checker) checkFamily(f maps.Family, svcs []maps.ServiceEntry, bes []map
 		v := func(kind Kind, bid uint32, format string, args ...any) {
 			c.add(Violation{Kind: kind, Family: f, ServiceID: sid, Frontend: g.fe, BackendID: lb.BackendID(bid), Detail: fmt.Sprintf(format, args...)})
 		}
-		if m.RevNATIndex == 0 {
+		// The internal set of a two-scope service is that service's, not
+		// a frontend of its own.
+		ext := g.key
+		ext.Scope = uint8(lb.ScopeExternal)
+		e := groups[ext]
+		inner := g.key.Scope == uint8(lb.ScopeInternal) && e != nil && e.hasMaster &&
+			e.master.Flags2&lb.Flag2TwoScopes != 0 && e.master.RevNATIndex == m.RevNATIndex
+		switch {
+		case m.RevNATIndex == 0:
 			v(InvalidServiceID, 0, "master has rev_nat_index 0")
-		} else {
+		case !inner:
 			ids[m.RevNATIndex] = append(ids[m.RevNATIndex], g.fe)
 		}
+		sf := facts[m.RevNATIndex]
+		if sf == nil {
+			sf = &serviceFacts{slotted: map[uint32]bool{}}
+			facts[m.RevNATIndex] = sf
+		}
+		sf.affinity = sf.affinity || m.Flags&lb.FlagAffinity != 0
 
 		n := int(m.Count) + int(m.QCount)
 		var missing []int
@@ -240,6 +304,7 @@ func (c *checker) checkFamily(f maps.Family, svcs []maps.ServiceEntry, bes []map
 				continue
 			}
 			used[sv.BackendID] = true
+			sf.slotted[sv.BackendID] = true
 		}
 		if len(missing) > 0 {
 			v(MissingSlot, 0, "%s of count+qcount %d missing", slotsPhrase(missing), n)
@@ -263,7 +328,7 @@ func (c *checker) checkFamily(f maps.Family, svcs []maps.ServiceEntry, bes []map
 	for id, b := range backends {
 		k := fmt.Sprintf("%s/%s", netip.AddrPortFrom(b.Address, b.Port), lb.L4Type(b.Proto))
 		byAddr[k] = append(byAddr[k], id)
-		if !used[id] && lb.BackendState(b.State) != lb.BackendStateMaintenance {
+		if !used[id] && !members[id] && lb.BackendState(b.State) != lb.BackendStateMaintenance {
 			c.add(Violation{Kind: OrphanBackend, Family: f, BackendID: lb.BackendID(id),
 				Detail: fmt.Sprintf("backend %d (%s, %s) is referenced by no slot", id, k, lb.BackendState(b.State))})
 		}

@@ -47,7 +47,9 @@ func dumpOf(svcs ...*table.Service) table.Dump {
 	var d table.Dump
 	seen := map[uint32]bool{}
 	for _, s := range svcs {
-		es := append(table.Slots(s), table.Master(s))
+		es := table.SlotsAndMaster(s)
+		d.Members = append(d.Members, table.MemberEntries(s)...)
+		d.AffinityMatch = append(d.AffinityMatch, table.AffinityMatches(s)...)
 		bes := table.BackendEntries(s)
 		rev := table.RevNAT(s)
 		if s.Family() == maps.IPv6 {
@@ -453,4 +455,32 @@ func TestCheckAgreesWithRestore(t *testing.T) {
 			t.Fatalf("iteration %d (%v): after restore's fixes Check still finds %v", iter, applied, vs)
 		}
 	}
+}
+
+// Invariant 5, and the internal set of a two-scope service, which shares
+// its service's ID without being a frontend of its own.
+func TestCheckMembersAffinityMatchesAndTwoScopes(t *testing.T) {
+	two := svc(t, "203.0.113.5:443/tcp", 5, "10.0.4.1:443/tcp=41", "10.0.4.2:443/tcp=42")
+	two.Spec.Type, two.Spec.ExtTrafficPolicyLocal = lb.SVCTypeLoadBalancer, true
+	two.Spec.Backends[0].NodeLocal = true
+	aff := svc(t, "10.96.0.7:80/tcp", 7, "10.0.7.1:80/tcp=71", "10.0.7.2:80/tcp=72/maintenance")
+	aff.Spec.SessionAffinity = true
+	aff.Spec.Backends[0].Weight = 3
+	d := dumpOf(two, aff)
+	require.True(t, two.Spec.TwoScopes())
+	require.NotEmpty(t, d.Members)
+	require.NotEmpty(t, d.AffinityMatch)
+	require.Empty(t, Check(d), "what the engine writes is consistent")
+
+	bad := d
+	bad.Members = append(slices.Clone(d.Members), maps.MemberEntry{Key: maps.MemberKey{BackendID: 71, RevNATIndex: 99}, Value: maps.MemberValue{Weight: 1}},
+		maps.MemberEntry{Key: maps.MemberKey{BackendID: 999, RevNATIndex: 7}, Value: maps.MemberValue{Weight: 1}})
+	bad.AffinityMatch = append(slices.Clone(d.AffinityMatch), maps.AffinityMatchKey{BackendID: 41, RevNATIndex: 5},
+		maps.AffinityMatchKey{BackendID: 72, RevNATIndex: 7})
+	var kinds []string
+	for _, v := range Check(bad) {
+		require.Equal(t, 5, v.Invariant(), v.String())
+		kinds = append(kinds, fmt.Sprintf("%s %d/%d", v.Kind, v.ServiceID, v.BackendID))
+	}
+	require.ElementsMatch(t, []string{"stale-member 99/71", "stale-member 7/999", "stale-affinity-match 5/41", "stale-affinity-match 7/72"}, kinds)
 }

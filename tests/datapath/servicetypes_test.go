@@ -122,7 +122,7 @@ func (e *env) testNodePort(t *testing.T, f npFamily) {
 		Frontend: lb.Frontend{L3n4Addr: lb.L3n4Addr{Addr: f.unspec, Port: e.port(), Protocol: lb.TCP}},
 		Backends: backends(bs, lb.TCP)})
 	require.ErrorContains(t, err, "frontend")
-	require.ErrorContains(t, err, "only the surrogate frontend of a NodePort service")
+	require.ErrorContains(t, err, "only the surrogate frontend of a NodePort or HostPort service")
 
 	// ...and a surrogate entry without the NodePort or HostPort flag
 	// (written here by hand) is not used; with HostPort it is.
