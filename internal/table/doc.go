@@ -78,9 +78,9 @@
 //     MasterWrites (4th: a master that differs from Master) and
 //     SlotDeletes (5th: slots beyond the new n).
 //  6. Orphan backends (deleteOrphanBackends). A backend left by rule 4 that
-//     no slot of a rebuilt service refers to is deleted, maintenance
-//     backends included (they have no slot). Emits orphan-backend. Fills
-//     BackendDeletes (6th).
+//     no rebuilt service has (by a slot, or by its lb_members entry: a
+//     maintenance backend, one left out of a node-local set) is deleted.
+//     Emits orphan-backend. Fills BackendDeletes (6th).
 //  7. RevNAT entries follow the services (reconcileRevNAT). For each
 //     rebuilt service: no entry with its ID in its family's map, written
 //     (missing-revnat); an entry with another address or port, rewritten
@@ -91,6 +91,27 @@
 //     (invalid-entry); any other, an orphan, also
 //     returned in Restored.OrphanRevNAT (orphan-revnat). Fills
 //     RevNATWrites (1st) and RevNATDeletes (7th).
+//
+//  8. Members follow the services (reconcileMembers). lb_members holds
+//     exactly MemberEntries of every rebuilt service: an entry of no
+//     rebuilt service's backend is deleted, a missing or different one
+//     written (member). Fills Restored.Members.
+//  9. Affinity matches follow the services (reconcileMembers):
+//     lb_affinity_match holds exactly AffinityMatches of every rebuilt
+//     service (affinity-match). Fills Restored.Members.
+//
+// Two scopes. Before rule 1, pairScopes attaches the internal-scope group
+// of a frontend to its external-scope group when the external master
+// describes a two-scope service (by its type and policy flags): the
+// internal-scope key is then that service's, whatever its entries say,
+// and rules 1-3 never see it (rule 2 removes it with its service). An
+// internal-scope group whose external master is gone but whose own master
+// describes a two-scope service is removed by rule 2. Rule 5 adds to a
+// service the backends only its internal set names and the backends
+// lb_members records for it (maintenance backends, and those left out of
+// a node-local set), reads weights and node-local flags there, gives such
+// a service the engine's order (state, then address), and rewrites its
+// internal set from the rebuilt service (fixInnerScope).
 //
 // Fix order. The engine applies each family's Fixes (IPv4 first) in field
 // order, make before break, so that the datapath, reading master -> slot -> backend
@@ -104,6 +125,9 @@
 //  5. SlotDeletes (rules 1, 2, 3, 5)
 //  6. BackendDeletes (rules 4, 6)
 //  7. RevNATDeletes (rule 7)
+//
+// Restored.Members (rules 8, 9) is applied around them: its writes before
+// the first family fix, its deletes after the last.
 //
 // Repairs, Services and every Fixes list are sorted at the end (finish),
 // so the output depends neither on the order of the dump nor on the

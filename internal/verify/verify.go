@@ -50,10 +50,10 @@ const (
 	// Backends in maintenance are exempt: the engine keeps them in the map
 	// without a slot, so the maps cannot say whose they are.
 	OrphanBackend Kind = "orphan-backend"
-	// StaleMember (invariant 5): an lb_members entry of a service ID no
+	// StaleMember (invariant 6): an lb_members entry of a service ID no
 	// master has, or of a backend ID missing from both backend maps.
 	StaleMember Kind = "stale-member"
-	// StaleAffinityMatch (invariant 5): an lb_affinity_match entry of a
+	// StaleAffinityMatch (invariant 6): an lb_affinity_match entry of a
 	// service without session affinity (or none), or of a backend that is
 	// in none of that service's slots.
 	StaleAffinityMatch Kind = "stale-affinity-match"
@@ -72,7 +72,7 @@ func (k Kind) Invariant() int {
 	case InvalidServiceID, DuplicateServiceID, DuplicateBackend, DuplicateBackendID, OrphanBackend:
 		return 4
 	case StaleMember, StaleAffinityMatch:
-		return 5
+		return 6
 	}
 	return 0
 }
@@ -115,7 +115,7 @@ func (v Violation) String() string {
 	return b.String()
 }
 
-// Check returns every violation of invariants 1-5 in d, sorted by
+// Check returns every violation of invariants 1-4 and 6 in d, sorted by
 // invariant, kind, family, service ID, frontend, backend ID and detail; nil
 // when the maps are consistent. Standalone revNAT entries (an ID no service
 // has) are allowed. IPv4 addresses are compared unmapped.
@@ -181,7 +181,7 @@ type serviceFacts struct {
 	slotted  map[uint32]bool
 }
 
-// checkMembers checks invariant 5: lb_members and lb_affinity_match refer
+// checkMembers checks invariant 6: lb_members and lb_affinity_match refer
 // to services and backends that exist.
 func (c *checker) checkMembers(d table.Dump, svcs map[uint16]*serviceFacts, backendIDs [2]map[uint32]bool) {
 	for _, e := range d.Members {

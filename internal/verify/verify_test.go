@@ -457,7 +457,7 @@ func TestCheckAgreesWithRestore(t *testing.T) {
 	}
 }
 
-// Invariant 5, and the internal set of a two-scope service, which shares
+// Invariant 6, and the internal set of a two-scope service, which shares
 // its service's ID without being a frontend of its own.
 func TestCheckMembersAffinityMatchesAndTwoScopes(t *testing.T) {
 	two := svc(t, "203.0.113.5:443/tcp", 5, "10.0.4.1:443/tcp=41", "10.0.4.2:443/tcp=42")
@@ -479,7 +479,7 @@ func TestCheckMembersAffinityMatchesAndTwoScopes(t *testing.T) {
 		maps.AffinityMatchKey{BackendID: 72, RevNATIndex: 7})
 	var kinds []string
 	for _, v := range Check(bad) {
-		require.Equal(t, 5, v.Invariant(), v.String())
+		require.Equal(t, 6, v.Invariant(), v.String())
 		kinds = append(kinds, fmt.Sprintf("%s %d/%d", v.Kind, v.ServiceID, v.BackendID))
 	}
 	require.ElementsMatch(t, []string{"stale-member 99/71", "stale-member 7/999", "stale-affinity-match 5/41", "stale-affinity-match 7/72"}, kinds)
