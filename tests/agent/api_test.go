@@ -163,6 +163,7 @@ func TestEndpoints(t *testing.T) {
 	pinnedCounts := map[string]int{
 		maps.Service4Name: len(pinned.Services4), maps.Backend4Name: len(pinned.Backends4), maps.RevNAT4Name: len(pinned.RevNAT4),
 		maps.Service6Name: len(pinned.Services6), maps.Backend6Name: len(pinned.Backends6), maps.RevNAT6Name: len(pinned.RevNAT6),
+		maps.MembersName: len(pinned.Members), maps.AffinityMatchName: len(pinned.AffinityMatch),
 	}
 	st = decode[api.Status](t, c.expect("GET", "/v1/healthz", "", http.StatusOK).body)
 	healthCounts := map[string]int{}
