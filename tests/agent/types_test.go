@@ -9,6 +9,7 @@ import (
 
 	"github.com/actorlb/actorlb/api"
 	"github.com/actorlb/actorlb/internal/testutil"
+	"github.com/actorlb/actorlb/internal/verify"
 	"github.com/stretchr/testify/require"
 )
 
@@ -132,6 +133,38 @@ func TestEveryServiceTypeViaRESTAndCLIReadsBack(t *testing.T) {
 	require.Contains(t, list, "[node-local]")
 	require.Contains(t, list, "affinity 16777215s")
 	require.Contains(t, list, "10.96.0.10:80/TCP")
+
+	// A maintenance backend has no slot: lb_members records that it belongs.
+	r7 := a.doString(t, "PUT", "/v1/service/7", `{"frontend-address": {"ip": "10.96.0.17", "port": 80}, "backend-addresses": [{"ip": "10.0.1.5", "port": 8080}, {"ip": "10.0.1.11", "port": 8080, "state": "maintenance"}]}`)
+	require.Equal(t, http.StatusCreated, r7.code, string(r7.body))
+
+	// SIGKILL, then a new agent on the same maps: every type, flag,
+	// scope, affinity timeout, weight, node-local flag and maintenance
+	// backend comes back as it was, with no map written, and the maps
+	// verify clean.
+	before := a.doString(t, "GET", "/v1/service", "")
+	require.Equal(t, http.StatusOK, before.code)
+	require.Contains(t, string(before.body), `"maintenance"`)
+	require.NoError(t, a.cmd.Process.Kill())
+	<-a.done
+	a.stopped = true
+	b := startAgent(t, a.root, nodeAgentFlags...)
+	after := b.doString(t, "GET", "/v1/service", "")
+	require.Equal(t, http.StatusOK, after.code)
+	require.JSONEq(t, string(before.body), string(after.body), "services after the SIGKILL")
+	h := b.doString(t, "GET", "/v1/healthz", "")
+	var st api.Status
+	require.NoError(t, json.Unmarshal(h.body, &st))
+	require.Zero(t, st.Restore.Repairs, "%v", st.Restore.RepairsByKind)
+	require.Zero(t, st.Restore.Writes, "a warm restart writes nothing")
+	for _, m := range st.Maps {
+		require.Zero(t, m.Updated+m.Deleted, "%s written by the restart", m.Name)
+	}
+	pinned, err := verify.DumpPinned(a.root)
+	require.NoError(t, err)
+	require.NotEmpty(t, pinned.Members)
+	require.NotEmpty(t, pinned.AffinityMatch)
+	require.Empty(t, verify.Check(pinned))
 }
 
 // TestBadTypesAndOptionsAreRefusedAndChangeNothing: each refusal names
