@@ -184,7 +184,7 @@ func TestEndpoints(t *testing.T) {
 		`actorlb_operations_total{operation="service_put",result="invalid"} 3`,
 		`actorlb_operations_total{operation="service_get",result="not_found"} 4`,
 		`actorlb_operation_duration_seconds_bucket{operation="service_put",le="+Inf"} 7`,
-		`actorlb_map_entries{map="lb4_services"} 3`,
+		`actorlb_map_entries{map="lb4_services"} 4`, // two backend sets (see above)
 		`actorlb_map_max_entries{map="lb4_services"} 65536`,
 		`actorlb_map_fill_ratio{map="lb6_services"}`,
 		`actorlb_map_writes_total{map="lb4_backends",op="update"}`,
