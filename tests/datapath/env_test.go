@@ -396,6 +396,8 @@ type env struct {
 	v6  bool
 	// size is the capacity of every map (4096 unless a test grows it).
 	size int
+	// terminator is the engine's SocketTerminator (nil: none).
+	terminator actorlb.SocketTerminator
 }
 
 func quietLogger() *logrus.Logger {
@@ -433,9 +435,10 @@ func (e *env) startEngine(t testing.TB) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	eng, err := actorlb.New(ctx, actorlb.Config{
-		BPFRoot:    e.root,
-		MaxEntries: maps.Sizes{Services: cmp.Or(e.size, 4096), Backends: cmp.Or(e.size, 4096), RevNAT: cmp.Or(e.size, 4096)},
-		Logger:     quietLogger(),
+		BPFRoot:          e.root,
+		MaxEntries:       maps.Sizes{Services: cmp.Or(e.size, 4096), Backends: cmp.Or(e.size, 4096), RevNAT: cmp.Or(e.size, 4096)},
+		Logger:           quietLogger(),
+		SocketTerminator: e.terminator,
 	})
 	require.NoError(t, err)
 	e.engine = eng

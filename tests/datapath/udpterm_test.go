@@ -6,7 +6,9 @@ import (
 	"net/netip"
 	"syscall"
 	"testing"
+	"time"
 
+	"github.com/actorlb/actorlb"
 	"github.com/actorlb/actorlb/bpf"
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/stretchr/testify/require"
@@ -179,4 +181,77 @@ func (c heldClient) String() string {
 		return c.id + "→" + c.backend + " (mapped)"
 	}
 	return c.id + "→" + c.backend
+}
+
+// The engine does it by itself: with Config.SocketTerminator set to the
+// datapath's (as the agent sets it), taking a backend out of a UDP service
+// is enough; the sockets on it are closed once the service map no longer
+// offers it, and counted in the engine's stats.
+func TestEngineClosesTheUDPSocketsOfARemovedBackend(t *testing.T) {
+	e := newEnv(t, false)
+	e.terminator = func(ts []actorlb.SocketTarget) (int, error) {
+		targets := make([]bpf.UDPTarget, len(ts))
+		for i, x := range ts {
+			targets[i] = bpf.UDPTarget{Backend: x.Backend.AddrPort(), Service: x.Service}
+		}
+		var n int
+		// The helper's sockets live in its network namespace; the agent's
+		// clients live in its own.
+		err := inNetNS(e.netNS, func() error {
+			var err error
+			n, err = bpf.TerminateUDPSocketsOf(e.root, targets)
+			return err
+		})
+		return n, err
+	}
+	e.restartEngine(t)
+	bs := e.echoes(t, "eterm", 2, false, true)
+	a, b := bs[0], bs[1]
+	vip := e.vip()
+	target := addr(vip, 53)
+	e.upsert(t, vip, 53, lb.UDP, backends(bs, lb.UDP)...)
+	var onA, onB []string
+	for i := 0; i < 200 && (len(onA) == 0 || len(onB) == 0); i++ {
+		id := fmt.Sprintf("e%d", i)
+		r := e.ask(t, request{Op: "held-open", ID: id, Addr: target})
+		require.Equal(t, 1, r.OK, "%v", r.Errors)
+		if r.Names[a.name] == 1 {
+			onA = append(onA, id)
+		} else {
+			onB = append(onB, id)
+		}
+	}
+	require.NotEmpty(t, onA)
+	require.NotEmpty(t, onB)
+
+	e.upsert(t, vip, 53, lb.UDP, b.backend(lb.UDP, lb.BackendStateActive))
+	var st actorlb.Stats
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var err error
+		st, err = e.engine.Stats(ctxT(t))
+		require.NoError(t, err)
+		if st.SocketsTerminated >= uint64(len(onA)) || st.SocketTerminateFailures > 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	require.NoError(t, st.LastSocketTerminateError)
+	require.Equal(t, uint64(len(onA)), st.SocketsTerminated, "every socket on %s, and only those", a.name)
+	for _, id := range onA {
+		r := e.ask(t, request{Op: "held-recv", ID: id})
+		require.Equal(t, 1, r.Failed, "client %s", id)
+		require.Contains(t, r.Errors[0], syscall.ECONNABORTED.Error(), "client %s", id)
+		r = e.ask(t, request{Op: "held-connect", ID: id, Addr: target})
+		require.Equal(t, 1, r.OK, "client %s: %v", id, r.Errors)
+		r = e.ask(t, request{Op: "held-ping", ID: id, N: 2})
+		require.Equal(t, map[string]int{b.name: 2}, r.Names, "client %s after reconnecting: %v", id, r.Errors)
+	}
+	for _, id := range onB {
+		r := e.ask(t, request{Op: "held-ping", ID: id, N: 2})
+		require.Equal(t, map[string]int{b.name: 2}, r.Names, "client %s on %s is left alone: %v", id, b.name, r.Errors)
+	}
+	for _, id := range append(onA, onB...) {
+		e.ask(t, request{Op: "held-close", ID: id})
+	}
 }
