@@ -91,7 +91,6 @@
 //     (invalid-entry); any other, an orphan, also
 //     returned in Restored.OrphanRevNAT (orphan-revnat). Fills
 //     RevNATWrites (1st) and RevNATDeletes (7th).
-//
 //  8. Members follow the services (reconcileMembers). lb_members holds
 //     exactly MemberEntries of every rebuilt service: an entry of no
 //     rebuilt service's backend is deleted, a missing or different one
