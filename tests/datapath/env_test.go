@@ -604,3 +604,15 @@ func chiSquare(counts map[string]int, buckets []string) float64 {
 	}
 	return x
 }
+
+// inBothFamilies runs f as two subtests, IPv4 (127.0.0.0/8 of the host)
+// then IPv6 (a network namespace of the test's own), each with an
+// environment of its own.
+func inBothFamilies(t *testing.T, f func(t *testing.T, e *env)) {
+	for _, fam := range []struct {
+		name string
+		v6   bool
+	}{{"IPv4", false}, {"IPv6", true}} {
+		t.Run(fam.name, func(t *testing.T) { f(t, newEnv(t, fam.v6)) })
+	}
+}

@@ -24,23 +24,17 @@ const chiSquareBound = 27.6
 // Every scenario runs for IPv4 on 127.0.0.0/8 of the host and for IPv6 in a
 // network namespace of the test's own.
 func TestSocketLB(t *testing.T) {
-	for _, fam := range []struct {
-		name string
-		v6   bool
-	}{{"IPv4", false}, {"IPv6", true}} {
-		t.Run(fam.name, func(t *testing.T) {
-			e := newEnv(t, fam.v6)
-			t.Run("TCPSpreadsOverEveryBackend", e.testTCPSpread)
-			t.Run("UDPRepliesComeFromTheVIP", e.testUDP)
-			t.Run("RemovedTerminatingMaintenanceGetNothing", e.testBackendStates)
-			t.Run("ExactProtocolBeforeAny", e.testProtoAny)
-			t.Run("DeletedServiceIsUnanswered", e.testDelete)
-			t.Run("NoUsableBackendRefuses", e.testNoBackendRefuses)
-			t.Run("ZeroFailuresUnderChurn", e.testChurn)
-			t.Run("ZeroFailuresAcrossAgentRestartAndReattach", e.testRestart)
-			t.Run("ZeroFailuresWhileTheMapsAreResized", e.testResize)
-		})
-	}
+	inBothFamilies(t, func(t *testing.T, e *env) {
+		t.Run("TCPSpreadsOverEveryBackend", e.testTCPSpread)
+		t.Run("UDPRepliesComeFromTheVIP", e.testUDP)
+		t.Run("RemovedTerminatingMaintenanceGetNothing", e.testBackendStates)
+		t.Run("ExactProtocolBeforeAny", e.testProtoAny)
+		t.Run("DeletedServiceIsUnanswered", e.testDelete)
+		t.Run("NoUsableBackendRefuses", e.testNoBackendRefuses)
+		t.Run("ZeroFailuresUnderChurn", e.testChurn)
+		t.Run("ZeroFailuresAcrossAgentRestartAndReattach", e.testRestart)
+		t.Run("ZeroFailuresWhileTheMapsAreResized", e.testResize)
+	})
 }
 
 // ask runs a helper request; Timeout per operation defaults to 2s.

@@ -20,15 +20,9 @@ import (
 // again and reach a remaining backend; a socket connected straight to the
 // backend, and the sockets on the other backend, keep working.
 func TestUDPSocketsMoveOffARemovedBackend(t *testing.T) {
-	for _, fam := range []struct {
-		name string
-		v6   bool
-	}{{"IPv4", false}, {"IPv6", true}} {
-		t.Run(fam.name, func(t *testing.T) {
-			e := newEnv(t, fam.v6)
-			e.testUDPTermination(t)
-		})
-	}
+	inBothFamilies(t, func(t *testing.T, e *env) {
+		e.testUDPTermination(t)
+	})
 }
 
 // heldClient is a connected UDP socket the helper keeps open.

@@ -80,59 +80,53 @@ func maxU16(a, b uint16) uint16 {
 // weight 0 takes no new connection while open ones keep working; all
 // weights 0 refuse.
 func TestWeights(t *testing.T) {
-	for _, fam := range []struct {
-		name string
-		v6   bool
-	}{{"IPv4", false}, {"IPv6", true}} {
-		t.Run(fam.name, func(t *testing.T) {
-			e := newEnv(t, fam.v6)
-			bs := e.echoes(t, "w", 2, true, false)
-			vip := e.vip()
-			rev := e.upsert(t, vip, 80, lb.TCP, backends(bs, lb.TCP)...)
-			id0, id1 := e.backendID(t, bs[0].addr), e.backendID(t, bs[1].addr)
-			buckets := names(bs...)
+	inBothFamilies(t, func(t *testing.T, e *env) {
+		bs := e.echoes(t, "w", 2, true, false)
+		vip := e.vip()
+		rev := e.upsert(t, vip, 80, lb.TCP, backends(bs, lb.TCP)...)
+		id0, id1 := e.backendID(t, bs[0].addr), e.backendID(t, bs[1].addr)
+		buckets := names(bs...)
 
-			e.setWeights(t, rev, map[uint32]uint16{id0: 1, id1: 3})
-			const n = 2000
-			r := e.ask(t, request{Op: "tcp", Addr: addr(vip, 80), N: n})
-			require.Equal(t, n, r.OK, "failed: %v", r.Errors)
-			x := chiSquareExpected(r.Names, buckets, []float64{0.25, 0.75})
-			t.Logf("weights 1:3, %d connects: %v, χ² = %.2f (bound %.2f, p = 0.001)", n, r.Names, x, chiSquareBound1)
-			require.Less(t, x, chiSquareBound1, "spread %v is not 25/75", r.Names)
+		e.setWeights(t, rev, map[uint32]uint16{id0: 1, id1: 3})
+		const n = 2000
+		r := e.ask(t, request{Op: "tcp", Addr: addr(vip, 80), N: n})
+		require.Equal(t, n, r.OK, "failed: %v", r.Errors)
+		x := chiSquareExpected(r.Names, buckets, []float64{0.25, 0.75})
+		t.Logf("weights 1:3, %d connects: %v, χ² = %.2f (bound %.2f, p = 0.001)", n, r.Names, x, chiSquareBound1)
+		require.Less(t, x, chiSquareBound1, "spread %v is not 25/75", r.Names)
 
-			// Weights 100 and 0 (no summary needed for the default, but
-			// the service has one as soon as one weight is not 100).
-			hold := e.ask(t, request{Op: "hold", Addr: addr(vip, 80), N: 40})
-			require.Equal(t, 40, hold.OK, "failed: %v", hold.Errors)
-			require.Len(t, hold.Names, 2, "both backends hold connections: %v", hold.Names)
-			e.setWeights(t, rev, map[uint32]uint16{id0: 0, id1: 100})
-			r = e.ask(t, request{Op: "tcp", Addr: addr(vip, 80), N: 500})
-			require.Equal(t, map[string]int{bs[1].name: 500}, r.Names, "weight 0 got new connections; errors: %v", r.Errors)
-			held := e.ask(t, request{Op: "held"})
-			require.Equal(t, hold.Names, held.Names, "the open connections keep working: %v", held.Errors)
+		// Weights 100 and 0 (no summary needed for the default, but
+		// the service has one as soon as one weight is not 100).
+		hold := e.ask(t, request{Op: "hold", Addr: addr(vip, 80), N: 40})
+		require.Equal(t, 40, hold.OK, "failed: %v", hold.Errors)
+		require.Len(t, hold.Names, 2, "both backends hold connections: %v", hold.Names)
+		e.setWeights(t, rev, map[uint32]uint16{id0: 0, id1: 100})
+		r = e.ask(t, request{Op: "tcp", Addr: addr(vip, 80), N: 500})
+		require.Equal(t, map[string]int{bs[1].name: 500}, r.Names, "weight 0 got new connections; errors: %v", r.Errors)
+		held := e.ask(t, request{Op: "held"})
+		require.Equal(t, hold.Names, held.Names, "the open connections keep working: %v", held.Errors)
 
-			// Every weight 0: nothing takes new connections.
-			e.setWeights(t, rev, map[uint32]uint16{id0: 0, id1: 0})
-			r = e.ask(t, request{Op: "tcp", Addr: addr(vip, 80), N: 5, Timeout: time.Second})
-			require.Equal(t, 5, r.Failed, "connects succeeded: %v", r.Names)
-			require.Contains(t, r.Errors[0], "operation not permitted")
-			held = e.ask(t, request{Op: "held"})
-			require.Equal(t, hold.Names, held.Names, "the open connections keep working: %v", held.Errors)
-			e.ask(t, request{Op: "release"})
+		// Every weight 0: nothing takes new connections.
+		e.setWeights(t, rev, map[uint32]uint16{id0: 0, id1: 0})
+		r = e.ask(t, request{Op: "tcp", Addr: addr(vip, 80), N: 5, Timeout: time.Second})
+		require.Equal(t, 5, r.Failed, "connects succeeded: %v", r.Names)
+		require.Contains(t, r.Errors[0], "operation not permitted")
+		held = e.ask(t, request{Op: "held"})
+		require.Equal(t, hold.Names, held.Names, "the open connections keep working: %v", held.Errors)
+		e.ask(t, request{Op: "release"})
 
-			// Four of five backends at weight 0: 16 random draws all miss
-			// 0.8^16 ≈ 3% of the time, and the scan of every slot that
-			// follows finds the live one: no connect fails.
-			five := e.echoes(t, "five", 5, true, false)
-			vip5 := e.vip()
-			rev5 := e.upsert(t, vip5, 80, lb.TCP, backends(five, lb.TCP)...)
-			w := map[uint32]uint16{}
-			for i, b := range five {
-				w[e.backendID(t, b.addr)] = uint16(min(i/4, 1) * 7)
-			}
-			e.setWeights(t, rev5, w)
-			r = e.ask(t, request{Op: "tcp", Addr: addr(vip5, 80), N: 1000})
-			require.Equal(t, map[string]int{five[4].name: 1000}, r.Names, "errors: %v", r.Errors)
-		})
-	}
+		// Four of five backends at weight 0: 16 random draws all miss
+		// 0.8^16 ≈ 3% of the time, and the scan of every slot that
+		// follows finds the live one: no connect fails.
+		five := e.echoes(t, "five", 5, true, false)
+		vip5 := e.vip()
+		rev5 := e.upsert(t, vip5, 80, lb.TCP, backends(five, lb.TCP)...)
+		w := map[uint32]uint16{}
+		for i, b := range five {
+			w[e.backendID(t, b.addr)] = uint16(min(i/4, 1) * 7)
+		}
+		e.setWeights(t, rev5, w)
+		r = e.ask(t, request{Op: "tcp", Addr: addr(vip5, 80), N: 1000})
+		require.Equal(t, map[string]int{five[4].name: 1000}, r.Names, "errors: %v", r.Errors)
+	})
 }
