@@ -37,6 +37,7 @@
  */
 
 #include "include/socklb_uapi.h"
+#include "include/socklb_revsk.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
@@ -86,11 +87,6 @@ enum lb_result {
 /* bpf_loop callback results. */
 #define LOOP_CONTINUE 0
 #define LOOP_BREAK 1
-
-union v6addr {
-	__u8 addr[16];
-	__u32 p[4];
-};
 
 /* Service map key (lb4_key, 12 bytes). */
 struct lb4_key {
@@ -155,34 +151,6 @@ struct lb6_reverse_nat {
 	union v6addr address;
 	__be16 port;
 } __attribute__((packed));
-
-/* Socket reverse map: {socket cookie, backend} -> {VIP, service ID}. */
-struct sk4_rev_key {
-	__u64 cookie;
-	__be32 address;
-	__be16 port;
-	__u16 pad;
-};
-
-struct sk4_rev_value {
-	__be32 address;
-	__be16 port;
-	__be16 rev_nat_index;
-};
-
-struct sk6_rev_key {
-	__u64 cookie;
-	union v6addr address;
-	__be16 port;
-	__u16 pad;
-	__u32 pad2;
-};
-
-struct sk6_rev_value {
-	union v6addr address;
-	__be16 port;
-	__be16 rev_nat_index;
-};
 
 /* lb_members key: one (backend, service) membership; backend_id 0 is the
  * service's summary entry (8 bytes). */
@@ -312,20 +280,8 @@ struct {
 	__uint(max_entries, 65536);
 } lb_affinity_match SEC(".maps");
 
-/* The datapath's own maps, pinned next to actorlb's by the loader. */
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__type(key, struct sk4_rev_key);
-	__type(value, struct sk4_rev_value);
-	__uint(max_entries, 65536);
-} lb4_reverse_sk SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__type(key, struct sk6_rev_key);
-	__type(value, struct sk6_rev_value);
-	__uint(max_entries, 65536);
-} lb6_reverse_sk SEC(".maps");
+/* The datapath's own maps, pinned next to actorlb's by the loader: the
+ * reverse maps (include/socklb_revsk.h) and these. */
 
 /* The node's own addresses besides loopback (datapath configuration,
  * written by bpf.SetNodeAddresses; the value is unused). A connect to one

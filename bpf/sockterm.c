@@ -26,6 +26,7 @@
  */
 
 #include "include/socklb_uapi.h"
+#include "include/socklb_revsk.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
@@ -80,34 +81,6 @@ struct bpf_iter__udp {
 	struct sock_common *udp_sk;
 };
 
-/* Reverse map keys and values: exactly socklb.c's. */
-struct sk4_rev_key {
-	__u64 cookie;
-	__be32 address;
-	__be16 port;
-	__u16 pad;
-};
-
-struct sk4_rev_value {
-	__be32 address;
-	__be16 port;
-	__be16 rev_nat_index;
-};
-
-struct sk6_rev_key {
-	__u64 cookie;
-	__u8 address[16];
-	__be16 port;
-	__u16 pad;
-	__u32 pad2;
-};
-
-struct sk6_rev_value {
-	__u8 address[16];
-	__be16 port;
-	__be16 rev_nat_index;
-};
-
 /* Filter keys: a backend address and port and a service ID (0: any),
  * network order. */
 struct term4_key {
@@ -121,20 +94,6 @@ struct term6_key {
 	__be16 port;
 	__be16 rev_nat_index;
 };
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__type(key, struct sk4_rev_key);
-	__type(value, struct sk4_rev_value);
-	__uint(max_entries, 65536);
-} lb4_reverse_sk SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__type(key, struct sk6_rev_key);
-	__type(value, struct sk6_rev_value);
-	__uint(max_entries, 65536);
-} lb6_reverse_sk SEC(".maps");
 
 /* The backends (per service or for any) whose sockets are destroyed:
  * key -> 1. */
@@ -180,7 +139,7 @@ static __always_inline bool match6(const struct sk6_rev_key *rk)
 	rv = bpf_map_lookup_elem(&lb6_reverse_sk, rk);
 	if (!rv)
 		return false;
-	__builtin_memcpy(fk.address, rk->address, 16);
+	__builtin_memcpy(fk.address, rk->address.addr, 16);
 	fk.port = rk->port;
 	if (bpf_map_lookup_elem(&sockterm6_backends, &fk))
 		return true;
@@ -219,7 +178,7 @@ int sockterm_udp(struct bpf_iter__udp *ctx)
 			rk4.address = a6[3];
 		} else {
 			v4 = false;
-			__builtin_memcpy(rk6.address, a6, 16);
+			__builtin_memcpy(rk6.address.addr, a6, 16);
 		}
 		break;
 	default:
