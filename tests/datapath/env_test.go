@@ -439,6 +439,9 @@ func (e *env) startEngine(t testing.TB) {
 		MaxEntries:       maps.Sizes{Services: cmp.Or(e.size, 4096), Backends: cmp.Or(e.size, 4096), RevNAT: cmp.Or(e.size, 4096)},
 		Logger:           quietLogger(),
 		SocketTerminator: e.terminator,
+		// Tests here write map entries by hand (weights, affinity,
+		// surrogates): a periodic reconcile would "repair" them mid-test.
+		ReconcileInterval: -1,
 	})
 	require.NoError(t, err)
 	e.engine = eng
