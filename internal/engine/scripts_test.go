@@ -557,3 +557,46 @@ func TestScriptLocalPolicyWritesTwoBackendSets(t *testing.T) {
 	h.reply("members", ok())
 	h.expectAnswers("upsert: id 1 created false")
 }
+
+// A backend shared by two UDP services that goes terminating through one
+// of them leaves both: the other's clients are reported once its refresh
+// is written.
+func TestScriptSharedBackendLeavingIsReportedForEveryUDPService(t *testing.T) {
+	h := newHarness(t)
+	for i, fe := range []string{"10.96.0.10:53/udp", "10.96.0.11:53/udp"} {
+		h.call(upsert(svc(t, fe, "10.0.1.1:53/udp", "10.0.1.2:53/udp")))
+		if i == 0 {
+			h.expect("alloc: acquire service 10.96.0.10:53/UDP backends [10.0.1.1:53/UDP 10.0.1.2:53/UDP]")
+			h.reply("alloc", acquired(1, 1, 2))
+			h.expect("be4: write [1=10.0.1.1:53 2=10.0.1.2:53]", "revnat: write [1=10.96.0.10:53]")
+		} else {
+			h.expect("alloc: acquire service 10.96.0.11:53/UDP backends [10.0.1.1:53/UDP 10.0.1.2:53/UDP]")
+			h.reply("alloc", acquired(2, 1, 2))
+			h.expect("be4: write [1=10.0.1.1:53 2=10.0.1.2:53]", "revnat: write [2=10.96.0.11:53]")
+		}
+		h.reply("be4", ok())
+		h.reply("revnat", ok())
+		h.expect(fmt.Sprintf("svc4: write [%[1]s/UDP#1 %[1]s/UDP#2 %[1]s/UDP#0]", fe[:len(fe)-4]))
+		h.reply("svc4", ok())
+	}
+	h.expectAnswers("upsert: id 1 created true", "upsert: id 2 created true")
+
+	upd := svc(t, "10.96.0.10:53/udp", "10.0.1.1:53/udp", "10.0.1.2:53/udp")
+	upd.Backends[0].State = lb.BackendStateTerminating
+	h.call(upsert(upd))
+	h.expect("be4: write [2=10.0.1.2:53 1=10.0.1.1:53(terminating)]", "revnat: write [1=10.96.0.10:53]")
+	h.reply("be4", ok())
+	h.reply("revnat", ok())
+	h.expect("svc4: write [10.96.0.10:53/UDP#1 10.96.0.10:53/UDP#2 10.96.0.10:53/UDP#0]")
+	h.reply("svc4", ok())
+	h.expectEvents("backends left 1: [10.0.1.1:53/UDP]")
+	// The refresh of service 2 writes, then reports.
+	h.expect("be4: write [2=10.0.1.2:53 1=10.0.1.1:53(terminating)]", "revnat: write [2=10.96.0.11:53]")
+	h.reply("be4", ok())
+	h.reply("revnat", ok())
+	h.expect("svc4: write [10.96.0.11:53/UDP#1 10.96.0.11:53/UDP#2 10.96.0.11:53/UDP#0]", "members: write [] delete [2/2 2/1 2/0]")
+	h.expectEvents()
+	h.reply("svc4", ok())
+	h.reply("members", ok())
+	h.expectEvents("backends left 2: [10.0.1.1:53/UDP]")
+}

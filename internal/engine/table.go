@@ -212,7 +212,7 @@ func (c *Core) propagateStates(svc *table.Service) {
 		}
 		table.SlotOrder(next.Spec.Backends, next.BackendIDs)
 		c.put(next)
-		c.run(&op{plan: &refreshPlan{fe: next.Frontend()}, keys: opKeys(next.Frontend(), next.Spec.Backends)})
+		c.run(&op{plan: &refreshPlan{fe: next.Frontend(), before: sib}, keys: opKeys(next.Frontend(), next.Spec.Backends)})
 	}
 }
 
@@ -221,6 +221,10 @@ func (c *Core) propagateStates(svc *table.Service) {
 type refreshPlan struct {
 	fe  lb.L3n4Addr
 	svc *table.Service
+	// before is the service as it was before the state change: backends it
+	// had active that are no longer are reported once the refresh is
+	// written (OnBackendsLeft).
+	before *table.Service
 }
 
 func (p *refreshPlan) start(c *Core, _ *op) []step {
@@ -271,5 +275,9 @@ func (p *refreshPlan) rollback(*Core, *op) []step { return nil }
 func (p *refreshPlan) finish(c *Core, _ *op, err error) {
 	if err != nil {
 		c.log.WithError(err).WithField("frontend", p.fe.String()).Warn("refresh after a backend state change failed; restore repairs it")
+		return
+	}
+	if p.before != nil && p.svc != nil && p.svc.ID() == p.before.ID() {
+		c.backendsLeft(p.before, p.svc)
 	}
 }
