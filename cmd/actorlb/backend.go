@@ -65,11 +65,7 @@ with 'actorlb backend set-state'). Needs a running agent (see -H).`,
 			if err := wantArgs("backend list", args, 0, "no arguments"); err != nil {
 				return err
 			}
-			out, err := e.output()
-			if err != nil {
-				return err
-			}
-			c, err := e.client()
+			out, c, err := e.outputAndClient()
 			if err != nil {
 				return err
 			}
@@ -117,11 +113,7 @@ say) and then nothing changes.`,
 			if err != nil {
 				return &usageError{fmt.Errorf("backend set-state: %w", err)}
 			}
-			out, err := e.output()
-			if err != nil {
-				return err
-			}
-			c, err := e.client()
+			out, c, err := e.outputAndClient()
 			if err != nil {
 				return err
 			}

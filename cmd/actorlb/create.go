@@ -99,11 +99,7 @@ func runServiceCreate(ctx context.Context, e *env, args []string) error {
 	case u.frontend == nil:
 		return usage(errors.New("--frontend (or --type NodePort --node-port PORT) is required"))
 	}
-	out, err := e.output()
-	if err != nil {
-		return err
-	}
-	c, err := e.client()
+	out, c, err := e.outputAndClient()
 	if err != nil {
 		return err
 	}

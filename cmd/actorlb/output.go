@@ -46,6 +46,20 @@ func (e *env) output() (string, error) {
 }
 
 // client returns a client for -H.
+// outputAndClient is output then client: the start of every command that
+// asks the agent and prints its answer. The caller closes the client.
+func (e *env) outputAndClient() (string, *api.Client, error) {
+	out, err := e.output()
+	if err != nil {
+		return "", nil, err
+	}
+	c, err := e.client()
+	if err != nil {
+		return "", nil, err
+	}
+	return out, c, nil
+}
+
 func (e *env) client() (*api.Client, error) {
 	h, _ := e.fs.GetString("host")
 	var opts []api.ClientOption

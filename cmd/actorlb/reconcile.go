@@ -24,11 +24,7 @@ a map could not be checked or repaired.`,
 			if err := wantArgs("bpf lb reconcile", args, 0, "no arguments"); err != nil {
 				return err
 			}
-			out, err := e.output()
-			if err != nil {
-				return err
-			}
-			c, err := e.client()
+			out, c, err := e.outputAndClient()
 			if err != nil {
 				return err
 			}

@@ -46,11 +46,7 @@ shows each option of a service in its own column.`,
 			if err != nil {
 				return &usageError{fmt.Errorf("service list: %w", err)}
 			}
-			out, err := e.output()
-			if err != nil {
-				return err
-			}
-			c, err := e.client()
+			out, c, err := e.outputAndClient()
 			if err != nil {
 				return err
 			}
@@ -84,11 +80,7 @@ backends in slot order. Exits 1 if there is no such service.`,
 			if err != nil {
 				return &usageError{fmt.Errorf("service get: %w", err)}
 			}
-			out, err := e.output()
-			if err != nil {
-				return err
-			}
-			c, err := e.client()
+			out, c, err := e.outputAndClient()
 			if err != nil {
 				return err
 			}

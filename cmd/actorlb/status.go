@@ -33,11 +33,7 @@ not ready or cannot be reached.`,
 			if err := wantArgs("status", args, 0, "no arguments"); err != nil {
 				return err
 			}
-			out, err := e.output()
-			if err != nil {
-				return err
-			}
-			c, err := e.client()
+			out, c, err := e.outputAndClient()
 			if err != nil {
 				return err
 			}

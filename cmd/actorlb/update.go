@@ -423,11 +423,7 @@ func runServiceUpdate(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return usage(err)
 	}
-	out, err := e.output()
-	if err != nil {
-		return err
-	}
-	c, err := e.client()
+	out, c, err := e.outputAndClient()
 	if err != nil {
 		return err
 	}
