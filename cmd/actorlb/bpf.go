@@ -286,9 +286,14 @@ and checks the invariants the datapath relies on:
   1. every master with count n has slots 1..n (+qcount), and no other slots;
   2. every slot points to a backend in its family's backend map;
   3. every service has a revNAT entry with its ID and frontend address;
-  4. no two frontends share a service ID, no backend address has two IDs,
+  4. no two frontends share a service ID (the internal backend set of a
+     service with two is that service's), no backend address has two IDs,
      no backend ID is in both families, no backend is unreferenced
-     (backends in maintenance have no slot and are exempt).
+     (backends in maintenance, and those lb_members names, are exempt);
+  6. lb_members and lb_affinity_match name only services and backends that
+     exist, and an affinity match only a slotted backend of a service with
+     session affinity.
+(Invariant 5, the maps equal what the agent acknowledged, needs the agent.)
 It prints each violation and exits 1 if there is any. A violation must be
 seen in 3 reads, 200ms apart, so that writes of a running agent do not give
 false alarms. The agent repairs every violation at its next start.`,
@@ -328,12 +333,14 @@ false alarms. The agent repairs every violation at its next start.`,
 					break
 				}
 			}
-			masters := 0
+			// Services, not masters: a two-scope service has two.
+			ids := map[uint16]bool{}
 			for _, s := range append(slices.Clone(d.Services4), d.Services6...) {
 				if s.Key.Slot == 0 {
-					masters++
+					ids[s.Value.RevNATIndex] = true
 				}
 			}
+			masters := len(ids)
 			summary := fmt.Sprintf("%s, %s, %s",
 				plural(masters, "service", "services"),
 				plural(len(d.Backends4)+len(d.Backends6), "backend", "backends"),
@@ -356,7 +363,7 @@ false alarms. The agent repairs every violation at its next start.`,
 					fmt.Fprintln(e.stdout, v.String())
 				}
 				if len(persist) == 0 {
-					fmt.Fprintf(e.stdout, "OK: %s; invariants 1-4 hold\n", summary)
+					fmt.Fprintf(e.stdout, "OK: %s; invariants 1-4 and 6 hold\n", summary)
 				}
 			}
 			if len(persist) > 0 {
