@@ -165,7 +165,7 @@ func TestChaos(t *testing.T) {
 			if c%2 == 1 { // odd clients use IPv6
 				addr = netip.AddrFrom16([16]byte{0xfd, 0, 1, 0, 14: byte(c), 15: byte(i + 1)})
 			}
-			pools[c][i] = lb.Backend{L3n4Addr: lb.L3n4Addr{Addr: addr, Port: 8080, Protocol: lb.TCP}, Weight: lb.DefaultBackendWeight}
+			pools[c][i] = lb.Backend{L3n4Addr: lb.L3n4Addr{Addr: addr, Port: 8080, Protocol: lb.TCP}, Weight: chaosWeight(i), NodeLocal: i%5 == 0}
 		}
 	}
 	var (
@@ -237,9 +237,11 @@ func TestChaos(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, want.Diff(list), "engine vs model (TEST_SEED=%d)", seed)
 	requireMapsEqual(t, m, list)
+	requireFixedOptions(t, list)
 	d, err := verify.Dump(m)
 	require.NoError(t, err)
-	require.Empty(t, verify.Check(d), "invariants 1-4 (what actorlb bpf lb verify checks)")
+	require.NotEmpty(t, d.Members, "weights and node-local flags are in lb_members")
+	require.Empty(t, verify.Check(d), "invariants 1-4 and 6 (what actorlb bpf lb verify checks)")
 	// Nobody but the engine wrote the maps: the reconciles that ran all
 	// along (with kills and faults) must have found nothing to repair, and
 	// one now finds every map equal to what its owner wrote.
@@ -303,7 +305,7 @@ func runClient(ctx context.Context, e *actorlb.Engine, c int, rng *rand.Rand, po
 // randomService draws 1..32 backends; states follow the allowed
 // transitions from each backend's current state.
 func randomService(rng *rand.Rand, fe lb.L3n4Addr, pool []lb.Backend, model *Model) *lb.Service {
-	svc := &lb.Service{Frontend: lb.Frontend{L3n4Addr: fe}}
+	svc := &lb.Service{Frontend: lb.Frontend{L3n4Addr: fe}, SessionAffinity: chaosAffinity(fe)}
 	n := 1 + rng.IntN(min(32, len(pool)))
 	for _, i := range rng.Perm(len(pool))[:n] {
 		b := pool[i]
@@ -319,6 +321,28 @@ func randomService(rng *rand.Rand, fe lb.L3n4Addr, pool []lb.Backend, model *Mod
 		svc.Backends = append(svc.Backends, b)
 	}
 	return svc
+}
+
+// chaosWeight is the weight of pool backend i, and chaosAffinity whether
+// frontend fe has session affinity: fixed, so that the model needs not
+// track them, and the final check can tell that every lb_members and
+// lb_affinity_match entry came through the kills and faults.
+func chaosWeight(i int) uint16 { return []uint16{100, 100, 100, 1, 7, 300, 0}[i%7] }
+
+func chaosAffinity(fe lb.L3n4Addr) bool { return fe.Addr.As16()[15]%2 == 0 }
+
+// requireFixedOptions checks the weights, node-local flags and affinity
+// the pools and chaosAffinity give every service.
+func requireFixedOptions(t *testing.T, list []*lb.Service) {
+	t.Helper()
+	for _, svc := range list {
+		require.Equal(t, chaosAffinity(svc.Frontend.L3n4Addr), svc.SessionAffinity, "affinity of %s", svc.Frontend)
+		for _, b := range svc.Backends {
+			i := int(b.Addr.As16()[15]) - 1
+			require.Equal(t, chaosWeight(i), b.Weight, "weight of %s in %s", b, svc.Frontend)
+			require.Equal(t, i%5 == 0, b.NodeLocal, "node-local flag of %s in %s", b, svc.Frontend)
+		}
+	}
 }
 
 // current reads what the engine holds for fe (nil: absent).
