@@ -58,9 +58,9 @@ type Core struct {
 	queues     map[qkey]queue
 	queuesPeak int // most keys queues held since it was last made
 	reqs       pendingTable
-	inflight   int // ops begun and not complete
-	outbox     map[string][]*pendingReq
-	sending    []Outgoing // Ready's array, reused (valid until Advance)
+	inflight   int                        // ops begun and not complete
+	outbox     [numChildren][]*pendingReq // by childIndex
+	sending    []Outgoing                 // Ready's array, reused (valid until Advance)
 	answers    []Answer
 
 	// Stats.
@@ -192,7 +192,7 @@ func (c *Core) Answers() []Answer {
 
 // HasReady reports whether requests wait in the outbox.
 func (c *Core) HasReady() bool {
-	for _, ps := range c.outbox {
+	for _, ps := range &c.outbox {
 		if len(ps) > 0 {
 			return true
 		}
@@ -205,8 +205,8 @@ func (c *Core) HasReady() bool {
 // call Advance (which may reuse the Ready's array).
 func (c *Core) Ready() Ready {
 	rd := Ready{Requests: c.sending[:0]}
-	for _, child := range Children {
-		ps := c.outbox[child]
+	for i, child := range Children {
+		ps := c.outbox[i]
 		switch len(ps) {
 		case 0:
 			continue
@@ -227,8 +227,7 @@ func (c *Core) Ready() Ready {
 // Advance acknowledges the last Ready: its requests were sent.
 func (c *Core) Advance() {
 	clear(c.sending) // the messages are the children's now
-	for _, child := range Children {
-		ps := c.outbox[child]
+	for i, ps := range &c.outbox {
 		if len(ps) == 0 {
 			continue
 		}
@@ -240,9 +239,9 @@ func (c *Core) Advance() {
 		// The array is kept for the next flush, emptied: requests it still
 		// pointed to would keep their ops and messages from the collector.
 		clear(ps)
-		c.outbox[child] = ps[:0]
+		c.outbox[i] = ps[:0]
 		if cap(ps) > scratchMax {
-			c.outbox[child] = nil
+			c.outbox[i] = nil
 		}
 	}
 }
