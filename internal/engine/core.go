@@ -61,7 +61,8 @@ type Core struct {
 	inflight   int                        // ops begun and not complete
 	outbox     [numChildren][]*pendingReq // by childIndex
 	sending    []Outgoing                 // Ready's array, reused (valid until Advance)
-	answers    []Answer
+	answers    []Answer                   // reused once every answer was taken
+	taken      int                        // answers handed out by Answers
 
 	// Stats.
 	requestsSent, childMessages uint64
@@ -156,6 +157,14 @@ type Ready struct {
 
 // Step feeds the core one input.
 func (c *Core) Step(in Input) {
+	if c.taken == len(c.answers) && c.taken > 0 {
+		// All delivered: the calls and replies are the callers' now.
+		clear(c.answers)
+		c.answers, c.taken = c.answers[:0], 0
+		if cap(c.answers) > scratchMax {
+			c.answers = nil
+		}
+	}
 	switch m := in.(type) {
 	case Start:
 		c.startRestore()
@@ -182,11 +191,11 @@ func (c *Core) Step(in Input) {
 	}
 }
 
-// Answers returns the replies to callers produced since the last call
-// (deliver them at once).
+// Answers returns the replies to callers produced since the last call.
+// Deliver them at once: the next Step reuses the array.
 func (c *Core) Answers() []Answer {
-	a := c.answers
-	c.answers = nil
+	a := c.answers[c.taken:]
+	c.taken = len(c.answers)
 	return a
 }
 
