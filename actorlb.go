@@ -118,6 +118,8 @@ type Engine struct {
 	lastErr    error
 
 	sockets *socketWorker // nil without Config.SocketTerminator
+	// dispatch runs the actors' mailboxes.
+	dispatch *actors.Dispatcher
 }
 
 // New opens the maps, starts the actors and waits until the state is
@@ -154,7 +156,9 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		onLeft = e.sockets.add
 	}
 	var once sync.Once
+	e.dispatch = actors.NewDispatcher(len(engine.Children) + 2) // the keeper, the supervisor and its children
 	props := actors.NewKeeperProps(actors.Config{
+		Dispatcher:     e.dispatch,
 		OnBackendsLeft: onLeft,
 		Maps:           lbm, Log: e.log, Restore: !cfg.NoRestore, ChildMiddleware: cfg.hooks.ChildMiddleware,
 		OnStopped:       func() { once.Do(func() { close(e.stopped) }) },
@@ -167,6 +171,7 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		if e.sockets != nil {
 			e.sockets.stop()
 		}
+		e.dispatch.Close()
 		lbm.Close()
 		return nil, fmt.Errorf("new engine: spawn keeper: %w", err)
 	}
@@ -243,6 +248,7 @@ func (e *Engine) Close() error {
 			err = errors.New("close: actors did not stop within 10s")
 		}
 		e.sys.Shutdown()
+		e.dispatch.Close()
 		if e.sockets != nil {
 			e.sockets.stop()
 		}

@@ -27,6 +27,10 @@
 //     They write what their mailbox holds in one batched call, skip
 //     entries the map already holds, and answer dumps from the mirror.
 //
+// Every mailbox runs on the engine's Dispatcher (dispatch.go): a few
+// long-lived goroutines that keep their grown stacks, rather than a new
+// goroutine per mailbox run.
+//
 // Children handle a messages.Batch exactly as its requests one by one,
 // and may answer several at once with messages.Replies, so crash handling
 // is per request.

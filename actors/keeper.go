@@ -35,10 +35,10 @@ func NewKeeperProps(cfg Config, supervisorMiddleware ...actor.ReceiverMiddleware
 	}
 	onStopped := cfg.OnStopped
 	cfg.OnStopped = nil
-	supProps := actor.PropsFromProducer(NewSupervisorProducer(cfg), actor.WithReceiverMiddleware(supervisorMiddleware...))
+	supProps := actor.PropsFromProducer(NewSupervisorProducer(cfg), actor.WithReceiverMiddleware(supervisorMiddleware...), cfg.dispatch())
 	return actor.PropsFromProducer(func() actor.Actor {
 		return &keeper{props: supProps, onStopped: onStopped}
-	}, actor.WithSupervisor(actor.NewOneForOneStrategy(cfg.MaxRestarts, cfg.RestartWindow, actor.DefaultDecider)))
+	}, actor.WithSupervisor(actor.NewOneForOneStrategy(cfg.MaxRestarts, cfg.RestartWindow, actor.DefaultDecider)), cfg.dispatch())
 }
 
 func (k *keeper) Receive(ctx actor.Context) {

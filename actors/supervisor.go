@@ -44,6 +44,17 @@ type Config struct {
 	OnRestoreFailed func(err error)
 	// OnBackendsLeft: see engine.Config.
 	OnBackendsLeft func(service lb.ServiceID, backends []lb.L3n4Addr)
+	// Dispatcher runs the mailboxes of the keeper, the supervisor and the
+	// children (nil: protoactor's default, a goroutine per mailbox run).
+	Dispatcher actor.Dispatcher
+}
+
+// dispatch is the props option of cfg's dispatcher.
+func (cfg Config) dispatch() actor.PropsOption {
+	if cfg.Dispatcher == nil {
+		return actor.WithDispatcher(actor.NewDefaultDispatcher(Throughput))
+	}
+	return actor.WithDispatcher(cfg.Dispatcher)
 }
 
 // Supervisor is the engine's actor: it spawns and supervises the children
@@ -217,7 +228,7 @@ func (s *Supervisor) props(name string) *actor.Props {
 	case engine.ChildAffinity:
 		producer = newAffinityMatchActor(mp.AffinityMatch)
 	}
-	return actor.PropsFromProducer(producer, actor.WithReceiverMiddleware(s.cfg.ChildMiddleware...))
+	return actor.PropsFromProducer(producer, actor.WithReceiverMiddleware(s.cfg.ChildMiddleware...), s.cfg.dispatch())
 }
 
 func (s *Supervisor) spawn(ctx actor.Context, name string) {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	lb "github.com/actorlb/actorlb/loadbalancer"
+	"github.com/actorlb/actorlb/maps"
 	"github.com/actorlb/actorlb/messages"
 	"github.com/sirupsen/logrus"
 )
@@ -69,6 +70,10 @@ func dumpEmpty(child string, r messages.Request) any {
 		return &messages.RevNATDumped{ReqID: r.RequestID()}
 	case ChildService4, ChildService6:
 		return dumpedServices()(r)
+	case ChildMembers:
+		return &messages.MapDumped[maps.MemberEntry]{ReqID: r.RequestID()}
+	case ChildAffinity:
+		return &messages.MapDumped[maps.AffinityMatchKey]{ReqID: r.RequestID()}
 	}
 	return dumpedBackends()(r)
 }

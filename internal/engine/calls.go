@@ -101,6 +101,11 @@ type waiter struct {
 	deletes           []messages.DeleteReply
 	upserted, deleted int // Sync
 	errs              []error
+
+	// The outcome of a call of one service (most calls), held here
+	// rather than in an array of its own.
+	upsert1 [1]messages.UpsertReply
+	delete1 [1]messages.DeleteReply
 }
 
 type waitKind uint8
@@ -116,10 +121,14 @@ const (
 
 func newWaiter(call messages.Call, kind waitKind, n int) *waiter {
 	w := &waiter{call: call, kind: kind, left: n}
-	switch kind {
-	case waitUpsert, waitUpsertBatch:
+	switch {
+	case (kind == waitUpsert || kind == waitUpsertBatch) && n == 1:
+		w.upserts = w.upsert1[:]
+	case kind == waitUpsert || kind == waitUpsertBatch:
 		w.upserts = make([]messages.UpsertReply, n)
-	case waitDelete, waitDeleteBatch:
+	case (kind == waitDelete || kind == waitDeleteBatch) && n == 1:
+		w.deletes = w.delete1[:]
+	case kind == waitDelete || kind == waitDeleteBatch:
 		w.deletes = make([]messages.DeleteReply, n)
 	}
 	return w

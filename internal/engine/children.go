@@ -21,6 +21,33 @@ const (
 // Children lists the child names, in the order Ready lists requests.
 var Children = []string{ChildAllocator, ChildService4, ChildService6, ChildBackend4, ChildBackend6, ChildRevNAT, ChildMembers, ChildAffinity}
 
+// numChildren is len(Children): the outbox has one queue per child.
+const numChildren = 8
+
+// childIndex returns the index of child in Children (a switch: every
+// request is queued by it, and a string switch needs no hashing).
+func childIndex(child string) int {
+	switch child {
+	case ChildAllocator:
+		return 0
+	case ChildService4:
+		return 1
+	case ChildService6:
+		return 2
+	case ChildBackend4:
+		return 3
+	case ChildBackend6:
+		return 4
+	case ChildRevNAT:
+		return 5
+	case ChildMembers:
+		return 6
+	case ChildAffinity:
+		return 7
+	}
+	panic("engine: unknown child " + child)
+}
+
 func svcChild(f maps.Family) string {
 	if f == maps.IPv6 {
 		return ChildService6

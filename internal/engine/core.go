@@ -58,10 +58,11 @@ type Core struct {
 	queues     map[qkey]queue
 	queuesPeak int // most keys queues held since it was last made
 	reqs       pendingTable
-	inflight   int // ops begun and not complete
-	outbox     map[string][]*pendingReq
-	sending    []Outgoing // Ready's array, reused (valid until Advance)
-	answers    []Answer
+	inflight   int                        // ops begun and not complete
+	outbox     [numChildren][]*pendingReq // by childIndex
+	sending    []Outgoing                 // Ready's array, reused (valid until Advance)
+	answers    []Answer                   // reused once every answer was taken
+	taken      int                        // answers handed out by Answers
 
 	// Stats.
 	requestsSent, childMessages uint64
@@ -156,6 +157,14 @@ type Ready struct {
 
 // Step feeds the core one input.
 func (c *Core) Step(in Input) {
+	if c.taken == len(c.answers) && c.taken > 0 {
+		// All delivered: the calls and replies are the callers' now.
+		clear(c.answers)
+		c.answers, c.taken = c.answers[:0], 0
+		if cap(c.answers) > scratchMax {
+			c.answers = nil
+		}
+	}
 	switch m := in.(type) {
 	case Start:
 		c.startRestore()
@@ -182,17 +191,17 @@ func (c *Core) Step(in Input) {
 	}
 }
 
-// Answers returns the replies to callers produced since the last call
-// (deliver them at once).
+// Answers returns the replies to callers produced since the last call.
+// Deliver them at once: the next Step reuses the array.
 func (c *Core) Answers() []Answer {
-	a := c.answers
-	c.answers = nil
+	a := c.answers[c.taken:]
+	c.taken = len(c.answers)
 	return a
 }
 
 // HasReady reports whether requests wait in the outbox.
 func (c *Core) HasReady() bool {
-	for _, ps := range c.outbox {
+	for _, ps := range &c.outbox {
 		if len(ps) > 0 {
 			return true
 		}
@@ -205,8 +214,8 @@ func (c *Core) HasReady() bool {
 // call Advance (which may reuse the Ready's array).
 func (c *Core) Ready() Ready {
 	rd := Ready{Requests: c.sending[:0]}
-	for _, child := range Children {
-		ps := c.outbox[child]
+	for i, child := range Children {
+		ps := c.outbox[i]
 		switch len(ps) {
 		case 0:
 			continue
@@ -227,8 +236,7 @@ func (c *Core) Ready() Ready {
 // Advance acknowledges the last Ready: its requests were sent.
 func (c *Core) Advance() {
 	clear(c.sending) // the messages are the children's now
-	for _, child := range Children {
-		ps := c.outbox[child]
+	for i, ps := range &c.outbox {
 		if len(ps) == 0 {
 			continue
 		}
@@ -240,9 +248,9 @@ func (c *Core) Advance() {
 		// The array is kept for the next flush, emptied: requests it still
 		// pointed to would keep their ops and messages from the collector.
 		clear(ps)
-		c.outbox[child] = ps[:0]
+		c.outbox[i] = ps[:0]
 		if cap(ps) > scratchMax {
-			c.outbox[child] = nil
+			c.outbox[i] = nil
 		}
 	}
 }

@@ -58,7 +58,7 @@
 //  1. Step one input at a time: Start, Stop, a messages.Call, a
 //     messages.Reply or *messages.Replies, ChildFailed, ChildStopped.
 //  2. After each Step, deliver every Answer from Answers at once
-//     (Call.Answer).
+//     (Call.Answer), before the next Step, which reuses their array.
 //  3. When HasReady reports requests, call Ready, possibly after several
 //     more Steps (their requests then travel together). Send each
 //     Outgoing to its child, then call Advance before the next Step.

@@ -264,7 +264,7 @@ func (c *Core) abortAll(err error) {
 	}
 	c.reqs = pendingTable{}
 	c.queues = map[qkey]queue{}
-	c.outbox = nil
+	c.outbox = [numChildren][]*pendingReq{}
 }
 
 // on makes a step's send from a method of plan type P. Step tables are

@@ -57,10 +57,8 @@ func (c *Core) request(o *op, child string, item int, f fold, msg messages.Reque
 // snapshotFirst).
 func (c *Core) enqueue(p *pendingReq) {
 	p.sent = false
-	if c.outbox == nil {
-		c.outbox = map[string][]*pendingReq{}
-	}
-	c.outbox[p.child] = append(c.outbox[p.child], p)
+	i := childIndex(p.child)
+	c.outbox[i] = append(c.outbox[i], p)
 }
 
 // onReply folds a child's reply to request id into its op.
@@ -254,7 +252,7 @@ func (p *snapshotPlan) finish(c *Core, _ *op, err error) {
 // so they must reach the allocator after it; an older snapshot still queued
 // is superseded by this one and answered as done.
 func (c *Core) snapshotFirst(id uint64) {
-	ps := c.outbox[ChildAllocator]
+	ps := c.outbox[childIndex(ChildAllocator)]
 	snap, _ := c.reqs.get(id)
 	out := make([]*pendingReq, 0, len(ps))
 	out = append(out, snap)
@@ -269,7 +267,7 @@ func (c *Core) snapshotFirst(id uint64) {
 		}
 		out = append(out, p)
 	}
-	c.outbox[ChildAllocator] = out
+	c.outbox[childIndex(ChildAllocator)] = out
 	for _, sid := range stale {
 		c.onReply(sid, &messages.AllocDone{ReqID: sid})
 	}
