@@ -8,13 +8,28 @@
 //
 // One loadbalancer.Service per frontend: each ClusterIP (spec.clusterIPs,
 // else spec.clusterIP; IPv4 and IPv6 for dual stack) × each port; for
-// NodePort and LoadBalancer services with a nodePort, the NodePort frontends
-// of each ClusterIP family (the surrogate 0.0.0.0 or :: unless
+// NodePort and LoadBalancer services with a nodePort (a LoadBalancer with
+// allocateLoadBalancerNodePorts false has none, unless one was set
+// explicitly, which kube-proxy serves too), the NodePort frontends of each
+// ClusterIP family (the surrogate 0.0.0.0 or :: unless
 // Input.OmitSurrogate, and the node addresses of that family); each
 // spec.externalIPs address (type ExternalIPs) and, for LoadBalancer
 // services, each status.loadBalancer.ingress IP (type LoadBalancer) whose
 // family has a ClusterIP. A frontend address that appears twice keeps the
 // first kind in the order ClusterIP, LoadBalancer, ExternalIPs, NodePort.
+// Ingress IPs in ipMode Proxy are left out, and so are all ingress IPs of a
+// service with loadBalancerSourceRanges, which the datapath cannot enforce
+// yet (closed rather than open to every source).
+//
+// # Traffic policies and affinity
+//
+// internalTrafficPolicy Local sets IntTrafficPolicyLocal on the ClusterIP
+// frontends; externalTrafficPolicy Local (NodePort and LoadBalancer
+// services only) sets ExtTrafficPolicyLocal on the NodePort, ExternalIPs and
+// LoadBalancer frontends, whose connections from inside the node keep using
+// every endpoint, as kube-proxy's short circuit does (no internal policy on
+// them). sessionAffinity ClientIP sets SessionAffinity with timeoutSeconds,
+// 10800 when unset (or not positive), at most MaxSessionAffinityTimeout.
 //
 // # Backends
 //

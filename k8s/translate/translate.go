@@ -62,19 +62,19 @@ func Translate(in Input) Output {
 type family uint8
 
 const (
-	v4 family = iota
-	v6
+	famV4 family = iota
+	famV6
 )
 
 func familyOf(a netip.Addr) family {
 	if a.Unmap().Is6() {
-		return v6
+		return famV6
 	}
-	return v4
+	return famV4
 }
 
 func (f family) String() string {
-	if f == v6 {
+	if f == famV6 {
 		return "IPv6"
 	}
 	return "IPv4"
@@ -139,9 +139,9 @@ func sliceName(s *discoveryv1.EndpointSlice) string {
 func (t *translator) run() {
 	svc := t.in.Service
 	if svc == nil {
-		for i, s := range t.in.Slices {
+		for _, s := range t.in.Slices {
 			if s == nil {
-				t.skipSlice("slices["+strconv.Itoa(i)+"]", ReasonInvalidSlice, "slice is nil")
+				t.skipSlice("(nil)", ReasonInvalidSlice, "a nil slice was given")
 				continue
 			}
 			t.skipSlice(sliceName(s), ReasonNoService, "service "+s.Namespace+"/"+s.Labels[discoveryv1.LabelServiceName]+" is not known")
@@ -249,9 +249,9 @@ func parseProtocol(p corev1.Protocol) (lb.L4Type, bool) {
 func (t *translator) collectEndpoints() {
 	svc := t.in.Service
 	t.endpoints = make(map[portKey]map[netip.AddrPort]endpoint)
-	for i, s := range t.in.Slices {
+	for _, s := range t.in.Slices {
 		if s == nil {
-			t.skipSlice("slices["+strconv.Itoa(i)+"]", ReasonInvalidSlice, "slice is nil")
+			t.skipSlice("(nil)", ReasonInvalidSlice, "a nil slice was given")
 			continue
 		}
 		name := sliceName(s)
@@ -267,9 +267,9 @@ func (t *translator) collectEndpoints() {
 		var fam family
 		switch s.AddressType {
 		case discoveryv1.AddressTypeIPv4:
-			fam = v4
+			fam = famV4
 		case discoveryv1.AddressTypeIPv6:
-			fam = v6
+			fam = famV6
 		case discoveryv1.AddressTypeFQDN:
 			t.skipSlice(name, ReasonFQDNSlice, "addressType FQDN is not load-balanced")
 			continue
