@@ -1,0 +1,569 @@
+package translate
+
+import (
+	"cmp"
+	"errors"
+	"net/netip"
+	"slices"
+	"strconv"
+
+	lb "github.com/actorlb/actorlb/loadbalancer"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+)
+
+// LabelServiceProxyName on a service means that another proxy handles it;
+// kube-proxy and actorlb leave it alone.
+const LabelServiceProxyName = "service.kubernetes.io/service-proxy-name"
+
+// Input is one service and what Translate needs to know about the node.
+type Input struct {
+	// Service is the service; nil means it does not exist (deleted, or
+	// its slices arrived first): no frontends.
+	Service *corev1.Service
+	// Slices are the EndpointSlices labelled kubernetes.io/service-name
+	// for the service, in any order. Slices of another service are
+	// skipped.
+	Slices []*discoveryv1.EndpointSlice
+	// NodeName is this node's name: endpoints whose nodeName equals it are
+	// node-local. Empty: no endpoint is node-local.
+	NodeName string
+	// NodeAddresses are the node's addresses that NodePort frontends get,
+	// besides the surrogate, in the order given.
+	NodeAddresses []netip.Addr
+	// OmitSurrogate leaves out the surrogate NodePort frontend (0.0.0.0 or
+	// ::, which the datapath uses for any local address without an exact
+	// match); by default it is the first NodePort frontend of a family.
+	OmitSurrogate bool
+}
+
+// Output is the desired state of one service.
+type Output struct {
+	// Services has one entry per frontend, sorted by frontend address,
+	// port, protocol, then type. Frontend IDs are 0: the engine allocates
+	// them. Backends are sorted by address, port and protocol.
+	Services []*lb.Service
+	// Skipped lists what was left out and why, sorted.
+	Skipped []Skip
+}
+
+// Translate returns the frontends and backends of in.Service, with
+// kube-proxy's semantics (see the package documentation).
+func Translate(in Input) Output {
+	t := translator{in: in}
+	t.run()
+	slices.SortFunc(t.out.Services, func(a, b *lb.Service) int {
+		return cmp.Or(a.Frontend.L3n4Addr.Compare(b.Frontend.L3n4Addr), cmp.Compare(a.Type, b.Type))
+	})
+	t.out.Skipped = sortSkips(t.out.Skipped)
+	return t.out
+}
+
+type family uint8
+
+const (
+	famV4 family = iota
+	famV6
+)
+
+func familyOf(a netip.Addr) family {
+	if a.Unmap().Is6() {
+		return famV6
+	}
+	return famV4
+}
+
+func (f family) String() string {
+	if f == famV6 {
+		return "IPv6"
+	}
+	return "IPv4"
+}
+
+// endpoint is one endpoint of one slice port, after merging.
+type endpoint struct {
+	addr        netip.Addr
+	port        uint16
+	ready       bool
+	serving     bool
+	terminating bool
+	local       bool
+}
+
+// rank orders duplicates: the node-local one first (as kube-proxy), then
+// the one in the best state.
+func (e endpoint) rank() int {
+	r := 0
+	if e.local {
+		r += 4
+	}
+	switch {
+	case e.ready:
+		r += 2
+	case e.serving && e.terminating:
+		r++
+	}
+	return r
+}
+
+// portKey names a slice port: a service port matches the slice port with
+// the same name and protocol.
+type portKey struct {
+	name  string
+	proto lb.L4Type
+	fam   family
+}
+
+type translator struct {
+	in   Input
+	out  Output
+	name string
+	// endpoints by slice port and family, merged across slices, keyed by
+	// address and port.
+	endpoints map[portKey]map[netip.AddrPort]endpoint
+	seenFE    map[lb.L3n4Addr]lb.ServiceType
+}
+
+func (t *translator) skipService(r Reason, detail string) {
+	t.out.Skipped = append(t.out.Skipped, Skip{Kind: KindService, Name: t.name, Reason: r, Detail: detail})
+}
+
+func (t *translator) skipSlice(name string, r Reason, detail string) {
+	t.out.Skipped = append(t.out.Skipped, Skip{Kind: KindEndpointSlice, Name: name, Reason: r, Detail: detail})
+}
+
+func sliceName(s *discoveryv1.EndpointSlice) string {
+	return s.Namespace + "/" + s.Name
+}
+
+func (t *translator) run() {
+	svc := t.in.Service
+	if svc == nil {
+		for _, s := range t.in.Slices {
+			if s == nil {
+				t.skipSlice("(nil)", ReasonInvalidSlice, "a nil slice was given")
+				continue
+			}
+			t.skipSlice(sliceName(s), ReasonNoService, "service "+s.Namespace+"/"+s.Labels[discoveryv1.LabelServiceName]+" is not known")
+		}
+		return
+	}
+	t.name = svc.Namespace + "/" + svc.Name
+	if v, ok := svc.Labels[LabelServiceProxyName]; ok {
+		t.skipService(ReasonServiceProxyName, "label "+LabelServiceProxyName+"="+strconv.Quote(v))
+		return
+	}
+	if svc.Spec.Type == corev1.ServiceTypeExternalName {
+		t.skipService(ReasonExternalName, "type ExternalName has no frontends")
+		return
+	}
+	clusterIPs := t.clusterIPs()
+	if len(clusterIPs) == 0 {
+		return
+	}
+	t.collectEndpoints()
+
+	opts := t.options()
+	t.seenFE = make(map[lb.L3n4Addr]lb.ServiceType)
+	seenPort := make(map[[2]int]bool)
+	for i, p := range svc.Spec.Ports {
+		field := "spec.ports[" + strconv.Itoa(i) + "]"
+		proto, ok := parseProtocol(p.Protocol)
+		if !ok {
+			t.skipService(ReasonInvalidPort, field+".protocol "+strconv.Quote(string(p.Protocol))+": want TCP, UDP or SCTP")
+			continue
+		}
+		if p.Port < 1 || p.Port > 65535 {
+			t.skipService(ReasonInvalidPort, field+".port "+strconv.Itoa(int(p.Port))+": want 1..65535")
+			continue
+		}
+		if k := [2]int{int(p.Port), int(proto)}; seenPort[k] {
+			t.skipService(ReasonInvalidPort, field+" "+strconv.Itoa(int(p.Port))+"/"+proto.String()+": repeated")
+			continue
+		} else {
+			seenPort[k] = true
+		}
+		t.servicePort(field, p, proto, clusterIPs, opts)
+	}
+}
+
+// clusterIPs returns the service's ClusterIPs, at most one per family, in
+// the order given (the first is the primary family).
+func (t *translator) clusterIPs() []netip.Addr {
+	spec := &t.in.Service.Spec
+	ips := spec.ClusterIPs
+	if len(ips) == 0 && spec.ClusterIP != "" {
+		ips = []string{spec.ClusterIP}
+	}
+	if len(ips) == 0 {
+		t.skipService(ReasonNoClusterIP, "spec.clusterIP is not set")
+		return nil
+	}
+	if ips[0] == corev1.ClusterIPNone || spec.ClusterIP == corev1.ClusterIPNone {
+		t.skipService(ReasonHeadless, "spec.clusterIP is None")
+		return nil
+	}
+	var out []netip.Addr
+	have := [2]bool{}
+	for i, s := range ips {
+		a, ok := frontendIP(s)
+		if !ok {
+			t.skipService(ReasonInvalidIP, "spec.clusterIPs["+strconv.Itoa(i)+"] "+strconv.Quote(s)+": not a usable IP address")
+			continue
+		}
+		if f := familyOf(a); !have[f] {
+			have[f] = true
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// frontendIP parses s as an address that can be a frontend or backend:
+// valid, no zone, not unspecified, IPv4-mapped IPv6 as IPv4.
+func frontendIP(s string) (netip.Addr, bool) {
+	a, err := netip.ParseAddr(s)
+	if err != nil || a.Zone() != "" {
+		return netip.Addr{}, false
+	}
+	a = a.Unmap()
+	if a.IsUnspecified() {
+		return netip.Addr{}, false
+	}
+	return a, true
+}
+
+func parseProtocol(p corev1.Protocol) (lb.L4Type, bool) {
+	switch p {
+	case corev1.ProtocolTCP, "":
+		return lb.TCP, true
+	case corev1.ProtocolUDP:
+		return lb.UDP, true
+	case corev1.ProtocolSCTP:
+		return lb.SCTP, true
+	}
+	return 0, false
+}
+
+// collectEndpoints reads the slices into t.endpoints.
+func (t *translator) collectEndpoints() {
+	svc := t.in.Service
+	t.endpoints = make(map[portKey]map[netip.AddrPort]endpoint)
+	for _, s := range t.in.Slices {
+		if s == nil {
+			t.skipSlice("(nil)", ReasonInvalidSlice, "a nil slice was given")
+			continue
+		}
+		name := sliceName(s)
+		if owner := s.Labels[discoveryv1.LabelServiceName]; owner != svc.Name || s.Namespace != svc.Namespace {
+			t.skipSlice(name, ReasonOtherService, "label "+discoveryv1.LabelServiceName+"="+strconv.Quote(owner)+" in namespace "+
+				strconv.Quote(s.Namespace)+" is not service "+t.name)
+			continue
+		}
+		if _, ok := s.Labels[corev1.IsHeadlessService]; ok {
+			t.skipSlice(name, ReasonHeadlessSlice, "label "+corev1.IsHeadlessService)
+			continue
+		}
+		var fam family
+		switch s.AddressType {
+		case discoveryv1.AddressTypeIPv4:
+			fam = famV4
+		case discoveryv1.AddressTypeIPv6:
+			fam = famV6
+		case discoveryv1.AddressTypeFQDN:
+			t.skipSlice(name, ReasonFQDNSlice, "addressType FQDN is not load-balanced")
+			continue
+		default:
+			t.skipSlice(name, ReasonInvalidSlice, "addressType "+strconv.Quote(string(s.AddressType))+": want IPv4 or IPv6")
+			continue
+		}
+		eps := t.sliceEndpoints(name, s, fam)
+		for j, p := range s.Ports {
+			field := "ports[" + strconv.Itoa(j) + "]"
+			if p.Name == nil {
+				t.skipSlice(name, ReasonInvalidSlicePort, field+".name is not set")
+				continue
+			}
+			if p.Port == nil || *p.Port < 1 || *p.Port > 65535 {
+				t.skipSlice(name, ReasonInvalidSlicePort, field+".port is not set or not 1..65535")
+				continue
+			}
+			proto := lb.TCP // the API's default
+			if p.Protocol != nil {
+				var ok bool
+				if proto, ok = parseProtocol(*p.Protocol); !ok {
+					t.skipSlice(name, ReasonInvalidSlicePort, field+".protocol "+strconv.Quote(string(*p.Protocol))+": want TCP, UDP or SCTP")
+					continue
+				}
+			}
+			k := portKey{name: *p.Name, proto: proto, fam: fam}
+			set := t.endpoints[k]
+			if set == nil {
+				set = make(map[netip.AddrPort]endpoint)
+				t.endpoints[k] = set
+			}
+			for _, e := range eps {
+				e.port = uint16(*p.Port)
+				ap := netip.AddrPortFrom(e.addr, e.port)
+				if old, dup := set[ap]; !dup || e.rank() > old.rank() {
+					set[ap] = e
+				}
+			}
+		}
+	}
+}
+
+// sliceEndpoints returns the usable endpoints of slice s (port not set).
+func (t *translator) sliceEndpoints(name string, s *discoveryv1.EndpointSlice, fam family) []endpoint {
+	out := make([]endpoint, 0, len(s.Endpoints))
+	for i, e := range s.Endpoints {
+		field := "endpoints[" + strconv.Itoa(i) + "]"
+		if len(e.Addresses) == 0 {
+			t.skipSlice(name, ReasonInvalidEndpoint, field+" has no address")
+			continue
+		}
+		a, ok := frontendIP(e.Addresses[0])
+		if !ok {
+			t.skipSlice(name, ReasonInvalidEndpoint, field+".addresses[0] "+strconv.Quote(e.Addresses[0])+": not a usable IP address")
+			continue
+		}
+		if familyOf(a) != fam {
+			t.skipSlice(name, ReasonIPFamily, field+".addresses[0] "+a.String()+" in a slice of addressType "+fam.String())
+			continue
+		}
+		c := e.Conditions
+		out = append(out, endpoint{
+			addr:        a,
+			ready:       c.Ready == nil || *c.Ready,
+			serving:     c.Serving == nil || *c.Serving,
+			terminating: c.Terminating != nil && *c.Terminating,
+			local:       t.in.NodeName != "" && e.NodeName != nil && *e.NodeName == t.in.NodeName,
+		})
+	}
+	return out
+}
+
+// options are the per-service settings shared by its frontends.
+type options struct {
+	extLocal, intLocal bool
+	affinity           bool
+	timeout            uint32
+	allowNodePort      bool
+	allowIngress       bool
+}
+
+func (t *translator) options() options {
+	spec := &t.in.Service.Spec
+	o := options{}
+	external := spec.Type == corev1.ServiceTypeNodePort || spec.Type == corev1.ServiceTypeLoadBalancer
+	o.allowNodePort = external
+	o.allowIngress = spec.Type == corev1.ServiceTypeLoadBalancer
+	// As kube-proxy: the external policy exists only for NodePort and
+	// LoadBalancer services (their external IPs follow it too).
+	o.extLocal = external && spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
+	o.intLocal = spec.InternalTrafficPolicy != nil && *spec.InternalTrafficPolicy == corev1.ServiceInternalTrafficPolicyLocal
+	if spec.SessionAffinity == corev1.ServiceAffinityClientIP {
+		o.affinity = true
+		o.timeout = lb.DefaultSessionAffinityTimeout
+		if c := spec.SessionAffinityConfig; c != nil && c.ClientIP != nil && c.ClientIP.TimeoutSeconds != nil {
+			// The apiserver allows 1..86400; anything else (only from a
+			// client that bypassed validation) gets the default or the
+			// largest timeout the datapath stores.
+			switch s := *c.ClientIP.TimeoutSeconds; {
+			case s <= 0:
+			case uint64(s) > uint64(lb.MaxSessionAffinityTimeout):
+				o.timeout = lb.MaxSessionAffinityTimeout
+			default:
+				o.timeout = uint32(s)
+			}
+		}
+	}
+	return o
+}
+
+// frontend is one frontend to emit.
+type frontend struct {
+	addr  lb.L3n4Addr
+	typ   lb.ServiceType
+	field string
+}
+
+func (t *translator) servicePort(field string, p corev1.ServicePort, proto lb.L4Type, clusterIPs []netip.Addr, o options) {
+	spec := &t.in.Service.Spec
+	var fam [2]bool
+	for _, ip := range clusterIPs {
+		fam[familyOf(ip)] = true
+	}
+	port := uint16(p.Port)
+	var fes []frontend
+	for _, ip := range clusterIPs {
+		fes = append(fes, frontend{addr: lb.L3n4Addr{Addr: ip, Port: port, Protocol: proto}, typ: lb.SVCTypeClusterIP, field: "spec.clusterIPs"})
+	}
+	if o.allowIngress {
+		for i, ing := range t.in.Service.Status.LoadBalancer.Ingress {
+			f := "status.loadBalancer.ingress[" + strconv.Itoa(i) + "]"
+			switch {
+			case ing.IP == "":
+				t.skipService(ReasonIngressHostname, f+" hostname "+strconv.Quote(ing.Hostname)+" has no IP")
+				continue
+			case ing.IPMode != nil && *ing.IPMode == corev1.LoadBalancerIPModeProxy:
+				t.skipService(ReasonIngressProxyMode, f+" "+ing.IP+": ipMode Proxy")
+				continue
+			case len(spec.LoadBalancerSourceRanges) > 0:
+				t.skipService(ReasonSourceRanges, f+" "+ing.IP+": spec.loadBalancerSourceRanges cannot be enforced")
+				continue
+			}
+			if a, ok := t.externalIP(f, ing.IP, fam); ok {
+				fes = append(fes, frontend{addr: lb.L3n4Addr{Addr: a, Port: port, Protocol: proto}, typ: lb.SVCTypeLoadBalancer, field: f})
+			}
+		}
+	}
+	for i, s := range spec.ExternalIPs {
+		f := "spec.externalIPs[" + strconv.Itoa(i) + "]"
+		if a, ok := t.externalIP(f, s, fam); ok {
+			fes = append(fes, frontend{addr: lb.L3n4Addr{Addr: a, Port: port, Protocol: proto}, typ: lb.SVCTypeExternalIPs, field: f})
+		}
+	}
+	if o.allowNodePort && p.NodePort != 0 {
+		if p.NodePort < 1 || p.NodePort > 65535 {
+			t.skipService(ReasonInvalidPort, field+".nodePort "+strconv.Itoa(int(p.NodePort))+": want 1..65535")
+		} else {
+			for _, ip := range clusterIPs {
+				nps := lb.NodePortFrontends(lb.L3n4Addr{Addr: ip, Port: uint16(p.NodePort), Protocol: proto}, t.in.NodeAddresses)
+				if t.in.OmitSurrogate {
+					nps = nps[1:]
+				}
+				for _, a := range nps {
+					fes = append(fes, frontend{addr: a, typ: lb.SVCTypeNodePort, field: field + ".nodePort"})
+				}
+			}
+		}
+	}
+
+	var cache [2][2][]lb.Backend // by family, by local
+	for _, fe := range fes {
+		if prev, dup := t.seenFE[fe.addr]; dup {
+			t.skipService(ReasonDuplicateFrontend, fe.field+" "+fe.addr.String()+": already a "+prev.String()+" frontend")
+			continue
+		}
+		t.seenFE[fe.addr] = fe.typ
+		s := &lb.Service{
+			Frontend:        lb.Frontend{L3n4Addr: fe.addr},
+			Type:            fe.typ,
+			SessionAffinity: o.affinity,
+		}
+		if o.affinity {
+			s.SessionAffinityTimeout = o.timeout
+		}
+		if fe.typ == lb.SVCTypeClusterIP {
+			s.IntTrafficPolicyLocal = o.intLocal
+		} else {
+			// Connections from outside the node follow the external
+			// policy; those from inside (the node, its pods) use every
+			// endpoint, as kube-proxy's short circuit does.
+			s.ExtTrafficPolicyLocal = o.extLocal
+		}
+		local := s.IntTrafficPolicyLocal || s.ExtTrafficPolicyLocal
+		f, l := familyOf(fe.addr.Addr), 0
+		if local {
+			l = 1
+		}
+		if cache[f][l] == nil {
+			cache[f][l] = t.backends(p.Name, proto, f, local)
+		}
+		s.Backends = slices.Clone(cache[f][l])
+		t.emit(s)
+	}
+}
+
+// externalIP parses an external or ingress IP and checks that the service
+// has a ClusterIP of its family.
+func (t *translator) externalIP(field, s string, fam [2]bool) (netip.Addr, bool) {
+	a, ok := frontendIP(s)
+	if !ok {
+		t.skipService(ReasonInvalidIP, field+" "+strconv.Quote(s)+": not a usable IP address")
+		return netip.Addr{}, false
+	}
+	if !fam[familyOf(a)] {
+		t.skipService(ReasonIPFamily, field+" "+a.String()+": the service has no "+familyOf(a).String()+" ClusterIP")
+		return netip.Addr{}, false
+	}
+	return a, true
+}
+
+// backends returns the backends of the service port named name for family
+// f, sorted. local says the frontend has a node-local backend set, whose
+// terminating fallback kube-proxy decides on the local endpoints alone.
+func (t *translator) backends(name string, proto lb.L4Type, f family, local bool) []lb.Backend {
+	set := t.endpoints[portKey{name: name, proto: proto, fam: f}]
+	var anyReady, localReady bool
+	for _, e := range set {
+		if e.ready {
+			anyReady = true
+			localReady = localReady || e.local
+		}
+	}
+	out := make([]lb.Backend, 0, len(set))
+	for _, e := range set {
+		be := lb.Backend{
+			L3n4Addr:  lb.L3n4Addr{Addr: e.addr, Port: e.port, Protocol: proto},
+			Weight:    lb.DefaultBackendWeight,
+			NodeLocal: e.local,
+		}
+		switch {
+		case e.ready:
+			be.State = lb.BackendStateActive
+		case e.serving && e.terminating && (!anyReady || local && e.local && !localReady):
+			be.State = lb.BackendStateTerminating
+		default:
+			continue
+		}
+		out = append(out, be)
+	}
+	slices.SortFunc(out, func(a, b lb.Backend) int { return a.L3n4Addr.Compare(b.L3n4Addr) })
+	return out
+}
+
+// emit validates s, drops the backends Validate refuses and appends it.
+func (t *translator) emit(s *lb.Service) {
+	for range len(s.Backends) + 1 {
+		err := s.Validate()
+		if err == nil {
+			t.out.Services = append(t.out.Services, s)
+			return
+		}
+		var ve *lb.ValidationError
+		i := -1
+		if errors.As(err, &ve) && ve.IsBackend() {
+			i = backendIndex(ve.Field)
+		}
+		if i < 0 || i >= len(s.Backends) {
+			t.skipService(ReasonInvalidFrontend, s.Type.String()+" frontend "+s.Frontend.String()+": "+err.Error())
+			return
+		}
+		t.skipService(ReasonInvalidBackend, s.Type.String()+" frontend "+s.Frontend.String()+": "+err.Error())
+		s.Backends = slices.Delete(s.Backends, i, i+1)
+	}
+	t.skipService(ReasonInvalidFrontend, s.Type.String()+" frontend "+s.Frontend.String()+": backends keep failing validation")
+}
+
+// backendIndex reads N from a field "backends[N]..." (-1 if none).
+func backendIndex(field string) int {
+	const pfx = "backends["
+	if len(field) <= len(pfx) || field[:len(pfx)] != pfx {
+		return -1
+	}
+	rest := field[len(pfx):]
+	end := 0
+	for end < len(rest) && rest[end] >= '0' && rest[end] <= '9' {
+		end++
+	}
+	if end == 0 || end >= len(rest) || rest[end] != ']' {
+		return -1
+	}
+	n, err := strconv.Atoi(rest[:end])
+	if err != nil {
+		return -1
+	}
+	return n
+}
