@@ -220,6 +220,7 @@ func (s *Server) heavyOnly(h handler) handler {
 			return reply{code: http.StatusTooManyRequests, retryAfter: 1,
 				err: fmt.Errorf("busy: %d large requests (bodies, lists, map dumps) are served at once, the limit; retry after 1 s", cap(s.heavy))}
 		}
+		s.release.begin()
 		defer func() {
 			<-s.heavy
 			s.release.done()
@@ -257,7 +258,8 @@ const (
 
 type memRelease struct {
 	mu      sync.Mutex
-	large   bool
+	large   bool // a large body or answer since the last release was planned
+	active  int  // heavy requests running
 	stopped bool
 	timer   *time.Timer
 }
@@ -274,12 +276,23 @@ func (m *memRelease) note(n int64) {
 	m.mu.Unlock()
 }
 
-// done is called at the end of every heavy request: after a large one, the
-// memory is given back releaseDelay after the last heavy request ends.
+// begin is called when a heavy request starts.
+func (m *memRelease) begin() {
+	m.mu.Lock()
+	m.active++
+	m.mu.Unlock()
+}
+
+// done is called at the end of every heavy request: once none runs and one
+// was large, the memory is given back releaseDelay later. (Waiting for the
+// last one to end matters: a large answer still being written when the
+// memory is given back keeps its buffers, and no later done would release
+// them.)
 func (m *memRelease) done() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if !m.large || m.stopped {
+	m.active--
+	if !m.large || m.stopped || m.active > 0 {
 		return
 	}
 	m.large = false

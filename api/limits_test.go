@@ -524,3 +524,32 @@ func TestReadTokenFile(t *testing.T) {
 	_, err = ReadTokenFile(write("empty", "\n", 0o600))
 	require.ErrorContains(t, err, "empty token")
 }
+
+// The memory of a burst is given back after the last heavy request of the
+// burst ends, not after the first: one still writing a large answer would
+// keep its buffers, and nothing would give them back later.
+func TestMemoryIsGivenBackAfterTheLastHeavyRequestOfABurst(t *testing.T) {
+	m := newMemRelease()
+	t.Cleanup(m.stop)
+	m.begin()            // A
+	m.begin()            // B
+	m.note(releaseAbove) // A wrote a large answer
+	m.done()             // A ends, B still writes
+	m.mu.Lock()
+	require.Nil(t, m.timer, "released while a heavy request still runs")
+	m.mu.Unlock()
+	m.done() // B ends: the burst is over
+	m.mu.Lock()
+	require.NotNil(t, m.timer, "the burst's memory is never given back")
+	m.mu.Unlock()
+
+	// Small requests alone plan nothing.
+	n := newMemRelease()
+	t.Cleanup(n.stop)
+	n.begin()
+	n.note(releaseAbove - 1)
+	n.done()
+	n.mu.Lock()
+	require.Nil(t, n.timer)
+	n.mu.Unlock()
+}
