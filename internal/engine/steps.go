@@ -1,8 +1,6 @@
 package engine
 
 import (
-	"slices"
-
 	"github.com/actorlb/actorlb/internal/table"
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/maps"
@@ -86,9 +84,13 @@ func (c *Core) applyMembers(o *op, writes []maps.MemberEntry, deletes []maps.Mem
 
 // memberKeysNotIn returns the keys of from that want does not have.
 func memberKeysNotIn(from, want []maps.MemberEntry) []maps.MemberKey {
+	keep := make(map[maps.MemberKey]bool, len(want))
+	for _, w := range want {
+		keep[w.Key] = true
+	}
 	var out []maps.MemberKey
 	for _, e := range from {
-		if !slices.ContainsFunc(want, func(w maps.MemberEntry) bool { return w.Key == e.Key }) {
+		if !keep[e.Key] {
 			out = append(out, e.Key)
 		}
 	}
@@ -97,9 +99,13 @@ func memberKeysNotIn(from, want []maps.MemberEntry) []maps.MemberKey {
 
 // matchesNotIn returns the keys of from that want does not have.
 func matchesNotIn(from, want []maps.AffinityMatchKey) []maps.AffinityMatchKey {
+	keep := make(map[maps.AffinityMatchKey]bool, len(want))
+	for _, k := range want {
+		keep[k] = true
+	}
 	var out []maps.AffinityMatchKey
 	for _, k := range from {
-		if !slices.Contains(want, k) {
+		if !keep[k] {
 			out = append(out, k)
 		}
 	}

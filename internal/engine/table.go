@@ -258,16 +258,16 @@ func (p *refreshPlan) writeService(c *Core, o *op) {
 	// entered it an affinity match: deleted if present (the owners skip
 	// absent keys).
 	var maybe []maps.MemberEntry
-	var slotted []maps.AffinityMatchKey
+	var inMaintenance []maps.AffinityMatchKey
 	for i, b := range p.svc.Spec.Backends {
 		k := maps.MemberKey{BackendID: uint32(p.svc.BackendIDs[i]), RevNATIndex: uint16(p.svc.ID())}
 		maybe = append(maybe, maps.MemberEntry{Key: k})
 		if b.State == lb.BackendStateMaintenance {
-			slotted = append(slotted, maps.AffinityMatchKey(k))
+			inMaintenance = append(inMaintenance, maps.AffinityMatchKey(k))
 		}
 	}
 	maybe = append(maybe, maps.MemberEntry{Key: maps.MemberKey{RevNATIndex: uint16(p.svc.ID())}})
-	c.applyMembers(o, nil, memberKeysNotIn(maybe, table.MemberEntries(p.svc)), nil, slotted)
+	c.applyMembers(o, nil, memberKeysNotIn(maybe, table.MemberEntries(p.svc)), nil, inMaintenance)
 }
 
 func (p *refreshPlan) rollback(*Core, *op) []step { return nil }

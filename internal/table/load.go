@@ -239,7 +239,8 @@ func groupHasTwoScopes(g *group) bool {
 	return spec.TwoScopes()
 }
 
-// loadMembers indexes the lb_members entries by service ID (rule 5 reads
+// loadMembers indexes the lb_members entries by service ID, each list
+// sorted by backend ID (rule 5 reads
 // a rebuilt service's weights, node-local flags and maintenance backends
 // there; rule 8 reconciles them).
 func (rb *rebuild) loadMembers(d Dump) {

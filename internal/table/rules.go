@@ -527,12 +527,10 @@ func (rb *rebuild) rebuildService(fs *famState, g *group) {
 // memberOf sets b's weight and node-local flag from its lb_members entry
 // in service rev, if any (none: the defaults).
 func (rb *rebuild) memberOf(b *lb.Backend, id uint32, rev uint16) {
-	for _, e := range rb.members[rev] {
-		if e.Key.BackendID == id {
-			b.Weight = e.Value.Weight
-			b.NodeLocal = e.Value.Flags&maps.MemberNodeLocal != 0
-			return
-		}
+	es := rb.members[rev] // sorted by backend ID (loadMembers)
+	if i, ok := slices.BinarySearchFunc(es, id, func(e maps.MemberEntry, id uint32) int { return cmp.Compare(e.Key.BackendID, id) }); ok {
+		b.Weight = es[i].Value.Weight
+		b.NodeLocal = es[i].Value.Flags&maps.MemberNodeLocal != 0
 	}
 }
 

@@ -104,29 +104,16 @@ func Key(fe lb.L3n4Addr, slot uint16) maps.ServiceKey {
 	return maps.ServiceKey{Address: fe.Addr, Port: fe.Port, Slot: slot, Proto: uint8(fe.Protocol), Scope: uint8(fe.Scope)}
 }
 
-// scopeKey is Key at scope sc (the internal set of a two-scope service
-// lives at the frontend's key with scope internal).
-func scopeKey(fe lb.L3n4Addr, sc lb.Scope, slot uint16) maps.ServiceKey {
+// ScopeKey returns the service map key of slot of fe's set at scope sc
+// (the internal set of a two-scope service lives at the frontend's key with
+// scope internal).
+func ScopeKey(fe lb.L3n4Addr, sc lb.Scope, slot uint16) maps.ServiceKey {
 	k := Key(fe, slot)
 	if sc == lb.ScopeInternal {
 		k.Scope = uint8(lb.ScopeInternal)
 	}
 	return k
 }
-
-// Scopes returns the scopes svc writes a backend set at: the frontend's
-// own, and the internal one too for a two-scope service.
-func Scopes(svc *Service) []lb.Scope {
-	if svc.Spec.TwoScopes() {
-		return twoScopes
-	}
-	return oneScope
-}
-
-var (
-	oneScope  = []lb.Scope{lb.ScopeExternal}
-	twoScopes = []lb.Scope{lb.ScopeExternal, lb.ScopeInternal}
-)
 
 // ScopeSet returns the backends of svc's set at scope sc, in slot order,
 // and their IDs: all of them, or only the node-local ones when the set is
@@ -158,7 +145,7 @@ func MasterAt(svc *Service, sc lb.Scope) maps.ServiceEntry {
 	count, qcount := Counts(bs)
 	flags, flags2 := svc.Spec.Flags()
 	return maps.ServiceEntry{
-		Key: scopeKey(svc.Frontend(), sc, 0),
+		Key: ScopeKey(svc.Frontend(), sc, 0),
 		Value: maps.ServiceValue{
 			BackendID:   svc.Spec.AffinityAlgo(),
 			Count:       count,
@@ -194,7 +181,7 @@ func slotsAt(svc *Service, sc lb.Scope, extra int) []maps.ServiceEntry {
 	n := int(count) + int(qcount)
 	out := make([]maps.ServiceEntry, n, n+extra)
 	for i := range n {
-		out[i] = maps.ServiceEntry{Key: scopeKey(svc.Frontend(), sc, uint16(i+1)), Value: slotValueOf(svc, ids, i)}
+		out[i] = maps.ServiceEntry{Key: ScopeKey(svc.Frontend(), sc, uint16(i+1)), Value: slotValueOf(svc, ids, i)}
 	}
 	return out
 }
@@ -223,11 +210,6 @@ func SlotCountAt(svc *Service, sc lb.Scope) int {
 	bs, _ := ScopeSet(svc, sc)
 	count, qcount := Counts(bs)
 	return int(count) + int(qcount)
-}
-
-// ScopeKey returns the service map key of slot of fe's set at scope sc.
-func ScopeKey(fe lb.L3n4Addr, sc lb.Scope, slot uint16) maps.ServiceKey {
-	return scopeKey(fe, sc, slot)
 }
 
 // MemberEntries returns svc's lb_members entries: one per backend whose
