@@ -305,8 +305,9 @@ func (s *State) translate(k Key) {
 			s.claims[fe] = append(s.claims[fe], k)
 		}
 		// The service's objects changed: a refused frontend is tried
-		// again even if its translation is the same.
-		if !had || !equalService(old, x) || s.refused[fe].key == k {
+		// again even if its translation is the same, and a contested one
+		// resolved again (the service may have been re-created, younger).
+		if !had || !equalService(old, x) || s.refused[fe].key == k || len(s.claims[fe]) > 1 {
 			s.dirtyFE[fe] = struct{}{}
 		}
 	}
