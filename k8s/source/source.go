@@ -128,7 +128,9 @@ type Status struct {
 
 // New checks cfg and returns a Source ready to Run.
 func New(cfg Config) (*Source, error) {
-	bad := func(field, why string) error { return fmt.Errorf("new kubernetes source: %w: %s: %s", ErrInvalidConfig, field, why) }
+	bad := func(field, why string) error {
+		return fmt.Errorf("new kubernetes source: %w: %s: %s", ErrInvalidConfig, field, why)
+	}
 	if cfg.Client == nil {
 		return nil, bad("Client", "required")
 	}
