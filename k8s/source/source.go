@@ -376,16 +376,22 @@ func (s *Source) onSlice(op string, obj any, initial bool) {
 
 func (s *Source) onNode(op string, obj any) {
 	now := time.Now()
-	obj, _ = unwrap(obj)
+	obj, tkey := unwrap(obj)
 	s.received(KindNode, op, now)
 	if op == OpDelete {
-		s.in.putNode(nodeEvent{deleted: true})
+		n, ok := obj.(*corev1.Node)
+		if k, ok := deletedKey(n, ok && n != nil, tkey); ok && k.Name == s.cfg.NodeName {
+			s.in.putNode(nodeEvent{deleted: true})
+		}
 		return
 	}
 	n, ok := obj.(*corev1.Node)
 	if !ok || n == nil {
 		s.log.WithField("object", fmt.Sprintf("%T", obj)).Warn("kubernetes: node event without a node")
 		return
+	}
+	if n.Name != s.cfg.NodeName {
+		return // the field selector should have left it out
 	}
 	s.in.putNode(nodeEvent{addrs: InternalIPs(n)})
 }
