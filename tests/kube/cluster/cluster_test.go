@@ -174,7 +174,9 @@ func TestDualStackServiceAndSlicesReachAnInformerAcrossAPIServerRestarts(t *test
 		s4.Endpoints = append(s4.Endpoints, discoveryv1.Endpoint{Addresses: []string{round.addr}})
 		_, err = slices4.Update(ctx, s4, metav1.UpdateOptions{})
 		require.NoError(t, err, round.name)
-		seen := w.waitAddresses(t, "web-v4", time.Minute, want...)
+		// client-go's reflector retries with a backoff that grows to
+		// [30 s, 60 s) while the apiserver is down.
+		seen := w.waitAddresses(t, "web-v4", 90*time.Second, want...)
 		t.Logf("%s: apiserver stopped in %s, ready again in %s; a change written then reached the informer in %s (%s after the restart began)",
 			round.name, stopped.Round(time.Millisecond), restarted.Round(time.Millisecond),
 			seen.Round(time.Millisecond), time.Since(t1).Round(time.Millisecond))

@@ -44,7 +44,7 @@ func MeasureWatchLatency(ctx context.Context, client kubernetes.Interface, names
 	probe := &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{
 			GenerateName: "watch-latency-probe-",
-			Labels:       map[string]string{probeSeqLabel: "-1"},
+			Labels:       map[string]string{probeSeqLabel: "start"},
 		},
 		AddressType: discoveryv1.AddressTypeIPv4,
 		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"198.18.255.254"}}},

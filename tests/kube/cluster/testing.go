@@ -121,7 +121,7 @@ func logTails(tb testing.TB, c *Cluster) {
 // Namespace creates a namespace of its own for tb and, when tb ends,
 // deletes the Services and EndpointSlices in it and then the namespace
 // (without a controller manager nothing else would: a deleted namespace
-// keeps its objects).
+// keeps its objects). Nothing is deleted from a cluster closed by then.
 func (c *Cluster) Namespace(tb testing.TB) string {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -144,6 +144,12 @@ func (c *Cluster) Namespace(tb testing.TB) string {
 }
 
 func (c *Cluster) deleteNamespace(ctx context.Context, name string) error {
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		return nil // the test closed the cluster: nothing left to delete
+	}
 	var errs []error
 	svcs, err := c.Client.CoreV1().Services(name).List(ctx, metav1.ListOptions{})
 	if err != nil {
