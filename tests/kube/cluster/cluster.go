@@ -46,7 +46,8 @@ type Cluster struct {
 	// Dir holds both processes' state and logs (etcd.log, apiserver.log).
 	Dir string
 	// URL is the apiserver's https://127.0.0.1:PORT, the same across
-	// restarts; EtcdURL is etcd's client URL.
+	// restarts; EtcdURL is etcd's client URL. Like the fields below, they
+	// are set by New and never change.
 	URL, EtcdURL string
 	// Kubeconfig is the admin's kubeconfig file, Config and Client the
 	// admin's client (client-side rate limit off).
@@ -180,7 +181,10 @@ func (c *Cluster) StartAPIServer(ctx context.Context) error {
 		p.kill()
 		return fmt.Errorf("start apiserver: restarted on %s, not on %s", addr, c.URL)
 	}
-	c.apiserver, c.URL = p, addr
+	c.apiserver = p
+	if c.URL == "" {
+		c.URL = addr // set once, before New returns: readers need no lock
+	}
 	return nil
 }
 
