@@ -223,6 +223,39 @@ func TestAPIServerAcceptsTheTestRangesAndRefusesLoopbackEndpoints(t *testing.T) 
 	}
 }
 
+func TestNodesAndPodsCanBeCreatedWithoutControllers(t *testing.T) {
+	c := cluster.Shared(t)
+	ns := c.Namespace(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "node-"},
+		Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{
+			{Type: corev1.NodeInternalIP, Address: "198.18.0.1"},
+			{Type: corev1.NodeInternalIP, Address: "2001:2::1"},
+		}},
+	}
+	created, err := c.Client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = c.Client.CoreV1().Nodes().Delete(context.Background(), created.Name, metav1.DeleteOptions{})
+	})
+	// Status is a subresource: a node agent writes it apart.
+	created.Status = node.Status
+	created, err = c.Client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	require.Len(t, created.Status.Addresses, 2)
+
+	// No service account exists (no controller manager), and none is needed.
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "p"},
+		Spec:       corev1.PodSpec{NodeName: created.Name, Containers: []corev1.Container{{Name: "c", Image: "none"}}},
+	}
+	_, err = c.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+	require.NoError(t, err)
+	require.NoError(t, c.Client.CoreV1().Pods(ns).Delete(ctx, "p", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}))
+}
+
 func TestAgentUserHasNoRightsUntilBound(t *testing.T) {
 	c := cluster.Shared(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -214,6 +214,9 @@ func apiserverOptions(cfg config, cr creds, ln net.Listener, port int) (options.
 		// No kube-apiserver endpoints in the kubernetes service: its
 		// address is loopback, which endpoints may not hold.
 		"--endpoint-reconciler-type=none",
+		// No controller manager creates the default service accounts
+		// that this plugin requires of every pod.
+		"--disable-admission-plugins=ServiceAccount",
 		// Close open watches at once on SIGTERM: by default the server
 		// waits for them (a minute) before it exits.
 		"--shutdown-watch-termination-grace-period=1s",
