@@ -7,7 +7,7 @@ BPF_ROOT ?= /sys/fs/bpf/actorlb
 # Test flags: -race everywhere; CI sets ACTORLB_REQUIRE_PRIVILEGED=1.
 TEST_FLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: all build run test test-deps bench chaos lint generate docs install clean
+.PHONY: all build run test test-deps kube-tools bench chaos lint generate docs install clean
 
 all: build
 
@@ -20,7 +20,7 @@ build:
 run: build
 	./$(BIN) agent --bpf-root $(BPF_ROOT)
 
-test: lint test-deps
+test: lint test-deps kube-tools
 	$(GO) test $(TEST_FLAGS) ./...
 
 # What the tests need on a fresh machine, as root: bpftool (the BTF test
@@ -39,6 +39,30 @@ test-deps:
 	  mkdir -p /sys/fs/bpf; \
 	  mount | grep -q ' /sys/fs/bpf type bpf' || mount -t bpf bpf /sys/fs/bpf; \
 	fi
+
+# The real Kubernetes control plane of the Kubernetes-mode tests: etcd and
+# kube-apiserver built from the Go module proxy, each in a tools module of
+# its own under tests/kube/tools (not part of ./...), into bin/kube/. Rebuilt
+# only when missing or older than their sources, go.mod/go.sum or the Go
+# toolchain. Never with -race or the caller's GOFLAGS: they are tools, not
+# code under test. Cold: minutes (k8s.io/kubernetes); warm: nothing to do.
+KUBE_BIN := bin/kube
+KUBE_TOOLS := tests/kube/tools
+KUBE_GOFLAGS := -buildvcs=false
+KUBE_GOVERSION := $(wildcard $(shell $(GO) env GOROOT 2>/dev/null)/VERSION)
+kube_tool_srcs = $(wildcard $(KUBE_TOOLS)/$(1)/*.go) $(KUBE_TOOLS)/$(1)/go.mod $(KUBE_TOOLS)/$(1)/go.sum $(KUBE_GOVERSION)
+
+kube-tools: $(KUBE_BIN)/kube-apiserver $(KUBE_BIN)/etcd
+
+$(KUBE_BIN)/kube-apiserver: $(call kube_tool_srcs,apiserver)
+	@mkdir -p $(KUBE_BIN)
+	cd $(KUBE_TOOLS)/apiserver && GOFLAGS=$(KUBE_GOFLAGS) $(GO) build -ldflags='-s -w' -o $(CURDIR)/$@.tmp .
+	mv $@.tmp $@
+
+$(KUBE_BIN)/etcd: $(call kube_tool_srcs,etcd)
+	@mkdir -p $(KUBE_BIN)
+	cd $(KUBE_TOOLS)/etcd && GOFLAGS=$(KUBE_GOFLAGS) $(GO) build -ldflags='-s -w' -o $(CURDIR)/$@.tmp .
+	mv $@.tmp $@
 
 # Benchmarks (as root, real maps): Go micro-benchmarks, the socket-LB
 # connect rate, then the engine harness, which writes bench-results.json.

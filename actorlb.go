@@ -25,6 +25,7 @@ var (
 	ErrServiceNotFound  = engine.ErrServiceNotFound
 	ErrServiceIDInUse   = engine.ErrServiceIDInUse
 	ErrFrontendInUse    = engine.ErrFrontendInUse
+	ErrFrontendOwned    = engine.ErrFrontendOwned
 	ErrIDSpaceExhausted = engine.ErrIDSpaceExhausted
 	ErrRevNATNotFound   = engine.ErrRevNATNotFound
 	ErrRevNATOwned      = engine.ErrRevNATOwned
@@ -366,11 +367,22 @@ type DeleteResult struct {
 // deleted as one operation (one request per actor and step for all of
 // them), so a map that refuses the writes fails every frontend of that run
 // and leaves their services in place; a frontend without a service fails
-// alone (ErrServiceNotFound). The error is for the call as a whole.
+// alone (ErrServiceNotFound), and so does one whose service another
+// source owns (ErrFrontendOwned): the writer is lb.SourceAPI. The error is
+// for the call as a whole.
 func (e *Engine) DeleteBatch(ctx context.Context, frontends []lb.L3n4Addr) ([]DeleteResult, error) {
+	return e.DeleteBatchAs(ctx, lb.SourceAPI, frontends)
+}
+
+// DeleteBatchAs is DeleteBatch written by src: only services of src are
+// deleted, the others fail alone with ErrFrontendOwned.
+func (e *Engine) DeleteBatchAs(ctx context.Context, src lb.Source, frontends []lb.L3n4Addr) ([]DeleteResult, error) {
+	if !src.IsValid() {
+		return nil, fmt.Errorf("delete batch: %w", &lb.ValidationError{Field: "source", Value: src.String(), Reason: "unknown source"})
+	}
 	cp := slices.Clone(frontends)
 	r, retried, err := call(ctx, e, func(ch chan<- messages.DeleteBatchReply) any {
-		return &messages.DeleteBatch{Frontends: cp, Reply: ch}
+		return &messages.DeleteBatch{Frontends: cp, As: src, Reply: ch}
 	})
 	if err != nil {
 		return nil, fmt.Errorf("delete batch of %d services: %w", len(frontends), err)
@@ -385,7 +397,8 @@ func (e *Engine) DeleteBatch(ctx context.Context, frontends []lb.L3n4Addr) ([]De
 	return out, nil
 }
 
-// Delete deletes the service with id.
+// Delete deletes the service with id; a service of another source than
+// lb.SourceAPI is left alone (ErrFrontendOwned).
 func (e *Engine) Delete(ctx context.Context, id lb.ServiceID) error {
 	r, retried, err := call(ctx, e, func(ch chan<- messages.DeleteReply) any { return &messages.Delete{ID: id, Reply: ch} })
 	if err != nil {
@@ -397,7 +410,9 @@ func (e *Engine) Delete(ctx context.Context, id lb.ServiceID) error {
 	return r.Err
 }
 
-// DeleteByFrontend deletes the service of fe and returns its ID.
+// DeleteByFrontend deletes the service of fe and returns its ID; a
+// service of another source than lb.SourceAPI is left alone
+// (ErrFrontendOwned).
 func (e *Engine) DeleteByFrontend(ctx context.Context, fe lb.L3n4Addr) (lb.ServiceID, error) {
 	r, retried, err := call(ctx, e, func(ch chan<- messages.DeleteReply) any { return &messages.DeleteByFrontend{Frontend: fe, Reply: ch} })
 	if err != nil {
@@ -427,16 +442,39 @@ func (e *Engine) List(ctx context.Context) ([]*lb.Service, error) {
 	return r.Services, r.Err
 }
 
-// SyncResult counts what a Sync changed.
+// SyncResult counts what a Sync changed and lists the desired services
+// that failed.
 type SyncResult struct {
 	Upserted int
 	Deleted  int
+	// Failed lists the desired services that failed, in the order given
+	// (a frontend another source owns fails with ErrFrontendOwned).
+	Failed []SyncFailure
 }
 
-// Sync makes the maps equal desired: it upserts every service in it and
-// deletes every other service and standalone revNAT entry, as one step
-// with respect to other calls. Invalid input changes nothing.
+// SyncFailure is one desired service of a Sync that failed.
+type SyncFailure struct {
+	Frontend lb.L3n4Addr
+	Err      error
+}
+
+// Sync is SyncSource for lb.SourceAPI: the maps' API services become
+// desired, and standalone revNAT entries are deleted.
 func (e *Engine) Sync(ctx context.Context, desired []*lb.Service) (SyncResult, error) {
+	return e.SyncSource(ctx, lb.SourceAPI, desired)
+}
+
+// SyncSource makes src's services equal desired: it upserts every service
+// in it and deletes every other service of src (and, for lb.SourceAPI,
+// every standalone revNAT entry), as one step with respect to other calls.
+// Services of other sources are never touched. Every desired service must
+// have Source src; invalid input changes nothing. The error joins those of
+// the services that failed (also in SyncResult.Failed) and of failed
+// deletes.
+func (e *Engine) SyncSource(ctx context.Context, src lb.Source, desired []*lb.Service) (SyncResult, error) {
+	if !src.IsValid() {
+		return SyncResult{}, fmt.Errorf("sync: %w", &lb.ValidationError{Field: "source", Value: src.String(), Reason: "unknown source"})
+	}
 	cp := make([]*lb.Service, len(desired))
 	for i, s := range desired {
 		if s == nil {
@@ -444,11 +482,15 @@ func (e *Engine) Sync(ctx context.Context, desired []*lb.Service) (SyncResult, e
 		}
 		cp[i] = s.DeepCopy()
 	}
-	r, _, err := call(ctx, e, func(ch chan<- messages.SyncReply) any { return &messages.Sync{Desired: cp, Reply: ch} })
+	r, _, err := call(ctx, e, func(ch chan<- messages.SyncReply) any { return &messages.Sync{Source: src, Desired: cp, Reply: ch} })
 	if err != nil {
 		return SyncResult{}, fmt.Errorf("sync: %w", err)
 	}
-	return SyncResult{Upserted: r.Upserted, Deleted: r.Deleted}, r.Err
+	res := SyncResult{Upserted: r.Upserted, Deleted: r.Deleted}
+	for _, f := range r.Failed {
+		res.Failed = append(res.Failed, SyncFailure{Frontend: f.Frontend, Err: f.Err})
+	}
+	return res, r.Err
 }
 
 // RevNAT is one reverse-NAT entry.

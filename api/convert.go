@@ -170,6 +170,16 @@ func ToService(id lb.ServiceID, spec *ServiceSpec) (*lb.Service, error) {
 		if err := checkUpstreamFlags(f); err != nil {
 			return nil, err
 		}
+		if f.Source != "" {
+			src, err := lb.ParseSource(f.Source)
+			if err != nil {
+				return nil, fieldError("flags.source", err)
+			}
+			if src != lb.SourceAPI {
+				return nil, &FieldError{Path: "flags.source", Value: f.Source,
+					Reason: "only the " + src.String() + " sync writes " + src.String() + " services (leave it out or give api)"}
+			}
+		}
 		if f.DirectServerReturn != nil && !*f.DirectServerReturn {
 			return nil, &FieldError{Path: "flags.direct-server-return", Value: "false",
 				Reason: "actorlb always creates the revNAT entry with the service (what true means in upstream v1.6); leave the flag out or set it true"}
@@ -238,6 +248,7 @@ func FromService(svc *lb.Service) *ServiceSpec {
 			SessionAffinity:        svc.SessionAffinity,
 			SessionAffinityTimeout: svc.SessionAffinityTimeout,
 			LBAlgorithm:            svc.LBAlgorithm.String(),
+			Source:                 svc.Source.String(),
 		},
 	}
 	for i, b := range svc.Backends {

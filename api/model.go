@@ -73,6 +73,12 @@ type ServiceFlags struct {
 	// changes nothing; false (leave the revNAT entry out) is refused.
 	// Answers leave it out.
 	DirectServerReturn *bool `json:"direct-server-return,omitempty"`
+	// Source is who owns the service (actorlb's field): api (the REST API,
+	// the CLI, the library) or kubernetes (the Kubernetes sync). Answers
+	// carry it. A write may leave it out or give api: a service of another
+	// source is changed there, and a write to its frontend is refused
+	// (409).
+	Source string `json:"source,omitempty"`
 }
 
 // BatchResult is the outcome of one service of PUT /v1/services: the

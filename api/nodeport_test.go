@@ -215,3 +215,18 @@ func TestNodeLocalAndPoliciesSurviveTheConversionBothWays(t *testing.T) {
 	require.NoError(t, err, "an answer can be PUT back as it is")
 	require.Equal(t, svc, again)
 }
+
+func TestSourceOtherThanAPIIsRefusedNamingTheField(t *testing.T) {
+	s, eng := newTestServerMem(t)
+	rec := put(t, s, "/v1/service/1", `{"frontend-address": {"ip": "10.96.0.10", "port": 80}, "backend-addresses": [], "flags": {"source": "kubernetes"}}`)
+	require.Equal(t, http.StatusBadRequest, rec.Code)
+	require.Contains(t, rec.Body.String(), `flags.source`)
+	require.Contains(t, rec.Body.String(), `only the kubernetes sync writes kubernetes services`)
+	rec = put(t, s, "/v1/service/1", `{"frontend-address": {"ip": "10.96.0.10", "port": 80}, "backend-addresses": [], "flags": {"source": "nobody"}}`)
+	require.Equal(t, http.StatusBadRequest, rec.Code)
+	require.Contains(t, rec.Body.String(), `must be api or kubernetes`)
+	require.Zero(t, eng.count())
+	rec = put(t, s, "/v1/service/1", `{"frontend-address": {"ip": "10.96.0.10", "port": 80}, "backend-addresses": [], "flags": {"source": "api"}}`)
+	require.Equal(t, http.StatusCreated, rec.Code, rec.Body.String())
+	require.Equal(t, 1, eng.count())
+}

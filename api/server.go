@@ -516,6 +516,8 @@ func engineError(err error, notFound int) reply {
 		return reply{code: http.StatusBadRequest, err: err}
 	case errors.Is(err, actorlb.ErrServiceIDInUse), errors.Is(err, actorlb.ErrFrontendInUse):
 		return reply{code: StatusInvalidFrontend, err: err}
+	case errors.Is(err, actorlb.ErrFrontendOwned):
+		return reply{code: http.StatusConflict, err: err}
 	}
 	return reply{code: http.StatusInternalServerError, err: err}
 }

@@ -91,6 +91,8 @@ func TestEngineErrorsToStatus(t *testing.T) {
 		{"PUT", "/v1/service/1", put, context.DeadlineExceeded, 500},
 		{"GET", "/v1/service/1", "", fmt.Errorf("get service 1: %w", actorlb.ErrServiceNotFound), 404},
 		{"GET", "/v1/service/1", "", actorlb.ErrClosed, 500},
+		{"PUT", "/v1/service/1", put, fmt.Errorf("upsert service: %w: owned by kubernetes", actorlb.ErrFrontendOwned), 409},
+		{"DELETE", "/v1/service/1", "", fmt.Errorf("delete service 1: %w: owned by kubernetes", actorlb.ErrFrontendOwned), 409},
 		{"DELETE", "/v1/service/1", "", fmt.Errorf("delete service 1: %w", actorlb.ErrServiceNotFound), 404},
 		{"DELETE", "/v1/service/1", "", fmt.Errorf("delete service 1: delete service: %w", maps.ErrInjected), 500},
 		{"GET", "/v1/service", "", actorlb.ErrClosed, 500},

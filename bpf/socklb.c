@@ -153,7 +153,9 @@ struct lb6_reverse_nat {
 } __attribute__((packed));
 
 /* lb_members key: one (backend, service) membership; backend_id 0 is the
- * service's summary entry (8 bytes). */
+ * service's summary entry (8 bytes). The last field is the control plane's
+ * "kind": 0 for these; the service records of kind 1 (the service's owner)
+ * are never looked up here, so the datapath always sends 0. */
 struct lb_member_key {
 	__u32 backend_id;
 	__be16 rev_nat_index;
@@ -161,8 +163,9 @@ struct lb_member_key {
 };
 
 /* lb_members value (4 bytes): weight, and flags the datapath does not read
- * (node-local, maintenance). Summary entry: weight = the largest weight
- * among the service's slotted backends. */
+ * (node-local, maintenance); the last byte is a service record's source.
+ * Summary entry: weight = the largest weight among the service's slotted
+ * backends. */
 struct lb_member {
 	__u16 weight;
 	__u8 flags;

@@ -141,6 +141,46 @@ type Service struct {
 	// 0 with SessionAffinity means DefaultSessionAffinityTimeout.
 	SessionAffinityTimeout uint32
 	LBAlgorithm            LBAlgorithm
+	// Source owns the frontend: only writes from the same source change
+	// or delete the service (the engine refuses the others with
+	// ErrFrontendOwned). The zero value is SourceAPI.
+	Source Source
+}
+
+// Source is who owns a service: the REST API, the CLI and the library
+// (SourceAPI), or the Kubernetes sync (SourceKubernetes). The engine
+// records it in lb_members, so it survives a restart.
+type Source uint8
+
+const (
+	// SourceAPI is the REST API, the CLI and the library: the default.
+	SourceAPI Source = 0
+	// SourceKubernetes is the Kubernetes sync (actorlb as kube-proxy).
+	SourceKubernetes Source = 1
+)
+
+var sourceNames = [...]string{SourceAPI: "api", SourceKubernetes: "kubernetes"}
+
+// String returns "api", "kubernetes", or "Source(n)".
+func (s Source) String() string {
+	if s.IsValid() {
+		return sourceNames[s]
+	}
+	return "Source(" + strconv.Itoa(int(s)) + ")"
+}
+
+// IsValid reports whether s is a known source.
+func (s Source) IsValid() bool { return int(s) < len(sourceNames) }
+
+// ParseSource parses "api" or "kubernetes" (also "k8s"), in any case.
+func ParseSource(v string) (Source, error) {
+	switch strings.ToLower(v) {
+	case "api":
+		return SourceAPI, nil
+	case "kubernetes", "k8s":
+		return SourceKubernetes, nil
+	}
+	return 0, invalid("source", v, "must be api or kubernetes")
 }
 
 // Validate checks the whole service and returns the first problem found, in
@@ -205,6 +245,9 @@ func (s *Service) Validate() error {
 	}
 	if !s.LBAlgorithm.IsValid() {
 		return invalid("lb-algorithm", strconv.Itoa(int(s.LBAlgorithm)), "unknown algorithm, want default (0), random (1) or maglev (2)")
+	}
+	if !s.Source.IsValid() {
+		return invalid("source", strconv.Itoa(int(s.Source)), "unknown source, want api (0) or kubernetes (1)")
 	}
 	return nil
 }

@@ -193,12 +193,12 @@ func Open(cfg Config) (_ *LBMaps, err error) {
 		return nil, err
 	}
 	lb.RevNAT6 = r6
-	mb, err := newMap(&o, MembersName, 0, sizes.Backends, membersCodec, btfMemberKey("lb_member_key"), btfMemberValue())
+	mb, err := newMap(&o, MembersName, 0, sizes.Backends, membersCodec, btfMemberKey("lb_member_key", "kind"), btfMemberValue())
 	if err != nil {
 		return nil, err
 	}
 	lb.Members = mb
-	am, err := newMap(&o, AffinityMatchName, 0, sizes.Backends, affinityMatchCodec, btfMemberKey("lb_affinity_match"), btfU8)
+	am, err := newMap(&o, AffinityMatchName, 0, sizes.Backends, affinityMatchCodec, btfMemberKey("lb_affinity_match", "pad"), btfU8)
 	if err != nil {
 		return nil, err
 	}

@@ -26,13 +26,17 @@ type UpsertReply struct {
 
 // Delete removes the service with ID.
 type Delete struct {
-	ID    lb.ServiceID
+	ID lb.ServiceID
+	// As is the writer: a service of another source is not deleted
+	// (ErrFrontendOwned). Zero is SourceAPI.
+	As    lb.Source
 	Reply chan<- DeleteReply
 }
 
 // DeleteByFrontend removes the service with this frontend.
 type DeleteByFrontend struct {
 	Frontend lb.L3n4Addr
+	As       lb.Source // the writer, as in Delete
 	Reply    chan<- DeleteReply
 }
 
@@ -58,6 +62,7 @@ type UpsertBatchReply struct {
 // DeleteBatch deletes the services of many frontends, like UpsertBatch.
 type DeleteBatch struct {
 	Frontends []lb.L3n4Addr
+	As        lb.Source // the writer, as in Delete
 	Reply     chan<- DeleteBatchReply
 }
 
@@ -93,6 +98,9 @@ type ListReply struct {
 // other service and standalone revNAT entry deleted, in one step with
 // respect to other calls.
 type Sync struct {
+	// Source is whose services are synced: every desired service has
+	// it, and only services of this source are deleted.
+	Source  lb.Source
 	Desired []*lb.Service
 	Reply   chan<- SyncReply
 }
@@ -101,6 +109,15 @@ type Sync struct {
 type SyncReply struct {
 	Upserted int
 	Deleted  int
+	// Failed lists the desired services that failed, in the order of
+	// Desired; Err joins their errors and those of failed deletes.
+	Failed []SyncFailure
+	Err    error
+}
+
+// SyncFailure is one desired service of a Sync that failed.
+type SyncFailure struct {
+	Frontend lb.L3n4Addr
 	Err      error
 }
 

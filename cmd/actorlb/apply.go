@@ -84,12 +84,18 @@ func plan(specs []api.ServiceSpec, cur []*api.Service, prune bool) *applyPlan {
 	}
 	if prune {
 		for _, s := range cur {
-			if !inFile[s.Spec.ID] {
+			if !inFile[s.Spec.ID] && ownedByAPI(s) {
 				p.prune = append(p.prune, lb.ServiceID(s.Spec.ID))
 			}
 		}
 	}
 	return p
+}
+
+// ownedByAPI reports whether s is the API's to change (not another
+// source's, such as the Kubernetes sync's).
+func ownedByAPI(s *api.Service) bool {
+	return s.Spec == nil || s.Spec.Flags == nil || s.Spec.Flags.Source == "" || s.Spec.Flags.Source == lb.SourceAPI.String()
 }
 
 // counts returns how many rows have each result.
@@ -115,7 +121,8 @@ Services that differ from what the agent holds are sent in batches (each
 request under the agent's body limit, so any number of services can be
 applied); services that are already as FILE says are not sent and are
 reported "unchanged". With --prune the services the agent holds that FILE
-does not name are deleted, in batch calls of up to 1,000. With --dry-run nothing is
+does not name are deleted, in batch calls of up to 1,000 (only the API's
+own: services of the Kubernetes sync are never pruned). With --dry-run nothing is
 changed: the command prints what it would do.
 
 Prints one line per service: its ID and "created", "updated", "unchanged",
@@ -259,7 +266,9 @@ func serviceDeleteCommand() *command {
 		short: "delete one service or all of them",
 		long: `Deletes the service with ID, or with --all every service (in batch calls of up to 1,000, the agent's limit):
 its master and slots, the backends no other service uses and its revNAT
-entry. Exits 1 if there is no service with ID.`,
+entry. Exits 1 if there is no service with ID. Services of the Kubernetes
+sync are not deleted here (delete the Kubernetes Service): deleting one by
+ID fails, and --all leaves them.`,
 		examples: `  actorlb service delete 1
   actorlb service delete --all`,
 		flags: func(fs *pflag.FlagSet) {
@@ -299,9 +308,11 @@ entry. Exits 1 if there is no service with ID.`,
 				if err != nil {
 					return err
 				}
-				ids := make([]lb.ServiceID, len(svcs))
-				for i, s := range svcs {
-					ids[i] = lb.ServiceID(s.Spec.ID)
+				ids := make([]lb.ServiceID, 0, len(svcs))
+				for _, s := range svcs {
+					if ownedByAPI(s) {
+						ids = append(ids, lb.ServiceID(s.Spec.ID))
+					}
 				}
 				bar := newProgress(e.stderr, "service delete", len(ids))
 				rs, err := c.DeleteServices(ctx, ids, 0, bar.update)

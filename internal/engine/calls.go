@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -40,9 +41,9 @@ func (c *Core) handleCall(call messages.Call) {
 			c.answer(m, messages.DeleteReply{Err: fmt.Errorf("delete service %d: %w", m.ID, ErrServiceNotFound)})
 			return
 		}
-		c.run(c.deleteOp([]deleteItem{{fe: svc.Frontend(), want: m.ID, to: newWaiter(m, waitDelete, 1)}}))
+		c.run(c.deleteOp([]deleteItem{{fe: svc.Frontend(), want: m.ID, as: m.As, to: newWaiter(m, waitDelete, 1)}}))
 	case *messages.DeleteByFrontend:
-		c.run(c.deleteOp([]deleteItem{{fe: m.Frontend, to: newWaiter(m, waitDelete, 1)}}))
+		c.run(c.deleteOp([]deleteItem{{fe: m.Frontend, as: m.As, to: newWaiter(m, waitDelete, 1)}}))
 	case *messages.DeleteBatch:
 		c.deleteBatch(m)
 	case *messages.Get:
@@ -100,12 +101,19 @@ type waiter struct {
 	upserts           []messages.UpsertReply
 	deletes           []messages.DeleteReply
 	upserted, deleted int // Sync
+	failed            []syncFailure
 	errs              []error
 
 	// The outcome of a call of one service (most calls), held here
 	// rather than in an array of its own.
 	upsert1 [1]messages.UpsertReply
 	delete1 [1]messages.DeleteReply
+}
+
+// syncFailure is a failed desired service of a Sync and its index.
+type syncFailure struct {
+	idx int
+	messages.SyncFailure
 }
 
 type waitKind uint8
@@ -145,6 +153,9 @@ func (c *Core) upserted(w *waiter, slot int, r messages.UpsertReply) {
 			w.upserted++
 		} else {
 			w.errs = append(w.errs, r.Err)
+			if m, ok := w.call.(*messages.Sync); ok {
+				w.failed = append(w.failed, syncFailure{slot, messages.SyncFailure{Frontend: m.Desired[slot].Frontend.L3n4Addr, Err: r.Err}})
+			}
 		}
 	} else {
 		w.upserts[slot] = r
@@ -156,8 +167,9 @@ func (c *Core) upserted(w *waiter, slot int, r messages.UpsertReply) {
 func (c *Core) deleted(w *waiter, slot int, r messages.DeleteReply) {
 	if w.kind == waitSync {
 		switch {
-		case errors.Is(r.Err, ErrServiceNotFound):
-			// an in-flight create that failed: nothing to delete
+		case errors.Is(r.Err, ErrServiceNotFound), errors.Is(r.Err, ErrFrontendOwned):
+			// an in-flight create that failed, or one of another
+			// source that succeeded: nothing of this source to delete
 		case r.Err == nil:
 			w.deleted++
 		default:
@@ -202,7 +214,15 @@ func (c *Core) answerIfDone(w *waiter) {
 		if err != nil {
 			err = fmt.Errorf("sync: %w", err)
 		}
-		c.answer(w.call, messages.SyncReply{Upserted: w.upserted, Deleted: w.deleted, Err: err})
+		var failed []messages.SyncFailure
+		if len(w.failed) > 0 {
+			slices.SortFunc(w.failed, func(a, b syncFailure) int { return cmp.Compare(a.idx, b.idx) })
+			failed = make([]messages.SyncFailure, len(w.failed))
+			for i, f := range w.failed {
+				failed[i] = f.SyncFailure
+			}
+		}
+		c.answer(w.call, messages.SyncReply{Upserted: w.upserted, Deleted: w.deleted, Failed: failed, Err: err})
 	case waitRevNAT:
 		c.answer(w.call, messages.RevNATReply{Err: errors.Join(w.errs...)})
 	}
@@ -263,6 +283,10 @@ func (c *Core) sync(m *messages.Sync) {
 			c.answer(m, messages.SyncReply{Err: fmt.Errorf("sync: service %d: %w", i, err)})
 			return
 		}
+		if svc.Source != m.Source {
+			c.answer(m, messages.SyncReply{Err: fmt.Errorf("sync: service %d: %w: its source is %s, the sync's is %s", i, errInvalidSync, svc.Source, m.Source)})
+			return
+		}
 		fe := svc.Frontend.L3n4Addr
 		if j, dup := desired[fe]; dup {
 			c.answer(m, messages.SyncReply{Err: fmt.Errorf("sync: service %d: %w: frontend %s also in service %d", i, errInvalidSync, fe, j)})
@@ -278,37 +302,55 @@ func (c *Core) sync(m *messages.Sync) {
 		}
 	}
 	var stale []lb.L3n4Addr
-	for fe := range c.byFE.All {
-		if _, ok := desired[fe]; !ok {
+	for fe, id := range c.byFE.All {
+		if _, ok := desired[fe]; !ok && c.services[id].Spec.Source == m.Source {
 			stale = append(stale, fe)
 		}
 	}
-	for key := range c.queues {
+	for key, q := range c.queues {
 		if key.backend {
 			continue
 		}
 		fe := key.l3n4()
 		if _, ok := desired[fe]; !ok && !slices.Contains(stale, fe) {
-			if _, known := c.byFE.Get(fe); !known {
+			if _, known := c.byFE.Get(fe); !known && queuedSource(q, fe) == m.Source {
 				stale = append(stale, fe)
 			}
 		}
 	}
-	var revs []lb.ServiceID
+	var revs []lb.ServiceID // standalone revNAT entries are the API's
 	for id := range c.standalone {
-		revs = append(revs, id)
+		if m.Source == lb.SourceAPI {
+			revs = append(revs, id)
+		}
 	}
 	w := newWaiter(m, waitSync, len(m.Desired)+len(stale)+len(revs))
 	c.answerIfDone(w)
-	for _, svc := range m.Desired {
-		c.run(c.upsertOp([]*lb.Service{svc}, w, []int{0}))
+	for i, svc := range m.Desired {
+		c.run(c.upsertOp([]*lb.Service{svc}, w, []int{i}))
 	}
 	for _, fe := range stale {
-		c.run(c.deleteOp([]deleteItem{{fe: fe, to: w}}))
+		c.run(c.deleteOp([]deleteItem{{fe: fe, as: m.Source, to: w}}))
 	}
 	for _, id := range revs {
 		c.revNATDelete(id, w)
 	}
+}
+
+// queuedSource is the source of the last upsert queued on fe (a frontend
+// the table does not know yet), SourceAPI if none.
+func queuedSource(q queue, fe lb.L3n4Addr) lb.Source {
+	src := lb.SourceAPI
+	for o := range q.all {
+		if p, ok := o.plan.(*upsertPlan); ok {
+			for i := range p.items {
+				if p.items[i].spec.Frontend.L3n4Addr == fe {
+					src = p.items[i].spec.Source
+				}
+			}
+		}
+	}
+	return src
 }
 
 // upsertBatch starts the upserts of a batch, in order, in this one Step
@@ -369,7 +411,7 @@ func (c *Core) deleteBatch(m *messages.DeleteBatch) {
 		end := start
 		for end < len(m.Frontends) && !seen[m.Frontends[end]] {
 			seen[m.Frontends[end]] = true
-			items = append(items, deleteItem{fe: m.Frontends[end], to: w, slot: end})
+			items = append(items, deleteItem{fe: m.Frontends[end], as: m.As, to: w, slot: end})
 			end++
 		}
 		c.run(c.deleteOp(items))

@@ -30,6 +30,7 @@ type deletePlan struct {
 type deleteItem struct {
 	fe   lb.L3n4Addr
 	want lb.ServiceID // the service must still have this ID (0: any)
+	as   lb.Source    // the writer: the service must be of this source
 	to   *waiter
 	slot int
 
@@ -52,6 +53,10 @@ func (p *deletePlan) start(c *Core, _ *op) []step {
 		id, ok := c.byFE.Get(it.fe)
 		if !ok || (it.want != 0 && id != it.want) {
 			it.err = ErrServiceNotFound
+			continue
+		}
+		if old := c.services[id]; old.Spec.Source != it.as {
+			it.err = ownedError(old, it.as)
 			continue
 		}
 		it.old = c.services[id]

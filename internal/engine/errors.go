@@ -1,6 +1,12 @@
 package engine
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+
+	"github.com/actorlb/actorlb/internal/table"
+	lb "github.com/actorlb/actorlb/loadbalancer"
+)
 
 var (
 	// ErrServiceNotFound occurs when Get, Delete or DeleteByFrontend names a
@@ -14,6 +20,11 @@ var (
 	// ErrFrontendInUse occurs when an upsert asks for a service ID while its
 	// frontend is already registered with another ID.
 	ErrFrontendInUse = errors.New("frontend in use")
+
+	// ErrFrontendOwned occurs when an upsert, delete or sync of one source
+	// (lb.Source: the API, Kubernetes) names a frontend whose service
+	// belongs to another: each source changes only its own services.
+	ErrFrontendOwned = errors.New("frontend owned by another source")
 
 	// ErrIDSpaceExhausted occurs when every service ID (1..65535) or backend
 	// ID is taken.
@@ -34,3 +45,14 @@ var (
 
 	errInvalidSync = errors.New("invalid sync")
 )
+
+// ownedError is ErrFrontendOwned for a write of source as to svc, with
+// what the user can do.
+func ownedError(svc *table.Service, as lb.Source) error {
+	how := "change or delete it there"
+	if svc.Spec.Source == lb.SourceKubernetes {
+		how = "change or delete the Kubernetes Service instead"
+	}
+	return fmt.Errorf("%w: %s is service %d, owned by %s, not %s: %s",
+		ErrFrontendOwned, svc.Frontend(), svc.ID(), svc.Spec.Source, as, how)
+}

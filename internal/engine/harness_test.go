@@ -281,9 +281,18 @@ func printRequest(r messages.Request) string {
 		s += del(m.Deletes4, func(id uint16) string { return fmt.Sprint(id) })
 		return s + del(m.Deletes6, func(id uint16) string { return fmt.Sprint(id) })
 	case *messages.MemberApply:
+		key := func(k maps.MemberKey) string {
+			if k.Kind == maps.MemberKindService {
+				return fmt.Sprintf("%d/record", k.RevNATIndex)
+			}
+			return fmt.Sprintf("%d/%d", k.RevNATIndex, k.BackendID)
+		}
 		return "write " + list(m.Writes, func(e maps.MemberEntry) string {
-			return fmt.Sprintf("%d/%d=w%d,f%d", e.Key.RevNATIndex, e.Key.BackendID, e.Value.Weight, e.Value.Flags)
-		}) + del(m.Deletes, func(k maps.MemberKey) string { return fmt.Sprintf("%d/%d", k.RevNATIndex, k.BackendID) })
+			if e.Key.Kind == maps.MemberKindService {
+				return key(e.Key) + "=" + lb.Source(e.Value.Source).String()
+			}
+			return fmt.Sprintf("%s=w%d,f%d", key(e.Key), e.Value.Weight, e.Value.Flags)
+		}) + del(m.Deletes, key)
 	case *messages.AffinityMatchApply:
 		f := func(k maps.AffinityMatchKey) string { return fmt.Sprintf("%d/%d", k.RevNATIndex, k.BackendID) }
 		return "write " + list(m.Writes, f) + del(m.Deletes, f)

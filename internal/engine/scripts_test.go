@@ -600,3 +600,45 @@ func TestScriptSharedBackendLeavingIsReportedForEveryUDPService(t *testing.T) {
 	h.reply("members", ok())
 	h.expectEvents("backends left 2: [10.0.1.1:53/UDP]")
 }
+
+// Each source changes only its own services: a Kubernetes service's
+// source is recorded before its slots are written; the API can neither
+// change nor delete it (refused before any request), and a sync of one
+// source deletes only that source's services.
+func TestScriptEachSourceChangesOnlyItsOwnServices(t *testing.T) {
+	h := newHarness(t)
+	k := svc(t, "10.96.0.1:80", "10.0.1.1:8080")
+	k.Source = lb.SourceKubernetes
+	h.call(upsert(k))
+	h.expect("alloc: acquire service 10.96.0.1:80/TCP backends [10.0.1.1:8080/TCP]")
+	h.reply("alloc", acquired(1, 1))
+	h.expect("be4: write [1=10.0.1.1:8080]", "revnat: write [1=10.96.0.1:80]", "members: write [1/record=kubernetes]")
+	h.reply("be4", ok())
+	h.reply("revnat", ok())
+	h.reply("members", ok())
+	h.expect("svc4: write [10.96.0.1:80/TCP#1 10.96.0.1:80/TCP#0]")
+	h.reply("svc4", ok())
+	h.expectAnswers("upsert: id 1 created true")
+
+	owned := "frontend owned by another source: 10.96.0.1:80/TCP is service 1, owned by kubernetes, not api: change or delete the Kubernetes Service instead"
+	h.call(upsert(svc(t, "10.96.0.1:80", "10.0.1.2:8080")))
+	h.expect()
+	h.expectAnswers("upsert: error: upsert service 10.96.0.1:80/TCP: " + owned)
+	h.call(deleteFE(t, "10.96.0.1:80"))
+	h.expect()
+	h.expectAnswers("delete: error: delete service 10.96.0.1:80/TCP: " + owned)
+
+	create(t, h, svc(t, "10.96.0.2:80", "10.0.1.1:8080"), 2, 1) // shares the backend
+	h.call(&messages.Sync{Source: lb.SourceKubernetes, Reply: make(chan messages.SyncReply, 1)})
+	h.expect("svc4: write [] delete [10.96.0.1:80/TCP#0 10.96.0.1:80/TCP#1]")
+	h.reply("svc4", ok())
+	h.flushAnswering(t)
+	h.expectAnswers("sync: upserted 0 deleted 1")
+	require.Len(t, h.c.services, 1)
+	require.Equal(t, lb.SourceAPI, h.c.services[2].Spec.Source, "the API's service is left")
+
+	// A sync whose desired services are of another source changes nothing.
+	h.call(&messages.Sync{Source: lb.SourceAPI, Desired: []*lb.Service{k}, Reply: make(chan messages.SyncReply, 1)})
+	h.expect()
+	h.expectAnswers("sync: error: sync: service 0: invalid sync: its source is kubernetes, the sync's is api")
+}

@@ -263,7 +263,7 @@ func (p *refreshPlan) writeService(c *Core, o *op) {
 		k := maps.MemberKey{BackendID: uint32(p.svc.BackendIDs[i]), RevNATIndex: uint16(p.svc.ID())}
 		maybe = append(maybe, maps.MemberEntry{Key: k})
 		if b.State == lb.BackendStateMaintenance {
-			inMaintenance = append(inMaintenance, maps.AffinityMatchKey(k))
+			inMaintenance = append(inMaintenance, maps.AffinityMatchKey{BackendID: k.BackendID, RevNATIndex: k.RevNATIndex})
 		}
 	}
 	maybe = append(maybe, maps.MemberEntry{Key: maps.MemberKey{RevNATIndex: uint16(p.svc.ID())}})

@@ -102,6 +102,10 @@ func (c *Core) planUpsert(it *upsertItem) error {
 	want := it.spec.Frontend.ID
 	if id, ok := c.byFE.Get(fe); ok {
 		it.old = c.services[id]
+		if it.old.Spec.Source != it.spec.Source {
+			it.err = ownedError(it.old, it.spec.Source)
+			return it.err
+		}
 		if want != 0 && want != id {
 			it.err = fmt.Errorf("%w: frontend %s is already registered with ID %d", ErrFrontendInUse, fe, id)
 			return it.err

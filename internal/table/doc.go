@@ -94,7 +94,10 @@
 //  8. Members follow the services (reconcileMembers). lb_members holds
 //     exactly MemberEntries of every rebuilt service: an entry of no
 //     rebuilt service's backend is deleted, a missing or different one
-//     written (member). Fills Restored.Members.
+//     written (member); so is a service record (kind MemberKindService)
+//     of no service, with a backend ID, an unknown kind or an unknown
+//     source (such a service is rebuilt as SourceAPI). Fills
+//     Restored.Members.
 //  9. Affinity matches follow the services (reconcileMembers):
 //     lb_affinity_match holds exactly AffinityMatches of every rebuilt
 //     service (affinity-match). Fills Restored.Members.
@@ -108,7 +111,8 @@
 // describes a two-scope service is removed by rule 2. Rule 5 adds to a
 // service the backends only its internal set names and the backends
 // lb_members records for it (maintenance backends, and those left out of
-// a node-local set), reads weights and node-local flags there, gives such
+// a node-local set), reads weights, node-local flags and the service's
+// source (its record; none: SourceAPI) there, gives such
 // a service the engine's order (state, then address), and rewrites its
 // internal set from the rebuilt service (fixInnerScope).
 //

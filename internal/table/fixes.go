@@ -167,15 +167,18 @@ func (f *MemberFixes) Writes() int {
 }
 
 func compareMemberKey(a, b maps.MemberKey) int {
-	return cmp.Or(cmp.Compare(a.RevNATIndex, b.RevNATIndex), cmp.Compare(a.BackendID, b.BackendID))
+	return cmp.Or(cmp.Compare(a.RevNATIndex, b.RevNATIndex), cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.BackendID, b.BackendID))
 }
 
 func (f *MemberFixes) sort() {
 	slices.SortFunc(f.MemberWrites, func(a, b maps.MemberEntry) int { return compareMemberKey(a.Key, b.Key) })
 	slices.SortFunc(f.MemberDeletes, compareMemberKey)
-	byMatch := func(a, b maps.AffinityMatchKey) int { return compareMemberKey(maps.MemberKey(a), maps.MemberKey(b)) }
-	slices.SortFunc(f.MatchWrites, byMatch)
-	slices.SortFunc(f.MatchDeletes, byMatch)
+	slices.SortFunc(f.MatchWrites, compareMatchKey)
+	slices.SortFunc(f.MatchDeletes, compareMatchKey)
+}
+
+func compareMatchKey(a, b maps.AffinityMatchKey) int {
+	return cmp.Or(cmp.Compare(a.RevNATIndex, b.RevNATIndex), cmp.Compare(a.BackendID, b.BackendID))
 }
 
 // Fixes returns the fixes of family f.

@@ -239,17 +239,27 @@ func groupHasTwoScopes(g *group) bool {
 	return spec.TwoScopes()
 }
 
-// loadMembers indexes the lb_members entries by service ID, each list
-// sorted by backend ID (rule 5 reads
-// a rebuilt service's weights, node-local flags and maintenance backends
-// there; rule 8 reconciles them).
+// loadMembers indexes the lb_members memberships and summaries by service
+// ID, each list sorted by backend ID, and the services' records by service
+// ID (rule 5 reads a rebuilt service's weights, node-local flags,
+// maintenance backends and source there; rule 8 reconciles them). Entries
+// of an unknown kind, and records with a backend ID or an unknown source,
+// are left out: rule 8 deletes or rewrites them.
 func (rb *rebuild) loadMembers(d Dump) {
 	rb.members = make(map[uint16][]maps.MemberEntry)
+	rb.sources = make(map[uint16]lb.Source)
 	es := slices.Clone(d.Members)
 	slices.SortFunc(es, func(a, b maps.MemberEntry) int { return compareMemberKey(a.Key, b.Key) })
 	es = slices.CompactFunc(es, func(a, b maps.MemberEntry) bool { return a.Key == b.Key })
 	for _, e := range es {
-		rb.members[e.Key.RevNATIndex] = append(rb.members[e.Key.RevNATIndex], e)
+		switch k := e.Key; k.Kind {
+		case maps.MemberKindBackend:
+			rb.members[k.RevNATIndex] = append(rb.members[k.RevNATIndex], e)
+		case maps.MemberKindService:
+			if src := lb.Source(e.Value.Source); k.BackendID == 0 && src.IsValid() {
+				rb.sources[k.RevNATIndex] = src
+			}
+		}
 	}
 }
 

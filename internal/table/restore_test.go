@@ -190,7 +190,7 @@ func (st mapState) dump() Dump {
 	for k := range st[0].match {
 		d.AffinityMatch = append(d.AffinityMatch, k)
 	}
-	slices.SortFunc(d.AffinityMatch, func(a, b maps.AffinityMatchKey) int { return compareMemberKey(maps.MemberKey(a), maps.MemberKey(b)) })
+	slices.SortFunc(d.AffinityMatch, compareMatchKey)
 	return d
 }
 
@@ -1202,6 +1202,7 @@ func (g *gen) services() []*Service {
 				s.SessionAffinityTimeout = uint32(1 + g.r.IntN(20000))
 			}
 			s.LBAlgorithm = lb.LBAlgorithm(g.r.IntN(3))
+			s.Source = lb.Source(g.r.IntN(2))
 		}, bks...)
 		out = append(out, s)
 	}
@@ -1246,7 +1247,19 @@ func (g *gen) corrupt(d *Dump) string {
 		}
 		return uint32(r.IntN(60))
 	}
-	switch c := r.IntN(20); c {
+	switch c := r.IntN(21); c {
+	case 20:
+		// An lb_members record: of a random service, source (valid or
+		// not), backend ID and kind.
+		k := maps.MemberKey{RevNATIndex: uint16(1 + r.IntN(50)), Kind: maps.MemberKindService}
+		if r.IntN(4) == 0 {
+			k.BackendID = anyBackendID()
+		}
+		if r.IntN(4) == 0 {
+			k.Kind = uint16(2 + r.IntN(3))
+		}
+		d.Members = append(d.Members, maps.MemberEntry{Key: k, Value: maps.MemberValue{Source: uint8(r.IntN(4))}})
+		return "member record junk"
 	case 0:
 		if i, ok := pick(r, *svcs); ok {
 			*svcs = slices.Delete(*svcs, i, i+1)

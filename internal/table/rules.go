@@ -107,6 +107,9 @@ type rebuild struct {
 	// members are the lb_members entries by service ID (loadMembers); read
 	// only once loaded.
 	members map[uint16][]maps.MemberEntry
+	// sources are the services' sources from their lb_members records
+	// (loadMembers); a service without one is SourceAPI.
+	sources map[uint16]lb.Source
 }
 
 func (rb *rebuild) other(fs *famState) *famState {
@@ -328,7 +331,7 @@ func (rb *rebuild) rebuildServices(fs *famState) {
 		return
 	}
 	half := len(fs.groups) / 2
-	rb2 := &rebuild{out: &Restored{}, fam: rb.fam, members: rb.members}
+	rb2 := &rebuild{out: &Restored{}, fam: rb.fam, members: rb.members, sources: rb.sources}
 	fs2 := *fs
 	fs2.fixes = &Fixes{}
 	done := make(chan struct{})
@@ -463,6 +466,7 @@ func (rb *rebuild) rebuildService(fs *famState, g *group) {
 	}
 
 	svc := &Service{Spec: SpecFromMaster(g.fe, m)}
+	svc.Spec.Source = rb.sources[m.RevNATIndex] // an unknown one was left out: rule 8 rewrites the record
 	if !svc.Spec.LBAlgorithm.IsValid() {
 		svc.Spec.LBAlgorithm = lb.LBAlgDefault
 	}

@@ -215,8 +215,9 @@ func SlotCountAt(svc *Service, sc lb.Scope) int {
 // MemberEntries returns svc's lb_members entries: one per backend whose
 // weight is not the default, that is node-local or in maintenance (or
 // every backend, when the service's one backend set holds only node-local
-// ones), and the weight summary (backend ID 0) when any weight is not the
-// default. Most services have none (nil).
+// ones), the weight summary (backend ID 0) when any weight is not the
+// default, and the service's record (MemberKindService) when its source
+// is not SourceAPI. Most API services have none (nil).
 func MemberEntries(svc *Service) []maps.MemberEntry {
 	var out []maps.MemberEntry
 	weighted := false
@@ -248,6 +249,12 @@ func MemberEntries(svc *Service) []maps.MemberEntry {
 		out = append(out, maps.MemberEntry{
 			Key:   maps.MemberKey{RevNATIndex: uint16(svc.ID())},
 			Value: maps.MemberValue{Weight: maxW},
+		})
+	}
+	if src := svc.Spec.Source; src != lb.SourceAPI {
+		out = append(out, maps.MemberEntry{
+			Key:   maps.MemberKey{RevNATIndex: uint16(svc.ID()), Kind: maps.MemberKindService},
+			Value: maps.MemberValue{Source: uint8(src)},
 		})
 	}
 	return out

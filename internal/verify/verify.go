@@ -51,7 +51,8 @@ const (
 	// without a slot, so the maps cannot say whose they are.
 	OrphanBackend Kind = "orphan-backend"
 	// StaleMember (invariant 6): an lb_members entry of a service ID no
-	// master has, or of a backend ID missing from both backend maps.
+	// master has, of a backend ID missing from both backend maps, or of an
+	// unknown kind.
 	StaleMember Kind = "stale-member"
 	// StaleAffinityMatch (invariant 6): an lb_affinity_match entry of a
 	// service without session affinity (or none), or of a backend that is
@@ -135,7 +136,9 @@ func Check(d table.Dump) []Violation {
 	ids := map[uint16][]string{} // service ID -> frontends (both families)
 	members := map[uint32]bool{} // backends lb_members names (they may have no slot)
 	for _, e := range d.Members {
-		members[e.Key.BackendID] = true
+		if e.Key.Kind == maps.MemberKindBackend {
+			members[e.Key.BackendID] = true
+		}
 	}
 	svcs := map[uint16]*serviceFacts{}
 	for i, fm := range fams {
@@ -187,6 +190,9 @@ func (c *checker) checkMembers(d table.Dump, svcs map[uint16]*serviceFacts, back
 	for _, e := range d.Members {
 		k := e.Key
 		switch {
+		case k.Kind > maps.MemberKindService || (k.Kind == maps.MemberKindService && k.BackendID != 0):
+			c.add(Violation{Kind: StaleMember, ServiceID: lb.ServiceID(k.RevNATIndex), BackendID: lb.BackendID(k.BackendID),
+				Detail: fmt.Sprintf("lb_members entry of unknown kind %d (backend %d)", k.Kind, k.BackendID)})
 		case svcs[k.RevNATIndex] == nil:
 			c.add(Violation{Kind: StaleMember, ServiceID: lb.ServiceID(k.RevNATIndex), BackendID: lb.BackendID(k.BackendID),
 				Detail: fmt.Sprintf("lb_members entry of service ID %d, which no master has", k.RevNATIndex)})

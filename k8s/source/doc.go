@@ -62,7 +62,7 @@
 //     and the state stays pending, so nothing is lost.
 //   - A service that fails alone with a transient error stays pending and
 //     is retried with the same backoff (and with the next change).
-//   - A service refused with ErrFrontendOwned (an API-created service holds
+//   - A service refused with actorlb.ErrFrontendOwned (an API-created service holds
 //     its frontend) or as invalid is a conflict: logged once, counted in
 //     actorlb_k8s_conflicts, listed in Status().Conflicts, and tried again
 //     only when its objects change or every Config.ResyncInterval.

@@ -169,6 +169,11 @@ func ok(c Change) Round {
 func applyAll(tb testing.TB, st *State) []string {
 	tb.Helper()
 	c := st.Pending()
+	for _, s := range c.Upserts {
+		if s.Source != lb.SourceKubernetes {
+			tb.Fatalf("service %s has source %s", s.Frontend, s.Source)
+		}
+	}
 	rep := st.Commit(ok(c))
 	if rep.Failed != 0 {
 		tb.Fatalf("commit of a clean round failed: %v", rep.FirstError)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/sirupsen/logrus"
 )
 
@@ -202,7 +203,7 @@ func (r *runner) step(ctx context.Context) {
 func (r *runner) full(ctx context.Context) {
 	desired := r.st.Desired()
 	t0 := time.Now()
-	res, err := r.s.cfg.Target.SyncSource(ctx, sourceKubernetes, desired)
+	res, err := r.s.cfg.Target.SyncSource(ctx, lb.SourceKubernetes, desired)
 	if ctx.Err() != nil {
 		return
 	}
@@ -232,7 +233,7 @@ func (r *runner) incremental(ctx context.Context) {
 	rd := Round{Change: ch}
 	tg := r.s.cfg.Target
 	if len(ch.Deletes) > 0 {
-		rd.DeleteResults, rd.DeleteErr = tg.DeleteBatchAs(ctx, sourceKubernetes, ch.Deletes)
+		rd.DeleteResults, rd.DeleteErr = tg.DeleteBatchAs(ctx, lb.SourceKubernetes, ch.Deletes)
 		if rd.DeleteErr == nil && len(rd.DeleteResults) != len(ch.Deletes) {
 			rd.DeleteErr = fmt.Errorf("delete batch: %d results for %d frontends", len(rd.DeleteResults), len(ch.Deletes))
 		}

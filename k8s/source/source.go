@@ -30,12 +30,12 @@ import (
 type Target interface {
 	// SyncSource makes the services of src equal desired: upserts them and
 	// deletes the other services of src, never touching another source's.
-	SyncSource(ctx context.Context, src lbSource, desired []*lb.Service) (SyncResult, error)
+	SyncSource(ctx context.Context, src lb.Source, desired []*lb.Service) (actorlb.SyncResult, error)
 	// UpsertBatch upserts services, one result per service, in order.
 	UpsertBatch(ctx context.Context, svcs []*lb.Service) ([]actorlb.UpsertResult, error)
 	// DeleteBatchAs deletes the services of frontends as src, one result
 	// per frontend, in order.
-	DeleteBatchAs(ctx context.Context, src lbSource, frontends []lb.L3n4Addr) ([]actorlb.DeleteResult, error)
+	DeleteBatchAs(ctx context.Context, src lb.Source, frontends []lb.L3n4Addr) ([]actorlb.DeleteResult, error)
 }
 
 // Defaults of Config.

@@ -30,7 +30,12 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m,
+		// The engine's actor library: its dead-letter throttle lives up to
+		// one interval.
+		goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/actor.NewThrottleWithLogger.func1.1"),
+		goleak.IgnoreTopFunction("time.Sleep"),
+	)
 }
 
 // call is one call the fake target received.
@@ -91,18 +96,21 @@ func (f *fakeTarget) item(s *lb.Service) error {
 	return nil
 }
 
-func (f *fakeTarget) SyncSource(ctx context.Context, src lbSource, desired []*lb.Service) (SyncResult, error) {
+func (f *fakeTarget) SyncSource(ctx context.Context, src lb.Source, desired []*lb.Service) (actorlb.SyncResult, error) {
 	if err := f.record("sync", desired, nil); err != nil {
-		return SyncResult{}, err
+		return actorlb.SyncResult{}, err
+	}
+	if err := f.checkSource(src, desired); err != nil {
+		return actorlb.SyncResult{}, err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var r SyncResult
+	var r actorlb.SyncResult
 	keep := map[lb.L3n4Addr]bool{}
 	for _, s := range desired {
 		keep[s.Frontend.L3n4Addr] = true
 		if err := f.item(s); err != nil {
-			r.Failed = append(r.Failed, SyncFailure{Frontend: s.Frontend.L3n4Addr, Err: err})
+			r.Failed = append(r.Failed, actorlb.SyncFailure{Frontend: s.Frontend.L3n4Addr, Err: err})
 			continue
 		}
 		f.svcs[s.Frontend.L3n4Addr] = s
@@ -124,6 +132,9 @@ func (f *fakeTarget) UpsertBatch(ctx context.Context, svcs []*lb.Service) ([]act
 	if err := f.record("upsert", svcs, nil); err != nil {
 		return nil, err
 	}
+	if err := f.checkSource(lb.SourceKubernetes, svcs); err != nil {
+		return nil, err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	out := make([]actorlb.UpsertResult, len(svcs))
@@ -135,8 +146,11 @@ func (f *fakeTarget) UpsertBatch(ctx context.Context, svcs []*lb.Service) ([]act
 	return out, nil
 }
 
-func (f *fakeTarget) DeleteBatchAs(ctx context.Context, src lbSource, fes []lb.L3n4Addr) ([]actorlb.DeleteResult, error) {
+func (f *fakeTarget) DeleteBatchAs(ctx context.Context, src lb.Source, fes []lb.L3n4Addr) ([]actorlb.DeleteResult, error) {
 	if err := f.record("delete", nil, fes); err != nil {
+		return nil, err
+	}
+	if err := f.checkSource(src, nil); err != nil {
 		return nil, err
 	}
 	f.mu.Lock()
@@ -149,6 +163,20 @@ func (f *fakeTarget) DeleteBatchAs(ctx context.Context, src lbSource, fes []lb.L
 		delete(f.svcs, fe)
 	}
 	return out, nil
+}
+
+// checkSource refuses (and the test fails on) a call not as the
+// Kubernetes source.
+func (f *fakeTarget) checkSource(src lb.Source, svcs []*lb.Service) error {
+	if src != lb.SourceKubernetes {
+		panic(fmt.Sprintf("a call as source %s", src))
+	}
+	for _, s := range svcs {
+		if s.Source != lb.SourceKubernetes {
+			panic(fmt.Sprintf("service %s of source %s", s.Frontend, s.Source))
+		}
+	}
+	return nil
 }
 
 // state returns the services the target holds, rendered, sorted by
@@ -203,14 +231,15 @@ type harness struct {
 // start runs a source on client (objects already there) and target; cfg
 // may change the config. It stops the source when t ends, and checks that
 // Run returned.
-func start(t *testing.T, client *fake.Clientset, target *fakeTarget, cfg func(*Config)) *harness {
+func start(t *testing.T, client *fake.Clientset, target Target, cfg func(*Config)) *harness {
 	t.Helper()
 	logger := logrus.New()
 	logger.SetOutput(io.Discard)
 	if testing.Verbose() {
 		logger.SetOutput(testWriter{t})
 	}
-	h := &harness{client: client, target: target, reg: prometheus.NewRegistry(), done: make(chan error, 1)}
+	h := &harness{client: client, reg: prometheus.NewRegistry(), done: make(chan error, 1)}
+	h.target, _ = target.(*fakeTarget)
 	c := Config{
 		Client: client, NodeName: testNode, NodeAddresses: []netip.Addr{}, Target: target,
 		Logger: logger, Registerer: h.reg, Debounce: time.Millisecond, RetryMin: 20 * time.Millisecond, RetryMax: 200 * time.Millisecond,
@@ -437,7 +466,7 @@ func TestOwnedFrontendIsAConflict(t *testing.T) {
 	owned.Store(true)
 	target.itemErr = func(s *lb.Service) error {
 		if s.Frontend.Addr == netip.MustParseAddr("10.96.0.2") && owned.Load() {
-			return fmt.Errorf("upsert service %s: %w", s.Frontend, ErrFrontendOwned)
+			return fmt.Errorf("upsert service %s: %w", s.Frontend, actorlb.ErrFrontendOwned)
 		}
 		return nil
 	}

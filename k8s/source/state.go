@@ -287,7 +287,7 @@ func (s *State) translate(k Key) {
 		if len(out.Services) > 0 {
 			next = make(map[lb.L3n4Addr]*lb.Service, len(out.Services))
 			for _, x := range out.Services {
-				setSource(x)
+				x.Source = lb.SourceKubernetes
 				next[x.Frontend.L3n4Addr] = x
 			}
 		}
@@ -508,7 +508,7 @@ type Conflict struct {
 
 // Commit records the outcome of applying r.Change and returns what
 // changed. A frontend whose write failed stays pending (Pending returns it
-// again); one the target refused for good (ErrFrontendOwned, an invalid
+// again); one the target refused for good (actorlb.ErrFrontendOwned, an invalid
 // service) is a conflict, tried again only when its service's objects
 // change or at Resync.
 func (s *State) Commit(r Round) Report {
@@ -529,7 +529,7 @@ func (s *State) Commit(r Round) Report {
 			}
 		}
 		switch {
-		case err == nil, errors.Is(err, actorlb.ErrServiceNotFound), errors.Is(err, ErrFrontendOwned):
+		case err == nil, errors.Is(err, actorlb.ErrServiceNotFound), errors.Is(err, actorlb.ErrFrontendOwned):
 			s.dropApplied(fe)
 			delete(s.dirtyFE, fe)
 			delete(s.refused, fe)
@@ -568,7 +568,7 @@ func (s *State) upserted(fe lb.L3n4Addr, svc *lb.Service, err error, callErr boo
 		}
 		delete(s.dirtyFE, fe)
 		delete(s.refused, fe)
-	case errors.Is(err, ErrFrontendOwned):
+	case errors.Is(err, actorlb.ErrFrontendOwned):
 		s.dropApplied(fe)
 		s.refuse(fe, w, "another source owns the frontend: "+err.Error())
 	case errors.As(err, &ve):
@@ -605,7 +605,7 @@ var errMissingResult = errors.New("the target returned no result for this fronte
 // CommitFull records the outcome of the full reconciliation of desired
 // (as Desired returned it): the target now holds exactly desired, except
 // the frontends of failed.
-func (s *State) CommitFull(desired []*lb.Service, failed []SyncFailure) Report {
+func (s *State) CommitFull(desired []*lb.Service, failed []actorlb.SyncFailure) Report {
 	var rep Report
 	bad := make(map[lb.L3n4Addr]error, len(failed))
 	for _, f := range failed {
@@ -621,7 +621,7 @@ func (s *State) CommitFull(desired []*lb.Service, failed []SyncFailure) Report {
 		if isBad && err == nil {
 			err = errors.New("failed without a reason")
 		}
-		if isBad && !errors.Is(err, ErrFrontendOwned) {
+		if isBad && !errors.Is(err, actorlb.ErrFrontendOwned) {
 			s.unknown(fe) // the restored version may still be there
 		}
 		s.upserted(fe, svc, err, false, func(fe lb.L3n4Addr, err error) {
@@ -720,7 +720,7 @@ func equalService(a, b *lb.Service) bool {
 		a.IntTrafficPolicyLocal == b.IntTrafficPolicyLocal &&
 		a.SessionAffinity == b.SessionAffinity &&
 		a.SessionAffinityTimeout == b.SessionAffinityTimeout &&
-		a.LBAlgorithm == b.LBAlgorithm && sameSource(a, b) &&
+		a.LBAlgorithm == b.LBAlgorithm && a.Source == b.Source &&
 		slices.Equal(a.Backends, b.Backends)
 }
 

@@ -304,7 +304,7 @@ func TestOwnedFrontendIsAConflictRetriedOnChangeOrResync(t *testing.T) {
 	st := NewState(testNode, nil)
 	st.UpsertService(service("ns", "web", "10.96.0.1"), time.Time{})
 	c := st.Pending()
-	owned := fmt.Errorf("upsert: %w", ErrFrontendOwned)
+	owned := fmt.Errorf("upsert: %w", actorlb.ErrFrontendOwned)
 	rep := st.Commit(Round{Change: c, UpsertResults: []actorlb.UpsertResult{{Err: owned}}})
 	require.Zero(t, rep.Failed, "not retried with backoff")
 	require.Len(t, rep.NewConflicts, 1)
@@ -337,9 +337,9 @@ func TestCommitFull(t *testing.T) {
 	st.UpsertService(service("ns", "c", "10.96.0.3"), time.Time{})
 	desired := st.Desired()
 	require.Len(t, desired, 3)
-	rep := st.CommitFull(desired, []SyncFailure{
+	rep := st.CommitFull(desired, []actorlb.SyncFailure{
 		{Frontend: fe("10.96.0.2:80"), Err: errors.New("map full")},
-		{Frontend: fe("10.96.0.3:80"), Err: ErrFrontendOwned},
+		{Frontend: fe("10.96.0.3:80"), Err: actorlb.ErrFrontendOwned},
 	})
 	require.Equal(t, 1, rep.Failed)
 	require.Len(t, rep.NewConflicts, 1)

@@ -305,7 +305,7 @@ func runClient(ctx context.Context, e *actorlb.Engine, c int, rng *rand.Rand, po
 // randomService draws 1..32 backends; states follow the allowed
 // transitions from each backend's current state.
 func randomService(rng *rand.Rand, fe lb.L3n4Addr, pool []lb.Backend, model *Model) *lb.Service {
-	svc := &lb.Service{Frontend: lb.Frontend{L3n4Addr: fe}, SessionAffinity: chaosAffinity(fe)}
+	svc := &lb.Service{Frontend: lb.Frontend{L3n4Addr: fe}, SessionAffinity: chaosAffinity(fe), Source: chaosSource(fe)}
 	n := 1 + rng.IntN(min(32, len(pool)))
 	for _, i := range rng.Perm(len(pool))[:n] {
 		b := pool[i]
@@ -331,12 +331,23 @@ func chaosWeight(i int) uint16 { return []uint16{100, 100, 100, 1, 7, 300, 0}[i%
 
 func chaosAffinity(fe lb.L3n4Addr) bool { return fe.Addr.As16()[15]%2 == 0 }
 
+// chaosSource is the source that owns frontend fe: fixed, so that every
+// write knows its writer, and the final check can tell that the source
+// records came through the kills and faults.
+func chaosSource(fe lb.L3n4Addr) lb.Source {
+	if fe.Addr.As16()[15]%3 == 0 {
+		return lb.SourceKubernetes
+	}
+	return lb.SourceAPI
+}
+
 // requireFixedOptions checks the weights, node-local flags and affinity
 // the pools and chaosAffinity give every service.
 func requireFixedOptions(t *testing.T, list []*lb.Service) {
 	t.Helper()
 	for _, svc := range list {
 		require.Equal(t, chaosAffinity(svc.Frontend.L3n4Addr), svc.SessionAffinity, "affinity of %s", svc.Frontend)
+		require.Equal(t, chaosSource(svc.Frontend.L3n4Addr), svc.Source, "source of %s", svc.Frontend)
 		for _, b := range svc.Backends {
 			i := int(b.Addr.As16()[15]) - 1
 			require.Equal(t, chaosWeight(i), b.Weight, "weight of %s in %s", b, svc.Frontend)
@@ -427,12 +438,13 @@ func deleteBatch(ctx context.Context, e *actorlb.Engine, model *Model, rng *rand
 	for _, i := range rng.Perm(len(fes))[:2+rng.IntN(2)] {
 		pick = append(pick, fes[i])
 	}
-	rs, err := e.DeleteBatch(ctx, pick)
+	as := chaosSource(pick[0]) // the others may be another source's: refused
+	rs, err := e.DeleteBatchAs(ctx, as, pick)
 	if err != nil {
 		return fmt.Errorf("delete batch: %w", err)
 	}
 	for i, fe := range pick {
-		if err := checkDelete(ctx, e, model, fe, rs[i].Err, errCount); err != nil {
+		if err := checkDelete(ctx, e, model, fe, as, rs[i].Err, errCount); err != nil {
 			return fmt.Errorf("delete batch, frontend %d: %w", i, err)
 		}
 	}
@@ -480,18 +492,46 @@ func checkUpsert(ctx context.Context, e *actorlb.Engine, model *Model, svc *lb.S
 func del(ctx context.Context, e *actorlb.Engine, model *Model, fe lb.L3n4Addr, byID bool, errCount *atomic.Int64) error {
 	old, had := model.Services[fe.String()]
 	var err error
-	if byID && had {
+	as := lb.SourceAPI
+	switch {
+	case chaosSource(fe) != lb.SourceAPI:
+		as = chaosSource(fe)
+		var rs []actorlb.DeleteResult
+		if rs, err = e.DeleteBatchAs(ctx, as, []lb.L3n4Addr{fe}); err == nil {
+			err = rs[0].Err
+		}
+	case byID && had:
 		err = e.Delete(ctx, old.ID)
-	} else {
+	default:
 		_, err = e.DeleteByFrontend(ctx, fe)
 	}
-	return checkDelete(ctx, e, model, fe, err, errCount)
+	return checkDelete(ctx, e, model, fe, as, err, errCount)
 }
 
-// checkDelete checks the outcome of a delete of fe against the model and
-// records it there.
-func checkDelete(ctx context.Context, e *actorlb.Engine, model *Model, fe lb.L3n4Addr, err error, errCount *atomic.Int64) error {
+// checkDelete checks the outcome of a delete of fe written by source as
+// against the model and records it there.
+func checkDelete(ctx context.Context, e *actorlb.Engine, model *Model, fe lb.L3n4Addr, as lb.Source, err error, errCount *atomic.Int64) error {
 	old, had := model.Services[fe.String()]
+	if owned := chaosSource(fe) != as; owned || errors.Is(err, actorlb.ErrFrontendOwned) {
+		// Another source's service: refused, and left as it was.
+		switch {
+		case !owned:
+			return fmt.Errorf("delete %s by its own source %s refused: %v", fe, as, err)
+		case had && !errors.Is(err, actorlb.ErrFrontendOwned):
+			return fmt.Errorf("delete of %s's %s by %s: want ErrFrontendOwned, got %v", chaosSource(fe), fe, as, err)
+		case !had && err != nil && !errors.Is(err, actorlb.ErrServiceNotFound):
+			return fmt.Errorf("delete of absent %s: %v", fe, err)
+		case had:
+			got, gerr := current(ctx, e, fe)
+			if gerr != nil {
+				return gerr
+			}
+			if got == nil || !FromService(got).Equal(old) {
+				return fmt.Errorf("refused delete of %s changed it: %v", fe, got)
+			}
+		}
+		return nil
+	}
 	switch {
 	case !had && (err == nil || errors.Is(err, actorlb.ErrServiceNotFound)):
 		// nil: the call was sent again after an engine restart and
@@ -522,6 +562,8 @@ func checkDelete(ctx context.Context, e *actorlb.Engine, model *Model, fe lb.L3n
 func runSync(ctx context.Context, e *actorlb.Engine, rng *rand.Rand, pools [][]lb.Backend, models []*Model, syncMu *sync.RWMutex, errCount *atomic.Int64) error {
 	syncMu.Lock()
 	defer syncMu.Unlock()
+	// One source's sync: the other source's services must not change.
+	src := []lb.Source{lb.SourceAPI, lb.SourceKubernetes}[rng.IntN(2)]
 	var desired []*lb.Service
 	type owner struct {
 		m  *Model
@@ -533,12 +575,12 @@ func runSync(ctx context.Context, e *actorlb.Engine, rng *rand.Rand, pools [][]l
 		// draw each backend's next state once.
 		next := map[string]lb.BackendState{}
 		for _, fe := range slices.Sorted(maps.Keys(m.Services)) {
-			if rng.IntN(4) == 0 {
-				continue // dropped by this sync
-			}
 			a, err := lb.ParseL3n4Addr(fe)
 			if err != nil {
 				return err
+			}
+			if chaosSource(a) != src || rng.IntN(4) == 0 {
+				continue // another source's, or dropped by this sync
 			}
 			svc := randomService(rng, a, pools[c], m)
 			for i, b := range svc.Backends {
@@ -552,7 +594,7 @@ func runSync(ctx context.Context, e *actorlb.Engine, rng *rand.Rand, pools [][]l
 			owners = append(owners, owner{m, fe})
 		}
 	}
-	_, err := e.Sync(ctx, desired)
+	_, err := e.SyncSource(ctx, src, desired)
 	list, lerr := e.List(ctx)
 	if lerr != nil {
 		return lerr
@@ -572,6 +614,15 @@ func runSync(ctx context.Context, e *actorlb.Engine, rng *rand.Rand, pools [][]l
 		for _, m := range models {
 			for fe, old := range m.Services {
 				g, d := got[fe], next[fe]
+				if a, _ := lb.ParseL3n4Addr(fe); chaosSource(a) != src {
+					// Its backends' states may have moved with the
+					// sync's services (one state per backend).
+					if g == nil || !sameSet(FromService(g), old) {
+						return fmt.Errorf("sync of %s failed (%v) and changed %s of another source", src, err, fe)
+					}
+					m.Services[fe] = FromService(g)
+					continue
+				}
 				// States may have moved with other services of the same
 				// sync (one state per backend), so compare backend sets.
 				switch {
@@ -588,11 +639,28 @@ func runSync(ctx context.Context, e *actorlb.Engine, rng *rand.Rand, pools [][]l
 		}
 		return nil
 	}
-	if len(list) != len(desired) {
-		return fmt.Errorf("sync succeeded but the engine holds %d services, desired %d", len(list), len(desired))
+	mine := 0
+	for _, s := range list {
+		if s.Source == src {
+			mine++
+		}
+	}
+	if mine != len(desired) {
+		return fmt.Errorf("sync of %s succeeded but the engine holds %d of its services, desired %d", src, mine, len(desired))
 	}
 	for _, m := range models {
-		m.Services = map[string]ModelService{}
+		for fe, old := range m.Services {
+			a, _ := lb.ParseL3n4Addr(fe)
+			g := got[fe]
+			switch {
+			case chaosSource(a) == src:
+				delete(m.Services, fe)
+			case g == nil || !sameSet(FromService(g), old):
+				return fmt.Errorf("sync of %s changed %s of another source: %v", src, fe, g)
+			default:
+				m.Services[fe] = FromService(g) // states may have moved with the sync
+			}
+		}
 	}
 	for i, d := range desired {
 		g := got[owners[i].fe]

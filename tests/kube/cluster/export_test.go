@@ -1,0 +1,4 @@
+package cluster
+
+// PIDs returns the process ids of c's running processes.
+func PIDs(c *Cluster) []int { return c.pids() }
