@@ -384,7 +384,7 @@ func histogramCount(t *testing.T, reg *prometheus.Registry, name string) int {
 func TestChangesAreCoalesced(t *testing.T) {
 	client := fake.NewClientset()
 	target := newFakeTarget()
-	h := start(t, client, target, func(c *Config) { c.Debounce = 300 * time.Millisecond })
+	h := start(t, client, target, func(c *Config) { c.Debounce = time.Second })
 	require.Equal(t, "sync", target.next(t).kind)
 	h.waitSynced(t)
 	for i := range 5 {
