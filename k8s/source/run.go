@@ -123,7 +123,6 @@ func (r *runner) loop(ctx context.Context) {
 }
 
 func (r *runner) allSynced() {
-	r.s.connected.Store(true)
 	r.drain()
 	if r.set.node && !r.nodeSeen {
 		r.s.log.WithField("node", r.s.cfg.NodeName).
