@@ -336,6 +336,7 @@ func TestNothingIsAppliedBeforeEveryInformerSynced(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, "ns/web", name)
 	require.Equal(t, 1, promtest.CollectAndCount(h.reg, "actorlb_k8s_sync_duration_seconds"))
+	requireOnlyListWatch(t, client)
 }
 
 func TestIncrementalChangeIsOneUpsertBatch(t *testing.T) {
@@ -512,6 +513,15 @@ func TestNodeAddressesFollowTheNode(t *testing.T) {
 		return slices.Equal(target.state(), []string{"NodePort 0.0.0.0:30080/TCP ->", "ClusterIP 10.96.0.1:80/TCP ->", "NodePort 198.18.0.3:30080/TCP ->"})
 	}, 10*time.Second, 5*time.Millisecond)
 	require.Equal(t, addrs("198.18.0.3"), h.src.Status().NodeAddresses)
+	requireOnlyListWatch(t, client)
+	var nodeLists int
+	for _, a := range client.Actions() {
+		if a.GetVerb() == "list" && a.GetResource().Resource == "nodes" {
+			nodeLists++
+			require.Equal(t, "metadata.name="+testNode, a.(k8stesting.ListAction).GetListRestrictions().Fields.String(), "its own Node only")
+		}
+	}
+	require.NotZero(t, nodeLists)
 }
 
 // A failing watch shows as disconnected with its error (the source syncs
