@@ -217,8 +217,8 @@ func (r *runner) full(ctx context.Context) {
 		"services": len(desired), "upserted": res.Upserted, "deleted": res.Deleted, "failed": len(res.Failed), "took": d.String(),
 	}).Info("kubernetes: full sync applied; changes are applied as they come from now on")
 	r.applied(d, rep)
-	if !r.st.Counts().Idle() {
-		r.arm(r.s.cfg.Debounce)
+	if rep.Failed == 0 && !r.st.Counts().Idle() {
+		r.arm(r.s.cfg.Debounce) // changes that came during the sync
 	}
 }
 

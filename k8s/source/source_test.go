@@ -586,3 +586,33 @@ func TestRunTwiceIsRefused(t *testing.T) {
 	cancel() // should the refusal fail, Run returns at once anyway
 	require.ErrorIs(t, h.src.Run(ctx), ErrAlreadyRunning)
 }
+
+// A service that fails alone (a full map, say) stays pending and is
+// retried with backoff until it is applied; the others are applied at
+// once.
+func TestAServiceFailingAloneIsRetried(t *testing.T) {
+	client := fake.NewClientset(service("ns", "web", "10.96.0.1"), service("ns", "api", "10.96.0.2"))
+	target := newFakeTarget()
+	var fails atomic.Int32
+	target.itemErr = func(s *lb.Service) error {
+		if s.Frontend.Addr == netip.MustParseAddr("10.96.0.2") && fails.Add(1) <= 2 {
+			return errors.New("map full")
+		}
+		return nil
+	}
+	h := start(t, client, target, func(c *Config) { c.RetryMin, c.RetryMax = 50*time.Millisecond, time.Second })
+	sync := target.next(t)
+	require.Equal(t, "sync", sync.kind)
+	h.waitSynced(t)
+	require.Contains(t, h.src.Status().LastApplyError, "map full")
+	first := target.next(t)
+	require.Equal(t, "upsert", first.kind)
+	require.Equal(t, []string{"ClusterIP 10.96.0.2:80/TCP ->"}, first.services, "the failed one only")
+	second := target.next(t)
+	require.Equal(t, "upsert", second.kind)
+	require.GreaterOrEqual(t, first.at.Sub(sync.at), 50*time.Millisecond)
+	require.GreaterOrEqual(t, second.at.Sub(first.at), 100*time.Millisecond, "backoff doubled")
+	require.Eventually(t, func() bool { return h.src.Status().LastApplyError == "" }, 5*time.Second, 5*time.Millisecond)
+	require.Equal(t, []string{"ClusterIP 10.96.0.1:80/TCP ->", "ClusterIP 10.96.0.2:80/TCP ->"}, target.state())
+	target.quiet(t, 200*time.Millisecond)
+}
