@@ -1,0 +1,177 @@
+package datapath
+
+import (
+	"net/netip"
+	"testing"
+
+	lb "github.com/actorlb/actorlb/loadbalancer"
+	"github.com/actorlb/actorlb/tests/kube/cluster"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+)
+
+const otherNode = "some-other-node"
+
+// Every translation rule, end to end: a Service and its EndpointSlices
+// written to the apiserver become the engine's services (the maps equal
+// the translation of the cluster's objects) and connections from the
+// node's network namespace reach exactly the backends the rule says.
+func TestKubeServicesServeAsKubeProxyWould(t *testing.T) {
+	k := newKubeEnv(t, cluster.Shared(t))
+	a := k.pool(t, "a", false, 0, 3, 0)
+	port := a[0].addr.Port()
+	b := k.pool(t, "b", true, 0, 3, port)
+	k.startSource(t)
+	http := []discoveryv1.EndpointPort{slicePort("http", port)}
+
+	// withSlices creates svc with one IPv4 and one IPv6 slice.
+	withSlices := func(t *testing.T, svc *corev1.Service, v4, v6 []ep) *corev1.Service {
+		t.Helper()
+		s := k.createService(t, svc)
+		k.putSlice(t, svc.Name, svc.Name+"-v4", false, http, v4)
+		k.putSlice(t, svc.Name, svc.Name+"-v6", true, http, v6)
+		return s
+	}
+
+	t.Run("ClusterIPDualStackReachesEachFamilysBackends", func(t *testing.T) {
+		s := withSlices(t, dualStack("web", tcpPort("http", 80)), eps(kubeNode, a...), eps(otherNode, b...))
+		ips := clusterIPs(t, s)
+		require.Len(t, ips, 2)
+		for i, fam := range [][]*echo{a, b} {
+			svc := k.waitService(t, frontend(ips[i], 80), "all backends", func(s *lb.Service) bool {
+				return s != nil && len(s.Backends) == 3
+			})
+			require.Equal(t, lb.SVCTypeClusterIP, svc.Type)
+			require.Equal(t, lb.SourceKubernetes, svc.Source)
+			require.Equal(t, addrPorts(fam...), backendAddrs(svc))
+			k.requireServedBy(t, ips[i], 80, 60, fam...)
+		}
+	})
+
+	t.Run("NodePortOnTheNodeAddressesAndTheSurrogate", func(t *testing.T) {
+		svc := dualStack("np", tcpPort("http", 80))
+		svc.Spec.Type = corev1.ServiceTypeNodePort
+		s := withSlices(t, svc, eps(kubeNode, a[:2]...), eps(kubeNode, b[:1]...))
+		np := uint16(s.Spec.Ports[0].NodePort)
+		require.NotZero(t, np)
+		for _, c := range []struct {
+			node, loop, unspec netip.Addr
+			want               []*echo
+		}{
+			{nodeIPv4, netip.MustParseAddr("127.0.0.1"), netip.IPv4Unspecified(), a[:2]},
+			{nodeIPv6, netip.IPv6Loopback(), netip.IPv6Unspecified(), b[:1]},
+		} {
+			for _, fe := range []netip.Addr{c.node, c.unspec} {
+				got := k.waitService(t, frontend(fe, np), "NodePort", func(s *lb.Service) bool {
+					return s != nil && len(s.Backends) == len(c.want)
+				})
+				require.Equal(t, lb.SVCTypeNodePort, got.Type)
+			}
+			k.requireServedBy(t, c.node, np, 30, c.want...)
+			k.requireServedBy(t, c.loop, np, 30, c.want...) // the surrogate
+		}
+	})
+
+	t.Run("ExternalIPs", func(t *testing.T) {
+		ext4, ext6 := netip.MustParseAddr("198.18.200.1"), netip.MustParseAddr("2001:2::c8:1")
+		svc := dualStack("ext", tcpPort("http", 8080))
+		svc.Spec.ExternalIPs = []string{ext4.String(), ext6.String()}
+		withSlices(t, svc, eps(kubeNode, a[1:]...), eps(kubeNode, b[1:]...))
+		for _, c := range []struct {
+			ip   netip.Addr
+			want []*echo
+		}{{ext4, a[1:]}, {ext6, b[1:]}} {
+			got := k.waitService(t, frontend(c.ip, 8080), "ExternalIPs", func(s *lb.Service) bool { return s != nil && len(s.Backends) == 2 })
+			require.Equal(t, lb.SVCTypeExternalIPs, got.Type)
+			k.requireServedBy(t, c.ip, 8080, 30, c.want...)
+		}
+	})
+
+	t.Run("LoadBalancerIngressIPs", func(t *testing.T) {
+		in4, in6 := netip.MustParseAddr("198.18.201.1"), netip.MustParseAddr("2001:2::c9:1")
+		svc := dualStack("lbs", tcpPort("http", 443))
+		svc.Spec.Type = corev1.ServiceTypeLoadBalancer
+		svc.Spec.AllocateLoadBalancerNodePorts = ptr.To(false)
+		s := withSlices(t, svc, eps(kubeNode, a[:1]...), eps(kubeNode, b[2:]...))
+		require.Zero(t, s.Spec.Ports[0].NodePort)
+		s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: in4.String()}, {IP: in6.String()}}
+		_, err := k.c.Client.CoreV1().Services(k.ns).UpdateStatus(kctx(t), s, metav1.UpdateOptions{})
+		require.NoError(t, err)
+		for _, c := range []struct {
+			ip   netip.Addr
+			want []*echo
+		}{{in4, a[:1]}, {in6, b[2:]}} {
+			got := k.waitService(t, frontend(c.ip, 443), "LoadBalancer", func(s *lb.Service) bool { return s != nil && len(s.Backends) == 1 })
+			require.Equal(t, lb.SVCTypeLoadBalancer, got.Type)
+			k.requireServedBy(t, c.ip, 443, 30, c.want...)
+		}
+	})
+
+	t.Run("InternalTrafficPolicyLocalUsesThisNodesEndpointsOnly", func(t *testing.T) {
+		svc := dualStack("itp", tcpPort("http", 80))
+		svc.Spec.InternalTrafficPolicy = ptr.To(corev1.ServiceInternalTrafficPolicyLocal)
+		v4 := append(eps(kubeNode, a[0], a[2]), eps(otherNode, a[1])...)
+		s := withSlices(t, svc, v4, eps(otherNode, b...))
+		ips := clusterIPs(t, s)
+		got := k.waitService(t, frontend(ips[0], 80), "ITP Local", func(s *lb.Service) bool { return s != nil && len(s.Backends) > 0 })
+		require.True(t, got.IntTrafficPolicyLocal)
+		k.requireServedBy(t, ips[0], 80, 60, a[0], a[2])
+		// IPv6: every endpoint is on another node: refused, no fallback.
+		k.waitService(t, frontend(ips[1], 80), "ITP Local", func(s *lb.Service) bool { return s != nil && s.IntTrafficPolicyLocal })
+		k.requireRefused(t, ips[1], 80, eperm)
+	})
+
+	t.Run("ExternalTrafficPolicyLocalLeavesNodeTrafficOnEveryEndpoint", func(t *testing.T) {
+		svc := dualStack("etp", tcpPort("http", 80))
+		svc.Spec.Type = corev1.ServiceTypeNodePort
+		svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+		s := withSlices(t, svc, append(eps(kubeNode, a[0]), eps(otherNode, a[1:]...)...), eps(otherNode, b...))
+		np := uint16(s.Spec.Ports[0].NodePort)
+		got := k.waitService(t, frontend(nodeIPv4, np), "ETP Local", func(s *lb.Service) bool { return s != nil && len(s.Backends) == 3 })
+		require.True(t, got.ExtTrafficPolicyLocal)
+		require.False(t, got.IntTrafficPolicyLocal)
+		for _, be := range got.Backends {
+			require.Equal(t, be.AddrPort() == a[0].addr, be.NodeLocal, "%s", be)
+		}
+		ci := k.service(t, frontend(clusterIPs(t, s)[0], 80))
+		require.NotNil(t, ci)
+		require.False(t, ci.ExtTrafficPolicyLocal, "a ClusterIP frontend has no external side")
+		// From the node, every endpoint (kube-proxy's short circuit).
+		k.requireServedBy(t, nodeIPv4, np, 60, a...)
+		k.requireServedBy(t, nodeIPv6, np, 60, b...)
+	})
+
+	t.Run("SessionAffinityClientIPKeepsOneBackend", func(t *testing.T) {
+		svc := dualStack("aff", tcpPort("http", 80))
+		svc.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
+		svc.Spec.SessionAffinityConfig = &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: ptr.To[int32](300)}}
+		s := withSlices(t, svc, eps(kubeNode, a...), eps(kubeNode, b...))
+		for _, ip := range clusterIPs(t, s) {
+			got := k.waitService(t, frontend(ip, 80), "affinity", func(s *lb.Service) bool { return s != nil && len(s.Backends) == 3 })
+			require.True(t, got.SessionAffinity)
+			require.EqualValues(t, 300, got.SessionAffinityTimeout)
+			r := k.connects(t, ip, 80, 30)
+			require.Equal(t, 30, r.OK, "errors: %v", r.Errors)
+			require.Len(t, r.Names, 1, "every connect reaches the same backend: %v", r.Names)
+		}
+	})
+
+	t.Run("PortNameMismatchMeansNoBackends", func(t *testing.T) {
+		s := k.createService(t, dualStack("mismatch", tcpPort("http", 80)))
+		k.putSlice(t, "mismatch", "mismatch-v4", false, []discoveryv1.EndpointPort{slicePort("web", port)}, eps(kubeNode, a...))
+		// Same name, other protocol: no match either.
+		udp := slicePort("http", port)
+		udp.Protocol = ptr.To(corev1.ProtocolUDP)
+		k.putSlice(t, "mismatch", "mismatch-v6", true, []discoveryv1.EndpointPort{udp}, eps(kubeNode, b...))
+		for _, ip := range clusterIPs(t, s) {
+			k.waitService(t, frontend(ip, 80), "frontend without backends", func(s *lb.Service) bool { return s != nil && len(s.Backends) == 0 })
+			k.requireRefused(t, ip, 80, eperm)
+		}
+	})
+
+	// Nothing else: the engine holds exactly the translation.
+	k.converge(t)
+}
