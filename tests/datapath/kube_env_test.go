@@ -269,11 +269,20 @@ func clusterIPs(t testing.TB, svc *corev1.Service) []netip.Addr {
 // services must equal once the source has caught up.
 func (k *kenv) desired(t testing.TB) []*lb.Service {
 	t.Helper()
-	ctx := kctx(t)
+	out, err := k.desiredErr(kctx(t))
+	require.NoError(t, err)
+	return out
+}
+
+func (k *kenv) desiredErr(ctx context.Context) ([]*lb.Service, error) {
 	svcs, err := k.c.Client.CoreV1().Services("").List(ctx, metav1.ListOptions{})
-	require.NoError(t, err)
+	if err != nil {
+		return nil, fmt.Errorf("list services: %w", err)
+	}
 	sls, err := k.c.Client.DiscoveryV1().EndpointSlices("").List(ctx, metav1.ListOptions{})
-	require.NoError(t, err)
+	if err != nil {
+		return nil, fmt.Errorf("list endpointslices: %w", err)
+	}
 	bySvc := map[string][]*discoveryv1.EndpointSlice{}
 	for i := range sls.Items {
 		s := &sls.Items[i]
@@ -292,7 +301,7 @@ func (k *kenv) desired(t testing.TB) []*lb.Service {
 			out = append(out, x)
 		}
 	}
-	return canonical(out)
+	return canonical(out), nil
 }
 
 // owned returns the engine's services of source src, canonical.

@@ -25,8 +25,9 @@ func (k *kenv) startSource(t testing.TB) {
 	go func() {
 		defer close(rs.done)
 		for ctx.Err() == nil {
-			want := k.desired(t)
-			_, _ = eng.SyncSource(ctx, lb.SourceKubernetes, want)
+			if want, err := k.desiredErr(ctx); err == nil {
+				_, _ = eng.SyncSource(ctx, lb.SourceKubernetes, want)
+			}
 			select {
 			case <-ctx.Done():
 			case <-time.After(50 * time.Millisecond):

@@ -1,7 +1,10 @@
 package datapath
 
 import (
+	"fmt"
+	"maps"
 	"net/netip"
+	"slices"
 	"testing"
 
 	lb "github.com/actorlb/actorlb/loadbalancer"
@@ -173,5 +176,147 @@ func TestKubeServicesServeAsKubeProxyWould(t *testing.T) {
 	})
 
 	// Nothing else: the engine holds exactly the translation.
+	k.converge(t)
+}
+
+// Scaling a service 3 -> 10 -> 1 endpoints: a backend that stays keeps its
+// ID and its place in slot order (slots follow address order), the maps
+// hold no backend that left, and connections reach exactly the endpoints.
+func TestKubeScalingKeepsTheIDsAndSlotOrderOfSurvivors(t *testing.T) {
+	k := newKubeEnv(t, cluster.Shared(t))
+	a := k.pool(t, "s", false, 0, 10, 0)
+	port := a[0].addr.Port()
+	b := k.pool(t, "t", true, 0, 10, port)
+	k.startSource(t)
+	http := []discoveryv1.EndpointPort{slicePort("http", port)}
+	s := k.createService(t, dualStack("scale", tcpPort("http", 80)))
+	ips := clusterIPs(t, s)
+
+	scale := func(v4, v6 []*echo) map[netip.AddrPort]uint32 {
+		t.Helper()
+		k.putSlice(t, "scale", "scale-v4", false, http, eps(kubeNode, v4...))
+		k.putSlice(t, "scale", "scale-v6", true, http, eps(kubeNode, v6...))
+		for i, want := range [][]*echo{v4, v6} {
+			k.waitService(t, frontend(ips[i], 80), fmt.Sprintf("%d backends", len(want)), func(s *lb.Service) bool {
+				return slices.Equal(backendAddrs(s), addrPorts(want...))
+			})
+		}
+		d := k.dump(t)
+		ids := backendIDs(d)
+		require.Len(t, ids, len(v4)+len(v6), "the maps hold exactly the endpoints: %v", ids)
+		for i, want := range [][]*echo{v4, v6} {
+			_, slots, ok := slotsOf(d, frontend(ips[i], 80))
+			require.True(t, ok)
+			var inOrder []uint32 // the IDs of the endpoints by address
+			for _, ap := range addrPorts(want...) {
+				inOrder = append(inOrder, ids[ap])
+			}
+			require.Equal(t, inOrder, slots, "slot order is address order")
+			k.requireServedBy(t, ips[i], 80, 20*len(want), want...)
+		}
+		return ids
+	}
+	keeps := func(before, after map[netip.AddrPort]uint32) {
+		t.Helper()
+		n := 0
+		for ap, id := range after {
+			if old, ok := before[ap]; ok {
+				require.Equal(t, old, id, "backend %s changed ID", ap)
+				n++
+			}
+		}
+		require.NotZero(t, n, "no survivor to compare")
+	}
+	ids3 := scale(a[:3], b[:3])
+	ids10 := scale(a, b)
+	keeps(ids3, ids10)
+	ids1 := scale(a[5:6], b[9:])
+	keeps(ids10, ids1)
+	k.converge(t)
+}
+
+// Terminating endpoints: when no endpoint of a service port is ready, the
+// serving and terminating ones keep serving (backends in state
+// terminating); once one is ready, only the ready ones get connections;
+// non-serving endpoints never do.
+func TestKubeTerminatingEndpointsServeOnlyWhenNoneIsReady(t *testing.T) {
+	k := newKubeEnv(t, cluster.Shared(t))
+	a := k.pool(t, "a", false, 0, 3, 0)
+	port := a[0].addr.Port()
+	k.startSource(t)
+	http := []discoveryv1.EndpointPort{slicePort("http", port)}
+	svc := dualStack("term", tcpPort("http", 80))
+	svc.Spec.IPFamilyPolicy = ptr.To(corev1.IPFamilyPolicySingleStack)
+	svc.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol}
+	ip := clusterIPs(t, k.createService(t, svc))[0]
+	fe := frontend(ip, 80)
+	states := func(s *lb.Service) map[netip.AddrPort]lb.BackendState {
+		out := map[netip.AddrPort]lb.BackendState{}
+		if s != nil {
+			for _, b := range s.Backends {
+				out[b.AddrPort()] = b.State
+			}
+		}
+		return out
+	}
+
+	// All terminating: they serve, as terminating backends.
+	k.putSlice(t, "term", "term-v4", false, http, terminatingEPs(kubeNode, a[:2]...))
+	k.waitService(t, fe, "two terminating backends", func(s *lb.Service) bool {
+		return maps.Equal(states(s), map[netip.AddrPort]lb.BackendState{a[0].addr: lb.BackendStateTerminating, a[1].addr: lb.BackendStateTerminating})
+	})
+	k.requireServedBy(t, ip, 80, 60, a[:2]...)
+	d := k.dump(t)
+	ids := backendIDs(d)
+	for _, be := range append(slices.Clone(d.Backends4), d.Backends6...) {
+		require.EqualValues(t, lb.BackendStateTerminating, be.Value.State, "backend %d in the map", be.ID)
+	}
+	_, slots, _ := slotsOf(d, fe)
+	require.ElementsMatch(t, []uint32{ids[a[0].addr], ids[a[1].addr]}, slots)
+
+	// One ready: only it.
+	k.putSlice(t, "term", "term-v4", false, http, append(terminatingEPs(kubeNode, a[:2]...), eps(kubeNode, a[2])...))
+	k.waitService(t, fe, "the ready endpoint only", func(s *lb.Service) bool {
+		return maps.Equal(states(s), map[netip.AddrPort]lb.BackendState{a[2].addr: lb.BackendStateActive})
+	})
+	k.requireServedBy(t, ip, 80, 30, a[2])
+
+	// Not serving (and not ready): never a backend, even with none ready.
+	notServing := terminatingEPs(kubeNode, a[:2]...)
+	for i := range notServing {
+		notServing[i].serving = ptr.To(false)
+	}
+	k.putSlice(t, "term", "term-v4", false, http, notServing)
+	k.waitService(t, fe, "no backend", func(s *lb.Service) bool { return s != nil && len(s.Backends) == 0 })
+	k.requireRefused(t, ip, 80, eperm)
+	k.converge(t)
+}
+
+// An address that was a terminating backend comes back as a ready
+// endpoint: a new pod on the old address (a hostNetwork pod's rolling
+// update on this node, or an address reused). kube-proxy serves it as
+// ready; the engine must take the backend from terminating back to
+// active.
+func TestKubeTerminatingAddressReusedByAReadyEndpointServes(t *testing.T) {
+	k := newKubeEnv(t, cluster.Shared(t))
+	a := k.pool(t, "a", false, 0, 1, 0)
+	port := a[0].addr.Port()
+	k.startSource(t)
+	http := []discoveryv1.EndpointPort{slicePort("http", port)}
+	svc := dualStack("reuse", tcpPort("http", 80))
+	svc.Spec.IPFamilyPolicy = ptr.To(corev1.IPFamilyPolicySingleStack)
+	svc.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol}
+	ip := clusterIPs(t, k.createService(t, svc))[0]
+	fe := frontend(ip, 80)
+
+	k.putSlice(t, "reuse", "reuse-v4", false, http, terminatingEPs(kubeNode, a[0]))
+	k.waitService(t, fe, "a terminating backend", func(s *lb.Service) bool {
+		return s != nil && len(s.Backends) == 1 && s.Backends[0].State == lb.BackendStateTerminating
+	})
+	k.putSlice(t, "reuse", "reuse-v4", false, http, eps(kubeNode, a[0]))
+	k.waitService(t, fe, "the backend active again", func(s *lb.Service) bool {
+		return s != nil && len(s.Backends) == 1 && s.Backends[0].State == lb.BackendStateActive
+	})
+	k.requireServedBy(t, ip, 80, 10, a[0])
 	k.converge(t)
 }
