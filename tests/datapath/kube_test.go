@@ -320,3 +320,143 @@ func TestKubeTerminatingAddressReusedByAReadyEndpointServes(t *testing.T) {
 	k.requireServedBy(t, ip, 80, 10, a[0])
 	k.converge(t)
 }
+
+// frontendID returns the service ID of fe in the maps (its master's
+// revNAT index), failing t if fe has no master.
+func (k *kenv) frontendID(t testing.TB, fe lb.L3n4Addr) uint16 {
+	t.Helper()
+	id, _, ok := slotsOf(k.dump(t), fe)
+	require.True(t, ok, "no master for %s", fe)
+	return id
+}
+
+// Renaming a port (the service's and the slices' together) and changing
+// the service's type keep the frontend and backend IDs; NodePort
+// frontends appear with the type and go with it.
+func TestKubePortRenameAndTypeChanges(t *testing.T) {
+	k := newKubeEnv(t, cluster.Shared(t))
+	a := k.pool(t, "a", false, 0, 2, 0)
+	port := a[0].addr.Port()
+	b := k.pool(t, "b", true, 0, 2, port)
+	k.startSource(t)
+	s := k.createService(t, dualStack("ren", tcpPort("http", 80)))
+	ips := clusterIPs(t, s)
+	put := func(name string) {
+		k.putSlice(t, "ren", "ren-v4", false, []discoveryv1.EndpointPort{slicePort(name, port)}, eps(kubeNode, a...))
+		k.putSlice(t, "ren", "ren-v6", true, []discoveryv1.EndpointPort{slicePort(name, port)}, eps(kubeNode, b...))
+	}
+	served := func() {
+		t.Helper()
+		for i, want := range [][]*echo{a, b} {
+			k.waitService(t, frontend(ips[i], 80), "served", func(s *lb.Service) bool { return slices.Equal(backendAddrs(s), addrPorts(want...)) })
+			k.requireServedBy(t, ips[i], 80, 30, want...)
+		}
+	}
+	put("http")
+	served()
+	id4, id6 := k.frontendID(t, frontend(ips[0], 80)), k.frontendID(t, frontend(ips[1], 80))
+	beIDs := backendIDs(k.dump(t))
+	same := func(what string) {
+		t.Helper()
+		require.Equal(t, id4, k.frontendID(t, frontend(ips[0], 80)), "%s: IPv4 frontend ID", what)
+		require.Equal(t, id6, k.frontendID(t, frontend(ips[1], 80)), "%s: IPv6 frontend ID", what)
+		require.Equal(t, beIDs, backendIDs(k.dump(t)), "%s: backend IDs", what)
+	}
+
+	t.Run("PortRename", func(t *testing.T) {
+		k.updateService(t, "ren", func(s *corev1.Service) { s.Spec.Ports[0].Name = "web" })
+		put("web")
+		served()
+		k.converge(t)
+		// Between the two writes the names differ and the service has no
+		// backends (as with kube-proxy): their IDs may be given anew.
+		beIDs = backendIDs(k.dump(t))
+		same("after the rename")
+	})
+
+	t.Run("ClusterIPToNodePortAndBack", func(t *testing.T) {
+		s := k.updateService(t, "ren", func(s *corev1.Service) { s.Spec.Type = corev1.ServiceTypeNodePort })
+		np := uint16(s.Spec.Ports[0].NodePort)
+		require.NotZero(t, np)
+		nodePorts := []lb.L3n4Addr{frontend(netip.IPv4Unspecified(), np), frontend(nodeIPv4, np), frontend(netip.IPv6Unspecified(), np), frontend(nodeIPv6, np)}
+		for _, fe := range nodePorts {
+			k.waitService(t, fe, "NodePort frontend", func(s *lb.Service) bool { return s != nil && s.Type == lb.SVCTypeNodePort && len(s.Backends) == 2 })
+		}
+		k.requireServedBy(t, nodeIPv4, np, 30, a...)
+		k.requireServedBy(t, nodeIPv6, np, 30, b...)
+		k.converge(t)
+		same("as NodePort")
+
+		k.updateService(t, "ren", func(s *corev1.Service) {
+			s.Spec.Type = corev1.ServiceTypeClusterIP
+			s.Spec.Ports[0].NodePort = 0
+		})
+		for _, fe := range nodePorts {
+			k.waitService(t, fe, "NodePort frontend gone", func(s *lb.Service) bool { return s == nil })
+			_, _, ok := slotsOf(k.dump(t), fe)
+			require.False(t, ok, "%s still has a master", fe)
+		}
+		// The node address is local and nothing listens there.
+		k.requireRefused(t, nodeIPv4, np, "connection refused")
+		served()
+		k.converge(t)
+		same("back to ClusterIP")
+	})
+}
+
+// A deleted slice leaves the frontend without backends (connects refused
+// with EPERM, its backends gone from the maps); a deleted service leaves
+// nothing in the maps, and its service ID can be taken again.
+func TestKubeDeletedSliceAndService(t *testing.T) {
+	k := newKubeEnv(t, cluster.Shared(t))
+	a := k.pool(t, "a", false, 0, 2, 0)
+	port := a[0].addr.Port()
+	b := k.pool(t, "b", true, 0, 2, port)
+	k.startSource(t)
+	http := []discoveryv1.EndpointPort{slicePort("http", port)}
+	ips := clusterIPs(t, k.createService(t, dualStack("del", tcpPort("http", 80))))
+	k.putSlice(t, "del", "del-v4", false, http, eps(kubeNode, a...))
+	k.putSlice(t, "del", "del-v6", true, http, eps(kubeNode, b...))
+	fe4, fe6 := frontend(ips[0], 80), frontend(ips[1], 80)
+	for i, want := range [][]*echo{a, b} {
+		k.waitService(t, frontend(ips[i], 80), "served", func(s *lb.Service) bool { return len(backendAddrs(s)) == len(want) })
+		k.requireServedBy(t, ips[i], 80, 20, want...)
+	}
+	id4 := k.frontendID(t, fe4)
+
+	k.deleteSlice(t, "del-v4")
+	k.waitService(t, fe4, "no backends", func(s *lb.Service) bool { return s != nil && len(s.Backends) == 0 })
+	k.requireRefused(t, ips[0], 80, eperm)
+	k.requireServedBy(t, ips[1], 80, 20, b...) // the other family's slice stays
+	ids := backendIDs(k.dump(t))
+	for _, e := range a {
+		require.NotContains(t, ids, e.addr, "the deleted slice's backend is gone from the maps")
+	}
+	require.Equal(t, id4, k.frontendID(t, fe4), "the frontend stays, with its ID")
+
+	k.deleteService(t, "del")
+	for _, fe := range []lb.L3n4Addr{fe4, fe6} {
+		k.waitService(t, fe, "gone", func(s *lb.Service) bool { return s == nil })
+	}
+	d := k.dump(t)
+	for _, fe := range []lb.L3n4Addr{fe4, fe6} {
+		_, _, ok := slotsOf(d, fe)
+		require.False(t, ok, "%s still has a master", fe)
+	}
+	for _, r := range append(slices.Clone(d.RevNAT4), d.RevNAT6...) {
+		require.NotEqual(t, id4, r.ID, "the revNAT entry of the deleted service is gone")
+	}
+	require.Empty(t, backendIDs(d), "no backend left")
+	k.requireRefused(t, ips[0], 80, unreachable)
+	k.requireRefused(t, ips[1], 80, unreachable)
+
+	// The ID is free: an API service may take it.
+	id, _, err := k.engine.Upsert(kctx(t), &lb.Service{
+		Frontend: lb.Frontend{L3n4Addr: frontend(netip.MustParseAddr("198.18.250.1"), 80), ID: lb.ServiceID(id4)},
+		Backends: []lb.Backend{a[0].backend(lb.TCP, lb.BackendStateActive)},
+	})
+	require.NoError(t, err)
+	require.EqualValues(t, id4, id)
+	k.requireServedBy(t, netip.MustParseAddr("198.18.250.1"), 80, 10, a[0])
+	k.converge(t)
+}
