@@ -1,3 +1,5 @@
+//go:build !kubesource
+
 package datapath
 
 import (
