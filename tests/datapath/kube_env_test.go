@@ -378,6 +378,10 @@ func equalServices(a, b []*lb.Service) bool {
 func describe(svcs []*lb.Service) string {
 	var b strings.Builder
 	for _, s := range svcs {
+		if s == nil {
+			b.WriteString("  (none)\n")
+			continue
+		}
 		fmt.Fprintf(&b, "  %s type=%v src=%v ext=%v int=%v aff=%v/%d backends=%v\n", s.Frontend.L3n4Addr, s.Type, s.Source,
 			s.ExtTrafficPolicyLocal, s.IntTrafficPolicyLocal, s.SessionAffinity, s.SessionAffinityTimeout, s.Backends)
 	}

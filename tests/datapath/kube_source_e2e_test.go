@@ -1,5 +1,3 @@
-//go:build kubesource
-
 package datapath
 
 import (
@@ -14,6 +12,7 @@ import (
 	"github.com/actorlb/actorlb"
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/tests/kube/cluster"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -229,13 +228,11 @@ func TestKubeAPIServerOutageChangesNothing(t *testing.T) {
 	wait := k.loop(t, ip, 80, outage+5*time.Second)
 	require.NoError(t, c.StopAPIServer())
 	stopped := time.Now()
-	eventually(t, outage, "the source notices the outage", func() (bool, string) {
-		st := k.src.src.Status()
-		return !st.Connected, fmt.Sprintf("%+v", st)
-	})
+	sawDisconnected := false
 	for time.Since(stopped) < outage {
 		require.Equal(t, w0, k.writes(t), "map writes while the apiserver is down")
-		time.Sleep(time.Second)
+		sawDisconnected = sawDisconnected || !k.src.src.Status().Connected
+		time.Sleep(500 * time.Millisecond)
 	}
 	require.NoError(t, c.StartAPIServer(kctx(t)))
 	restarted := time.Now()
@@ -244,23 +241,30 @@ func TestKubeAPIServerOutageChangesNothing(t *testing.T) {
 	require.Len(t, r.Names, 2, "%v", r.Names)
 	t.Logf("%d connects through the outage", r.OK)
 
-	// The re-list: the source hears from the apiserver again.
-	eventually(t, 90*time.Second, "the source re-listed", func() (bool, string) {
-		st := k.src.src.Status()
-		return st.Connected && st.LastEvent.After(restarted), fmt.Sprintf("%+v", st)
-	})
-	relisted := time.Since(restarted)
+	// client-go resumes the watches where they ended (a refused
+	// connection is retried without a re-list); whatever it replays of
+	// the unchanged objects writes nothing.
+	time.Sleep(2 * time.Second)
 	k.settled(t)
-	time.Sleep(200 * time.Millisecond)
-	require.Equal(t, w0, k.writes(t), "map writes after the re-list of unchanged objects")
+	require.Equal(t, w0, k.writes(t), "map writes after the apiserver came back (nothing changed)")
 
-	// A change after the outage arrives.
+	// A change after the outage arrives, within client-go's reflector
+	// backoff (which grows to [30s, 60s) while the apiserver refuses).
 	k.putSlice(t, "web", "web-v4", false, http, eps(kubeNode, a...))
 	changed := time.Now()
+	eventually(t, 90*time.Second, "the change after the outage", func() (bool, string) {
+		s := k.service(t, frontend(ip, 80))
+		return len(backendAddrs(s)) == 3, describe([]*lb.Service{s})
+	})
+	t.Logf("a change written %s after the restart took %s to reach the maps", changed.Sub(restarted).Round(time.Millisecond), time.Since(changed).Round(time.Millisecond))
 	k.converge(t)
-	t.Logf("re-listed %s after the restart; a change then took %s", relisted.Round(time.Millisecond), time.Since(changed).Round(time.Millisecond))
 	k.requireServedBy(t, ip, 80, 60, a...)
 	require.Greater(t, k.writes(t), w0)
+
+	// BUG (k8s/source): client-go retries a refused watch without calling
+	// the watch error handler, so Status().Connected stays true for the
+	// whole outage.
+	assert.True(t, sawDisconnected, "Status().Connected stayed true while the apiserver was down for %s", outage)
 }
 
 // Ownership: an API-created service holds a frontend a Kubernetes service
@@ -333,20 +337,22 @@ func TestKubeOwnershipKeepsAPIAndKubernetesServicesApart(t *testing.T) {
 		err = res[0].Err
 	}
 	require.ErrorIs(t, err, actorlb.ErrFrontendOwned)
-	_, err = k.engine.Sync(kctx(t), nil) // the API's sync: its own services only
+	// The API's sync deletes its own services only.
+	_, err = k.engine.Sync(kctx(t), nil)
 	require.NoError(t, err)
 	require.Equal(t, ks, k.service(t, frontend(ip, 80)), "the Kubernetes service is untouched")
 	k.requireServedBy(t, ip, 80, 30, a[1:]...)
-	require.Nil(t, k.service(t, frontend(other, 80)), "the API's empty sync deleted its own service")
+	require.Empty(t, k.owned(t, lb.SourceAPI), "the API's empty sync deleted its own services")
 
-	// The API service goes; the next change of the Kubernetes service
-	// takes the frontend.
-	require.NoError(t, k.engine.Delete(kctx(t), extID))
-	k.updateService(t, "own", func(s *corev1.Service) { s.Annotations = map[string]string{"touch": "1"} })
-	k.waitService(t, frontend(ext, 80), "the external IP, Kubernetes'", func(s *lb.Service) bool {
-		return s != nil && s.Source == lb.SourceKubernetes && len(s.Backends) == 2
+	// The API service is gone; the next change of the Kubernetes
+	// service's objects (an endpoint added) takes the frontend.
+	k.putSlice(t, "own", "own-v4", false, http, eps(kubeNode, a...))
+	eventually(t, 10*time.Second, "the external IP, Kubernetes'", func() (bool, string) {
+		s := k.service(t, frontend(ext, 80))
+		return s != nil && s.Source == lb.SourceKubernetes && len(s.Backends) == 3,
+			fmt.Sprintf("engine: %ssource: %+v; calls %v", describe([]*lb.Service{s}), k.src.src.Status(), k.src.target.Calls())
 	})
-	k.requireServedBy(t, ext, 80, 30, a[1:]...)
+	k.requireServedBy(t, ext, 80, 60, a...)
 	eventually(t, 10*time.Second, "no conflict left", func() (bool, string) {
 		st := k.src.src.Status()
 		return len(st.Conflicts) == 0, fmt.Sprintf("%+v", st.Conflicts)

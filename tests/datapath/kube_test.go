@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 	"testing"
+	"time"
 
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/tests/kube/cluster"
@@ -314,8 +315,10 @@ func TestKubeTerminatingAddressReusedByAReadyEndpointServes(t *testing.T) {
 		return s != nil && len(s.Backends) == 1 && s.Backends[0].State == lb.BackendStateTerminating
 	})
 	k.putSlice(t, "reuse", "reuse-v4", false, http, eps(kubeNode, a[0]))
-	k.waitService(t, fe, "the backend active again", func(s *lb.Service) bool {
-		return s != nil && len(s.Backends) == 1 && s.Backends[0].State == lb.BackendStateActive
+	eventually(t, 10*time.Second, "the backend active again", func() (bool, string) {
+		s := k.service(t, fe)
+		return s != nil && len(s.Backends) == 1 && s.Backends[0].State == lb.BackendStateActive,
+			fmt.Sprintf("engine: %ssource: %+v", describe([]*lb.Service{s}), k.src.src.Status())
 	})
 	k.requireServedBy(t, ip, 80, 10, a[0])
 	k.converge(t)
