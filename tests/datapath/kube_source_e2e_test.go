@@ -3,6 +3,9 @@ package datapath
 import (
 	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -20,6 +23,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/yaml"
 )
 
 // loop starts a connect loop to a:port in the helper for d (at most
@@ -361,21 +365,58 @@ func TestKubeOwnershipKeepsAPIAndKubernetesServicesApart(t *testing.T) {
 }
 
 // proxierRules are the rules the source needs: list and watch of
-// services, endpointslices and nodes (kube-proxy's, without get).
+// services, endpointslices and nodes (kube-proxy's, without get). The
+// ClusterRole shipped in deploy/ replaces them when there is one.
 var proxierRules = []rbacv1.PolicyRule{
 	{APIGroups: []string{""}, Resources: []string{"services", "nodes"}, Verbs: []string{"list", "watch"}},
 	{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"list", "watch"}},
 }
 
-// The source runs as a user bound only to a ClusterRole of list and watch
-// on services, endpointslices and nodes (no get): it syncs, follows
-// changes, and takes the node addresses for NodePort from the Node.
+// deployedRules returns the rules of the ClusterRole in the repository's
+// deploy/ YAML files, and the file; ok is false when none ships one.
+func deployedRules(t testing.TB) (rules []rbacv1.PolicyRule, file string, ok bool) {
+	t.Helper()
+	dir, err := filepath.Abs("../../deploy")
+	require.NoError(t, err)
+	files, err := filepath.Glob(filepath.Join(dir, "*.y*ml"))
+	require.NoError(t, err)
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		require.NoError(t, err)
+		for _, doc := range regexp.MustCompile(`(?m)^---\s*$`).Split(string(b), -1) {
+			var meta metav1.TypeMeta
+			if err := yaml.Unmarshal([]byte(doc), &meta); err != nil || meta.Kind != "ClusterRole" {
+				continue
+			}
+			var cr rbacv1.ClusterRole
+			require.NoError(t, yaml.UnmarshalStrict([]byte(doc), &cr), "%s", f)
+			require.False(t, ok, "more than one ClusterRole in deploy/ (%s and %s)", file, f)
+			rules, file, ok = cr.Rules, f, true
+		}
+	}
+	return rules, file, ok
+}
+
+// The source runs as a user bound only to the ClusterRole shipped in
+// deploy/ (or, until there is one, list and watch on services,
+// endpointslices and nodes): it needs no get, syncs, follows changes, and
+// takes the node addresses for NodePort from the Node.
 func TestKubeSourceNeedsOnlyListAndWatch(t *testing.T) {
 	k := newKubeEnv(t, cluster.Shared(t))
 	ctx := kctx(t)
+	rules, file, ok := deployedRules(t)
+	if ok {
+		t.Logf("the ClusterRole of %s", file)
+		for _, r := range rules {
+			require.NotContains(t, r.Verbs, "get", "the shipped ClusterRole grants get: %+v", r)
+		}
+	} else {
+		rules = proxierRules
+		t.Logf("no ClusterRole in deploy/: list and watch of services, endpointslices, nodes")
+	}
 	rb := k.c.Client.RbacV1()
 	name := "actorlb-e2e-" + k.ns
-	_, err := rb.ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: proxierRules}, metav1.CreateOptions{})
+	_, err := rb.ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: rules}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = rb.ClusterRoles().Delete(kctx(t), name, metav1.DeleteOptions{}) })
 	_, err = rb.ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
