@@ -514,9 +514,12 @@ func (k *kenv) connects(t *testing.T, a netip.Addr, port uint16, n int) response
 }
 
 // requireServedBy requires n connects to a:port all to succeed, reaching
-// exactly the backends named (each at least once).
+// exactly the backends named (each at least once). n is raised to 20 per
+// backend, so that a backend is missed by chance with probability below
+// 1e-8.
 func (k *kenv) requireServedBy(t *testing.T, a netip.Addr, port uint16, n int, es ...*echo) {
 	t.Helper()
+	n = max(n, 20*len(es))
 	r := k.connects(t, a, port, n)
 	require.Equal(t, n, r.OK, "connects to %s: %d failed: %v (served %v)", addr(a, port), r.Failed, r.Errors, r.Names)
 	got := slices.Sorted(func(yield func(string) bool) {

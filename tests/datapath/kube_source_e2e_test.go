@@ -130,7 +130,9 @@ func TestKubeAgentRestartWithNothingChangedWritesNothing(t *testing.T) {
 	require.NotEmpty(t, ids)
 
 	vip := clusterIPs(t, web)[0]
-	wait := k.loop(t, vip, 80, 3*time.Second)
+	const loopFor = 5 * time.Second
+	loopStart := time.Now()
+	wait := k.loop(t, vip, 80, loopFor)
 	time.Sleep(300 * time.Millisecond)
 	k.stopSource(t)
 	k.restartEngine(t)
@@ -140,6 +142,8 @@ func TestKubeAgentRestartWithNothingChangedWritesNothing(t *testing.T) {
 	k.startSource(t)
 	k.waitSynced(t)
 	k.settled(t)
+	back := time.Since(loopStart)
+	require.Less(t, back, loopFor, "the restart took longer than the connect loop runs")
 	r := wait()
 	require.Zero(t, r.Failed, "connects failed across the restart: %v", r.Errors)
 	require.Len(t, r.Names, len(a), "%v", r.Names)
