@@ -294,13 +294,14 @@ func TestKubeTerminatingEndpointsServeOnlyWhenNoneIsReady(t *testing.T) {
 }
 
 // An address that was a terminating backend comes back as a ready
-// endpoint: a new pod on the old address (a hostNetwork pod's rolling
-// update on this node, or an address reused). kube-proxy serves it as
-// ready; the engine must take the backend from terminating back to
-// active.
+// endpoint, beside a new one: a new pod on the old address (a hostNetwork
+// pod's rolling update on this node, or an address reused) and another
+// replica. kube-proxy serves both as ready; the engine must take the
+// backend from terminating back to active (today it refuses the whole
+// update: "terminating is final", and the new replica is never added).
 func TestKubeTerminatingAddressReusedByAReadyEndpointServes(t *testing.T) {
 	k := newKubeEnv(t, cluster.Shared(t))
-	a := k.pool(t, "a", false, 0, 1, 0)
+	a := k.pool(t, "a", false, 0, 2, 0)
 	port := a[0].addr.Port()
 	k.startSource(t)
 	http := []discoveryv1.EndpointPort{slicePort("http", port)}
@@ -314,13 +315,16 @@ func TestKubeTerminatingAddressReusedByAReadyEndpointServes(t *testing.T) {
 	k.waitService(t, fe, "a terminating backend", func(s *lb.Service) bool {
 		return s != nil && len(s.Backends) == 1 && s.Backends[0].State == lb.BackendStateTerminating
 	})
-	k.putSlice(t, "reuse", "reuse-v4", false, http, eps(kubeNode, a[0]))
-	eventually(t, 10*time.Second, "the backend active again", func() (bool, string) {
+	k.putSlice(t, "reuse", "reuse-v4", false, http, eps(kubeNode, a...))
+	eventually(t, 5*time.Second, "both backends active", func() (bool, string) {
 		s := k.service(t, fe)
-		return s != nil && len(s.Backends) == 1 && s.Backends[0].State == lb.BackendStateActive,
-			fmt.Sprintf("engine: %ssource: %+v", describe([]*lb.Service{s}), k.src.src.Status())
+		ok := s != nil && len(s.Backends) == 2
+		for i := 0; ok && i < len(s.Backends); i++ {
+			ok = s.Backends[i].State == lb.BackendStateActive
+		}
+		return ok, fmt.Sprintf("engine: %ssource: %+v", describe([]*lb.Service{s}), k.src.src.Status())
 	})
-	k.requireServedBy(t, ip, 80, 10, a[0])
+	k.requireServedBy(t, ip, 80, 40, a...)
 	k.converge(t)
 }
 
