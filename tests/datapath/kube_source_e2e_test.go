@@ -231,6 +231,8 @@ func TestKubeAPIServerOutageChangesNothing(t *testing.T) {
 	k.converge(t)
 	k.settled(t)
 	w0 := k.writes(t)
+	ev0, err := k.src.counter("actorlb_k8s_events_total")
+	require.NoError(t, err)
 
 	const outage = 15 * time.Second
 	wait := k.loop(t, ip, 80, outage+5*time.Second)
@@ -249,12 +251,15 @@ func TestKubeAPIServerOutageChangesNothing(t *testing.T) {
 	require.Len(t, r.Names, 2, "%v", r.Names)
 	t.Logf("%d connects through the outage", r.OK)
 
-	// client-go resumes the watches where they ended (a refused
-	// connection is retried without a re-list); whatever it replays of
-	// the unchanged objects writes nothing.
+	// client-go resumes the watches where they ended, or re-lists if the
+	// apiserver no longer has their resource version; whatever it
+	// replays of the unchanged objects writes nothing.
 	time.Sleep(2 * time.Second)
 	k.settled(t)
 	require.Equal(t, w0, k.writes(t), "map writes after the apiserver came back (nothing changed)")
+	ev1, err := k.src.counter("actorlb_k8s_events_total")
+	require.NoError(t, err)
+	t.Logf("%v events received from the outage to 2s after the restart (a re-list replays every object)", ev1-ev0)
 
 	// A change after the outage arrives, within client-go's reflector
 	// backoff (which grows to [30s, 60s) while the apiserver refuses).

@@ -194,3 +194,23 @@ func (rs *runningSource) gauge(name string) (float64, error) {
 	}
 	return 0, errors.New("no gauge " + name)
 }
+
+// counter sums the values of counter name (every label set) in the
+// source's registry.
+func (rs *runningSource) counter(name string) (float64, error) {
+	mfs, err := rs.reg.Gather()
+	if err != nil {
+		return 0, err
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		var sum float64
+		for _, m := range mf.GetMetric() {
+			sum += m.GetCounter().GetValue()
+		}
+		return sum, nil
+	}
+	return 0, errors.New("no counter " + name)
+}
