@@ -274,9 +274,8 @@ func TestKubeAPIServerOutageChangesNothing(t *testing.T) {
 	k.requireServedBy(t, ip, 80, 60, a...)
 	require.Greater(t, k.writes(t), w0)
 
-	// BUG (k8s/source): client-go retries a refused watch without calling
-	// the watch error handler, so Status().Connected stays true for the
-	// whole outage.
+	// client-go retries a refused watch without calling the watch error
+	// handler: the source follows every list and watch call instead.
 	assert.True(t, sawDisconnected, "Status().Connected stayed true while the apiserver was down for %s", outage)
 }
 
