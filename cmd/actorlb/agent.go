@@ -708,6 +708,16 @@ func agent(ctx context.Context, c *agentConfig) error {
 		k8s, err = source.New(source.Config{
 			Client: c.k8s.client, NodeName: c.k8s.nodeName, NodeAddresses: c.k8s.nodeAddrs, Target: engine,
 			Logger: log, Registerer: srv.Registerer(),
+			OnNodeAddresses: func(addrs []netip.Addr) {
+				// The Node's addresses, when they are not given: the
+				// socket LB's NodePort fallback follows them.
+				if c.dryRun {
+					return
+				}
+				if err := bpf.SetNodeAddresses(engine.BPFRoot(), addrs); err != nil {
+					log.WithError(err).Warn("the Node's addresses not written to the datapath: NodePort surrogate frontends answer on the earlier addresses")
+				}
+			},
 		})
 		if err != nil {
 			return err

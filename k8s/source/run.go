@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	lb "github.com/actorlb/actorlb/loadbalancer"
@@ -177,6 +178,9 @@ func (r *runner) drain() {
 			r.s.mu.Unlock()
 			if changed {
 				r.s.log.WithField("nodeAddresses", fmt.Sprint(addrs)).Info("kubernetes: node addresses for NodePort frontends")
+				if f := r.s.cfg.OnNodeAddresses; f != nil {
+					f(slices.Clone(addrs))
+				}
 			}
 		}
 	}

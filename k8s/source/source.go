@@ -78,6 +78,12 @@ type Config struct {
 	// again (DefaultResyncInterval if 0; negative: only when their objects
 	// change).
 	ResyncInterval time.Duration
+	// OnNodeAddresses, if set, is called with the Node's addresses each
+	// time they change (only when NodeAddresses is nil: they come from the
+	// Node), from the source's goroutine, before the NodePort frontends
+	// are rewritten for them; the agent writes them to the datapath's
+	// NodePort fallback map. It must not block for long.
+	OnNodeAddresses func([]netip.Addr)
 }
 
 // Source feeds the Kubernetes cluster's Services and EndpointSlices to a

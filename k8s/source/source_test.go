@@ -500,11 +500,18 @@ func TestNodeAddressesFollowTheNode(t *testing.T) {
 	}}}
 	client := fake.NewClientset(node, other, service("ns", "np", "10.96.0.1", nodePort(30080)))
 	target := newFakeTarget()
-	h := start(t, client, target, func(c *Config) { c.NodeAddresses = nil })
+	var hookMu sync.Mutex
+	var hooked [][]netip.Addr // what OnNodeAddresses was given
+	seen := func() [][]netip.Addr { hookMu.Lock(); defer hookMu.Unlock(); return slices.Clone(hooked) }
+	h := start(t, client, target, func(c *Config) {
+		c.NodeAddresses = nil
+		c.OnNodeAddresses = func(a []netip.Addr) { hookMu.Lock(); defer hookMu.Unlock(); hooked = append(hooked, a) }
+	})
 	c := target.next(t)
 	require.Equal(t, "sync", c.kind)
 	require.Equal(t, []string{"NodePort 0.0.0.0:30080/TCP ->", "ClusterIP 10.96.0.1:80/TCP ->", "NodePort 198.18.0.1:30080/TCP ->"}, c.services)
 	require.Equal(t, addrs("198.18.0.1"), h.src.Status().NodeAddresses)
+	require.Equal(t, [][]netip.Addr{addrs("198.18.0.1")}, seen(), "the datapath hook, before the first sync")
 
 	node.Status.Addresses[0].Address = "198.18.0.3"
 	_, err := client.CoreV1().Nodes().Update(context.Background(), node, metav1.UpdateOptions{})
@@ -513,6 +520,7 @@ func TestNodeAddressesFollowTheNode(t *testing.T) {
 		return slices.Equal(target.state(), []string{"NodePort 0.0.0.0:30080/TCP ->", "ClusterIP 10.96.0.1:80/TCP ->", "NodePort 198.18.0.3:30080/TCP ->"})
 	}, 10*time.Second, 5*time.Millisecond)
 	require.Equal(t, addrs("198.18.0.3"), h.src.Status().NodeAddresses)
+	require.Equal(t, [][]netip.Addr{addrs("198.18.0.1"), addrs("198.18.0.3")}, seen(), "the datapath hook follows the Node")
 	requireOnlyListWatch(t, client)
 	var nodeLists int
 	for _, a := range client.Actions() {
