@@ -57,7 +57,28 @@ func main() {
 	pflag.StringVar(&insertProfile, "cpuprofile-insert", "", "write a CPU profile of the batched insert and delete (insert-50k-x1) alone to this file")
 	memProfile := pflag.String("memprofile", "", "write an allocation profile of the whole run to this file")
 	pflag.StringVar(&heapProfile, "heapprofile", "", "write a heap profile (in-use memory) taken where memory-10k-x10 is measured to this file")
+	pflag.BoolVar(&kube.run, "kube", true, "run the Kubernetes-mode scenarios (skipped with a message when the kube binaries are not built: make kube-tools)")
+	pflag.BoolVar(&kubeOnly, "kube-only", false, "run the Kubernetes-mode scenarios alone")
+	pflag.IntVar(&kube.changes, "kube-changes", 200, "single changes timed at each load level of the latency scenario")
+	pflag.IntSliceVar(&kube.loads, "kube-loads", []int{20, 1000}, "services loaded in the apiserver at each level of the latency scenario (growing)")
+	pflag.IntVar(&kube.syncServices, "kube-sync-services", 10000, "services present when the agent of the initial-sync scenario starts")
+	pflag.IntVar(&kube.endpoints, "kube-endpoints", 10, "endpoints per loaded service (1..10)")
+	pflag.IntVar(&kube.workers, "kube-workers", 32, "concurrent writers loading the apiserver")
+	pflag.DurationVar(&kube.poll, "kube-poll", 500*time.Microsecond, "interval of the map poll that sees a change applied")
+	syncAgent := pflag.Bool("kube-sync-agent", false, "run as the agent of the initial-sync scenario (the bench starts it)")
+	agentKubeconfig := pflag.String("kube-agent-kubeconfig", "", "the sync agent's kubeconfig")
+	agentRoot := pflag.String("kube-agent-root", "", "the sync agent's pin directory")
+	for _, f := range []string{"kube-sync-agent", "kube-agent-kubeconfig", "kube-agent-root"} {
+		_ = pflag.CommandLine.MarkHidden(f)
+	}
 	pflag.Parse()
+	if *syncAgent {
+		if err := runSyncAgent(*agentKubeconfig, *agentRoot, kube.syncServices); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: sync agent:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
 		if err != nil {
@@ -101,6 +122,25 @@ func run(out string, bulkN, insertN, callers, batch int) error {
 	}
 	defer os.RemoveAll(root)
 	var res results
+	if !kubeOnly {
+		if err := engineScenarios(&res, root, bulkN, insertN, callers, batch); err != nil {
+			return err
+		}
+	}
+	if err := kubeScenarios(&res, root, kube); err != nil {
+		return err
+	}
+	print(res.rows)
+	b, err := json.MarshalIndent(res.rows, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(out, append(b, '\n'), 0o644)
+}
+
+// engineScenarios runs the engine's scenarios (all but the Kubernetes
+// ones) with pins under root.
+func engineScenarios(res *results, root string, bulkN, insertN, callers, batch int) error {
 	sizes := maps.Sizes{Services: 1 << 18, Backends: 1 << 18, RevNAT: 1 << 17}
 	log := logrus.New()
 	log.SetLevel(logrus.WarnLevel)
@@ -316,19 +356,16 @@ func run(out string, bulkN, insertN, callers, batch int) error {
 	res.add("memory-10k-x10", "retained_bytes_per_service_ipv6", v6, "bytes")
 
 	// Upstream-comparable: insert then delete single-backend services.
-	if err := insertDelete(&res, root+"/insert", sizes, insertN, callers, batch, log); err != nil {
-		return err
-	}
-
-	print(res.rows)
-	b, err := json.MarshalIndent(res.rows, "", "  ")
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(out, append(b, '\n'), 0o644)
+	return insertDelete(res, root+"/insert", sizes, insertN, callers, batch, log)
 }
 
 var bulkBatch int
+
+// kube and kubeOnly are the Kubernetes scenarios' flags.
+var (
+	kube     kubeOptions
+	kubeOnly bool
+)
 
 var heapProfile string
 
