@@ -19,7 +19,7 @@ var layers = [][]string{
 	{"internal/engine", "internal/verify"},
 	{"actors"},
 	{""}, // the façade
-	{"api"},
+	{"api", "k8s/source"},
 	{"cmd/actorlb", "tests/bench", "tests/chaos", "tests", "tests/agent", "tests/datapath"},
 }
 

@@ -1,0 +1,425 @@
+package source
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/actorlb/actorlb"
+	"github.com/actorlb/actorlb/k8s/translate"
+	lb "github.com/actorlb/actorlb/loadbalancer"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sirupsen/logrus"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+)
+
+// Target is what the source programs: the façade *actorlb.Engine
+// satisfies it.
+type Target interface {
+	// SyncSource makes the services of src equal desired: upserts them and
+	// deletes the other services of src, never touching another source's.
+	SyncSource(ctx context.Context, src lb.Source, desired []*lb.Service) (actorlb.SyncResult, error)
+	// UpsertBatch upserts services, one result per service, in order.
+	UpsertBatch(ctx context.Context, svcs []*lb.Service) ([]actorlb.UpsertResult, error)
+	// DeleteBatchAs deletes the services of frontends as src, one result
+	// per frontend, in order.
+	DeleteBatchAs(ctx context.Context, src lb.Source, frontends []lb.L3n4Addr) ([]actorlb.DeleteResult, error)
+}
+
+// Defaults of Config.
+const (
+	DefaultDebounce       = 10 * time.Millisecond
+	DefaultRetryMin       = 100 * time.Millisecond
+	DefaultRetryMax       = 30 * time.Second
+	DefaultResyncInterval = 5 * time.Minute
+)
+
+// Config configures a Source.
+type Config struct {
+	// Client reaches the apiserver. Required.
+	Client kubernetes.Interface
+	// NodeName is this node's name: endpoints on it are node-local, and,
+	// without NodeAddresses, the Node whose addresses NodePort frontends
+	// get. Default: the host name, lowercased (as the kubelet names the
+	// node).
+	NodeName string
+	// NodeAddresses are the addresses NodePort frontends get besides the
+	// surrogate. Nil: the InternalIP addresses of the Node named NodeName,
+	// followed as they change (the Node is then watched too). Non-nil and
+	// empty: none.
+	NodeAddresses []netip.Addr
+	// Target is what the source programs (an *actorlb.Engine). Required.
+	Target Target
+	// Logger receives the source's logs (logrus.StandardLogger if nil).
+	Logger logrus.FieldLogger
+	// Registerer gets the source's metrics (none registered if nil).
+	Registerer prometheus.Registerer
+	// Debounce is how long the source waits after an event, once synced,
+	// before it applies everything pending (DefaultDebounce if 0).
+	Debounce time.Duration
+	// RetryMin and RetryMax bound the exponential backoff between retries
+	// of failed calls (DefaultRetryMin and DefaultRetryMax if 0).
+	RetryMin, RetryMax time.Duration
+	// ResyncInterval is how often frontends refused as conflicts are tried
+	// again (DefaultResyncInterval if 0; negative: only when their objects
+	// change).
+	ResyncInterval time.Duration
+}
+
+// Source feeds the Kubernetes cluster's Services and EndpointSlices to a
+// Target, as kube-proxy does. See the package documentation.
+type Source struct {
+	cfg     Config
+	log     logrus.FieldLogger
+	m       *metrics
+	in      *inbox
+	running atomic.Bool
+	start   time.Time // set by Run before the informers start
+
+	lastEvent atomic.Int64 // unix nanoseconds
+	connected atomic.Bool
+
+	mu     sync.RWMutex // guards status and names
+	status Status
+	names  map[lb.L3n4Addr]string
+}
+
+// Status is the source's state, as Source.Status reports it.
+type Status struct {
+	NodeName string
+	// NodeAddresses are the addresses NodePort frontends get.
+	NodeAddresses []netip.Addr
+	// Connected: the last list or watch of every informer worked.
+	Connected bool
+	// LastError is the last list/watch error, at LastErrorTime.
+	LastError     string
+	LastErrorTime time.Time
+	// Synced: every informer listed its objects and the full
+	// reconciliation was applied; from then on changes are applied as they
+	// come.
+	Synced bool
+	// LastEvent is when the last event was received.
+	LastEvent time.Time
+	// Services and Frontends count the Kubernetes services the source
+	// holds frontends of, and those frontends; Pending the frontends (and
+	// services not yet translated) still to apply.
+	Services, Frontends, Pending int
+	// Conflicts are the frontends the source cannot program.
+	Conflicts []Conflict
+	// LastSync is when the last change was applied, which took
+	// LastSyncDuration; LastApplyError is the last failure to apply (empty
+	// once a later change applied cleanly).
+	LastSync         time.Time
+	LastSyncDuration time.Duration
+	LastApplyError   string
+}
+
+// New checks cfg and returns a Source ready to Run.
+func New(cfg Config) (*Source, error) {
+	bad := func(field, why string) error {
+		return fmt.Errorf("new kubernetes source: %w: %s: %s", ErrInvalidConfig, field, why)
+	}
+	if cfg.Client == nil {
+		return nil, bad("Client", "required")
+	}
+	if cfg.Target == nil {
+		return nil, bad("Target", "required")
+	}
+	if cfg.NodeName == "" {
+		h, err := os.Hostname()
+		if err != nil || h == "" {
+			return nil, bad("NodeName", fmt.Sprintf("not given and the host name is unknown (%v)", err))
+		}
+		cfg.NodeName = strings.ToLower(h)
+	}
+	for i, a := range cfg.NodeAddresses {
+		if !a.IsValid() || a.Zone() != "" || a.Unmap().IsUnspecified() {
+			return nil, bad(fmt.Sprintf("NodeAddresses[%d]", i), fmt.Sprintf("%q is not a usable node address", a))
+		}
+	}
+	for _, d := range []struct {
+		name string
+		v    *time.Duration
+		def  time.Duration
+	}{{"Debounce", &cfg.Debounce, DefaultDebounce}, {"RetryMin", &cfg.RetryMin, DefaultRetryMin}, {"RetryMax", &cfg.RetryMax, DefaultRetryMax}} {
+		if *d.v < 0 {
+			return nil, bad(d.name, "must not be negative")
+		}
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+	}
+	if cfg.RetryMin > cfg.RetryMax {
+		return nil, bad("RetryMin", fmt.Sprintf("%s is above RetryMax %s", cfg.RetryMin, cfg.RetryMax))
+	}
+	if cfg.ResyncInterval == 0 {
+		cfg.ResyncInterval = DefaultResyncInterval
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = logrus.StandardLogger()
+	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("new kubernetes source: %w", err)
+	}
+	s := &Source{
+		cfg:   cfg,
+		log:   cfg.Logger.WithField("source", "kubernetes"),
+		m:     m,
+		in:    newInbox(),
+		names: map[lb.L3n4Addr]string{},
+	}
+	s.status.NodeName = cfg.NodeName
+	s.status.NodeAddresses = normAddrs(cfg.NodeAddresses)
+	return s, nil
+}
+
+// Status returns the source's state. It is safe for concurrent use.
+func (s *Source) Status() Status {
+	s.mu.RLock()
+	st := s.status
+	st.Conflicts = slices.Clone(st.Conflicts)
+	st.NodeAddresses = slices.Clone(st.NodeAddresses)
+	s.mu.RUnlock()
+	st.Connected = s.connected.Load()
+	if t := s.lastEvent.Load(); t != 0 {
+		st.LastEvent = time.Unix(0, t)
+	}
+	return st
+}
+
+// Name returns the Kubernetes service ("namespace/name") that the source
+// programmed on frontend. It is safe for concurrent use.
+func (s *Source) Name(frontend lb.L3n4Addr) (string, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	n, ok := s.names[frontend]
+	return n, ok
+}
+
+// informerSet is what Run starts and waits for.
+type informerSet struct {
+	factories []informers.SharedInformerFactory
+	synced    []cache.DoneChecker
+	informers map[string]cache.SharedIndexInformer // by kind
+	node      bool                                 // the Node is watched
+}
+
+// proxyLabelSelector leaves out what kube-proxy leaves out: services
+// another proxy handles, and the slices of headless services.
+const proxyLabelSelector = "!" + translate.LabelServiceProxyName + ",!" + corev1.IsHeadlessService
+
+// stripManagedFields drops what the source never reads, to keep the
+// informers' caches small.
+func stripManagedFields(obj any) (any, error) {
+	if m, ok := obj.(metav1.ObjectMetaAccessor); ok {
+		m.GetObjectMeta().SetManagedFields(nil)
+	}
+	return obj, nil
+}
+
+func (s *Source) informers() (*informerSet, error) {
+	set := &informerSet{informers: map[string]cache.SharedIndexInformer{}}
+	f := informers.NewSharedInformerFactoryWithOptions(s.cfg.Client, 0,
+		informers.WithTransform(stripManagedFields),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = proxyLabelSelector }))
+	set.factories = append(set.factories, f)
+	add := func(kind string, inf cache.SharedIndexInformer, h cache.ResourceEventHandler) error {
+		if err := inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
+			s.watchError(ctx, kind, err)
+		}); err != nil {
+			return fmt.Errorf("run: %s informer: %w", kind, err)
+		}
+		reg, err := inf.AddEventHandler(h)
+		if err != nil {
+			return fmt.Errorf("run: %s informer: %w", kind, err)
+		}
+		set.synced = append(set.synced, reg.HasSyncedChecker())
+		set.informers[kind] = inf
+		return nil
+	}
+	if err := add(KindService, f.Core().V1().Services().Informer(), cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc:    func(obj any, initial bool) { s.onService(OpAdd, obj, initial) },
+		UpdateFunc: func(_, obj any) { s.onService(OpUpdate, obj, false) },
+		DeleteFunc: func(obj any) { s.onService(OpDelete, obj, false) },
+	}); err != nil {
+		return nil, err
+	}
+	if err := add(KindEndpointSlice, f.Discovery().V1().EndpointSlices().Informer(), cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc:    func(obj any, initial bool) { s.onSlice(OpAdd, obj, initial) },
+		UpdateFunc: func(_, obj any) { s.onSlice(OpUpdate, obj, false) },
+		DeleteFunc: func(obj any) { s.onSlice(OpDelete, obj, false) },
+	}); err != nil {
+		return nil, err
+	}
+	if s.cfg.NodeAddresses == nil {
+		nf := informers.NewSharedInformerFactoryWithOptions(s.cfg.Client, 0,
+			informers.WithTransform(stripManagedFields),
+			informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+				o.FieldSelector = fields.OneTermEqualSelector("metadata.name", s.cfg.NodeName).String()
+			}))
+		set.factories = append(set.factories, nf)
+		set.node = true
+		if err := add(KindNode, nf.Core().V1().Nodes().Informer(), cache.ResourceEventHandlerDetailedFuncs{
+			AddFunc:    func(obj any, _ bool) { s.onNode(OpAdd, obj) },
+			UpdateFunc: func(_, obj any) { s.onNode(OpUpdate, obj) },
+			DeleteFunc: func(obj any) { s.onNode(OpDelete, obj) },
+		}); err != nil {
+			return nil, err
+		}
+	}
+	return set, nil
+}
+
+// received notes that an event arrived: the watch works.
+func (s *Source) received(kind, op string, now time.Time) {
+	s.m.event(kind, op)
+	s.lastEvent.Store(now.UnixNano())
+	s.connected.Store(true)
+}
+
+// trigger returns when the change of an object with annotations ann was
+// made, as kube-proxy reads it: its last-change-trigger-time annotation
+// when present (ignored if older than the source), else the event's
+// receipt, except for the initial list (not a change).
+func (s *Source) trigger(ann map[string]string, initial bool, now time.Time) time.Time {
+	if v, ok := ann[corev1.EndpointsLastChangeTriggerTime]; ok {
+		if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+			if t.After(s.start) {
+				return t
+			}
+			return time.Time{}
+		}
+	}
+	if initial {
+		return time.Time{}
+	}
+	return now
+}
+
+// unwrap returns the object of a delete event, which may be a tombstone,
+// and the tombstone's key.
+func unwrap(obj any) (any, string) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		return t.Obj, t.Key
+	}
+	return obj, ""
+}
+
+func (s *Source) onService(op string, obj any, initial bool) {
+	now := time.Now()
+	obj, tkey := unwrap(obj)
+	svc, ok := obj.(*corev1.Service)
+	if op == OpDelete {
+		k, ok := deletedKey(svc, ok && svc != nil, tkey)
+		if !ok {
+			s.log.WithField("object", fmt.Sprintf("%T", obj)).Warn("kubernetes: service delete event without a service")
+			return
+		}
+		s.received(KindService, op, now)
+		s.in.putService(k, nil, now)
+		return
+	}
+	if !ok || svc == nil {
+		s.log.WithField("object", fmt.Sprintf("%T", obj)).Warn("kubernetes: service event without a service")
+		return
+	}
+	s.received(KindService, op, now)
+	s.in.putService(Key{svc.Namespace, svc.Name}, svc, s.trigger(svc.Annotations, initial, now))
+}
+
+// deletedKey is the key of a deleted object: from the object, else from
+// its tombstone's key.
+func deletedKey[T metav1.Object](obj T, ok bool, tkey string) (Key, bool) {
+	if ok {
+		return Key{obj.GetNamespace(), obj.GetName()}, true
+	}
+	if ns, name, err := cache.SplitMetaNamespaceKey(tkey); err == nil && name != "" {
+		return Key{ns, name}, true
+	}
+	return Key{}, false
+}
+
+func (s *Source) onSlice(op string, obj any, initial bool) {
+	now := time.Now()
+	obj, tkey := unwrap(obj)
+	es, ok := obj.(*discoveryv1.EndpointSlice)
+	if op == OpDelete {
+		k, ok := deletedKey(es, ok && es != nil, tkey)
+		if !ok {
+			s.log.WithField("object", fmt.Sprintf("%T", obj)).Warn("kubernetes: endpointslice delete event without a slice")
+			return
+		}
+		s.received(KindEndpointSlice, op, now)
+		s.in.putSlice(objID{k.Namespace, k.Name}, nil, now)
+		return
+	}
+	if !ok || es == nil {
+		s.log.WithField("object", fmt.Sprintf("%T", obj)).Warn("kubernetes: endpointslice event without a slice")
+		return
+	}
+	s.received(KindEndpointSlice, op, now)
+	s.in.putSlice(objID{es.Namespace, es.Name}, es, s.trigger(es.Annotations, initial, now))
+}
+
+func (s *Source) onNode(op string, obj any) {
+	now := time.Now()
+	obj, tkey := unwrap(obj)
+	s.received(KindNode, op, now)
+	if op == OpDelete {
+		n, ok := obj.(*corev1.Node)
+		if k, ok := deletedKey(n, ok && n != nil, tkey); ok && k.Name == s.cfg.NodeName {
+			s.in.putNode(nodeEvent{deleted: true})
+		}
+		return
+	}
+	n, ok := obj.(*corev1.Node)
+	if !ok || n == nil {
+		s.log.WithField("object", fmt.Sprintf("%T", obj)).Warn("kubernetes: node event without a node")
+		return
+	}
+	if n.Name != s.cfg.NodeName {
+		return // the field selector should have left it out
+	}
+	s.in.putNode(nodeEvent{addrs: InternalIPs(n)})
+}
+
+// InternalIPs returns the node's InternalIP addresses, in order, without
+// the unparsable ones.
+func InternalIPs(n *corev1.Node) []netip.Addr {
+	var out []netip.Addr
+	for _, a := range n.Status.Addresses {
+		if a.Type != corev1.NodeInternalIP {
+			continue
+		}
+		if ip, err := netip.ParseAddr(a.Address); err == nil && ip.Zone() == "" {
+			out = append(out, ip.Unmap())
+		}
+	}
+	return out
+}
+
+func (s *Source) watchError(ctx context.Context, kind string, err error) {
+	if ctx.Err() != nil || err == nil {
+		return
+	}
+	s.connected.Store(false)
+	now := time.Now()
+	s.mu.Lock()
+	s.status.LastError = kind + ": " + err.Error()
+	s.status.LastErrorTime = now
+	s.mu.Unlock()
+	s.log.WithField("kind", kind).WithError(err).Warn("kubernetes: list/watch failed; retrying (the maps keep serving)")
+}
