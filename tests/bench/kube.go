@@ -2,9 +2,9 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -36,6 +36,8 @@ type kubeOptions struct {
 	endpoints    int   // endpoints per loaded service (at most 10)
 	workers      int   // concurrent writers when loading the apiserver
 	poll         time.Duration
+	syncRounds   int    // runs of the sync agent
+	heapProfile  string // the sync agent's heap profile (last round)
 }
 
 // The kinds of single change, in the order of a probe's life.
@@ -43,8 +45,8 @@ var changeKinds = []string{"service_created", "endpoint_added", "endpoint_not_re
 
 // kubeScenarios runs the Kubernetes-mode scenarios against a real etcd and
 // kube-apiserver: network programming latency (k8s-latency-N) and the
-// initial sync (k8s-sync-N-x10). Without the kube binaries, or without
-// the source in this build, it says so and adds nothing.
+// initial sync (k8s-sync-N-xE). Without the kube binaries it says so and
+// adds nothing.
 func kubeScenarios(res *results, root string, o kubeOptions) error {
 	if !o.run {
 		return nil
@@ -56,15 +58,11 @@ func kubeScenarios(res *results, root string, o kubeOptions) error {
 		return fmt.Errorf("kube scenarios: --kube-loads %v must list service counts", o.loads)
 	case o.syncServices < 1 || slices.Max(o.loads)+o.syncServices > maxClusterIPs:
 		return fmt.Errorf("kube scenarios: --kube-sync-services %d must be 1..%d (with the largest load)", o.syncServices, maxClusterIPs-slices.Max(o.loads))
-	case o.changes < len(changeKinds) || o.workers < 1 || o.poll <= 0:
-		return fmt.Errorf("kube scenarios: --kube-changes %d must be at least %d, --kube-workers %d and --kube-poll %s positive",
-			o.changes, len(changeKinds), o.workers, o.poll)
+	case o.changes < len(changeKinds) || o.workers < 1 || o.poll <= 0 || o.syncRounds < 1:
+		return fmt.Errorf("kube scenarios: --kube-changes %d must be at least %d, --kube-workers %d, --kube-poll %s and --kube-sync-rounds %d positive",
+			o.changes, len(changeKinds), o.workers, o.poll, o.syncRounds)
 	}
 	if _, err := cluster.FindBinaries(); err != nil {
-		fmt.Fprintf(os.Stderr, "bench: Kubernetes scenarios skipped: %v\n", err)
-		return nil
-	}
-	if _, err := newKubeSource(kubeSourceConfig{}); errors.Is(err, errNoKubeSource) {
 		fmt.Fprintf(os.Stderr, "bench: Kubernetes scenarios skipped: %v\n", err)
 		return nil
 	}
@@ -413,10 +411,14 @@ type syncReport struct {
 	// first SyncSource call, to its end: the last map write.
 	ListS, ToCallMS, SyncCallMS, SyncMS float64
 	SyncCPUMS                           float64 // the agent's CPU from the informers' sync to the last write
-	BatchMS, BatchCPUMS                 float64 // UpsertBatch of the same set on fresh maps
-	DirectSyncMS, DirectSyncCPUMS       float64 // the engine's SyncSource of the same set on fresh maps
+	BatchMS, BatchCPUMS                 float64 // UpsertBatch of the same set on fresh maps, the source idle
+	DirectSyncMS, DirectSyncCPUMS       float64 // the engine's SyncSource of the same set on fresh maps, the source idle
+	BareBatchMS, BareBatchCPUMS         float64 // UpsertBatch again once the source has stopped
+	RSSFreedMB                          float64 // RSS once freed memory is returned to the OS
 	RSSMB, RSSPeakMB, HeapMB            float64
 	MapWrites                           uint64
+	SyncGCs                             uint64  // garbage collections from the informers' sync to the last write
+	SyncGCCPUMS                         float64 // their CPU time
 }
 
 // kubeSync loads the apiserver with the sync set and runs the sync agent
@@ -455,41 +457,71 @@ func kubeSync(ctx context.Context, res *results, c *cluster.Cluster, root string
 	if err != nil {
 		return fmt.Errorf("kube sync: %w", err)
 	}
-	var stdout bytes.Buffer
-	cmd := exec.CommandContext(ctx, exe, "--kube-sync-agent", "--kube-agent-kubeconfig", c.AgentKubeconfig,
-		"--kube-agent-root", root, "--kube-sync-services", strconv.Itoa(all))
-	cmd.Stdout, cmd.Stderr = &stdout, os.Stderr
-	cp1 := controlPlaneCPU(cp)
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("kube sync: agent: %w", err)
+	var rs []syncReport
+	var agentCP []time.Duration
+	for round := range o.syncRounds {
+		args := []string{"--kube-sync-agent", "--kube-agent-kubeconfig", c.AgentKubeconfig,
+			"--kube-agent-root", fmt.Sprintf("%s-%d", root, round), "--kube-sync-services", strconv.Itoa(all)}
+		if o.heapProfile != "" && round == o.syncRounds-1 {
+			args = append(args, "--kube-agent-heapprofile", o.heapProfile)
+		}
+		var stdout bytes.Buffer
+		cmd := exec.CommandContext(ctx, exe, args...)
+		cmd.Stdout, cmd.Stderr = &stdout, os.Stderr
+		cp1 := controlPlaneCPU(cp)
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("kube sync: agent: %w", err)
+		}
+		agentCP = append(agentCP, controlPlaneCPU(cp)-cp1)
+		var r syncReport
+		if err := json.Unmarshal(lastLine(stdout.Bytes()), &r); err != nil {
+			return fmt.Errorf("kube sync: agent report %q: %w", stdout.String(), err)
+		}
+		if r.Services != all {
+			return fmt.Errorf("kube sync: the agent synced %d services, want %d", r.Services, all)
+		}
+		fmt.Fprintf(os.Stderr, "bench: k8s: sync agent round %d: %+v\n", round, r)
+		rs = append(rs, r)
 	}
-	agentCP := controlPlaneCPU(cp) - cp1
-	var r syncReport
-	if err := json.Unmarshal(lastLine(stdout.Bytes()), &r); err != nil {
-		return fmt.Errorf("kube sync: agent report %q: %w", stdout.String(), err)
+	med := func(get func(syncReport) float64) float64 {
+		vs := make([]float64, len(rs))
+		for i, r := range rs {
+			vs[i] = get(r)
+		}
+		slices.Sort(vs)
+		return vs[len(vs)/2]
 	}
-	if r.Services != all {
-		return fmt.Errorf("kube sync: the agent synced %d services, want %d", r.Services, all)
-	}
-	res.add(scen, "services", float64(r.Services), "count")
-	res.add(scen, "frontends", float64(r.Frontends), "count")
-	res.add(scen, "list_s", r.ListS, "s")
-	res.add(scen, "informer_sync_to_engine_call_ms", r.ToCallMS, "ms")
-	res.add(scen, "engine_sync_call_ms", r.SyncCallMS, "ms")
-	res.add(scen, "sync_ms", r.SyncMS, "ms")
-	res.add(scen, "sync_services_per_s", float64(r.Frontends)/(r.SyncMS/1000), "services/s")
-	res.add(scen, "sync_cpu_us_per_service", r.SyncCPUMS*1000/float64(r.Frontends), "us")
-	res.add(scen, "upsertbatch_ms", r.BatchMS, "ms")
-	res.add(scen, "upsertbatch_services_per_s", float64(r.Frontends)/(r.BatchMS/1000), "services/s")
-	res.add(scen, "upsertbatch_cpu_us_per_service", r.BatchCPUMS*1000/float64(r.Frontends), "us")
-	res.add(scen, "ratio_to_upsertbatch", r.SyncMS/r.BatchMS, "x")
-	res.add(scen, "engine_syncsource_direct_ms", r.DirectSyncMS, "ms")
-	res.add(scen, "engine_syncsource_direct_cpu_us_per_service", r.DirectSyncCPUMS*1000/float64(r.Frontends), "us")
-	res.add(scen, "agent_rss_mb", r.RSSMB, "MB")
-	res.add(scen, "agent_rss_peak_mb", r.RSSPeakMB, "MB")
-	res.add(scen, "agent_heap_mb", r.HeapMB, "MB")
-	res.add(scen, "agent_control_plane_cpu_ms", ms(agentCP), "ms")
-	res.add(scen, "map_writes", float64(r.MapWrites), "entries")
+	fes := float64(rs[0].Frontends)
+	syncMS := med(func(r syncReport) float64 { return r.SyncMS })
+	batchMS := med(func(r syncReport) float64 { return r.BatchMS })
+	res.add(scen, "services", float64(all), "count")
+	res.add(scen, "frontends", fes, "count")
+	res.add(scen, "rounds", float64(len(rs)), "count")
+	res.add(scen, "list_s", med(func(r syncReport) float64 { return r.ListS }), "s")
+	res.add(scen, "informer_sync_to_engine_call_ms", med(func(r syncReport) float64 { return r.ToCallMS }), "ms")
+	res.add(scen, "engine_sync_call_ms", med(func(r syncReport) float64 { return r.SyncCallMS }), "ms")
+	res.add(scen, "sync_ms", syncMS, "ms")
+	res.add(scen, "sync_ms_min", slices.MinFunc(rs, func(a, b syncReport) int { return cmp.Compare(a.SyncMS, b.SyncMS) }).SyncMS, "ms")
+	res.add(scen, "sync_ms_max", slices.MaxFunc(rs, func(a, b syncReport) int { return cmp.Compare(a.SyncMS, b.SyncMS) }).SyncMS, "ms")
+	res.add(scen, "sync_services_per_s", fes/(syncMS/1000), "services/s")
+	res.add(scen, "sync_cpu_us_per_service", med(func(r syncReport) float64 { return r.SyncCPUMS })*1000/fes, "us")
+	res.add(scen, "sync_gcs", med(func(r syncReport) float64 { return float64(r.SyncGCs) }), "count")
+	res.add(scen, "sync_gc_cpu_ms", med(func(r syncReport) float64 { return r.SyncGCCPUMS }), "ms")
+	res.add(scen, "upsertbatch_ms", batchMS, "ms")
+	res.add(scen, "upsertbatch_services_per_s", fes/(batchMS/1000), "services/s")
+	res.add(scen, "upsertbatch_cpu_us_per_service", med(func(r syncReport) float64 { return r.BatchCPUMS })*1000/fes, "us")
+	res.add(scen, "ratio_to_upsertbatch", med(func(r syncReport) float64 { return r.SyncMS / r.BatchMS }), "x")
+	res.add(scen, "upsertbatch_source_stopped_ms", med(func(r syncReport) float64 { return r.BareBatchMS }), "ms")
+	res.add(scen, "upsertbatch_source_stopped_cpu_us_per_service", med(func(r syncReport) float64 { return r.BareBatchCPUMS })*1000/fes, "us")
+	res.add(scen, "ratio_to_upsertbatch_source_stopped", med(func(r syncReport) float64 { return r.SyncMS / r.BareBatchMS }), "x")
+	res.add(scen, "engine_syncsource_direct_ms", med(func(r syncReport) float64 { return r.DirectSyncMS }), "ms")
+	res.add(scen, "engine_syncsource_direct_cpu_us_per_service", med(func(r syncReport) float64 { return r.DirectSyncCPUMS })*1000/fes, "us")
+	res.add(scen, "agent_rss_mb", med(func(r syncReport) float64 { return r.RSSMB }), "MB")
+	res.add(scen, "agent_rss_peak_mb", med(func(r syncReport) float64 { return r.RSSPeakMB }), "MB")
+	res.add(scen, "agent_rss_after_free_os_memory_mb", med(func(r syncReport) float64 { return r.RSSFreedMB }), "MB")
+	res.add(scen, "agent_heap_mb", med(func(r syncReport) float64 { return r.HeapMB }), "MB")
+	res.add(scen, "agent_control_plane_cpu_ms", ms(median(agentCP)), "ms")
+	res.add(scen, "map_writes", med(func(r syncReport) float64 { return float64(r.MapWrites) }), "entries")
 	return nil
 }
 

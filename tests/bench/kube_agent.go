@@ -8,6 +8,8 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,16 +30,36 @@ type syncedHook struct {
 	mu  sync.Mutex
 	at  time.Time
 	cpu time.Duration
+	gc  gcSample
+}
+
+// gcSample is the garbage collector's work so far.
+type gcSample struct {
+	cycles uint64
+	cpu    float64 // seconds
+}
+
+func readGC() gcSample {
+	s := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}, {Name: "/cpu/classes/gc/total:cpu-seconds"}}
+	metrics.Read(s)
+	var g gcSample
+	if s[0].Value.Kind() == metrics.KindUint64 {
+		g.cycles = s[0].Value.Uint64()
+	}
+	if s[1].Value.Kind() == metrics.KindFloat64 {
+		g.cpu = s[1].Value.Float64()
+	}
+	return g
 }
 
 func (h *syncedHook) Levels() []logrus.Level { return logrus.AllLevels }
 
 func (h *syncedHook) Fire(e *logrus.Entry) error {
 	if strings.Contains(e.Message, "every informer synced") {
-		cpu := cpuTime()
+		cpu, gc := cpuTime(), readGC()
 		h.mu.Lock()
 		if h.at.IsZero() {
-			h.at, h.cpu = e.Time, cpu
+			h.at, h.cpu, h.gc = e.Time, cpu, gc
 		}
 		h.mu.Unlock()
 	}
@@ -48,7 +70,7 @@ func (h *syncedHook) Fire(e *logrus.Entry) error {
 // process of its own by kubeSync: a fresh engine and the Kubernetes source
 // on the cluster of kubeconfig, where n services are waiting. It prints a
 // syncReport as one JSON line on stdout.
-func runSyncAgent(kubeconfig, root string, n int) error {
+func runSyncAgent(kubeconfig, root string, n int, heapProfile string) error {
 	ctx := context.Background()
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
@@ -81,40 +103,36 @@ func runSyncAgent(kubeconfig, root string, n int) error {
 	done := make(chan error, 1)
 	runAt := time.Now()
 	go func() { done <- src.Run(sctx) }()
-	waitErr := waitApplied(ctx, src, n, 4*time.Minute)
-	calls, desired := tt.snapshot()
-	st, statsErr := e.Stats(ctx)
-
-	var r syncReport
-	r.Services, r.Frontends = n, len(desired)
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	r.HeapMB = float64(m.HeapAlloc) / (1 << 20)
-	r.RSSMB, r.RSSPeakMB = procStatusMB("VmRSS"), procStatusMB("VmHWM")
-	stop()
-	<-done
-	if err := e.Close(); err != nil {
+	stopped := false
+	stopSource := func() {
+		if !stopped {
+			stopped = true
+			stop()
+			<-done
+		}
+	}
+	defer stopSource()
+	defer e.Close()
+	if err := waitApplied(ctx, src, n, 4*time.Minute); err != nil {
 		return err
 	}
-	if waitErr != nil {
-		return waitErr
-	}
-	if statsErr != nil {
-		return statsErr
-	}
-	if err := maps.Remove(root); err != nil {
+	gcEnd := readGC()
+	calls, desired := tt.snapshot()
+	st, err := e.Stats(ctx)
+	if err != nil {
 		return err
 	}
 	if len(calls) == 0 || calls[0].what != "sync" {
 		return fmt.Errorf("sync agent: the source's first engine call was not a full sync (%d calls)", len(calls))
 	}
 	hook.mu.Lock()
-	syncedAt, syncedCPU := hook.at, hook.cpu
+	syncedAt, syncedCPU, syncedGC := hook.at, hook.cpu, hook.gc
 	hook.mu.Unlock()
 	if syncedAt.IsZero() {
 		return fmt.Errorf("sync agent: the source never logged that its informers synced")
 	}
+	var r syncReport
+	r.Services, r.Frontends = n, len(desired)
 	last := calls[len(calls)-1]
 	r.ListS = syncedAt.Sub(runAt).Seconds()
 	r.ToCallMS = ms(calls[0].start.Sub(syncedAt))
@@ -122,10 +140,27 @@ func runSyncAgent(kubeconfig, root string, n int) error {
 	r.SyncMS = ms(last.end.Sub(syncedAt))
 	r.SyncCPUMS = ms(last.cpuEnd - syncedCPU)
 	r.MapWrites = st.MapWrites()
+	r.SyncGCs, r.SyncGCCPUMS = gcEnd.cycles-syncedGC.cycles, (gcEnd.cpu-syncedGC.cpu)*1000
 
-	// The floor: the same translated set through one UpsertBatch on fresh
-	// maps, in this process; then through the engine's SyncSource alone
-	// (what the source's full sync costs in the engine).
+	// Memory with the informer caches, the source's state and the engine.
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	r.HeapMB = float64(m.HeapAlloc) / (1 << 20)
+	r.RSSMB, r.RSSPeakMB = procStatusMB("VmRSS"), procStatusMB("VmHWM")
+	if heapProfile != "" {
+		if err := writeHeapProfile(heapProfile); err != nil {
+			return err
+		}
+	}
+	debug.FreeOSMemory()
+	r.RSSFreedMB = procStatusMB("VmRSS")
+
+	// The floors: the same translated set (the engine copies what it is
+	// given) through one UpsertBatch on fresh maps, and through the
+	// engine's SyncSource alone, in this process while the source idles
+	// with its caches (the same heap as during the sync); then one
+	// UpsertBatch again once the source has stopped.
 	fresh := func(dir string, do func(e *actorlb.Engine) error) (wall, cpu time.Duration, err error) {
 		e, err := actorlb.New(ctx, actorlb.Config{BPFRoot: dir, MaxEntries: sizes, Logger: log, ReconcileInterval: noReconcile})
 		if err != nil {
@@ -143,10 +178,11 @@ func runSyncAgent(kubeconfig, root string, n int) error {
 		}
 		return wall, cpu, maps.Remove(dir)
 	}
-	batch, batchCPU, err := fresh(root+"-batch", func(e *actorlb.Engine) error {
+	upsertBatch := func(e *actorlb.Engine) error {
 		rs, err := e.UpsertBatch(ctx, desired)
 		return firstErr(rs, err, func(r actorlb.UpsertResult) error { return r.Err })
-	})
+	}
+	batch, batchCPU, err := fresh(root+"-batch", upsertBatch)
 	if err != nil {
 		return err
 	}
@@ -160,8 +196,20 @@ func runSyncAgent(kubeconfig, root string, n int) error {
 	if err != nil {
 		return err
 	}
+	stopSource()
+	if err := e.Close(); err != nil {
+		return err
+	}
+	if err := maps.Remove(root); err != nil {
+		return err
+	}
+	bare, bareCPU, err := fresh(root+"-bare", upsertBatch)
+	if err != nil {
+		return err
+	}
 	r.BatchMS, r.BatchCPUMS = ms(batch), ms(batchCPU)
 	r.DirectSyncMS, r.DirectSyncCPUMS = ms(direct), ms(directCPU)
+	r.BareBatchMS, r.BareBatchCPUMS = ms(bare), ms(bareCPU)
 	b, err := json.Marshal(r)
 	if err != nil {
 		return err

@@ -1,5 +1,3 @@
-//go:build kubesource
-
 package main
 
 import (

@@ -68,12 +68,15 @@ func main() {
 	syncAgent := pflag.Bool("kube-sync-agent", false, "run as the agent of the initial-sync scenario (the bench starts it)")
 	agentKubeconfig := pflag.String("kube-agent-kubeconfig", "", "the sync agent's kubeconfig")
 	agentRoot := pflag.String("kube-agent-root", "", "the sync agent's pin directory")
-	for _, f := range []string{"kube-sync-agent", "kube-agent-kubeconfig", "kube-agent-root"} {
+	agentHeap := pflag.String("kube-agent-heapprofile", "", "where the sync agent writes its heap profile")
+	pflag.StringVar(&kube.heapProfile, "kube-heapprofile", "", "write a heap profile of the initial-sync agent (last round), taken where its memory is measured, to this file")
+	pflag.IntVar(&kube.syncRounds, "kube-sync-rounds", 3, "agent runs of the initial-sync scenario (fresh engine and source each; medians reported)")
+	for _, f := range []string{"kube-sync-agent", "kube-agent-kubeconfig", "kube-agent-root", "kube-agent-heapprofile"} {
 		_ = pflag.CommandLine.MarkHidden(f)
 	}
 	pflag.Parse()
 	if *syncAgent {
-		if err := runSyncAgent(*agentKubeconfig, *agentRoot, kube.syncServices); err != nil {
+		if err := runSyncAgent(*agentKubeconfig, *agentRoot, kube.syncServices, *agentHeap); err != nil {
 			fmt.Fprintln(os.Stderr, "bench: sync agent:", err)
 			os.Exit(1)
 		}
