@@ -124,7 +124,7 @@ func run(out string, bulkN, insertN, callers, batch int) error {
 		return fmt.Errorf("pin dir: %w (run as root)", err)
 	}
 	defer os.RemoveAll(root)
-	var res results
+	res := results{rows: []Row{}}
 	if !kubeOnly {
 		if err := engineScenarios(&res, root, bulkN, insertN, callers, batch); err != nil {
 			return err
