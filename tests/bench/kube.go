@@ -12,6 +12,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/actorlb/actorlb"
@@ -478,6 +479,7 @@ func kubeSync(ctx context.Context, res *results, c *cluster.Cluster, root string
 		var stdout bytes.Buffer
 		cmd := exec.CommandContext(ctx, exe, args...)
 		cmd.Stdout, cmd.Stderr = &stdout, os.Stderr
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // no agent outlives the bench
 		cp1 := controlPlaneCPU(cp)
 		if err := cmd.Run(); err != nil {
 			return fmt.Errorf("kube sync: agent: %w", err)
