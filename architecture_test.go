@@ -20,7 +20,7 @@ var layers = [][]string{
 	{"actors"},
 	{""}, // the façade
 	{"api", "k8s/source"},
-	{"cmd/actorlb", "tests/bench", "tests/chaos", "tests", "tests/agent", "tests/datapath"},
+	{"cmd/actorlb", "tests/bench", "tests/chaos", "tests", "tests/agent", "tests/datapath", "tests/kube/cluster"},
 }
 
 const module = "github.com/actorlb/actorlb"

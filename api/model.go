@@ -63,7 +63,8 @@ type ServiceFlags struct {
 	HealthCheckNodePort uint16 `json:"healthCheckNodePort,omitempty"`
 	// Name, Namespace and Cluster are upstream's names of the service
 	// (e.g. the Kubernetes service): actorlb names a service by its ID
-	// and does not store them, so only empty values are accepted.
+	// and does not store them, so only empty values are accepted. Answers
+	// carry the namespace and name of a Kubernetes source's service.
 	Name      string `json:"name,omitempty"`
 	Namespace string `json:"namespace,omitempty"`
 	Cluster   string `json:"cluster,omitempty"`
@@ -237,6 +238,56 @@ type Status struct {
 	// UDPSockets counts the connected UDP sockets moved off backends that
 	// left their service.
 	UDPSockets UDPSocketsStatus `json:"udp-sockets"`
+	// Sources are the sources that feed the engine besides the API (the
+	// Kubernetes source), absent when there is none.
+	Sources []SourceStatus `json:"sources,omitempty"`
+	// ServicesBySource counts the services by source (api, kubernetes),
+	// absent when the API is the only source.
+	ServicesBySource map[string]int `json:"services-by-source,omitempty"`
+}
+
+// SourceStatus is the state of a source of services (the Kubernetes
+// source: services and endpoints watched on the cluster's apiserver).
+type SourceStatus struct {
+	// Name is the source, as in flags.source: kubernetes.
+	Name string `json:"name"`
+	// Node is the node the source programs (its Kubernetes node name).
+	Node string `json:"node,omitempty"`
+	// NodeAddresses are the addresses NodePort frontends get.
+	NodeAddresses []string `json:"node-addresses"`
+	// Connected: the source's last list/watch worked.
+	Connected bool `json:"connected"`
+	// Synced: the source listed everything and applied the full state;
+	// changes are applied as they come.
+	Synced bool `json:"synced"`
+	// LastEvent is when the source last received an event (RFC 3339;
+	// absent before the first).
+	LastEvent string `json:"last-event,omitempty"`
+	// LastError is the last list/watch error, at LastErrorTime.
+	LastError     string `json:"last-error,omitempty"`
+	LastErrorTime string `json:"last-error-time,omitempty"`
+	// LastApplyError is the last failure to apply a change (retried).
+	LastApplyError string `json:"last-apply-error,omitempty"`
+	// Services and Frontends count the source's services (Kubernetes
+	// services) and the engine services (frontends) it holds; Pending
+	// those still to apply.
+	Services  int `json:"services"`
+	Frontends int `json:"frontends"`
+	Pending   int `json:"pending"`
+	// LastSyncSeconds is how long the last apply took.
+	LastSyncSeconds float64 `json:"last-sync-seconds"`
+	// Conflicts are the frontends the source cannot program (held by
+	// another source or another of its services).
+	Conflicts []SourceConflict `json:"conflicts,omitempty"`
+}
+
+// SourceConflict is a frontend a source cannot program.
+type SourceConflict struct {
+	Frontend string `json:"frontend"`
+	// Service is the source's service that does not get it
+	// (namespace/name).
+	Service string `json:"service"`
+	Reason  string `json:"reason"`
 }
 
 // UDPSocketsStatus counts the connected UDP sockets closed because their

@@ -20,6 +20,7 @@ import (
 
 	"github.com/actorlb/actorlb"
 	lb "github.com/actorlb/actorlb/loadbalancer"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
 )
 
@@ -108,6 +109,13 @@ type Config struct {
 	// NodePort, if set, is checked against every NodePort service written
 	// (and reported by GET /v1/config); nil checks nothing.
 	NodePort *NodePortConfig
+	// Sources, if set, reports the sources that feed the engine besides
+	// the API (/v1/healthz, `actorlb status`). Called per request.
+	Sources func() []SourceStatus
+	// ServiceName, if set, names the service a source programmed on a
+	// frontend (the Kubernetes service's namespace and name), for the
+	// answers of GET /v1/service.
+	ServiceName func(lb.L3n4Addr) (namespace, name string, ok bool)
 }
 
 // NodePortConfig is what the agent allows NodePort frontends to be.
@@ -163,6 +171,8 @@ type Server struct {
 	maxBody     int64
 	callTimeout time.Duration
 	socketLB    func() string
+	sources     func() []SourceStatus
+	serviceName func(lb.L3n4Addr) (string, string, bool)
 	started     time.Time
 	metrics     *metrics
 	http        *http.Server
@@ -216,6 +226,7 @@ func NewServer(cfg Config) (*Server, error) {
 		maxBody: cfg.MaxBodyBytes, callTimeout: cfg.CallTimeout, socketLB: cfg.SocketLB, started: time.Now(),
 		maxBatch: cfg.MaxBatchSpecs, maxConns: cfg.MaxConns, token: cfg.Token, insecure: cfg.Insecure,
 		heavy: make(chan struct{}, cfg.MaxHeavyRequests), release: newMemRelease(), silent: map[net.Conn]struct{}{},
+		sources: cfg.Sources, serviceName: cfg.ServiceName,
 	}
 	if cfg.NodePort != nil {
 		np := *cfg.NodePort
@@ -557,7 +568,7 @@ func (s *Server) listServices(w http.ResponseWriter, r *http.Request) reply {
 		return engineError(err, 0)
 	}
 	st := startStream(w)
-	streamArray(st, len(svcs), func(i int) *Service { return NewService(svcs[i]) })
+	streamArray(st, len(svcs), func(i int) *Service { return s.named(NewService(svcs[i]), svcs[i]) })
 	s.release.note(st.end())
 	return reply{written: true}
 }
@@ -573,8 +584,26 @@ func (s *Server) getService(_ http.ResponseWriter, r *http.Request) reply {
 	if err != nil {
 		return engineError(err, http.StatusNotFound)
 	}
-	return reply{code: http.StatusOK, body: NewService(svc)}
+	return reply{code: http.StatusOK, body: s.named(NewService(svc), svc)}
 }
+
+// named sets the namespace and name of out, the answer of svc, when a
+// source names its frontend.
+func (s *Server) named(out *Service, svc *lb.Service) *Service {
+	if s.serviceName == nil || svc.Source == lb.SourceAPI {
+		return out
+	}
+	if ns, name, ok := s.serviceName(svc.Frontend.L3n4Addr); ok {
+		for _, spec := range []*ServiceSpec{out.Spec, out.Status.Realized} {
+			spec.Flags.Namespace, spec.Flags.Name = ns, name
+		}
+	}
+	return out
+}
+
+// Registerer is the registry of /metrics, where other parts of the agent
+// (the Kubernetes source) register their metrics.
+func (s *Server) Registerer() prometheus.Registerer { return s.metrics.reg }
 
 func (s *Server) putService(w http.ResponseWriter, r *http.Request) reply {
 	id, err := pathID(r)
@@ -822,6 +851,19 @@ func (s *Server) status(ctx context.Context) (*Status, error) {
 	}
 	if s.socketLB != nil {
 		out.SocketLB = s.socketLB()
+	}
+	if s.sources != nil {
+		out.Sources = s.sources()
+		if len(out.Sources) > 0 {
+			// The sources' own counts: the engine does not count by source.
+			out.ServicesBySource = map[string]int{}
+			api := st.Services
+			for _, src := range out.Sources {
+				out.ServicesBySource[src.Name] += src.Frontends
+				api -= src.Frontends
+			}
+			out.ServicesBySource[lb.SourceAPI.String()] = max(api, 0)
+		}
 	}
 	out.Reconcile = ReconcileStatus{Runs: st.Reconciles, Repairs: st.DriftRepairs}
 	out.UDPSockets = UDPSocketsStatus{Terminated: st.SocketsTerminated, Dropped: st.SocketTargetsDropped, Failures: st.SocketTerminateFailures}

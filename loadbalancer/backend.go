@@ -66,7 +66,9 @@ func (s BackendState) IsActive() bool { return s == BackendStateActive }
 // active -> terminating, quarantined, maintenance; quarantined -> active,
 // terminating; maintenance -> active; terminating is final. A forbidden
 // change is a *ValidationError (Field "state") matching
-// ErrInvalidStateTransition.
+// ErrInvalidStateTransition. The engine applies these rules to the writes
+// of SourceAPI; the Kubernetes sync may set any state (Kubernetes is the
+// truth about its endpoints: a terminating address may come back ready).
 func ValidateStateTransition(from, to BackendState) error {
 	if !from.IsValid() {
 		return invalid("state", from.String(), "unknown state")

@@ -22,11 +22,15 @@ import (
 	"github.com/actorlb/actorlb/api"
 	"github.com/actorlb/actorlb/bpf"
 	"github.com/actorlb/actorlb/internal/bpffs"
+	"github.com/actorlb/actorlb/k8s/source"
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/maps"
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/pflag"
 	"golang.org/x/sys/unix"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 )
 
 // Agent errors.
@@ -106,6 +110,10 @@ file left behind by an agent that died is replaced; any other file is not.`,
 			fs.String("node-addresses", "", "the node's own addresses, comma-separated: a NodePort service's frontend is the surrogate (0.0.0.0 or ::) or one of them ('' for none: the surrogate only; default: the host's global unicast addresses plus 127.0.0.1 and ::1 when present)")
 			fs.String("node-port-range", lb.DefaultNodePortRange.String(), "MIN-MAX: the ports a NodePort service's frontend may have; others are refused")
 			fs.String("socket-group", "", "group (name or GID) that owns --socket, so its members may use the API without root (mode 0660)")
+			// Kubernetes mode (issue 16).
+			fs.String("k8s-kubeconfig", "", "Kubernetes mode: watch the Services and EndpointSlices of the cluster this kubeconfig file reaches and program them, as kube-proxy does (needs list/watch on services, endpointslices and nodes; see deploy/)")
+			fs.Bool("k8s-in-cluster", false, "Kubernetes mode, from inside a pod: reach the apiserver with the pod's service account (KUBERNETES_SERVICE_HOST and the mounted token)")
+			fs.String("k8s-node-name", "", "Kubernetes mode: this node's name (endpoints on it are node-local; without --node-addresses its InternalIP addresses get the NodePort frontends); default: the host name")
 		},
 		run: runAgent,
 	}
@@ -126,6 +134,18 @@ type agentConfig struct {
 	socketGID                       int // -1: leave the socket's group alone
 	nodeAddrs                       []netip.Addr
 	nodePortRange                   lb.PortRange
+	k8s                             *k8sConfig // nil: no Kubernetes mode
+}
+
+// k8sConfig is the Kubernetes mode's: where the apiserver is, the node's
+// name, and the addresses NodePort frontends get (nil: the Node's
+// InternalIPs).
+type k8sConfig struct {
+	client    kubernetes.Interface
+	from      string // what reached the apiserver: the kubeconfig path, or "in-cluster"
+	host      string
+	nodeName  string
+	nodeAddrs []netip.Addr
 }
 
 func agentFlags(e *env) (*agentConfig, error) {
@@ -190,6 +210,9 @@ func agentFlags(e *env) (*agentConfig, error) {
 	if err := nodePortFlags(fs, c); err != nil {
 		return nil, err
 	}
+	if err := k8sFlags(fs, c); err != nil {
+		return nil, err
+	}
 	if c.socketLBCgroup != "" && c.socketLB && !c.dryRun {
 		var st unix.Statfs_t
 		if err := unix.Statfs(c.socketLBCgroup, &st); err != nil {
@@ -228,6 +251,59 @@ func nodePortFlags(fs *pflag.FlagSet, c *agentConfig) error {
 		return err
 	}
 	c.nodeAddrs = addrs
+	return nil
+}
+
+// k8sFlags reads --k8s-kubeconfig, --k8s-in-cluster and --k8s-node-name
+// into c.k8s, checked (the kubeconfig is read; nothing is asked of the
+// apiserver yet). In Kubernetes mode, NodePort frontends get the Node's
+// InternalIPs unless --node-addresses is given.
+func k8sFlags(fs *pflag.FlagSet, c *agentConfig) error {
+	path, _ := fs.GetString("k8s-kubeconfig")
+	inCluster, _ := fs.GetBool("k8s-in-cluster")
+	nodeName, _ := fs.GetString("k8s-node-name")
+	switch {
+	case path != "" && inCluster:
+		return errors.New("invalid --k8s-kubeconfig with --k8s-in-cluster: give one way to reach the apiserver")
+	case path == "" && !inCluster:
+		if fs.Changed("k8s-node-name") {
+			return errors.New("invalid --k8s-node-name: only for Kubernetes mode (--k8s-kubeconfig or --k8s-in-cluster)")
+		}
+		return nil
+	}
+	k := &k8sConfig{nodeName: nodeName}
+	var rc *rest.Config
+	var err error
+	if inCluster {
+		k.from = "in-cluster"
+		if rc, err = rest.InClusterConfig(); err != nil {
+			return fmt.Errorf("invalid --k8s-in-cluster: %w (outside a pod, use --k8s-kubeconfig)", err)
+		}
+	} else {
+		k.from = path
+		if _, err := os.Stat(path); err != nil {
+			return fmt.Errorf("invalid --k8s-kubeconfig %s: %w", path, err)
+		}
+		if rc, err = clientcmd.BuildConfigFromFlags("", path); err != nil {
+			return fmt.Errorf("invalid --k8s-kubeconfig %s: %w", path, err)
+		}
+	}
+	rc.UserAgent = "actorlb/" + api.Build().Version
+	k.host = rc.Host
+	if k.client, err = kubernetes.NewForConfig(rc); err != nil {
+		return fmt.Errorf("invalid --k8s-kubeconfig %s: %w", path, err)
+	}
+	if k.nodeName == "" {
+		h, err := os.Hostname()
+		if err != nil || h == "" {
+			return fmt.Errorf("the node name: no --k8s-node-name and no host name (%v)", err)
+		}
+		k.nodeName = strings.ToLower(h)
+	}
+	if fs.Changed("node-addresses") {
+		k.nodeAddrs = slices.Clone(c.nodeAddrs)
+	}
+	c.k8s = k
 	return nil
 }
 
@@ -610,11 +686,56 @@ func agent(ctx context.Context, c *agentConfig) error {
 			return st.Summary()
 		}
 	}
-	srv, err := api.NewServer(api.Config{Engine: engine, Log: logrus.NewEntry(log), BPFRoot: engine.BPFRoot(), DryRun: c.dryRun, SocketLB: socketLB,
-		Token: c.token, Insecure: c.insecure, NodePort: &api.NodePortConfig{Range: c.nodePortRange, Addresses: c.nodeAddrs}})
+	var k8s *source.Source // set before the API serves
+	acfg := api.Config{Engine: engine, Log: logrus.NewEntry(log), BPFRoot: engine.BPFRoot(), DryRun: c.dryRun, SocketLB: socketLB,
+		Token: c.token, Insecure: c.insecure, NodePort: &api.NodePortConfig{Range: c.nodePortRange, Addresses: c.nodeAddrs}}
+	if c.k8s != nil {
+		acfg.Sources = func() []api.SourceStatus { return []api.SourceStatus{sourceStatus(k8s.Status())} }
+		acfg.ServiceName = func(fe lb.L3n4Addr) (string, string, bool) {
+			n, ok := k8s.Name(fe)
+			ns, name, _ := strings.Cut(n, "/")
+			return ns, name, ok
+		}
+	}
+	srv, err := api.NewServer(acfg)
 	if err != nil {
 		return err
 	}
+	k8sDone := make(chan struct{})
+	if c.k8s == nil {
+		close(k8sDone)
+	} else {
+		k8s, err = source.New(source.Config{
+			Client: c.k8s.client, NodeName: c.k8s.nodeName, NodeAddresses: c.k8s.nodeAddrs, Target: engine,
+			Logger: log, Registerer: srv.Registerer(),
+			OnNodeAddresses: func(addrs []netip.Addr) {
+				// The Node's addresses, when they are not given: the
+				// socket LB's NodePort fallback follows them.
+				if c.dryRun {
+					return
+				}
+				if err := bpf.SetNodeAddresses(engine.BPFRoot(), addrs); err != nil {
+					log.WithError(err).Warn("the Node's addresses not written to the datapath: NodePort surrogate frontends answer on the earlier addresses")
+				}
+			},
+		})
+		if err != nil {
+			return err
+		}
+		addrs := "the Node's InternalIPs"
+		if c.k8s.nodeAddrs != nil {
+			addrs = fmt.Sprint(c.k8s.nodeAddrs)
+		}
+		log.WithFields(logrus.Fields{"apiserver": c.k8s.host, "from": c.k8s.from, "node": c.k8s.nodeName, "nodePortAddresses": addrs}).
+			Info("Kubernetes mode: programming the cluster's Services and EndpointSlices")
+		go func() {
+			defer close(k8sDone)
+			if err := k8s.Run(ctx); err != nil {
+				log.WithError(err).Error("kubernetes source stopped")
+			}
+		}()
+	}
+	defer func() { cancel(); <-k8sDone }()
 	ul, err := listenUnix(c.socket, c.socketGID)
 	if err != nil {
 		return err
@@ -663,8 +784,10 @@ func agent(ctx context.Context, c *agentConfig) error {
 		log.WithError(failed).Error("api server failed; shutting down")
 	}
 	_ = sdNotify("STOPPING=1")
-	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
-	defer cancel()
+	cancel() // the Kubernetes source stops before the engine closes
+	<-k8sDone
+	sctx, scancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer scancel()
 	shutErr := srv.Shutdown(sctx)
 	closeErr := engine.Close()
 	if err := os.Remove(c.socket); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -701,4 +824,26 @@ func udpTerminator(root string, log *logrus.Entry) actorlb.SocketTerminator {
 		}
 		return n, err
 	}
+}
+
+// sourceStatus is what /v1/healthz says of the Kubernetes source.
+func sourceStatus(st source.Status) api.SourceStatus {
+	out := api.SourceStatus{
+		Name: lb.SourceKubernetes.String(), Node: st.NodeName, NodeAddresses: []string{},
+		Connected: st.Connected, Synced: st.Synced, LastError: st.LastError, LastApplyError: st.LastApplyError,
+		Services: st.Services, Frontends: st.Frontends, Pending: st.Pending, LastSyncSeconds: st.LastSyncDuration.Seconds(),
+	}
+	for _, a := range st.NodeAddresses {
+		out.NodeAddresses = append(out.NodeAddresses, a.String())
+	}
+	if !st.LastEvent.IsZero() {
+		out.LastEvent = st.LastEvent.UTC().Format(time.RFC3339Nano)
+	}
+	if !st.LastErrorTime.IsZero() {
+		out.LastErrorTime = st.LastErrorTime.UTC().Format(time.RFC3339Nano)
+	}
+	for _, c := range st.Conflicts {
+		out.Conflicts = append(out.Conflicts, api.SourceConflict{Frontend: c.Frontend.String(), Service: c.Service, Reason: c.Reason})
+	}
+	return out
 }

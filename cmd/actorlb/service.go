@@ -147,15 +147,39 @@ func algorithmString(alg string) string {
 	return alg
 }
 
+// sourceString is a service's source as the CLI shows it: "api", or
+// "kubernetes ns/name".
+func sourceString(f *api.ServiceFlags) string {
+	if f == nil || f.Source == "" {
+		return lb.SourceAPI.String()
+	}
+	if f.Name != "" {
+		return f.Source + " " + f.Namespace + "/" + f.Name
+	}
+	return f.Source
+}
+
 func printServices(w io.Writer, svcs []*api.Service, wide bool) error {
 	tw := newTable(w)
+	// The SOURCE column appears when a service is not the API's.
+	withSource := slices.ContainsFunc(svcs, func(s *api.Service) bool {
+		return sourceString(s.Spec.Flags) != lb.SourceAPI.String()
+	})
+	source := ""
+	if withSource {
+		source = "SOURCE\t"
+	}
 	if wide {
-		fmt.Fprintln(tw, "ID\tFRONTEND\tTYPE\tSCOPE\tEXT-POLICY\tINT-POLICY\tAFFINITY\tALGORITHM\tBACKEND")
+		fmt.Fprintln(tw, "ID\tFRONTEND\tTYPE\t"+source+"SCOPE\tEXT-POLICY\tINT-POLICY\tAFFINITY\tALGORITHM\tBACKEND")
 	} else {
-		fmt.Fprintln(tw, "ID\tFRONTEND\tTYPE\tBACKEND")
+		fmt.Fprintln(tw, "ID\tFRONTEND\tTYPE\t"+source+"BACKEND")
 	}
 	for _, s := range svcs {
 		spec := s.Spec
+		source := ""
+		if withSource {
+			source = sourceString(spec.Flags) + "\t"
+		}
 		var head string
 		if wide {
 			f := spec.Flags
@@ -170,9 +194,9 @@ func printServices(w io.Writer, svcs []*api.Service, wide bool) error {
 			if spec.FrontendAddress != nil && spec.FrontendAddress.Scope != "" {
 				scope = spec.FrontendAddress.Scope
 			}
-			head = fmt.Sprintf("%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t", spec.ID, frontendString(spec.FrontendAddress), typ, scope, ext, in, aff, algorithmString(alg))
+			head = fmt.Sprintf("%d\t%s\t%s\t%s%s\t%s\t%s\t%s\t%s\t", spec.ID, frontendString(spec.FrontendAddress), typ, source, scope, ext, in, aff, algorithmString(alg))
 		} else {
-			head = fmt.Sprintf("%d\t%s\t%s\t", spec.ID, frontendString(spec.FrontendAddress), serviceOptions(spec.Flags))
+			head = fmt.Sprintf("%d\t%s\t%s\t%s", spec.ID, frontendString(spec.FrontendAddress), serviceOptions(spec.Flags), source)
 		}
 		pad := strings.Repeat("\t", strings.Count(head, "\t"))
 		if len(spec.BackendAddresses) == 0 {

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
 	"strings"
@@ -79,6 +81,16 @@ func printStatus(e *env, st *api.Status) {
 	}
 	fmt.Fprintf(w, "Services:       %d   Backends: %d   RevNAT entries: %d   Operations in flight: %d\n",
 		st.Services, st.Backends, st.RevNAT, st.OpsInFlight)
+	if len(st.ServicesBySource) > 0 {
+		var by []string
+		for _, k := range slices.Sorted(maps.Keys(st.ServicesBySource)) {
+			by = append(by, fmt.Sprintf("%s %d", k, st.ServicesBySource[k]))
+		}
+		fmt.Fprintf(w, "By source:      %s\n", strings.Join(by, ", "))
+	}
+	for _, src := range st.Sources {
+		printSource(w, src)
+	}
 	r := st.Restore
 	fmt.Fprintf(w, "Restored:       %s, %s, %s; %s (%s)\n",
 		plural(r.Services, "service", "services"), plural(r.Backends, "backend", "backends"),
@@ -118,4 +130,34 @@ func printStatus(e *env, st *api.Status) {
 		fmt.Fprintf(tw, "%s\t%d\t%s\n", name, t.Count, mean)
 	}
 	tw.Flush()
+}
+
+// printSource prints what status says of a source (the Kubernetes one).
+func printSource(w io.Writer, src api.SourceStatus) {
+	conn := "connected"
+	if !src.Connected {
+		conn = "not connected"
+	}
+	if src.LastError != "" {
+		conn += " (last error " + src.LastErrorTime + ": " + src.LastError + ")"
+	}
+	sync := "synced"
+	if !src.Synced {
+		sync = "not synced: the restored services keep serving until every informer has listed"
+	}
+	last := src.LastEvent
+	if last == "" {
+		last = "none yet"
+	}
+	fmt.Fprintf(w, "Source %s:%s%s, %s\n", src.Name, strings.Repeat(" ", max(1, 8-len(src.Name))), conn, sync)
+	fmt.Fprintf(w, "                node %s, node addresses %s; last event %s\n", src.Node, cmp.Or(strings.Join(src.NodeAddresses, ","), "none"), last)
+	fmt.Fprintf(w, "                %d services, %d frontends, %d pending, %d conflicts; last apply took %s\n",
+		src.Services, src.Frontends, src.Pending, len(src.Conflicts),
+		(time.Duration(src.LastSyncSeconds * float64(time.Second))).Round(time.Microsecond))
+	if src.LastApplyError != "" {
+		fmt.Fprintf(w, "                last apply error (retried): %s\n", src.LastApplyError)
+	}
+	for _, c := range src.Conflicts {
+		fmt.Fprintf(w, "                conflict: %s of %s: %s\n", c.Frontend, c.Service, c.Reason)
+	}
 }

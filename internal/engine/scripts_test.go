@@ -642,3 +642,31 @@ func TestScriptEachSourceChangesOnlyItsOwnServices(t *testing.T) {
 	h.expect()
 	h.expectAnswers("sync: error: sync: service 0: invalid sync: its source is kubernetes, the sync's is api")
 }
+
+// A terminating backend may not become active through the API (terminating
+// is final), but the Kubernetes sync may make it active again: its address
+// was reused by a ready endpoint.
+func TestScriptKubernetesMayReviveATerminatingBackend(t *testing.T) {
+	h := newHarness(t)
+	for _, src := range []lb.Source{lb.SourceAPI, lb.SourceKubernetes} {
+		fe := map[lb.Source]string{lb.SourceAPI: "10.96.0.1:80", lb.SourceKubernetes: "10.96.0.2:80"}[src]
+		sid := lb.ServiceID(1 + src)
+		s := svc(t, fe, "10.0.1.1:8080")
+		s.Source, s.Backends[0].State = src, lb.BackendStateTerminating
+		create(t, h, s, sid, lb.BackendID(1+src))
+		active := svc(t, fe, "10.0.1.1:8080")
+		active.Source = src
+		h.call(upsert(active))
+		if src == lb.SourceAPI {
+			h.expect()
+			h.expectAnswers("upsert: error: upsert service 10.96.0.1:80/TCP: backend 10.0.1.1:8080: invalid state \"active\": cannot change from terminating to active (terminating is final)")
+			h.call(deleteFE(t, fe))
+			h.flushAnswering(t)
+			h.expectAnswers("delete: id 1")
+			continue
+		}
+		h.flushAnswering(t)
+		h.expectAnswers("upsert: id 2 created false")
+		require.Equal(t, lb.BackendStateActive, h.c.services[2].Spec.Backends[0].State)
+	}
+}

@@ -134,7 +134,7 @@ func (c *Core) planUpsert(it *upsertItem) error {
 	for i, b := range bs {
 		k := table.BackendKey(b)
 		oldID, mine := oldIDs[k]
-		if it.err = c.checkSharedState(b, k, mine, &it.restoreShared); it.err != nil {
+		if it.err = c.checkSharedState(b, k, mine, it.spec.Source, &it.restoreShared); it.err != nil {
 			return it.err
 		}
 		if mine {
@@ -498,12 +498,15 @@ func (c *Core) checkWantedID(fe lb.L3n4Addr, want lb.ServiceID) error {
 // it and k is not the service's own already (mine), the entry that gives
 // the other services theirs back is added to *restore: the backend is
 // written with the new state before the commit, so a rollback needs it.
-func (c *Core) checkSharedState(b lb.Backend, k lb.L3n4Addr, mine bool, restore *[]maps.BackendEntry) error {
+func (c *Core) checkSharedState(b lb.Backend, k lb.L3n4Addr, mine bool, src lb.Source, restore *[]maps.BackendEntry) error {
 	cur, id, ok := c.backendState(k)
 	if !ok {
 		return nil
 	}
-	if err := lb.ValidateStateTransition(cur, b.State); err != nil {
+	// The transition rules guard the API's writes. Kubernetes is the
+	// truth about its endpoints: an address that was terminating may be
+	// ready again (a new pod on a reused IP, a hostNetwork pod rolled).
+	if err := lb.ValidateStateTransition(cur, b.State); err != nil && src != lb.SourceKubernetes {
 		return fmt.Errorf("backend %s: %w", b.AddrPort(), err)
 	}
 	if !mine && cur != b.State {

@@ -22,7 +22,9 @@
 // service with the oldest creationTimestamp, then the first by
 // namespace/name, gets it; the other is reported as a Conflict.
 //
-// Source is the thin runner: client-go shared informers whose handlers put
+// Source is the thin runner: client-go shared informers (one
+// SharedInformerFactory; their list/watch calls wrapped to observe the
+// connection) whose handlers put
 // events into an inbox, and one goroutine that owns the State and calls
 // the Target. The inbox keeps the latest event per object behind a mutex
 // and signals the goroutine through a channel of capacity one, so a
@@ -55,8 +57,11 @@
 // returns the apiserver's or the target's failures, it retries them:
 //
 //   - A list/watch failure is retried by client-go; the maps keep serving
-//     what was applied. Status().Connected turns false with the error, and
-//     true again at the next event.
+//     what was applied. Every list and watch call is observed (client-go
+//     retries a refused connection without telling its watch error
+//     handler): Status().Connected turns false with the error, and true
+//     again once the next call of every kind works. After the re-list,
+//     only what changed is written.
 //   - A target call that fails as a whole is retried with exponential
 //     backoff (Config.RetryMin to RetryMax); nothing is tried meanwhile,
 //     and the state stays pending, so nothing is lost.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	lb "github.com/actorlb/actorlb/loadbalancer"
@@ -123,7 +124,6 @@ func (r *runner) loop(ctx context.Context) {
 }
 
 func (r *runner) allSynced() {
-	r.s.connected.Store(true)
 	r.drain()
 	if r.set.node && !r.nodeSeen {
 		r.s.log.WithField("node", r.s.cfg.NodeName).
@@ -178,6 +178,9 @@ func (r *runner) drain() {
 			r.s.mu.Unlock()
 			if changed {
 				r.s.log.WithField("nodeAddresses", fmt.Sprint(addrs)).Info("kubernetes: node addresses for NodePort frontends")
+				if f := r.s.cfg.OnNodeAddresses; f != nil {
+					f(slices.Clone(addrs))
+				}
 			}
 		}
 	}
@@ -218,8 +221,8 @@ func (r *runner) full(ctx context.Context) {
 		"services": len(desired), "upserted": res.Upserted, "deleted": res.Deleted, "failed": len(res.Failed), "took": d.String(),
 	}).Info("kubernetes: full sync applied; changes are applied as they come from now on")
 	r.applied(d, rep)
-	if !r.st.Counts().Idle() {
-		r.arm(r.s.cfg.Debounce)
+	if rep.Failed == 0 && !r.st.Counts().Idle() {
+		r.arm(r.s.cfg.Debounce) // changes that came during the sync
 	}
 }
 

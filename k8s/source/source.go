@@ -20,6 +20,8 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -76,6 +78,12 @@ type Config struct {
 	// again (DefaultResyncInterval if 0; negative: only when their objects
 	// change).
 	ResyncInterval time.Duration
+	// OnNodeAddresses, if set, is called with the Node's addresses each
+	// time they change (only when NodeAddresses is nil: they come from the
+	// Node), from the source's goroutine, before the NodePort frontends
+	// are rewritten for them; the agent writes them to the datapath's
+	// NodePort fallback map. It must not block for long.
+	OnNodeAddresses func([]netip.Addr)
 }
 
 // Source feeds the Kubernetes cluster's Services and EndpointSlices to a
@@ -90,6 +98,14 @@ type Source struct {
 
 	lastEvent atomic.Int64 // unix nanoseconds
 	connected atomic.Bool
+	warned    atomic.Bool // an apiserver failure was logged
+
+	// kinds is the number of kinds watched; answered and failing (guarded
+	// by mu) the kinds whose list/watch calls worked once, and those whose
+	// last call failed.
+	kinds    int
+	answered map[string]bool
+	failing  map[string]bool
 
 	mu     sync.RWMutex // guards status and names
 	status Status
@@ -180,6 +196,10 @@ func New(cfg Config) (*Source, error) {
 		m:     m,
 		in:    newInbox(),
 		names: map[lb.L3n4Addr]string{},
+		kinds: 2, answered: map[string]bool{}, failing: map[string]bool{},
+	}
+	if cfg.NodeAddresses == nil {
+		s.kinds = 3
 	}
 	s.status.NodeName = cfg.NodeName
 	s.status.NodeAddresses = normAddrs(cfg.NodeAddresses)
@@ -230,13 +250,53 @@ func stripManagedFields(obj any) (any, error) {
 	return obj, nil
 }
 
+// listWatch is an informer's list and watch calls for one kind.
+type listWatch struct {
+	obj   runtime.Object
+	list  func(context.Context, metav1.ListOptions) (runtime.Object, error)
+	watch func(context.Context, metav1.ListOptions) (watch.Interface, error)
+	tweak func(*metav1.ListOptions)
+}
+
+// observed returns the constructor of an informer for lw whose every list
+// and watch call reports its outcome to the source: that is what
+// Status().Connected follows (client-go retries a refused connection
+// itself, without telling its watch error handler).
+func (s *Source) observed(kind string, lw listWatch) func(kubernetes.Interface, time.Duration) cache.SharedIndexInformer {
+	return func(client kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+		l := &cache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				lw.tweak(&o)
+				obj, err := lw.list(ctx, o)
+				s.observe(ctx, kind, "list", err)
+				return obj, err
+			},
+			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				lw.tweak(&o)
+				w, err := lw.watch(ctx, o)
+				s.observe(ctx, kind, "watch", err)
+				return w, err
+			},
+		}
+		l.ListFunc = func(o metav1.ListOptions) (runtime.Object, error) {
+			return l.ListWithContextFunc(context.Background(), o)
+		}
+		l.WatchFunc = func(o metav1.ListOptions) (watch.Interface, error) {
+			return l.WatchFuncWithContext(context.Background(), o)
+		}
+		return cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(l, client), lw.obj,
+			cache.SharedIndexInformerOptions{ResyncPeriod: resync})
+	}
+}
+
 func (s *Source) informers() (*informerSet, error) {
 	set := &informerSet{informers: map[string]cache.SharedIndexInformer{}}
-	f := informers.NewSharedInformerFactoryWithOptions(s.cfg.Client, 0,
-		informers.WithTransform(stripManagedFields),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = proxyLabelSelector }))
+	c := s.cfg.Client
+	f := informers.NewSharedInformerFactoryWithOptions(c, 0, informers.WithTransform(stripManagedFields))
 	set.factories = append(set.factories, f)
-	add := func(kind string, inf cache.SharedIndexInformer, h cache.ResourceEventHandler) error {
+	proxied := func(o *metav1.ListOptions) { o.LabelSelector = proxyLabelSelector }
+	add := func(kind string, lw listWatch, h cache.ResourceEventHandler) error {
+		inf := f.InformerFor(lw.obj, s.observed(kind, lw))
 		if err := inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
 			s.watchError(ctx, kind, err)
 		}); err != nil {
@@ -250,14 +310,30 @@ func (s *Source) informers() (*informerSet, error) {
 		set.informers[kind] = inf
 		return nil
 	}
-	if err := add(KindService, f.Core().V1().Services().Informer(), cache.ResourceEventHandlerDetailedFuncs{
+	svcs := c.CoreV1().Services(metav1.NamespaceAll)
+	if err := add(KindService, listWatch{
+		obj:  &corev1.Service{},
+		list: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return svcs.List(ctx, o) },
+		watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return svcs.Watch(ctx, o)
+		},
+		tweak: proxied,
+	}, cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc:    func(obj any, initial bool) { s.onService(OpAdd, obj, initial) },
 		UpdateFunc: func(_, obj any) { s.onService(OpUpdate, obj, false) },
 		DeleteFunc: func(obj any) { s.onService(OpDelete, obj, false) },
 	}); err != nil {
 		return nil, err
 	}
-	if err := add(KindEndpointSlice, f.Discovery().V1().EndpointSlices().Informer(), cache.ResourceEventHandlerDetailedFuncs{
+	sls := c.DiscoveryV1().EndpointSlices(metav1.NamespaceAll)
+	if err := add(KindEndpointSlice, listWatch{
+		obj:  &discoveryv1.EndpointSlice{},
+		list: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return sls.List(ctx, o) },
+		watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return sls.Watch(ctx, o)
+		},
+		tweak: proxied,
+	}, cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc:    func(obj any, initial bool) { s.onSlice(OpAdd, obj, initial) },
 		UpdateFunc: func(_, obj any) { s.onSlice(OpUpdate, obj, false) },
 		DeleteFunc: func(obj any) { s.onSlice(OpDelete, obj, false) },
@@ -265,14 +341,18 @@ func (s *Source) informers() (*informerSet, error) {
 		return nil, err
 	}
 	if s.cfg.NodeAddresses == nil {
-		nf := informers.NewSharedInformerFactoryWithOptions(s.cfg.Client, 0,
-			informers.WithTransform(stripManagedFields),
-			informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-				o.FieldSelector = fields.OneTermEqualSelector("metadata.name", s.cfg.NodeName).String()
-			}))
-		set.factories = append(set.factories, nf)
 		set.node = true
-		if err := add(KindNode, nf.Core().V1().Nodes().Informer(), cache.ResourceEventHandlerDetailedFuncs{
+		nodes := c.CoreV1().Nodes()
+		if err := add(KindNode, listWatch{
+			obj:  &corev1.Node{},
+			list: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return nodes.List(ctx, o) },
+			watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				return nodes.Watch(ctx, o)
+			},
+			tweak: func(o *metav1.ListOptions) {
+				o.FieldSelector = fields.OneTermEqualSelector("metadata.name", s.cfg.NodeName).String()
+			},
+		}, cache.ResourceEventHandlerDetailedFuncs{
 			AddFunc:    func(obj any, _ bool) { s.onNode(OpAdd, obj) },
 			UpdateFunc: func(_, obj any) { s.onNode(OpUpdate, obj) },
 			DeleteFunc: func(obj any) { s.onNode(OpDelete, obj) },
@@ -283,11 +363,10 @@ func (s *Source) informers() (*informerSet, error) {
 	return set, nil
 }
 
-// received notes that an event arrived: the watch works.
+// received notes that an event arrived.
 func (s *Source) received(kind, op string, now time.Time) {
 	s.m.event(kind, op)
 	s.lastEvent.Store(now.UnixNano())
-	s.connected.Store(true)
 }
 
 // trigger returns when the change of an object with annotations ann was
@@ -411,15 +490,43 @@ func InternalIPs(n *corev1.Node) []netip.Addr {
 	return out
 }
 
+// observe records the outcome of a list or watch call of kind: the source
+// is connected when the last call of every kind worked.
+func (s *Source) observe(ctx context.Context, kind, call string, err error) {
+	if ctx.Err() != nil {
+		return // stopping: not the apiserver's doing
+	}
+	now := time.Now()
+	s.mu.Lock()
+	was := s.connected.Load()
+	if err == nil {
+		delete(s.failing, kind)
+		s.answered[kind] = true
+	} else {
+		s.failing[kind] = true
+		s.status.LastError = kind + " " + call + ": " + err.Error()
+		s.status.LastErrorTime = now
+	}
+	is := len(s.failing) == 0 && len(s.answered) == s.kinds
+	s.connected.Store(is)
+	s.mu.Unlock()
+	switch {
+	case err != nil && (was || !s.warned.Swap(true)):
+		s.log.WithFields(logrus.Fields{"kind": kind, "call": call}).WithError(err).
+			Warn("kubernetes: apiserver unreachable or refusing; retrying (the maps keep serving what was applied)")
+	case err == nil && is && !was && s.warned.Load():
+		s.log.Info("kubernetes: apiserver reachable again")
+	}
+}
+
+// watchError records an error that ended a list/watch (client-go retries).
 func (s *Source) watchError(ctx context.Context, kind string, err error) {
 	if ctx.Err() != nil || err == nil {
 		return
 	}
-	s.connected.Store(false)
-	now := time.Now()
 	s.mu.Lock()
 	s.status.LastError = kind + ": " + err.Error()
-	s.status.LastErrorTime = now
+	s.status.LastErrorTime = time.Now()
 	s.mu.Unlock()
-	s.log.WithField("kind", kind).WithError(err).Warn("kubernetes: list/watch failed; retrying (the maps keep serving)")
+	s.log.WithField("kind", kind).WithError(err).Warn("kubernetes: list/watch ended with an error; retrying")
 }

@@ -336,6 +336,7 @@ func TestNothingIsAppliedBeforeEveryInformerSynced(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, "ns/web", name)
 	require.Equal(t, 1, promtest.CollectAndCount(h.reg, "actorlb_k8s_sync_duration_seconds"))
+	requireOnlyListWatch(t, client)
 }
 
 func TestIncrementalChangeIsOneUpsertBatch(t *testing.T) {
@@ -384,7 +385,7 @@ func histogramCount(t *testing.T, reg *prometheus.Registry, name string) int {
 func TestChangesAreCoalesced(t *testing.T) {
 	client := fake.NewClientset()
 	target := newFakeTarget()
-	h := start(t, client, target, func(c *Config) { c.Debounce = 300 * time.Millisecond })
+	h := start(t, client, target, func(c *Config) { c.Debounce = time.Second })
 	require.Equal(t, "sync", target.next(t).kind)
 	h.waitSynced(t)
 	for i := range 5 {
@@ -499,11 +500,18 @@ func TestNodeAddressesFollowTheNode(t *testing.T) {
 	}}}
 	client := fake.NewClientset(node, other, service("ns", "np", "10.96.0.1", nodePort(30080)))
 	target := newFakeTarget()
-	h := start(t, client, target, func(c *Config) { c.NodeAddresses = nil })
+	var hookMu sync.Mutex
+	var hooked [][]netip.Addr // what OnNodeAddresses was given
+	seen := func() [][]netip.Addr { hookMu.Lock(); defer hookMu.Unlock(); return slices.Clone(hooked) }
+	h := start(t, client, target, func(c *Config) {
+		c.NodeAddresses = nil
+		c.OnNodeAddresses = func(a []netip.Addr) { hookMu.Lock(); defer hookMu.Unlock(); hooked = append(hooked, a) }
+	})
 	c := target.next(t)
 	require.Equal(t, "sync", c.kind)
 	require.Equal(t, []string{"NodePort 0.0.0.0:30080/TCP ->", "ClusterIP 10.96.0.1:80/TCP ->", "NodePort 198.18.0.1:30080/TCP ->"}, c.services)
 	require.Equal(t, addrs("198.18.0.1"), h.src.Status().NodeAddresses)
+	require.Equal(t, [][]netip.Addr{addrs("198.18.0.1")}, seen(), "the datapath hook, before the first sync")
 
 	node.Status.Addresses[0].Address = "198.18.0.3"
 	_, err := client.CoreV1().Nodes().Update(context.Background(), node, metav1.UpdateOptions{})
@@ -512,6 +520,16 @@ func TestNodeAddressesFollowTheNode(t *testing.T) {
 		return slices.Equal(target.state(), []string{"NodePort 0.0.0.0:30080/TCP ->", "ClusterIP 10.96.0.1:80/TCP ->", "NodePort 198.18.0.3:30080/TCP ->"})
 	}, 10*time.Second, 5*time.Millisecond)
 	require.Equal(t, addrs("198.18.0.3"), h.src.Status().NodeAddresses)
+	require.Equal(t, [][]netip.Addr{addrs("198.18.0.1"), addrs("198.18.0.3")}, seen(), "the datapath hook follows the Node")
+	requireOnlyListWatch(t, client)
+	var nodeLists int
+	for _, a := range client.Actions() {
+		if a.GetVerb() == "list" && a.GetResource().Resource == "nodes" {
+			nodeLists++
+			require.Equal(t, "metadata.name="+testNode, a.(k8stesting.ListAction).GetListRestrictions().Fields.String(), "its own Node only")
+		}
+	}
+	require.NotZero(t, nodeLists)
 }
 
 // A failing watch shows as disconnected with its error (the source syncs
@@ -575,4 +593,34 @@ func TestRunTwiceIsRefused(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // should the refusal fail, Run returns at once anyway
 	require.ErrorIs(t, h.src.Run(ctx), ErrAlreadyRunning)
+}
+
+// A service that fails alone (a full map, say) stays pending and is
+// retried with backoff until it is applied; the others are applied at
+// once.
+func TestAServiceFailingAloneIsRetried(t *testing.T) {
+	client := fake.NewClientset(service("ns", "web", "10.96.0.1"), service("ns", "api", "10.96.0.2"))
+	target := newFakeTarget()
+	var fails atomic.Int32
+	target.itemErr = func(s *lb.Service) error {
+		if s.Frontend.Addr == netip.MustParseAddr("10.96.0.2") && fails.Add(1) <= 2 {
+			return errors.New("map full")
+		}
+		return nil
+	}
+	h := start(t, client, target, func(c *Config) { c.RetryMin, c.RetryMax = 50*time.Millisecond, time.Second })
+	sync := target.next(t)
+	require.Equal(t, "sync", sync.kind)
+	h.waitSynced(t)
+	require.Contains(t, h.src.Status().LastApplyError, "map full")
+	first := target.next(t)
+	require.Equal(t, "upsert", first.kind)
+	require.Equal(t, []string{"ClusterIP 10.96.0.2:80/TCP ->"}, first.services, "the failed one only")
+	second := target.next(t)
+	require.Equal(t, "upsert", second.kind)
+	require.GreaterOrEqual(t, first.at.Sub(sync.at), 50*time.Millisecond)
+	require.GreaterOrEqual(t, second.at.Sub(first.at), 100*time.Millisecond, "backoff doubled")
+	require.Eventually(t, func() bool { return h.src.Status().LastApplyError == "" }, 5*time.Second, 5*time.Millisecond)
+	require.Equal(t, []string{"ClusterIP 10.96.0.1:80/TCP ->", "ClusterIP 10.96.0.2:80/TCP ->"}, target.state())
+	target.quiet(t, 200*time.Millisecond)
 }

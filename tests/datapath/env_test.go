@@ -27,6 +27,7 @@ import (
 	"github.com/actorlb/actorlb/internal/testutil"
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/maps"
+	"github.com/actorlb/actorlb/tests/kube/cluster"
 	"github.com/sirupsen/logrus"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
@@ -36,7 +37,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(helperEnv) == "1" {
 		os.Exit(runHelper())
 	}
-	os.Exit(m.Run())
+	// The Kubernetes-mode tests share one cluster, stopped after the
+	// last test (if one started it).
+	os.Exit(cluster.RunShared(m))
 }
 
 // requireOrSkip fails tb under ACTORLB_REQUIRE_PRIVILEGED=1, skips it
