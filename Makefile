@@ -65,10 +65,15 @@ $(KUBE_BIN)/etcd: $(call kube_tool_srcs,etcd)
 	mv $@.tmp $@
 
 # Benchmarks (as root, real maps): Go micro-benchmarks, the socket-LB
-# connect rate, then the engine harness, which writes bench-results.json.
-bench: build
+# connect rate, then the harness, which writes bench-results.json: the
+# engine's scenarios, then the Kubernetes-mode ones against the real etcd
+# and kube-apiserver of kube-tools (about 5 minutes; skipped with a message
+# when the binaries are missing). BENCH_FLAGS go to the harness, e.g.
+# BENCH_FLAGS=--kube=false or --kube-only (go run ./tests/bench --help).
+BENCH_FLAGS ?=
+bench: build kube-tools
 	$(GO) test -run '^$$' -bench . -benchmem ./maps ./internal/... ./tests/datapath
-	$(GO) run ./tests/bench --out bench-results.json
+	$(GO) run ./tests/bench --out bench-results.json $(BENCH_FLAGS)
 
 # A long chaos soak (the seed is printed; TEST_SEED=... replays it).
 CHAOS_OPS ?= 100000

@@ -14,6 +14,21 @@
 // insert-50k-x1 (50,000 single-backend services inserted and deleted, in
 // batches and one call each).
 //
+// Kubernetes mode, against a real etcd and kube-apiserver (tests/kube/
+// cluster; skipped with a message when `make kube-tools` has not built
+// them): k8s-latency-N times single changes (service created, endpoint
+// added, endpoint not ready, endpoint terminating, service deleted) with N
+// services loaded, each from just before its apiserver write to the moment
+// a poll of the pinned maps sees the entries right (the translation of the
+// objects as written), with the source (k8s/source) in-process on a real
+// engine, beside the apiserver's own write->watch-event floor measured in
+// the same run (cluster.MeasureWatchLatency); k8s-sync-N-xE starts an agent
+// (this program again, --kube-sync-agent: engine and source, nothing else)
+// on a cluster holding N services of E endpoints and times the initial sync
+// from the informers' sync to the last map write, against UpsertBatch of
+// the same translated set on fresh maps in that process, and reports the
+// agent's RSS and heap with the informer caches.
+//
 // Run it as root: go run ./tests/bench (or make bench); --help lists the
 // sizes and the profile flags (--cpuprofile and friends, --heapprofile).
 //

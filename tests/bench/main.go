@@ -57,7 +57,31 @@ func main() {
 	pflag.StringVar(&insertProfile, "cpuprofile-insert", "", "write a CPU profile of the batched insert and delete (insert-50k-x1) alone to this file")
 	memProfile := pflag.String("memprofile", "", "write an allocation profile of the whole run to this file")
 	pflag.StringVar(&heapProfile, "heapprofile", "", "write a heap profile (in-use memory) taken where memory-10k-x10 is measured to this file")
+	pflag.BoolVar(&kube.run, "kube", true, "run the Kubernetes-mode scenarios (skipped with a message when the kube binaries are not built: make kube-tools)")
+	pflag.BoolVar(&kubeOnly, "kube-only", false, "run the Kubernetes-mode scenarios alone")
+	pflag.IntVar(&kube.changes, "kube-changes", 200, "single changes timed at each load level of the latency scenario")
+	pflag.IntSliceVar(&kube.loads, "kube-loads", []int{20, 1000}, "services loaded in the apiserver at each level of the latency scenario (growing)")
+	pflag.IntVar(&kube.syncServices, "kube-sync-services", 10000, "services present when the agent of the initial-sync scenario starts")
+	pflag.IntVar(&kube.endpoints, "kube-endpoints", 10, "endpoints per loaded service (1..10)")
+	pflag.IntVar(&kube.workers, "kube-workers", 32, "concurrent writers loading the apiserver")
+	pflag.DurationVar(&kube.poll, "kube-poll", 500*time.Microsecond, "interval of the map poll that sees a change applied")
+	syncAgent := pflag.Bool("kube-sync-agent", false, "run as the agent of the initial-sync scenario (the bench starts it)")
+	agentKubeconfig := pflag.String("kube-agent-kubeconfig", "", "the sync agent's kubeconfig")
+	agentRoot := pflag.String("kube-agent-root", "", "the sync agent's pin directory")
+	agentHeap := pflag.String("kube-agent-heapprofile", "", "where the sync agent writes its heap profile")
+	pflag.StringVar(&kube.heapProfile, "kube-heapprofile", "", "write a heap profile of the initial-sync agent (last round), taken where its memory is measured, to this file")
+	pflag.IntVar(&kube.syncRounds, "kube-sync-rounds", 3, "agent runs of the initial-sync scenario (fresh engine and source each; medians reported)")
+	for _, f := range []string{"kube-sync-agent", "kube-agent-kubeconfig", "kube-agent-root", "kube-agent-heapprofile"} {
+		_ = pflag.CommandLine.MarkHidden(f)
+	}
 	pflag.Parse()
+	if *syncAgent {
+		if err := runSyncAgent(*agentKubeconfig, *agentRoot, kube.syncServices, *agentHeap); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: sync agent:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
 		if err != nil {
@@ -100,7 +124,26 @@ func run(out string, bulkN, insertN, callers, batch int) error {
 		return fmt.Errorf("pin dir: %w (run as root)", err)
 	}
 	defer os.RemoveAll(root)
-	var res results
+	res := results{rows: []Row{}}
+	if !kubeOnly {
+		if err := engineScenarios(&res, root, bulkN, insertN, callers, batch); err != nil {
+			return err
+		}
+	}
+	if err := kubeScenarios(&res, root, kube); err != nil {
+		return err
+	}
+	print(res.rows)
+	b, err := json.MarshalIndent(res.rows, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(out, append(b, '\n'), 0o644)
+}
+
+// engineScenarios runs the engine's scenarios (all but the Kubernetes
+// ones) with pins under root.
+func engineScenarios(res *results, root string, bulkN, insertN, callers, batch int) error {
 	sizes := maps.Sizes{Services: 1 << 18, Backends: 1 << 18, RevNAT: 1 << 17}
 	log := logrus.New()
 	log.SetLevel(logrus.WarnLevel)
@@ -316,19 +359,16 @@ func run(out string, bulkN, insertN, callers, batch int) error {
 	res.add("memory-10k-x10", "retained_bytes_per_service_ipv6", v6, "bytes")
 
 	// Upstream-comparable: insert then delete single-backend services.
-	if err := insertDelete(&res, root+"/insert", sizes, insertN, callers, batch, log); err != nil {
-		return err
-	}
-
-	print(res.rows)
-	b, err := json.MarshalIndent(res.rows, "", "  ")
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(out, append(b, '\n'), 0o644)
+	return insertDelete(res, root+"/insert", sizes, insertN, callers, batch, log)
 }
 
 var bulkBatch int
+
+// kube and kubeOnly are the Kubernetes scenarios' flags.
+var (
+	kube     kubeOptions
+	kubeOnly bool
+)
 
 var heapProfile string
 
