@@ -14,13 +14,13 @@ import (
 // module imports only packages of lower layers (its non-test imports).
 var layers = [][]string{
 	{"loadbalancer", "internal/packedmap", "internal/bpffs"},
-	{"maps", "internal/idalloc", "internal/testutil", "k8s", "k8s/translate"},
+	{"maps", "internal/idalloc", "internal/testutil", "k8s", "k8s/translate", "tests/kube/cluster"},
 	{"messages", "internal/table", "internal/addrkey", "internal/enginetest", "bpf"},
 	{"internal/engine", "internal/verify"},
 	{"actors"},
 	{""}, // the façade
 	{"api", "k8s/source"},
-	{"cmd/actorlb", "tests/bench", "tests/chaos", "tests", "tests/agent", "tests/datapath", "tests/kube/cluster"},
+	{"cmd/actorlb", "tests/bench", "tests/chaos", "tests", "tests/agent", "tests/datapath"},
 }
 
 const module = "github.com/actorlb/actorlb"
