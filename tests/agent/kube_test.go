@@ -30,7 +30,7 @@ func TestAgentInKubernetesModeProgramsTheClustersServices(t *testing.T) {
 
 	svc, err := c.Client.CoreV1().Services(ns).Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "web"},
-		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}}},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}}},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	vip := svc.Spec.ClusterIP
