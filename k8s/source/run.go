@@ -39,12 +39,27 @@ type runner struct {
 	armed bool
 	due   time.Time
 
+	// preparing: services received before the sync may be left to
+	// translate (State.Prepare).
+	preparing bool
+
 	backoff time.Duration
 	// notBefore: after a call that failed as a whole, nothing is tried
 	// before it (events wait too).
 	notBefore time.Time
 	nodeSeen  bool
 }
+
+// prepareChunk is how many services State.Prepare translates at a time
+// before the sync (a few milliseconds of work).
+const prepareChunk = 256
+
+// ready is a closed channel: a select case on it is always ready.
+var ready = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
 
 // Run watches the cluster and programs the target until ctx is done; it
 // then stops its informers and returns nil. Errors are for a source that
@@ -98,6 +113,14 @@ func (r *runner) loop(ctx context.Context) {
 		if r.waiting > 0 {
 			synced = r.set.synced[len(r.set.synced)-r.waiting].Done()
 		}
+		// While the initial lists arrive, the services received so far
+		// are translated a chunk at a time (nothing is applied), so that
+		// at sync only those changed since are left; each chunk is short,
+		// so the sync is seen soon after it happens.
+		var prepare <-chan struct{}
+		if r.phase == phaseWaiting && r.preparing {
+			prepare = ready
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -106,10 +129,14 @@ func (r *runner) loop(ctx context.Context) {
 			if r.waiting == 0 {
 				r.allSynced()
 			}
+		case <-prepare:
+			r.preparing = r.st.Prepare(prepareChunk)
 		case <-r.s.in.notify:
 			r.drain()
 			if r.phase != phaseWaiting {
 				r.arm(r.s.cfg.Debounce)
+			} else {
+				r.preparing = true
 			}
 		case <-r.timer.C:
 			r.armed = false
@@ -123,6 +150,10 @@ func (r *runner) loop(ctx context.Context) {
 	}
 }
 
+// allSynced starts the full reconciliation. The events still in the inbox
+// are moved into the State, but not translated: the services changed
+// since State.Prepare last ran are translated by the full step, after the
+// sync is logged (the initial sync is timed from that line).
 func (r *runner) allSynced() {
 	r.drain()
 	if r.set.node && !r.nodeSeen {
