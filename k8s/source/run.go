@@ -132,7 +132,12 @@ func (r *runner) loop(ctx context.Context) {
 		case <-prepare:
 			r.preparing = r.st.Prepare(prepareChunk)
 		case <-r.s.in.notify:
-			r.drain()
+			// A signal whose events an earlier drain took (allSynced's,
+			// a step's) brings nothing new: it must not cut a retry's
+			// backoff short.
+			if !r.drain() {
+				break
+			}
 			if r.phase != phaseWaiting {
 				r.arm(r.s.cfg.Debounce)
 			} else {
@@ -179,8 +184,9 @@ func (r *runner) arm(d time.Duration) {
 	r.timer.Reset(time.Until(due))
 }
 
-// drain moves every pending event into the State.
-func (r *runner) drain() {
+// drain moves every pending event into the State and reports whether
+// there was any.
+func (r *runner) drain() bool {
 	svcs, sls, node := r.s.in.take()
 	for k, ev := range svcs {
 		if ev.obj == nil {
@@ -217,7 +223,9 @@ func (r *runner) drain() {
 	}
 	if len(svcs) > 0 || len(sls) > 0 || node != nil {
 		r.publishCounts()
+		return true
 	}
+	return false
 }
 
 func (r *runner) step(ctx context.Context) {
