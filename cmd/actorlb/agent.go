@@ -289,6 +289,7 @@ func k8sFlags(fs *pflag.FlagSet, c *agentConfig) error {
 		}
 	}
 	rc.UserAgent = "actorlb/" + api.Build().Version
+	source.UseProtobuf(rc)
 	k.host = rc.Host
 	if k.client, err = kubernetes.NewForConfig(rc); err != nil {
 		return fmt.Errorf("invalid --k8s-kubeconfig %s: %w", path, err)

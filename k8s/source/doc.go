@@ -7,7 +7,9 @@
 // # Layout
 //
 // State is the deterministic core: plain data and functions, no client-go
-// I/O, no clock, no goroutine. It holds per service (namespace/name) the
+// I/O, no clock, no goroutine of its own (a large batch of translations,
+// such as the full list at the sync, is spread over the CPUs and waited
+// for; the results are recorded in order). It holds per service (namespace/name) the
 // latest Service and its EndpointSlices (by slice name, filed under the
 // service their kubernetes.io/service-name label names: a slice relabelled
 // moves, a slice that arrives before its service waits for it), the node's
@@ -33,14 +35,21 @@
 // takes everything pending at once. The informers only list and watch
 // (kube-proxy's RBAC, system:node-proxier: no GET of single objects); the
 // label selector is kube-proxy's (no services of another proxy, no slices
-// of headless services) and managedFields are dropped from the caches.
+// of headless services), and the caches keep only what the source and the
+// translation read (trimObject: no managedFields, annotations other than
+// the trigger time, labels other than those the translation reads,
+// selectors, endpoints' target references, hints, zones...).
 //
 // # Lifecycle
 //
 //  1. New checks the Config. Run starts the informers.
 //  2. Until every informer has synced (its initial list delivered to the
 //     source), nothing is applied: the services restored from the pinned
-//     maps keep serving, and no partial view deletes anything.
+//     maps keep serving, and no partial view deletes anything. The
+//     services received so far are translated meanwhile, a chunk at a
+//     time (State.Prepare), and each translation kept until the
+//     service's objects change: at the sync only what changed since is
+//     left to translate.
 //  3. Then one full reconciliation: Target.SyncSource with every desired
 //     service. It deletes the Kubernetes-owned services that are gone and
 //     never touches services of another source (the API's).

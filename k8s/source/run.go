@@ -39,12 +39,27 @@ type runner struct {
 	armed bool
 	due   time.Time
 
+	// preparing: services received before the sync may be left to
+	// translate (State.Prepare).
+	preparing bool
+
 	backoff time.Duration
 	// notBefore: after a call that failed as a whole, nothing is tried
 	// before it (events wait too).
 	notBefore time.Time
 	nodeSeen  bool
 }
+
+// prepareChunk is how many services State.Prepare translates at a time
+// before the sync (a few milliseconds of work).
+const prepareChunk = 256
+
+// ready is a closed channel: a select case on it is always ready.
+var ready = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
 
 // Run watches the cluster and programs the target until ctx is done; it
 // then stops its informers and returns nil. Errors are for a source that
@@ -98,6 +113,14 @@ func (r *runner) loop(ctx context.Context) {
 		if r.waiting > 0 {
 			synced = r.set.synced[len(r.set.synced)-r.waiting].Done()
 		}
+		// While the initial lists arrive, the services received so far
+		// are translated a chunk at a time (nothing is applied), so that
+		// at sync only those changed since are left; each chunk is short,
+		// so the sync is seen soon after it happens.
+		var prepare <-chan struct{}
+		if r.phase == phaseWaiting && r.preparing {
+			prepare = ready
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -106,10 +129,19 @@ func (r *runner) loop(ctx context.Context) {
 			if r.waiting == 0 {
 				r.allSynced()
 			}
+		case <-prepare:
+			r.preparing = r.st.Prepare(prepareChunk)
 		case <-r.s.in.notify:
-			r.drain()
+			// A signal whose events an earlier drain took (allSynced's,
+			// a step's) brings nothing new: it must not cut a retry's
+			// backoff short.
+			if !r.drain() {
+				break
+			}
 			if r.phase != phaseWaiting {
 				r.arm(r.s.cfg.Debounce)
+			} else {
+				r.preparing = true
 			}
 		case <-r.timer.C:
 			r.armed = false
@@ -123,6 +155,10 @@ func (r *runner) loop(ctx context.Context) {
 	}
 }
 
+// allSynced starts the full reconciliation. The events still in the inbox
+// are moved into the State, but not translated: the services changed
+// since State.Prepare last ran are translated by the full step, after the
+// sync is logged (the initial sync is timed from that line).
 func (r *runner) allSynced() {
 	r.drain()
 	if r.set.node && !r.nodeSeen {
@@ -148,8 +184,9 @@ func (r *runner) arm(d time.Duration) {
 	r.timer.Reset(time.Until(due))
 }
 
-// drain moves every pending event into the State.
-func (r *runner) drain() {
+// drain moves every pending event into the State and reports whether
+// there was any.
+func (r *runner) drain() bool {
 	svcs, sls, node := r.s.in.take()
 	for k, ev := range svcs {
 		if ev.obj == nil {
@@ -186,7 +223,9 @@ func (r *runner) drain() {
 	}
 	if len(svcs) > 0 || len(sls) > 0 || node != nil {
 		r.publishCounts()
+		return true
 	}
+	return false
 }
 
 func (r *runner) step(ctx context.Context) {

@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -241,13 +242,14 @@ type informerSet struct {
 // another proxy handles, and the slices of headless services.
 const proxyLabelSelector = "!" + translate.LabelServiceProxyName + ",!" + corev1.IsHeadlessService
 
-// stripManagedFields drops what the source never reads, to keep the
-// informers' caches small.
-func stripManagedFields(obj any) (any, error) {
-	if m, ok := obj.(metav1.ObjectMetaAccessor); ok {
-		m.GetObjectMeta().SetManagedFields(nil)
-	}
-	return obj, nil
+// UseProtobuf makes a client of rc talk protobuf to the apiserver, as
+// kube-proxy does by default (its --kube-api-content-type): the initial
+// lists of Services, EndpointSlices and Nodes decode faster and with less
+// garbage than JSON. JSON stays accepted (the apiserver answers in JSON
+// what has no protobuf form).
+func UseProtobuf(rc *rest.Config) {
+	rc.ContentType = runtime.ContentTypeProtobuf
+	rc.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
 }
 
 // listWatch is an informer's list and watch calls for one kind.
@@ -292,7 +294,7 @@ func (s *Source) observed(kind string, lw listWatch) func(kubernetes.Interface, 
 func (s *Source) informers() (*informerSet, error) {
 	set := &informerSet{informers: map[string]cache.SharedIndexInformer{}}
 	c := s.cfg.Client
-	f := informers.NewSharedInformerFactoryWithOptions(c, 0, informers.WithTransform(stripManagedFields))
+	f := informers.NewSharedInformerFactoryWithOptions(c, 0, informers.WithTransform(trimObject(s.cfg.NodeName)))
 	set.factories = append(set.factories, f)
 	proxied := func(o *metav1.ListOptions) { o.LabelSelector = proxyLabelSelector }
 	add := func(kind string, lw listWatch, h cache.ResourceEventHandler) error {

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"maps"
 	"net/netip"
+	"runtime"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/actorlb/actorlb"
@@ -65,17 +67,22 @@ type State struct {
 	nodeName  string
 	nodeAddrs []netip.Addr
 
+	// services and slices are the informers' cached objects (shared, not
+	// copied); the slices of a service are sorted by name (most services
+	// have one: a slice, not a map).
 	services map[Key]*corev1.Service
-	slices   map[Key]map[string]*discoveryv1.EndpointSlice
+	slices   map[Key][]*discoveryv1.EndpointSlice
 	filed    map[objID]Key // the service each slice is filed under
 
-	// desired is the last translation of each service, by frontend.
-	desired map[Key]map[lb.L3n4Addr]*lb.Service
+	// desired is the last translation of each service, sorted by
+	// frontend (as translate.Translate returns it). It is kept until the
+	// service is marked dirty.
+	desired map[Key][]*lb.Service
 	// claims lists the services whose translation has a frontend.
 	claims map[lb.L3n4Addr][]Key
 
 	applied map[lb.L3n4Addr]applied
-	byKey   map[Key]map[lb.L3n4Addr]struct{} // applied frontends per key
+	byKey   map[Key][]lb.L3n4Addr // applied frontends per key, in no order
 
 	dirtyKeys map[Key]struct{}         // translation to redo
 	dirtyFE   map[lb.L3n4Addr]struct{} // desired and applied to compare
@@ -90,6 +97,9 @@ type State struct {
 	// journals drained by the next Commit.
 	names     []NameChange
 	conflicts []Conflict
+
+	// translations counts the calls of translate.Translate (for tests).
+	translations int
 }
 
 // NewState returns an empty state for the node named nodeName (endpoints
@@ -99,12 +109,12 @@ func NewState(nodeName string, nodeAddrs []netip.Addr) *State {
 		nodeName:   nodeName,
 		nodeAddrs:  normAddrs(nodeAddrs),
 		services:   map[Key]*corev1.Service{},
-		slices:     map[Key]map[string]*discoveryv1.EndpointSlice{},
+		slices:     map[Key][]*discoveryv1.EndpointSlice{},
 		filed:      map[objID]Key{},
-		desired:    map[Key]map[lb.L3n4Addr]*lb.Service{},
+		desired:    map[Key][]*lb.Service{},
 		claims:     map[lb.L3n4Addr][]Key{},
 		applied:    map[lb.L3n4Addr]applied{},
-		byKey:      map[Key]map[lb.L3n4Addr]struct{}{},
+		byKey:      map[Key][]lb.L3n4Addr{},
 		dirtyKeys:  map[Key]struct{}{},
 		dirtyFE:    map[lb.L3n4Addr]struct{}{},
 		refused:    map[lb.L3n4Addr]refusal{},
@@ -196,19 +206,21 @@ func (s *State) UpsertSlice(es *discoveryv1.EndpointSlice, trigger time.Time) {
 	if !labelled || owner == "" {
 		return
 	}
-	m := s.slices[k]
-	if m == nil {
-		m = map[string]*discoveryv1.EndpointSlice{}
-		s.slices[k] = m
+	list := s.slices[k]
+	var prev *discoveryv1.EndpointSlice
+	if i, found := slices.BinarySearchFunc(list, es.Name, bySliceName); found {
+		prev, list[i] = list[i], es
+	} else {
+		s.slices[k] = slices.Insert(list, i, es)
 	}
-	prev := m[es.Name]
-	m[es.Name] = es
 	s.filed[id] = k
 	if had && prev != nil && sameSlice(prev, es) {
 		return
 	}
 	s.markDirty(k, trigger)
 }
+
+func bySliceName(es *discoveryv1.EndpointSlice, name string) int { return cmp.Compare(es.Name, name) }
 
 func sameSlice(a, b *discoveryv1.EndpointSlice) bool {
 	if a.ResourceVersion != "" && a.ResourceVersion == b.ResourceVersion && a.UID == b.UID {
@@ -222,10 +234,13 @@ func sameSlice(a, b *discoveryv1.EndpointSlice) bool {
 
 func (s *State) unfile(id objID, k Key, trigger time.Time) {
 	delete(s.filed, id)
-	if m := s.slices[k]; m != nil {
-		delete(m, id.name)
-		if len(m) == 0 {
+	list := s.slices[k]
+	if i, found := slices.BinarySearchFunc(list, id.name, bySliceName); found {
+		list = slices.Delete(list, i, i+1)
+		if len(list) == 0 {
 			delete(s.slices, k)
+		} else {
+			s.slices[k] = list
 		}
 	}
 	s.markDirty(k, trigger)
@@ -264,43 +279,109 @@ func (s *State) Resync() {
 	}
 }
 
+// Prepare translates up to n of the services changed since they were
+// last translated (all of them when n <= 0) and reports whether some are
+// left. It applies nothing and changes nothing Pending, Desired or Commit
+// return: each translation is kept until the service's objects (or the
+// node addresses, for a service with a node port) change, so that a later
+// Pending or Desired translates only what changed since. The runner calls
+// it while the informers' initial lists arrive, before it may apply
+// anything. Which services a partial call takes is unspecified; the
+// results do not depend on it.
+func (s *State) Prepare(n int) bool {
+	if n <= 0 || len(s.dirtyKeys) <= n {
+		s.fold()
+		return false
+	}
+	batch := make([]Key, 0, n)
+	for k := range s.dirtyKeys {
+		if len(batch) == n {
+			break
+		}
+		batch = append(batch, k)
+	}
+	slices.SortFunc(batch, compareKeys)
+	s.translateAll(batch)
+	for _, k := range batch {
+		delete(s.dirtyKeys, k)
+	}
+	return len(s.dirtyKeys) > 0
+}
+
 // fold redoes the translation of every dirty service.
 func (s *State) fold() {
 	if len(s.dirtyKeys) == 0 {
 		return
 	}
-	for _, k := range slices.SortedFunc(maps.Keys(s.dirtyKeys), compareKeys) {
-		s.translate(k)
-	}
+	s.translateAll(slices.SortedFunc(maps.Keys(s.dirtyKeys), compareKeys))
 	clear(s.dirtyKeys)
 }
 
-func (s *State) translate(k Key) {
-	var next map[lb.L3n4Addr]*lb.Service
-	if svc := s.services[k]; svc != nil {
-		m := s.slices[k]
-		in := translate.Input{Service: svc, NodeName: s.nodeName, NodeAddresses: s.nodeAddrs}
-		for _, name := range slices.Sorted(maps.Keys(m)) {
-			in.Slices = append(in.Slices, m[name])
+// parallelMin is the number of services from which translateAll spreads
+// the translations over the CPUs.
+const parallelMin = 512
+
+// translateAll redoes the translation of the services keys, in order.
+// Many (the full list at the sync) are translated in parallel: Translate
+// is a pure function of objects nothing writes meanwhile (the maps are
+// only read), and the results are recorded in the order of keys, so the
+// outcome is the same as one by one.
+func (s *State) translateAll(keys []Key) {
+	workers := min(runtime.GOMAXPROCS(0), len(keys)/(parallelMin/2))
+	if workers < 2 {
+		for _, k := range keys {
+			s.record(k, s.translation(k))
 		}
-		out := translate.Translate(in)
-		if len(out.Services) > 0 {
-			next = make(map[lb.L3n4Addr]*lb.Service, len(out.Services))
-			for _, x := range out.Services {
-				x.Source = lb.SourceKubernetes
-				next[x.Frontend.L3n4Addr] = x
+		return
+	}
+	outs := make([][]*lb.Service, len(keys))
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := w; i < len(keys); i += workers {
+				outs[i] = s.translation(keys[i])
 			}
-		}
+		})
+	}
+	wg.Wait()
+	for i, k := range keys {
+		s.record(k, outs[i])
+	}
+}
+
+// translation returns the translation of service k, sorted by frontend.
+// It only reads the state.
+func (s *State) translation(k Key) []*lb.Service {
+	svc := s.services[k]
+	if svc == nil {
+		return nil
+	}
+	// Translate reads the slices (sorted by name) and keeps none of them;
+	// its services are sorted by frontend, one per frontend.
+	in := translate.Input{Service: svc, Slices: s.slices[k], NodeName: s.nodeName, NodeAddresses: s.nodeAddrs}
+	next := slices.Clip(translate.Translate(in).Services)
+	for _, x := range next {
+		x.Source = lb.SourceKubernetes
+	}
+	return next
+}
+
+// record makes next the translation of service k.
+func (s *State) record(k Key, next []*lb.Service) {
+	if s.services[k] != nil {
+		s.translations++
 	}
 	prev := s.desired[k]
-	for fe := range prev {
-		if _, ok := next[fe]; !ok {
+	for _, old := range prev {
+		if fe := old.Frontend.L3n4Addr; findFrontend(next, fe) == nil {
 			s.unclaim(fe, k)
 			s.dirtyFE[fe] = struct{}{}
 		}
 	}
-	for fe, x := range next {
-		old, had := prev[fe]
+	for _, x := range next {
+		fe := x.Frontend.L3n4Addr
+		old := findFrontend(prev, fe)
+		had := old != nil
 		if !had {
 			s.claims[fe] = append(s.claims[fe], k)
 		}
@@ -311,11 +392,21 @@ func (s *State) translate(k Key) {
 			s.dirtyFE[fe] = struct{}{}
 		}
 	}
-	if next == nil {
+	if len(next) == 0 {
 		delete(s.desired, k)
 	} else {
 		s.desired[k] = next
 	}
+}
+
+// findFrontend returns the service on fe in ss (sorted by frontend), or
+// nil.
+func findFrontend(ss []*lb.Service, fe lb.L3n4Addr) *lb.Service {
+	i, found := slices.BinarySearchFunc(ss, fe, func(x *lb.Service, fe lb.L3n4Addr) int { return x.Frontend.L3n4Addr.Compare(fe) })
+	if !found {
+		return nil
+	}
+	return ss[i]
 }
 
 func (s *State) unclaim(fe lb.L3n4Addr, k Key) {
@@ -368,7 +459,7 @@ func (s *State) want(fe lb.L3n4Addr) (*lb.Service, Key, bool) {
 		}
 		s.collisions[fe] = collision{winner: w, losers: losers}
 	}
-	return s.desired[w][fe], w, true
+	return findFrontend(s.desired[w], fe), w, true
 }
 
 func collisionReason(winner Key) string {
@@ -437,12 +528,7 @@ func (s *State) setApplied(fe lb.L3n4Addr, a applied) {
 		s.dropApplied(fe)
 	}
 	s.applied[fe] = a
-	m := s.byKey[a.key]
-	if m == nil {
-		m = map[lb.L3n4Addr]struct{}{}
-		s.byKey[a.key] = m
-	}
-	m[fe] = struct{}{}
+	s.byKey[a.key] = append(s.byKey[a.key], fe)
 	s.names = append(s.names, NameChange{Frontend: fe, Name: a.key.String()})
 }
 
@@ -452,10 +538,14 @@ func (s *State) dropApplied(fe lb.L3n4Addr) {
 		return
 	}
 	delete(s.applied, fe)
-	if m := s.byKey[old.key]; m != nil {
-		delete(m, fe)
-		if len(m) == 0 {
+	list := s.byKey[old.key]
+	if i := slices.Index(list, fe); i >= 0 {
+		list[i] = list[len(list)-1]
+		list = list[:len(list)-1]
+		if len(list) == 0 {
 			delete(s.byKey, old.key)
+		} else {
+			s.byKey[old.key] = list
 		}
 	}
 	s.names = append(s.names, NameChange{Frontend: fe})
@@ -657,12 +747,12 @@ func (s *State) pendingFor(k Key) bool {
 	if _, ok := s.dirtyKeys[k]; ok {
 		return true
 	}
-	for fe := range s.desired[k] {
-		if _, ok := s.dirtyFE[fe]; ok {
+	for _, x := range s.desired[k] {
+		if _, ok := s.dirtyFE[x.Frontend.L3n4Addr]; ok {
 			return true
 		}
 	}
-	for fe := range s.byKey[k] {
+	for _, fe := range s.byKey[k] {
 		if _, ok := s.dirtyFE[fe]; ok {
 			return true
 		}

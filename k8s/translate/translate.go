@@ -299,7 +299,7 @@ func (t *translator) collectEndpoints() {
 			k := portKey{name: *p.Name, proto: proto, fam: fam}
 			set := t.endpoints[k]
 			if set == nil {
-				set = make(map[netip.AddrPort]endpoint)
+				set = make(map[netip.AddrPort]endpoint, len(eps))
 				t.endpoints[k] = set
 			}
 			for _, e := range eps {

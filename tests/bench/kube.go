@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/actorlb/actorlb"
+	"github.com/actorlb/actorlb/k8s/source"
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/maps"
 	"github.com/actorlb/actorlb/tests/kube/cluster"
@@ -26,6 +27,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 )
 
@@ -81,7 +83,9 @@ func kubeScenarios(res *results, root string, o kubeOptions) error {
 	if err := bindNodeProxier(ctx, c.Client); err != nil {
 		return err
 	}
-	agent, err := kubernetes.NewForConfig(c.AgentConfig)
+	ac := rest.CopyConfig(c.AgentConfig)
+	source.UseProtobuf(ac) // as the agent (cmd/actorlb)
+	agent, err := kubernetes.NewForConfig(ac)
 	if err != nil {
 		return fmt.Errorf("agent client: %w", err)
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/actorlb/actorlb"
+	"github.com/actorlb/actorlb/k8s/source"
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/maps"
 	"github.com/prometheus/client_golang/prometheus"
@@ -76,6 +77,7 @@ func runSyncAgent(kubeconfig, root string, n int, heapProfile string) error {
 	if err != nil {
 		return fmt.Errorf("sync agent: kubeconfig: %w", err)
 	}
+	source.UseProtobuf(cfg) // as the agent (cmd/actorlb)
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return fmt.Errorf("sync agent: client: %w", err)
