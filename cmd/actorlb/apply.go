@@ -95,7 +95,7 @@ func plan(specs []api.ServiceSpec, cur []*api.Service, prune bool) *applyPlan {
 // ownedByAPI reports whether s is the API's to change (not another
 // source's, such as the Kubernetes sync's).
 func ownedByAPI(s *api.Service) bool {
-	return s.Spec == nil || s.Spec.Flags == nil || s.Spec.Flags.Source == "" || s.Spec.Flags.Source == lb.SourceAPI.String()
+	return s.Spec == nil || sourceOf(s.Spec.Flags) == lb.SourceAPI.String()
 }
 
 // counts returns how many rows have each result.

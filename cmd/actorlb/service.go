@@ -147,23 +147,29 @@ func algorithmString(alg string) string {
 	return alg
 }
 
-// sourceString is a service's source as the CLI shows it: "api", or
-// "kubernetes ns/name".
-func sourceString(f *api.ServiceFlags) string {
+// sourceOf is the source of a service with flags f: "api" when it says
+// none.
+func sourceOf(f *api.ServiceFlags) string {
 	if f == nil || f.Source == "" {
 		return lb.SourceAPI.String()
 	}
-	if f.Name != "" {
-		return f.Source + " " + f.Namespace + "/" + f.Name
-	}
 	return f.Source
+}
+
+// sourceString is a service's source as the CLI shows it: "api", or
+// "kubernetes ns/name".
+func sourceString(f *api.ServiceFlags) string {
+	if f == nil || f.Source == "" || f.Name == "" {
+		return sourceOf(f)
+	}
+	return f.Source + " " + f.Namespace + "/" + f.Name
 }
 
 func printServices(w io.Writer, svcs []*api.Service, wide bool) error {
 	tw := newTable(w)
 	// The SOURCE column appears when a service is not the API's.
 	withSource := slices.ContainsFunc(svcs, func(s *api.Service) bool {
-		return sourceString(s.Spec.Flags) != lb.SourceAPI.String()
+		return sourceOf(s.Spec.Flags) != lb.SourceAPI.String()
 	})
 	source := ""
 	if withSource {

@@ -210,7 +210,7 @@ func (r *runner) drain() bool {
 			r.st.SetNodeAddresses(node.addrs)
 			addrs := r.st.NodeAddresses()
 			r.s.mu.Lock()
-			changed := fmt.Sprint(r.s.status.NodeAddresses) != fmt.Sprint(addrs)
+			changed := !slices.Equal(r.s.status.NodeAddresses, addrs)
 			r.s.status.NodeAddresses = addrs
 			r.s.mu.Unlock()
 			if changed {
