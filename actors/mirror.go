@@ -25,13 +25,47 @@ type mirror[E, K, V comparable] struct {
 // scratchMax is the largest scratch buffer kept between applies.
 const scratchMax = 4096
 
-// scratch returns ws and ds emptied, to keep for the next apply, or nil
-// if they grew past scratchMax.
-func scratch[E, K any](ws []E, ds []K) ([]E, []K) {
-	if cap(ws) <= scratchMax && cap(ds) <= scratchMax {
-		return ws[:0], ds[:0]
+// scratch returns the scratch buffers to keep for the next apply: ws and
+// ds emptied, or nil if they grew past scratchMax. ws is kept only if
+// changedOnly copied into it (else it is the caller's writes, and prev,
+// the scratch before, stays).
+func scratch[E, K any](prev, ws []E, copied bool, ds []K) ([]E, []K) {
+	if !copied {
+		ws = prev
 	}
-	return nil, nil
+	if cap(ws) > scratchMax {
+		ws = nil
+	}
+	if cap(ds) > scratchMax {
+		ds = nil
+	}
+	return ws[:0], ds[:0]
+}
+
+// changedOnly returns the writes for which changed is true, in order
+// (changed is called once per write, in order). When every write changes
+// something, as when a batch creates services, it returns writes itself
+// (copied false: the caller must not write to it); else a copy in buf, or
+// in one new buffer of the size needed (copied true), never grown by
+// doubling: a batch of 100,000 entries must not allocate twice its size.
+func changedOnly[E any](writes, buf []E, changed func(E) bool) (ws []E, copied bool) {
+	for i, e := range writes {
+		if changed(e) {
+			continue
+		}
+		ws = buf[:0]
+		if rest := len(writes) - 1; cap(ws) < rest {
+			ws = make([]E, 0, rest)
+		}
+		ws = append(ws, writes[:i]...)
+		for _, e := range writes[i+1:] {
+			if changed(e) {
+				ws = append(ws, e)
+			}
+		}
+		return ws, true
+	}
+	return writes, false
 }
 
 func newMirror[E, K, V comparable](m maps.Map[E, K], split func(E) (K, V), join func(K, V) E) *mirror[E, K, V] {
@@ -71,19 +105,18 @@ func (o *mirror[E, K, V]) index() {
 // count (maps.Map.SetEntries) is the mirror's when it returns.
 func (o *mirror[E, K, V]) apply(writes []E, deletes []K) (written, deleted int, err error) {
 	o.index()
-	ws, ds := o.ws[:0], o.ds[:0]
+	ws, copied := changedOnly(writes, o.ws, func(e E) bool {
+		k, v := o.split(e)
+		cur, ok := o.entries[k]
+		return !ok || cur != v
+	})
+	ds := o.ds[:0]
 	defer func() {
-		o.ws, o.ds = scratch(ws, ds)
+		o.ws, o.ds = scratch(o.ws, ws, copied, ds)
 		if o.entries != nil { // nil after a reload: load has set the count
 			o.m.SetEntries(len(o.entries))
 		}
 	}()
-	for _, e := range writes {
-		k, v := o.split(e)
-		if cur, ok := o.entries[k]; !ok || cur != v {
-			ws = append(ws, e)
-		}
-	}
 	if len(ws) > 0 {
 		if err := o.m.Update(ws); err != nil {
 			return 0, 0, reloadAfter(err, o.load)

@@ -55,3 +55,57 @@ func TestCompactValuesRoundTrip(t *testing.T) {
 	require.Equal(t, uintptr(12), unsafe.Sizeof(backendVal[addrkey.IP4]{}))
 	require.Equal(t, uintptr(8), unsafe.Sizeof(revNATVal[addrkey.IP4]{}))
 }
+
+// changedOnly keeps the writes that change something, in order; when all
+// do it hands back the caller's slice itself (nothing allocated), and
+// otherwise copies into the scratch buffer or one buffer of the size
+// needed, never writing to the caller's slice. scratch keeps only a
+// buffer changedOnly wrote to.
+func TestChangedOnlyCopiesOnlyWhenAWriteIsDropped(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		writes  []int
+		same    map[int]bool // writes that change nothing
+		want    []int
+		copied  bool
+		scratch []int
+	}{
+		{name: "all change", writes: []int{1, 2, 3}, want: []int{1, 2, 3}},
+		{name: "none", writes: nil, want: nil},
+		{name: "first unchanged", writes: []int{1, 2, 3}, same: map[int]bool{1: true}, want: []int{2, 3}, copied: true},
+		{name: "last unchanged", writes: []int{1, 2, 3}, same: map[int]bool{3: true}, want: []int{1, 2}, copied: true},
+		{name: "none change", writes: []int{1, 2}, same: map[int]bool{1: true, 2: true}, want: []int{}, copied: true},
+		{name: "into scratch", writes: []int{1, 2, 3, 4}, same: map[int]bool{2: true}, want: []int{1, 3, 4}, copied: true, scratch: make([]int, 0, 8)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			orig := append([]int(nil), tc.writes...)
+			var calls []int
+			got, copied := changedOnly(tc.writes, tc.scratch, func(w int) bool { calls = append(calls, w); return !tc.same[w] })
+			require.Equal(t, tc.writes, calls, "changed is called once per write, in order")
+			require.Equal(t, tc.copied, copied)
+			require.Equal(t, len(tc.want), len(got))
+			if len(tc.want) > 0 {
+				require.Equal(t, tc.want, got)
+			}
+			require.Equal(t, orig, tc.writes, "the caller's writes are untouched")
+			if !copied && len(got) > 0 {
+				require.Same(t, &tc.writes[0], &got[0], "all changed: the caller's slice, not a copy")
+			}
+			if tc.scratch != nil {
+				require.Same(t, unsafe.SliceData(tc.scratch[:1]), unsafe.SliceData(got[:1]), "copied into the scratch buffer")
+			}
+			prev := []int{9}[:0]
+			ws, _ := scratch(prev, got, copied, []int(nil))
+			if copied {
+				require.Equal(t, unsafe.SliceData(got[:cap(got)]), unsafe.SliceData(ws[:cap(ws)]), "the buffer written to is kept")
+			} else {
+				require.Equal(t, unsafe.SliceData(prev[:1]), unsafe.SliceData(ws[:1]), "the caller's writes are not kept as scratch")
+			}
+			require.Empty(t, ws)
+		})
+	}
+	big := make([]int, scratchMax+1)
+	ws, ds := scratch(nil, big, true, make([]int, 0, scratchMax+1))
+	require.Nil(t, ws, "a buffer past scratchMax is dropped")
+	require.Nil(t, ds, "a buffer past scratchMax is dropped")
+}

@@ -146,19 +146,18 @@ func (c *cursor) del(k maps.ServiceKey) {
 // way the map's entry count is the mirror's when it returns.
 func (o *svcMirror) apply(writes []maps.ServiceEntry, deletes []maps.ServiceKey) (written, deleted int, err error) {
 	o.index()
-	ws, ds := o.ws[:0], o.ds[:0]
+	c := cursor{o: o}
+	ws, copied := changedOnly(writes, o.ws, func(e maps.ServiceEntry) bool {
+		cur, ok := c.get(e.Key)
+		return !ok || cur != e.Value
+	})
+	ds := o.ds[:0]
 	defer func() {
-		o.ws, o.ds = scratch(ws, ds)
+		o.ws, o.ds = scratch(o.ws, ws, copied, ds)
 		if o.indexed { // not after a reload: load has set the count
 			o.m.SetEntries(o.n)
 		}
 	}()
-	c := cursor{o: o}
-	for _, e := range writes {
-		if cur, ok := c.get(e.Key); !ok || cur != e.Value {
-			ws = append(ws, e)
-		}
-	}
 	if len(ws) > 0 {
 		if err := o.m.Update(ws); err != nil {
 			return 0, 0, reloadAfter(err, o.load)

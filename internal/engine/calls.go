@@ -326,9 +326,7 @@ func (c *Core) sync(m *messages.Sync) {
 	}
 	w := newWaiter(m, waitSync, len(m.Desired)+len(stale)+len(revs))
 	c.answerIfDone(w)
-	for i, svc := range m.Desired {
-		c.run(c.upsertOp([]*lb.Service{svc}, w, []int{i}))
-	}
+	c.startUpserts(m.Desired, w, nil) // validated above
 	for _, fe := range stale {
 		c.run(c.deleteOp([]deleteItem{{fe: fe, as: m.Source, to: w}}))
 	}
@@ -354,15 +352,35 @@ func queuedSource(q queue, fe lb.L3n4Addr) lb.Source {
 }
 
 // upsertBatch starts the upserts of a batch, in order, in this one Step
-// (so their requests share the outbox), and answers when all have. Runs
-// of new services (a frontend without a service or a queued op, no backend
-// in two of them) go as one op each; the others as one op each.
+// (so their requests share the outbox), and answers when all have.
 func (c *Core) upsertBatch(m *messages.UpsertBatch) {
 	w := newWaiter(m, waitUpsertBatch, len(m.Services))
 	c.answerIfDone(w)
+	c.startUpserts(m.Services, w, func(i int, svc *lb.Service) bool {
+		if err := svc.Validate(); err != nil {
+			c.upserted(w, i, messages.UpsertReply{Err: fmt.Errorf("upsert service %d of the batch: %w", i, err)})
+			return false
+		}
+		return true
+	})
+}
+
+// startUpserts starts the upserts of svcs, in order, for waiter w (service
+// i answers in its slot i), skipping those valid refuses (nil: none). Runs
+// of new services (a frontend without a service or a queued op, no
+// frontend or backend in two of them) go as one op each; the others as
+// one op each. A run is one plan, one request per map owner and step,
+// instead of one per service: a batch or sync that creates 10,000
+// services sends tens of requests, not hundreds of thousands.
+func (c *Core) startUpserts(svcs []*lb.Service, w *waiter, valid func(int, *lb.Service) bool) {
 	var run []*lb.Service
 	var runIdx []int
-	taken := map[qkey]bool{} // queue keys of the run
+	nkeys := 0
+	for _, svc := range svcs {
+		nkeys += 1 + len(svc.Backends)
+	}
+	taken := make(map[qkey]bool, nkeys) // queue keys of the run
+	var keys []qkey
 	flush := func() {
 		if len(run) == 0 {
 			return
@@ -371,13 +389,12 @@ func (c *Core) upsertBatch(m *messages.UpsertBatch) {
 		run, runIdx = nil, nil
 		clear(taken)
 	}
-	for i, svc := range m.Services {
-		if err := svc.Validate(); err != nil {
-			c.upserted(w, i, messages.UpsertReply{Err: fmt.Errorf("upsert service %d of the batch: %w", i, err)})
+	for i, svc := range svcs {
+		if valid != nil && !valid(i, svc) {
 			continue
 		}
 		fe := svc.Frontend.L3n4Addr
-		keys := opKeys(fe, svc.Backends)
+		keys = appendOpKeys(keys[:0], fe, svc.Backends)
 		for _, k := range keys {
 			if taken[k] { // shares a frontend or backend with the run: the run goes first
 				flush()

@@ -87,11 +87,21 @@ func (o *op) fail(err error) {
 	}
 }
 
+// queuesPresize is the number of queue keys from which an op that finds
+// the queues empty gets a new queue map of its size.
+const queuesPresize = 1024
+
 // run starts an op: it begins at once unless another op is ahead of it in
 // one of its queues. Ops enter all their queues at once, in arrival order,
 // so waiting for several queues cannot deadlock.
 func (c *Core) run(o *op) {
 	o.since = c.now()
+	if len(c.queues) == 0 && len(o.keys) >= queuesPresize {
+		// A large op into empty queues (a batch on an idle engine): a map
+		// of its size at once, rather than grown by doubling, and the
+		// previous one, however large it grew, dropped.
+		c.queues = make(map[qkey]queue, len(o.keys))
+	}
 	if n := len(c.queues) + len(o.keys); n > c.queuesPeak {
 		c.queuesPeak = n
 	}

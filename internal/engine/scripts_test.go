@@ -643,6 +643,32 @@ func TestScriptEachSourceChangesOnlyItsOwnServices(t *testing.T) {
 	h.expectAnswers("sync: error: sync: service 0: invalid sync: its source is kubernetes, the sync's is api")
 }
 
+// A sync creates its new services as runs, like a batch: one op for the
+// run, so one request per map owner and step (10,000 services make tens of
+// requests, not hundreds of thousands); a failing service of the run
+// fails alone.
+func TestScriptSyncCreatesNewServicesAsOneRun(t *testing.T) {
+	h := newHarness(t)
+	a, b, c := svc(t, "10.96.0.1:80", "10.0.1.1:8080"), svc(t, "10.96.0.2:80", "10.0.1.2:8080"), svc(t, "10.96.0.3:80", "10.0.1.3:8080")
+	c.Frontend.ID = 7
+	h.call(&messages.Sync{Source: lb.SourceAPI, Desired: []*lb.Service{a, b, c}, Reply: make(chan messages.SyncReply, 1)})
+	h.expect(
+		"alloc: acquire service 10.96.0.1:80/TCP backends [10.0.1.1:8080/TCP]",
+		"alloc: acquire service 10.96.0.2:80/TCP backends [10.0.1.2:8080/TCP]",
+		"alloc: acquire service 10.96.0.3:80/TCP id 7 backends [10.0.1.3:8080/TCP]",
+	)
+	h.reply("alloc", acquired(1, 1))
+	h.reply("alloc", acquired(2, 2))
+	h.reply("alloc", fail(ErrServiceIDInUse))
+	h.expect("be4: write [1=10.0.1.1:8080 2=10.0.1.2:8080]", "revnat: write [1=10.96.0.1:80 2=10.96.0.2:80]")
+	h.reply("be4", ok())
+	h.reply("revnat", ok())
+	h.expect("svc4: write [10.96.0.1:80/TCP#1 10.96.0.1:80/TCP#0 10.96.0.2:80/TCP#1 10.96.0.2:80/TCP#0]")
+	h.reply("svc4", ok())
+	h.expectAnswers("sync: error: sync: upsert service 10.96.0.3:80/TCP: acquire IDs: service ID in use")
+	require.Len(t, h.c.services, 2)
+}
+
 // A terminating backend may not become active through the API (terminating
 // is final), but the Kubernetes sync may make it active again: its address
 // was reused by a ready endpoint.

@@ -219,14 +219,24 @@ func upsertAcquired(o *op, i int, reply any) error {
 	return nil
 }
 
+// The write steps size their buffers before filling them: a batch of
+// 10,000 services writes 100,000 backends, and buffers grown by doubling
+// would allocate twice that.
+
 func (p *upsertPlan) writeBackends(c *Core, o *op) {
-	var bes [2][]maps.BackendEntry
-	var revs []maps.RevNATEntry
+	var nbe [2]int
+	nsvc := 0
+	for it := range p.live {
+		nbe[famIndex(it.svc.Family())] += len(it.svc.Spec.Backends)
+		nsvc++
+	}
+	bes := [2][]maps.BackendEntry{make([]maps.BackendEntry, 0, nbe[0]), make([]maps.BackendEntry, 0, nbe[1])}
+	revs := make([]maps.RevNATEntry, 0, nsvc)
 	var ms []maps.MemberEntry
 	var as []maps.AffinityMatchKey
 	for it := range p.live {
 		f := famIndex(it.svc.Family())
-		bes[f] = append(bes[f], table.BackendEntries(it.svc)...)
+		bes[f] = table.AppendBackendEntries(bes[f], it.svc)
 		revs = append(revs, table.RevNAT(it.svc))
 		ms = append(ms, table.MemberEntries(it.svc)...)
 		as = append(as, table.AffinityMatches(it.svc)...)
@@ -237,11 +247,15 @@ func (p *upsertPlan) writeBackends(c *Core, o *op) {
 }
 
 func (p *upsertPlan) writeService(c *Core, o *op) {
-	var ws [2][]maps.ServiceEntry
+	var n [2]int
+	for it := range p.live {
+		n[famIndex(it.svc.Family())] += table.ServiceEntriesMax(it.svc)
+	}
+	ws := [2][]maps.ServiceEntry{make([]maps.ServiceEntry, 0, n[0]), make([]maps.ServiceEntry, 0, n[1])}
 	var ds [2][]maps.ServiceKey
 	for it := range p.live {
 		f := famIndex(it.svc.Family())
-		ws[f] = append(ws[f], table.SlotsAndMaster(it.svc)...)
+		ws[f] = table.AppendSlotsAndMaster(ws[f], it.svc)
 		ds[f] = append(ds[f], staleKeys(it.svc, it.maxSlots, it.maxInner, it.old != nil && it.old.Spec.TwoScopes())...)
 	}
 	c.applyServices(o, ws, ds)

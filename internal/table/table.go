@@ -57,13 +57,18 @@ func stateRank(s lb.BackendState) int {
 // terminating, then quarantined (maintenance last: they get no slot); within
 // a state by address, port and protocol. ids, if not nil, is permuted along.
 func SlotOrder(bs []lb.Backend, ids []lb.BackendID) {
+	if slices.IsSortedFunc(bs, compareSlot) {
+		return // the common case: nothing to allocate
+	}
+	if ids == nil {
+		slices.SortStableFunc(bs, compareSlot)
+		return
+	}
 	idx := make([]int, len(bs))
 	for i := range idx {
 		idx[i] = i
 	}
-	slices.SortStableFunc(idx, func(a, b int) int {
-		return cmp.Or(cmp.Compare(stateRank(bs[a].State), stateRank(bs[b].State)), bs[a].L3n4Addr.Compare(bs[b].L3n4Addr))
-	})
+	slices.SortStableFunc(idx, func(a, b int) int { return compareSlot(bs[a], bs[b]) })
 	sortedB := make([]lb.Backend, len(bs))
 	for i, j := range idx {
 		sortedB[i] = bs[j]
@@ -76,6 +81,11 @@ func SlotOrder(bs []lb.Backend, ids []lb.BackendID) {
 		}
 		copy(ids, sortedI)
 	}
+}
+
+// compareSlot orders backends into slot order.
+func compareSlot(a, b lb.Backend) int {
+	return cmp.Or(cmp.Compare(stateRank(a.State), stateRank(b.State)), a.L3n4Addr.Compare(b.L3n4Addr))
 }
 
 // Counts returns the master's count and qcount for backends in slot order:
@@ -165,25 +175,42 @@ func Slots(svc *Service) []maps.ServiceEntry {
 // SlotsAndMaster returns, for each scope of svc, its slots then its
 // master: the order a service is written in (make before break).
 func SlotsAndMaster(svc *Service) []maps.ServiceEntry {
+	return AppendSlotsAndMaster(make([]maps.ServiceEntry, 0, ServiceEntriesMax(svc)), svc)
+}
+
+// AppendSlotsAndMaster appends SlotsAndMaster(svc) to dst.
+func AppendSlotsAndMaster(dst []maps.ServiceEntry, svc *Service) []maps.ServiceEntry {
+	dst = append(appendSlotsAt(dst, svc, lb.ScopeExternal), Master(svc))
 	if !svc.Spec.TwoScopes() {
-		return append(slotsAt(svc, lb.ScopeExternal, 1), Master(svc))
+		return dst
 	}
-	out := append(slotsAt(svc, lb.ScopeExternal, 1), Master(svc))
-	out = append(out, slotsAt(svc, lb.ScopeInternal, 1)...)
-	return append(out, MasterAt(svc, lb.ScopeInternal))
+	return append(appendSlotsAt(dst, svc, lb.ScopeInternal), MasterAt(svc, lb.ScopeInternal))
+}
+
+// ServiceEntriesMax is an upper bound of len(SlotsAndMaster(svc)), to
+// size a buffer.
+func ServiceEntriesMax(svc *Service) int {
+	n := len(svc.Spec.Backends) + 1
+	if svc.Spec.TwoScopes() {
+		n *= 2
+	}
+	return n
 }
 
 // slotsAt returns the slot entries of svc's set at sc with room for extra
 // more.
 func slotsAt(svc *Service, sc lb.Scope, extra int) []maps.ServiceEntry {
+	return appendSlotsAt(make([]maps.ServiceEntry, 0, len(svc.Spec.Backends)+extra), svc, sc)
+}
+
+// appendSlotsAt appends the slot entries of svc's set at sc to dst.
+func appendSlotsAt(dst []maps.ServiceEntry, svc *Service, sc lb.Scope) []maps.ServiceEntry {
 	bs, ids := ScopeSet(svc, sc)
 	count, qcount := Counts(bs)
-	n := int(count) + int(qcount)
-	out := make([]maps.ServiceEntry, n, n+extra)
-	for i := range n {
-		out[i] = maps.ServiceEntry{Key: ScopeKey(svc.Frontend(), sc, uint16(i+1)), Value: slotValueOf(svc, ids, i)}
+	for i := range int(count) + int(qcount) {
+		dst = append(dst, maps.ServiceEntry{Key: ScopeKey(svc.Frontend(), sc, uint16(i+1)), Value: slotValueOf(svc, ids, i)})
 	}
-	return out
+	return dst
 }
 
 // slotValue is the value of svc's slot i+1 at its first scope.
@@ -285,11 +312,15 @@ func BackendEntry(b lb.Backend, id lb.BackendID) maps.BackendEntry {
 // BackendEntries returns the backend map entries of svc (maintenance
 // backends included: they keep their entry but get no slot).
 func BackendEntries(svc *Service) []maps.BackendEntry {
-	out := make([]maps.BackendEntry, len(svc.Spec.Backends))
+	return AppendBackendEntries(make([]maps.BackendEntry, 0, len(svc.Spec.Backends)), svc)
+}
+
+// AppendBackendEntries appends BackendEntries(svc) to dst.
+func AppendBackendEntries(dst []maps.BackendEntry, svc *Service) []maps.BackendEntry {
 	for i, b := range svc.Spec.Backends {
-		out[i] = BackendEntry(b, svc.BackendIDs[i])
+		dst = append(dst, BackendEntry(b, svc.BackendIDs[i]))
 	}
-	return out
+	return dst
 }
 
 // RevNAT returns the revNAT entry of svc.

@@ -334,6 +334,13 @@ func (s *State) translateAll(keys []Key) {
 		}
 		return
 	}
+	if len(s.desired) == 0 && len(s.claims) == 0 && len(s.dirtyFE) == 0 {
+		// The first translation of a whole cluster: the maps it fills
+		// get their size at once rather than grown by doubling.
+		s.desired = make(map[Key][]*lb.Service, len(keys))
+		s.claims = make(map[lb.L3n4Addr][]Key, len(keys))
+		s.dirtyFE = make(map[lb.L3n4Addr]struct{}, len(keys))
+	}
 	outs := make([][]*lb.Service, len(keys))
 	var wg sync.WaitGroup
 	for w := range workers {

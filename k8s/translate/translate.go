@@ -114,18 +114,40 @@ type portKey struct {
 	fam   family
 }
 
+// The translator allocates little per service (a source translates every
+// service of the cluster at once when it starts): no maps, field names
+// and object names formatted only for a skip.
 type translator struct {
 	in   Input
 	out  Output
-	name string
-	// endpoints by slice port and family, merged across slices, keyed by
-	// address and port.
-	endpoints map[portKey]map[netip.AddrPort]endpoint
-	seenFE    map[lb.L3n4Addr]lb.ServiceType
+	name string // namespace/name of the service, set by svcName
+	// endpoints by slice port and family, merged across slices: each
+	// set sorted by address and port, without duplicates.
+	endpoints []portSet
+	seenFE    []seenFrontend
+}
+
+// portSet is the endpoints of one slice port and family.
+type portSet struct {
+	key portKey
+	eps []endpoint
+}
+
+type seenFrontend struct {
+	addr lb.L3n4Addr
+	typ  lb.ServiceType
+}
+
+// svcName is namespace/name of the service.
+func (t *translator) svcName() string {
+	if t.name == "" {
+		t.name = t.in.Service.Namespace + "/" + t.in.Service.Name
+	}
+	return t.name
 }
 
 func (t *translator) skipService(r Reason, detail string) {
-	t.out.Skipped = append(t.out.Skipped, Skip{Kind: KindService, Name: t.name, Reason: r, Detail: detail})
+	t.out.Skipped = append(t.out.Skipped, Skip{Kind: KindService, Name: t.svcName(), Reason: r, Detail: detail})
 }
 
 func (t *translator) skipSlice(name string, r Reason, detail string) {
@@ -148,7 +170,6 @@ func (t *translator) run() {
 		}
 		return
 	}
-	t.name = svc.Namespace + "/" + svc.Name
 	if v, ok := svc.Labels[LabelServiceProxyName]; ok {
 		t.skipService(ReasonServiceProxyName, "label "+LabelServiceProxyName+"="+strconv.Quote(v))
 		return
@@ -164,28 +185,29 @@ func (t *translator) run() {
 	t.collectEndpoints()
 
 	opts := t.options()
-	t.seenFE = make(map[lb.L3n4Addr]lb.ServiceType)
-	seenPort := make(map[[2]int]bool)
 	for i, p := range svc.Spec.Ports {
-		field := "spec.ports[" + strconv.Itoa(i) + "]"
 		proto, ok := parseProtocol(p.Protocol)
 		if !ok {
-			t.skipService(ReasonInvalidPort, field+".protocol "+strconv.Quote(string(p.Protocol))+": want TCP, UDP or SCTP")
+			t.skipService(ReasonInvalidPort, portField(i)+".protocol "+strconv.Quote(string(p.Protocol))+": want TCP, UDP or SCTP")
 			continue
 		}
 		if p.Port < 1 || p.Port > 65535 {
-			t.skipService(ReasonInvalidPort, field+".port "+strconv.Itoa(int(p.Port))+": want 1..65535")
+			t.skipService(ReasonInvalidPort, portField(i)+".port "+strconv.Itoa(int(p.Port))+": want 1..65535")
 			continue
 		}
-		if k := [2]int{int(p.Port), int(proto)}; seenPort[k] {
-			t.skipService(ReasonInvalidPort, field+" "+strconv.Itoa(int(p.Port))+"/"+proto.String()+": repeated")
+		if slices.ContainsFunc(svc.Spec.Ports[:i], func(q corev1.ServicePort) bool {
+			qp, ok := parseProtocol(q.Protocol)
+			return ok && q.Port == p.Port && qp == proto
+		}) {
+			t.skipService(ReasonInvalidPort, portField(i)+" "+strconv.Itoa(int(p.Port))+"/"+proto.String()+": repeated")
 			continue
-		} else {
-			seenPort[k] = true
 		}
-		t.servicePort(field, p, proto, clusterIPs, opts)
+		t.servicePort(i, p, proto, clusterIPs, opts)
 	}
 }
+
+// portField names spec.ports[i].
+func portField(i int) string { return "spec.ports[" + strconv.Itoa(i) + "]" }
 
 // clusterIPs returns the service's ClusterIPs, at most one per family, in
 // the order given (the first is the primary family).
@@ -248,20 +270,18 @@ func parseProtocol(p corev1.Protocol) (lb.L4Type, bool) {
 // collectEndpoints reads the slices into t.endpoints.
 func (t *translator) collectEndpoints() {
 	svc := t.in.Service
-	t.endpoints = make(map[portKey]map[netip.AddrPort]endpoint)
 	for _, s := range t.in.Slices {
 		if s == nil {
 			t.skipSlice("(nil)", ReasonInvalidSlice, "a nil slice was given")
 			continue
 		}
-		name := sliceName(s)
 		if owner := s.Labels[discoveryv1.LabelServiceName]; owner != svc.Name || s.Namespace != svc.Namespace {
-			t.skipSlice(name, ReasonOtherService, "label "+discoveryv1.LabelServiceName+"="+strconv.Quote(owner)+" in namespace "+
-				strconv.Quote(s.Namespace)+" is not service "+t.name)
+			t.skipSlice(sliceName(s), ReasonOtherService, "label "+discoveryv1.LabelServiceName+"="+strconv.Quote(owner)+" in namespace "+
+				strconv.Quote(s.Namespace)+" is not service "+t.svcName())
 			continue
 		}
 		if _, ok := s.Labels[corev1.IsHeadlessService]; ok {
-			t.skipSlice(name, ReasonHeadlessSlice, "label "+corev1.IsHeadlessService)
+			t.skipSlice(sliceName(s), ReasonHeadlessSlice, "label "+corev1.IsHeadlessService)
 			continue
 		}
 		var fam family
@@ -271,64 +291,85 @@ func (t *translator) collectEndpoints() {
 		case discoveryv1.AddressTypeIPv6:
 			fam = famV6
 		case discoveryv1.AddressTypeFQDN:
-			t.skipSlice(name, ReasonFQDNSlice, "addressType FQDN is not load-balanced")
+			t.skipSlice(sliceName(s), ReasonFQDNSlice, "addressType FQDN is not load-balanced")
 			continue
 		default:
-			t.skipSlice(name, ReasonInvalidSlice, "addressType "+strconv.Quote(string(s.AddressType))+": want IPv4 or IPv6")
+			t.skipSlice(sliceName(s), ReasonInvalidSlice, "addressType "+strconv.Quote(string(s.AddressType))+": want IPv4 or IPv6")
 			continue
 		}
-		eps := t.sliceEndpoints(name, s, fam)
+		eps := t.sliceEndpoints(s, fam)
 		for j, p := range s.Ports {
-			field := "ports[" + strconv.Itoa(j) + "]"
+			field := func() string { return "ports[" + strconv.Itoa(j) + "]" }
 			if p.Name == nil {
-				t.skipSlice(name, ReasonInvalidSlicePort, field+".name is not set")
+				t.skipSlice(sliceName(s), ReasonInvalidSlicePort, field()+".name is not set")
 				continue
 			}
 			if p.Port == nil || *p.Port < 1 || *p.Port > 65535 {
-				t.skipSlice(name, ReasonInvalidSlicePort, field+".port is not set or not 1..65535")
+				t.skipSlice(sliceName(s), ReasonInvalidSlicePort, field()+".port is not set or not 1..65535")
 				continue
 			}
 			proto := lb.TCP // the API's default
 			if p.Protocol != nil {
 				var ok bool
 				if proto, ok = parseProtocol(*p.Protocol); !ok {
-					t.skipSlice(name, ReasonInvalidSlicePort, field+".protocol "+strconv.Quote(string(*p.Protocol))+": want TCP, UDP or SCTP")
+					t.skipSlice(sliceName(s), ReasonInvalidSlicePort, field()+".protocol "+strconv.Quote(string(*p.Protocol))+": want TCP, UDP or SCTP")
 					continue
 				}
 			}
-			k := portKey{name: *p.Name, proto: proto, fam: fam}
-			set := t.endpoints[k]
-			if set == nil {
-				set = make(map[netip.AddrPort]endpoint, len(eps))
-				t.endpoints[k] = set
-			}
+			set := t.portSet(portKey{name: *p.Name, proto: proto, fam: fam}, len(eps))
 			for _, e := range eps {
 				e.port = uint16(*p.Port)
-				ap := netip.AddrPortFrom(e.addr, e.port)
-				if old, dup := set[ap]; !dup || e.rank() > old.rank() {
-					set[ap] = e
-				}
+				set.eps = append(set.eps, e)
 			}
 		}
 	}
+	for i := range t.endpoints {
+		t.endpoints[i].eps = mergeEndpoints(t.endpoints[i].eps)
+	}
+}
+
+// portSet returns the set of k in t.endpoints, added if new, with room
+// for n more endpoints.
+func (t *translator) portSet(k portKey, n int) *portSet {
+	for i := range t.endpoints {
+		if t.endpoints[i].key == k {
+			t.endpoints[i].eps = slices.Grow(t.endpoints[i].eps, n)
+			return &t.endpoints[i]
+		}
+	}
+	if t.endpoints == nil {
+		t.endpoints = make([]portSet, 0, 2)
+	}
+	t.endpoints = append(t.endpoints, portSet{key: k, eps: make([]endpoint, 0, n)})
+	return &t.endpoints[len(t.endpoints)-1]
+}
+
+// mergeEndpoints sorts eps by address and port and keeps one endpoint per
+// address and port: the node-local one first (as kube-proxy), then the
+// one in the best state, else the first given.
+func mergeEndpoints(eps []endpoint) []endpoint {
+	slices.SortStableFunc(eps, func(a, b endpoint) int {
+		return cmp.Or(a.addr.Compare(b.addr), cmp.Compare(a.port, b.port), cmp.Compare(b.rank(), a.rank()))
+	})
+	return slices.CompactFunc(eps, func(a, b endpoint) bool { return a.addr == b.addr && a.port == b.port })
 }
 
 // sliceEndpoints returns the usable endpoints of slice s (port not set).
-func (t *translator) sliceEndpoints(name string, s *discoveryv1.EndpointSlice, fam family) []endpoint {
+func (t *translator) sliceEndpoints(s *discoveryv1.EndpointSlice, fam family) []endpoint {
 	out := make([]endpoint, 0, len(s.Endpoints))
 	for i, e := range s.Endpoints {
-		field := "endpoints[" + strconv.Itoa(i) + "]"
+		field := func() string { return "endpoints[" + strconv.Itoa(i) + "]" }
 		if len(e.Addresses) == 0 {
-			t.skipSlice(name, ReasonInvalidEndpoint, field+" has no address")
+			t.skipSlice(sliceName(s), ReasonInvalidEndpoint, field()+" has no address")
 			continue
 		}
 		a, ok := frontendIP(e.Addresses[0])
 		if !ok {
-			t.skipSlice(name, ReasonInvalidEndpoint, field+".addresses[0] "+strconv.Quote(e.Addresses[0])+": not a usable IP address")
+			t.skipSlice(sliceName(s), ReasonInvalidEndpoint, field()+".addresses[0] "+strconv.Quote(e.Addresses[0])+": not a usable IP address")
 			continue
 		}
 		if familyOf(a) != fam {
-			t.skipSlice(name, ReasonIPFamily, field+".addresses[0] "+a.String()+" in a slice of addressType "+fam.String())
+			t.skipSlice(sliceName(s), ReasonIPFamily, field()+".addresses[0] "+a.String()+" in a slice of addressType "+fam.String())
 			continue
 		}
 		c := e.Conditions
@@ -385,32 +426,58 @@ func (t *translator) options() options {
 type frontend struct {
 	addr  lb.L3n4Addr
 	typ   lb.ServiceType
-	field string
+	field fieldRef
 }
 
-func (t *translator) servicePort(field string, p corev1.ServicePort, proto lb.L4Type, clusterIPs []netip.Addr, o options) {
+// fieldRef names the field a frontend comes from, formatted only for a
+// skip.
+type fieldRef struct {
+	kind uint8 // fieldClusterIPs...
+	idx  int   // of the ingress, external IP or service port
+}
+
+const (
+	fieldClusterIPs uint8 = iota
+	fieldIngress
+	fieldExternalIP
+	fieldNodePort
+)
+
+func (f fieldRef) String() string {
+	switch f.kind {
+	case fieldIngress:
+		return "status.loadBalancer.ingress[" + strconv.Itoa(f.idx) + "]"
+	case fieldExternalIP:
+		return "spec.externalIPs[" + strconv.Itoa(f.idx) + "]"
+	case fieldNodePort:
+		return portField(f.idx) + ".nodePort"
+	}
+	return "spec.clusterIPs"
+}
+
+func (t *translator) servicePort(pi int, p corev1.ServicePort, proto lb.L4Type, clusterIPs []netip.Addr, o options) {
 	spec := &t.in.Service.Spec
 	var fam [2]bool
 	for _, ip := range clusterIPs {
 		fam[familyOf(ip)] = true
 	}
 	port := uint16(p.Port)
-	var fes []frontend
+	fes := make([]frontend, 0, len(clusterIPs))
 	for _, ip := range clusterIPs {
-		fes = append(fes, frontend{addr: lb.L3n4Addr{Addr: ip, Port: port, Protocol: proto}, typ: lb.SVCTypeClusterIP, field: "spec.clusterIPs"})
+		fes = append(fes, frontend{addr: lb.L3n4Addr{Addr: ip, Port: port, Protocol: proto}, typ: lb.SVCTypeClusterIP, field: fieldRef{kind: fieldClusterIPs}})
 	}
 	if o.allowIngress {
 		for i, ing := range t.in.Service.Status.LoadBalancer.Ingress {
-			f := "status.loadBalancer.ingress[" + strconv.Itoa(i) + "]"
+			f := fieldRef{kind: fieldIngress, idx: i}
 			switch {
 			case ing.IP == "":
-				t.skipService(ReasonIngressHostname, f+" hostname "+strconv.Quote(ing.Hostname)+" has no IP")
+				t.skipService(ReasonIngressHostname, f.String()+" hostname "+strconv.Quote(ing.Hostname)+" has no IP")
 				continue
 			case ing.IPMode != nil && *ing.IPMode == corev1.LoadBalancerIPModeProxy:
-				t.skipService(ReasonIngressProxyMode, f+" "+ing.IP+": ipMode Proxy")
+				t.skipService(ReasonIngressProxyMode, f.String()+" "+ing.IP+": ipMode Proxy")
 				continue
 			case len(spec.LoadBalancerSourceRanges) > 0:
-				t.skipService(ReasonSourceRanges, f+" "+ing.IP+": spec.loadBalancerSourceRanges cannot be enforced")
+				t.skipService(ReasonSourceRanges, f.String()+" "+ing.IP+": spec.loadBalancerSourceRanges cannot be enforced")
 				continue
 			}
 			if a, ok := t.externalIP(f, ing.IP, fam); ok {
@@ -419,14 +486,14 @@ func (t *translator) servicePort(field string, p corev1.ServicePort, proto lb.L4
 		}
 	}
 	for i, s := range spec.ExternalIPs {
-		f := "spec.externalIPs[" + strconv.Itoa(i) + "]"
+		f := fieldRef{kind: fieldExternalIP, idx: i}
 		if a, ok := t.externalIP(f, s, fam); ok {
 			fes = append(fes, frontend{addr: lb.L3n4Addr{Addr: a, Port: port, Protocol: proto}, typ: lb.SVCTypeExternalIPs, field: f})
 		}
 	}
 	if o.allowNodePort && p.NodePort != 0 {
 		if p.NodePort < 1 || p.NodePort > 65535 {
-			t.skipService(ReasonInvalidPort, field+".nodePort "+strconv.Itoa(int(p.NodePort))+": want 1..65535")
+			t.skipService(ReasonInvalidPort, portField(pi)+".nodePort "+strconv.Itoa(int(p.NodePort))+": want 1..65535")
 		} else {
 			for _, ip := range clusterIPs {
 				nps := lb.NodePortFrontends(lb.L3n4Addr{Addr: ip, Port: uint16(p.NodePort), Protocol: proto}, t.in.NodeAddresses)
@@ -434,19 +501,23 @@ func (t *translator) servicePort(field string, p corev1.ServicePort, proto lb.L4
 					nps = nps[1:]
 				}
 				for _, a := range nps {
-					fes = append(fes, frontend{addr: a, typ: lb.SVCTypeNodePort, field: field + ".nodePort"})
+					fes = append(fes, frontend{addr: a, typ: lb.SVCTypeNodePort, field: fieldRef{kind: fieldNodePort, idx: pi}})
 				}
 			}
 		}
 	}
 
-	var cache [2][2][]lb.Backend // by family, by local
+	// The backend sets by family and locality, computed once: the first
+	// frontend of a set gets it, the others a copy (emit never writes to
+	// a set: it copies before dropping a backend).
+	var cache [2][2][]lb.Backend
+	var given [2][2]bool
 	for _, fe := range fes {
-		if prev, dup := t.seenFE[fe.addr]; dup {
-			t.skipService(ReasonDuplicateFrontend, fe.field+" "+fe.addr.String()+": already a "+prev.String()+" frontend")
+		if i := slices.IndexFunc(t.seenFE, func(x seenFrontend) bool { return x.addr == fe.addr }); i >= 0 {
+			t.skipService(ReasonDuplicateFrontend, fe.field.String()+" "+fe.addr.String()+": already a "+t.seenFE[i].typ.String()+" frontend")
 			continue
 		}
-		t.seenFE[fe.addr] = fe.typ
+		t.seenFE = append(t.seenFE, seenFrontend{addr: fe.addr, typ: fe.typ})
 		s := &lb.Service{
 			Frontend:        lb.Frontend{L3n4Addr: fe.addr},
 			Type:            fe.typ,
@@ -471,21 +542,24 @@ func (t *translator) servicePort(field string, p corev1.ServicePort, proto lb.L4
 		if cache[f][l] == nil {
 			cache[f][l] = t.backends(p.Name, proto, f, local)
 		}
-		s.Backends = slices.Clone(cache[f][l])
+		if s.Backends = cache[f][l]; given[f][l] {
+			s.Backends = slices.Clone(s.Backends)
+		}
+		given[f][l] = true
 		t.emit(s)
 	}
 }
 
 // externalIP parses an external or ingress IP and checks that the service
 // has a ClusterIP of its family.
-func (t *translator) externalIP(field, s string, fam [2]bool) (netip.Addr, bool) {
+func (t *translator) externalIP(field fieldRef, s string, fam [2]bool) (netip.Addr, bool) {
 	a, ok := frontendIP(s)
 	if !ok {
-		t.skipService(ReasonInvalidIP, field+" "+strconv.Quote(s)+": not a usable IP address")
+		t.skipService(ReasonInvalidIP, field.String()+" "+strconv.Quote(s)+": not a usable IP address")
 		return netip.Addr{}, false
 	}
 	if !fam[familyOf(a)] {
-		t.skipService(ReasonIPFamily, field+" "+a.String()+": the service has no "+familyOf(a).String()+" ClusterIP")
+		t.skipService(ReasonIPFamily, field.String()+" "+a.String()+": the service has no "+familyOf(a).String()+" ClusterIP")
 		return netip.Addr{}, false
 	}
 	return a, true
@@ -495,7 +569,13 @@ func (t *translator) externalIP(field, s string, fam [2]bool) (netip.Addr, bool)
 // f, sorted. local says the frontend has a node-local backend set, whose
 // terminating fallback kube-proxy decides on the local endpoints alone.
 func (t *translator) backends(name string, proto lb.L4Type, f family, local bool) []lb.Backend {
-	set := t.endpoints[portKey{name: name, proto: proto, fam: f}]
+	var set []endpoint
+	for i := range t.endpoints {
+		if k := t.endpoints[i].key; k.name == name && k.proto == proto && k.fam == f {
+			set = t.endpoints[i].eps
+			break
+		}
+	}
 	var anyReady, localReady bool
 	for _, e := range set {
 		if e.ready {
@@ -504,7 +584,7 @@ func (t *translator) backends(name string, proto lb.L4Type, f family, local bool
 		}
 	}
 	out := make([]lb.Backend, 0, len(set))
-	for _, e := range set {
+	for _, e := range set { // sorted by address and port: so are the backends
 		be := lb.Backend{
 			L3n4Addr:  lb.L3n4Addr{Addr: e.addr, Port: e.port, Protocol: proto},
 			Weight:    lb.DefaultBackendWeight,
@@ -520,7 +600,6 @@ func (t *translator) backends(name string, proto lb.L4Type, f family, local bool
 		}
 		out = append(out, be)
 	}
-	slices.SortFunc(out, func(a, b lb.Backend) int { return a.L3n4Addr.Compare(b.L3n4Addr) })
 	return out
 }
 
@@ -542,7 +621,7 @@ func (t *translator) emit(s *lb.Service) {
 			return
 		}
 		t.skipService(ReasonInvalidBackend, s.Type.String()+" frontend "+s.Frontend.String()+": "+err.Error())
-		s.Backends = slices.Delete(s.Backends, i, i+1)
+		s.Backends = slices.Delete(slices.Clone(s.Backends), i, i+1) // the set may be shared with other frontends
 	}
 	t.skipService(ReasonInvalidFrontend, s.Type.String()+" frontend "+s.Frontend.String()+": backends keep failing validation")
 }
