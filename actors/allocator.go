@@ -45,10 +45,34 @@ func newAllocatorProducer() actor.Producer {
 }
 
 func (a *allocatorActor) Receive(ctx actor.Context) {
+	if b, ok := ctx.Message().(*messages.Batch); ok && len(b.Msgs) >= reserveMin {
+		a.reserve(b.Msgs)
+	}
 	// In order, as if one by one; the answers go back in one message.
 	var replies []any
 	messages.EachRequest(ctx.Message(), func(m any) { replies = a.receive(ctx, m, replies) })
 	respond(ctx, replies)
+}
+
+// reserveMin is the number of requests (allocator) or entries (mirrors)
+// in one message from which an empty owner sizes its index for them at
+// once rather than growing it by doubling.
+const reserveMin = 256
+
+// reserve makes room in the empty allocators for the keys that msgs
+// acquire (a batch creating a cluster's services into an empty engine).
+func (a *allocatorActor) reserve(msgs []any) {
+	var svcs, bes int
+	for _, m := range msgs {
+		if acq, ok := m.(*messages.AllocAcquire); ok {
+			if acq.Service {
+				svcs++
+			}
+			bes += len(acq.Backends)
+		}
+	}
+	a.svc.Reserve(svcs)
+	a.be.Reserve(bes)
 }
 
 // receive handles one request and appends its answer to replies (none

@@ -121,6 +121,9 @@ func (o *mirror[E, K, V]) apply(writes []E, deletes []K) (written, deleted int, 
 		if err := o.m.Update(ws); err != nil {
 			return 0, 0, reloadAfter(err, o.load)
 		}
+		if len(o.entries) == 0 && len(ws) >= reserveMin {
+			o.entries = make(map[K]V, len(ws)) // sized at once, not grown by doubling
+		}
 		for _, e := range ws {
 			k, v := o.split(e)
 			o.entries[k] = v

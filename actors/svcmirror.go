@@ -162,6 +162,9 @@ func (o *svcMirror) apply(writes []maps.ServiceEntry, deletes []maps.ServiceKey)
 		if err := o.m.Update(ws); err != nil {
 			return 0, 0, reloadAfter(err, o.load)
 		}
+		if o.entries.Len() == 0 && len(ws) >= reserveMin {
+			o.entries.Reserve(frontends(ws)) // sized at once, not grown by doubling
+		}
 		c = cursor{o: o}
 		for i, e := range ws {
 			if fe := addrkey.ServiceKeyOf(e.Key); !c.valid || fe != c.fe {
@@ -207,4 +210,17 @@ func (o *svcMirror) dump() []maps.ServiceEntry {
 		}
 	}
 	return out
+}
+
+// frontends counts the frontends of ws, whose entries come frontend by
+// frontend.
+func frontends(ws []maps.ServiceEntry) int {
+	n := 0
+	var last addrkey.ServiceKey
+	for i, e := range ws {
+		if fe := addrkey.ServiceKeyOf(e.Key); i == 0 || fe != last {
+			n, last = n+1, fe
+		}
+	}
+	return n
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/actorlb/actorlb/internal/table"
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/messages"
 )
@@ -365,6 +366,10 @@ func (c *Core) upsertBatch(m *messages.UpsertBatch) {
 	})
 }
 
+// reserveMin is the number of services from which startUpserts sizes the
+// indexes of an empty engine for them.
+const reserveMin = 1024
+
 // startUpserts starts the upserts of svcs, in order, for waiter w (service
 // i answers in its slot i), skipping those valid refuses (nil: none). Runs
 // of new services (a frontend without a service or a queued op, no
@@ -380,6 +385,13 @@ func (c *Core) startUpserts(svcs []*lb.Service, w *waiter, valid func(int, *lb.S
 		nkeys += 1 + len(svc.Backends)
 	}
 	taken := make(map[qkey]bool, nkeys) // queue keys of the run
+	if len(c.services) == 0 && len(svcs) >= reserveMin {
+		// Many services into an empty engine (the first sync or batch):
+		// the indexes get their size at once.
+		c.services = make(map[lb.ServiceID]*table.Service, len(svcs))
+		c.byFE.Reserve(len(svcs))
+		c.users.Reserve(nkeys - len(svcs))
+	}
 	var keys []qkey
 	flush := func() {
 		if len(run) == 0 {

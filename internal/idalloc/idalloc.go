@@ -66,6 +66,10 @@ func NewCompact[K comparable, I ID](max I, n int, pk packedmap.Packer[K]) *Alloc
 	return a
 }
 
+// Reserve makes room for n keys if the allocator holds none (see
+// packedmap.Map.Reserve).
+func (a *Allocator[K, I]) Reserve(n int) { a.keys.Reserve(n) }
+
 // Max returns the largest ID the allocator hands out.
 func (a *Allocator[K, I]) Max() I { return a.max }
 

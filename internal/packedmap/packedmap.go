@@ -62,6 +62,22 @@ func (m *Map[K, V]) Delete(k K) {
 // Len returns the number of keys.
 func (m *Map[K, V]) Len() int { return len(m.full) + len(m.small) }
 
+// Reserve makes room for n keys if the map is empty (else it does
+// nothing: a Go map cannot grow in place). A caller about to add many keys
+// at once calls it, so that the map is not grown by doubling through
+// every size on the way, each time copying what it holds. The room goes
+// to the packed keys when there is a packer.
+func (m *Map[K, V]) Reserve(n int) {
+	if m.Len() != 0 || n <= 0 {
+		return
+	}
+	if m.pk == nil {
+		m.full = make(map[K]V, n)
+		return
+	}
+	m.small = make(map[uint64]V, n)
+}
+
 // All yields every key and its value, in no order (a range-over-func
 // iterator). The map must not change during the iteration.
 func (m *Map[K, V]) All(yield func(K, V) bool) {

@@ -26,7 +26,11 @@ func TestMatchesPlainMap(t *testing.T) {
 		m, want := New[string, int](0, pk), map[string]int{}
 		for step := range 5000 {
 			k := "k" + strconv.Itoa(r.IntN(40))
-			switch r.IntN(3) {
+			switch r.IntN(4) {
+			case 3:
+				// Reserve changes nothing that Get, Len and All answer:
+				// on an empty map it only makes room.
+				m.Reserve(r.IntN(100))
 			case 0:
 				m.Set(k, step)
 				want[k] = step
