@@ -467,7 +467,8 @@ func (e *Engine) Sync(ctx context.Context, desired []*lb.Service) (SyncResult, e
 // SyncSource makes src's services equal desired: it upserts every service
 // in it and deletes every other service of src (and, for lb.SourceAPI,
 // every standalone revNAT entry), as one step with respect to other calls.
-// Services of other sources are never touched. Every desired service must
+// Services of other sources are never touched. New services are created
+// in runs, as UpsertBatch creates them. Every desired service must
 // have Source src; invalid input changes nothing. The error joins those of
 // the services that failed (also in SyncResult.Failed) and of failed
 // deletes.

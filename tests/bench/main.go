@@ -150,12 +150,15 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 
 	bulk := bulkServices(bulkN, 10)
 	// Floors: the same entries the bulk scenario writes, straight to maps.
-	putFloor, batchFloor, err := floors(root, sizes, bulk)
+	fl, err := floorsCPU(root, sizes, bulk)
 	if err != nil {
 		return err
 	}
+	putFloor, batchFloor := fl.put, fl.batch
 	res.add("floor", "put_services_per_s", float64(bulkN)/putFloor.Seconds(), "services/s")
 	res.add("floor", "batch_services_per_s", float64(bulkN)/batchFloor.Seconds(), "services/s")
+	res.add("floor", "put_cpu_us_per_service", float64(fl.putCPU.Microseconds())/float64(bulkN), "us")
+	res.add("floor", "batch_cpu_us_per_service", float64(fl.batchCPU.Microseconds())/float64(bulkN), "us")
 
 	// Bulk through UpsertBatch: callers goroutines, bulkBatch services per
 	// call, three rounds on fresh engines and maps; the median is reported.
@@ -188,6 +191,78 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 	res.add("bulk-10k-x10", "ratio_to_put_floor", putFloor.Seconds()/batched.Seconds(), "x")
 	res.add("bulk-10k-x10", "ratio_to_batch_floor", batchFloor.Seconds()/batched.Seconds(), "x")
 	res.add("bulk-10k-x10", "cpu_us_per_service", float64(median(bulkCPUs).Microseconds())/float64(bulkN), "us")
+	res.add("bulk-10k-x10", "cpu_ratio_to_batch_floor", median(bulkCPUs).Seconds()/fl.batchCPU.Seconds(), "x")
+
+	// The same services as one call, the shape of a Kubernetes initial
+	// sync: one UpsertBatch, then one SyncSource, of all of them, three
+	// rounds each on fresh engines and maps (medians).
+	for _, how := range []string{"one_upsertbatch", "one_syncsource"} {
+		var walls, cpus []time.Duration
+		var allocs []float64
+		for round := range 3 {
+			dir := fmt.Sprintf("%s/one-%s-%d", root, how, round)
+			e, err := actorlb.New(ctx, actorlb.Config{BPFRoot: dir, MaxEntries: sizes, Logger: log, ReconcileInterval: noReconcile})
+			if err != nil {
+				return err
+			}
+			runtime.GC()
+			var m0, m1 runtime.MemStats
+			runtime.ReadMemStats(&m0)
+			cpu0, start := cpuTime(), time.Now()
+			if how == "one_upsertbatch" {
+				rs, cerr := e.UpsertBatch(ctx, bulk)
+				err = firstErr(rs, cerr, func(r actorlb.UpsertResult) error { return r.Err })
+			} else {
+				_, err = e.SyncSource(ctx, lb.SourceAPI, bulk)
+			}
+			walls, cpus = append(walls, time.Since(start)), append(cpus, cpuTime()-cpu0)
+			runtime.ReadMemStats(&m1)
+			allocs = append(allocs, float64(m1.TotalAlloc-m0.TotalAlloc)/float64(bulkN))
+			if cerr := e.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return err
+			}
+			if err := maps.Remove(dir); err != nil {
+				return err
+			}
+		}
+		slices.Sort(allocs)
+		res.add("bulk-10k-x10", "services_per_s_"+how, float64(bulkN)/median(walls).Seconds(), "services/s")
+		res.add("bulk-10k-x10", "cpu_us_per_service_"+how, float64(median(cpus).Microseconds())/float64(bulkN), "us")
+		res.add("bulk-10k-x10", "alloc_bytes_per_service_"+how, allocs[1], "bytes")
+	}
+
+	// Once more with the library latency probe running beside the
+	// batched bulk (not counted in the rates above): how long a single
+	// Upsert waits behind the batches.
+	if err := func() error {
+		dir := root + "/bulk-probed"
+		e, err := actorlb.New(ctx, actorlb.Config{BPFRoot: dir, MaxEntries: sizes, Logger: log, ReconcileInterval: noReconcile})
+		if err != nil {
+			return err
+		}
+		lat := startLatencyProbe(e)
+		err = forAll(chunk(bulk, bulkBatch), callers, func(c []*lb.Service) error {
+			rs, err := e.UpsertBatch(ctx, c)
+			return firstErr(rs, err, func(r actorlb.UpsertResult) error { return r.Err })
+		})
+		probe := lat.stop()
+		if cerr := e.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+		res.add("upsert-latency", "p50_us_library_during_batches", probe.p(50), "us")
+		res.add("upsert-latency", "p99_us_library_during_batches", probe.p(99), "us")
+		res.add("upsert-latency", "max_us_library_during_batches", probe.p(100), "us")
+		res.add("upsert-latency", "samples_library_during_batches", float64(len(probe.samples)), "count")
+		return maps.Remove(dir)
+	}(); err != nil {
+		return err
+	}
 
 	// Bulk again with one Upsert call per service, the latency probes
 	// running alongside; the memory, restore and step figures come from
@@ -505,13 +580,27 @@ type rawMap struct {
 // floors writes the bulk scenario's entries to fresh pinned maps twice:
 // once with one update per entry, once with one BatchUpdate per map.
 func floors(root string, sizes maps.Sizes, svcs []*lb.Service) (put, batch time.Duration, err error) {
+	f, err := floorsCPU(root, sizes, svcs)
+	return f.put, f.batch, err
+}
+
+// floorTimes are the floors' wall and CPU times.
+type floorTimes struct {
+	put, batch       time.Duration
+	putCPU, batchCPU time.Duration
+}
+
+// floorsCPU writes the entries of svcs straight to fresh maps, one
+// bpf() call per entry (put) and then one BatchUpdate per map (batch),
+// and returns each pass's wall and CPU time.
+func floorsCPU(root string, sizes maps.Sizes, svcs []*lb.Service) (f floorTimes, err error) {
 	svc, be, rev := entries(svcs)
 	var raws []rawMap
 	for pass := range 2 {
 		dir := fmt.Sprintf("%s/floor%d", root, pass)
 		lbm, err := maps.Open(maps.Config{Root: dir, MaxEntries: sizes})
 		if err != nil {
-			return 0, 0, err
+			return f, err
 		}
 		lbm.Close()
 		raws = raws[:0]
@@ -524,36 +613,36 @@ func floors(root string, sizes maps.Sizes, svcs []*lb.Service) (put, batch time.
 		}{{maps.Backend4Name, bk, bv}, {maps.Service4Name, sk, sv}, {maps.RevNAT4Name, rk, rv}} {
 			m, err := ebpf.LoadPinnedMap(dir+"/"+x.name, nil)
 			if err != nil {
-				return 0, 0, err
+				return f, err
 			}
 			raws = append(raws, rawMap{m, x.k, x.v})
 		}
-		start := time.Now()
+		cpu0, start := cpuTime(), time.Now()
 		for _, r := range raws {
 			if pass == 0 {
 				for i := range r.keys {
 					if err := r.m.Put(r.keys[i], r.vals[i]); err != nil {
-						return 0, 0, err
+						return f, err
 					}
 				}
 			} else if err := batchPut(r); err != nil {
-				return 0, 0, err
+				return f, err
 			}
 		}
-		d := time.Since(start)
+		d, cpu := time.Since(start), cpuTime()-cpu0
 		for _, r := range raws {
 			r.m.Close()
 		}
 		if pass == 0 {
-			put = d
+			f.put, f.putCPU = d, cpu
 		} else {
-			batch = d
+			f.batch, f.batchCPU = d, cpu
 		}
 		if err := maps.Remove(dir); err != nil {
-			return 0, 0, err
+			return f, err
 		}
 	}
-	return put, batch, nil
+	return f, nil
 }
 
 func batchPut(r rawMap) error {
@@ -743,6 +832,10 @@ func insertDelete(res *results, root string, sizes maps.Sizes, n, callers, batch
 		}
 	}
 	chunks := chunk(svcs, batch)
+	_, insFloor, err := floors(root+"-floor", sizes, svcs)
+	if err != nil {
+		return err
+	}
 	fresh := func(dir string) (*actorlb.Engine, func() error, error) {
 		e, err := actorlb.New(ctx, actorlb.Config{BPFRoot: dir, MaxEntries: sizes, Logger: log, ReconcileInterval: noReconcile})
 		if err != nil {
@@ -797,6 +890,8 @@ func insertDelete(res *results, root string, sizes maps.Sizes, n, callers, batch
 	stopProfile()
 	slices.Sort(retained)
 	res.add("insert-50k-x1", "services_per_s", float64(n)/median(inss).Seconds(), "services/s")
+	res.add("insert-50k-x1", "batch_floor_services_per_s", float64(n)/insFloor.Seconds(), "services/s")
+	res.add("insert-50k-x1", "ratio_to_batch_floor", insFloor.Seconds()/median(inss).Seconds(), "x")
 	res.add("insert-50k-x1", "delete_services_per_s", float64(n)/median(dels).Seconds(), "services/s")
 	res.add("insert-50k-x1", "retained_bytes_per_service", retained[1], "bytes")
 
