@@ -79,6 +79,11 @@ func trimObject(nodeName string) cache.TransformFunc {
 			for i := range o.Ports {
 				o.Ports[i].AppProtocol = nil
 			}
+			// The decoder grew these by doubling (10 endpoints of 96
+			// bytes sit in room for 16): exact copies, the bulk of the
+			// cache's memory.
+			o.Endpoints = exact(o.Endpoints)
+			o.Ports = exact(o.Ports)
 		case *corev1.Node:
 			trimMeta(&o.ObjectMeta, ns)
 			o.Spec = corev1.NodeSpec{}
@@ -93,6 +98,18 @@ func trimObject(nodeName string) cache.TransformFunc {
 // trimMeta keeps of m what the source reads: namespace (shared), name,
 // UID, resourceVersion, creationTimestamp, the labels named keep and the
 // trigger-time annotation.
+// exact returns s in a new array of its length (nil if empty), if its
+// array has room to spare.
+func exact[T any](s []T) []T {
+	if cap(s) == len(s) {
+		return s
+	}
+	if len(s) == 0 {
+		return nil
+	}
+	return append(make([]T, 0, len(s)), s...)
+}
+
 func trimMeta(m *metav1.ObjectMeta, ns *interner, keep ...string) {
 	m.ManagedFields, m.OwnerReferences, m.Finalizers = nil, nil, nil
 	m.GenerateName = ""

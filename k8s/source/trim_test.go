@@ -1,6 +1,7 @@
 package source
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/actorlb/actorlb/k8s/translate"
@@ -93,7 +94,9 @@ func TestTrimDropsWhatNothingReads(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, svc, again)
 
-	o, err = trim(richSlice())
+	rich := richSlice()
+	rich.Endpoints, rich.Ports = slices.Grow(rich.Endpoints, 6), slices.Grow(rich.Ports, 3) // as a decoder grows them
+	o, err = trim(rich)
 	require.NoError(t, err)
 	sl := o.(*discoveryv1.EndpointSlice)
 	require.Equal(t, map[string]string{discoveryv1.LabelServiceName: "web"}, sl.Labels)
@@ -109,6 +112,8 @@ func TestTrimDropsWhatNothingReads(t *testing.T) {
 	require.Equal(t, testNode, *sl.Endpoints[0].NodeName)
 	require.Nil(t, sl.Endpoints[1].NodeName, "another node: only whether it is this one matters")
 	require.Same(t, sl.Endpoints[0].Conditions.Ready, sl.Endpoints[1].Conditions.Serving, "shared condition values")
+	require.Equal(t, len(sl.Endpoints), cap(sl.Endpoints), "endpoints in an array of their number")
+	require.Equal(t, len(sl.Ports), cap(sl.Ports), "ports in an array of their number")
 	again, err = trim(sl.DeepCopy())
 	require.NoError(t, err)
 	require.Equal(t, sl, again)
