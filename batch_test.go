@@ -289,3 +289,54 @@ func TestUpsertBatchIntoANearlyFullMapCreatesWhatFits(t *testing.T) {
 	require.Len(t, d.Backends4, created, "no backend of a failed service is left")
 	require.Len(t, d.RevNAT4, created)
 }
+
+// A batch and a sync of many new services into an empty engine (the first
+// sync of a cluster) size the indexes they fill at once: the services,
+// their backends (some shared) and IDs come out as with small batches, the
+// invariants hold, and deleting them all leaves nothing. Real maps when
+// privileged (newEngine).
+func TestLargeFirstBatchAndSyncCreateEveryService(t *testing.T) {
+	for _, how := range []string{"batch", "sync"} {
+		t.Run(how, func(t *testing.T) {
+			e := newEngine(t, "", Config{})
+			ctx := ctxT(t)
+			const n = 1500 // above the size from which the engine sizes its indexes
+			svcs := make([]*lb.Service, n)
+			for i := range svcs {
+				svcs[i] = mustService(t, fmt.Sprintf("10.96.%d.%d:80", i/250, 1+i%250),
+					fmt.Sprintf("10.1.%d.%d:8080", i/250, 1+i%250), fmt.Sprintf("10.2.0.%d:8080", 1+i%50)) // the second backend shared by 30 services
+			}
+			if how == "batch" {
+				rs, err := e.UpsertBatch(ctx, svcs)
+				require.NoError(t, err)
+				for i, r := range rs {
+					require.NoError(t, r.Err, "service %d", i)
+					require.True(t, r.Created, "service %d", i)
+				}
+			} else {
+				res, err := e.Sync(ctx, svcs)
+				require.NoError(t, err)
+				require.Equal(t, n, res.Upserted)
+			}
+			st, err := e.Stats(ctx)
+			require.NoError(t, err)
+			require.Equal(t, n, st.Services)
+			require.Equal(t, n+50, st.Backends)
+			checkInvariants(t, e)
+			fes := make([]lb.L3n4Addr, n)
+			for i, s := range svcs {
+				fes[i] = s.Frontend.L3n4Addr
+			}
+			ds, err := e.DeleteBatch(ctx, fes)
+			require.NoError(t, err)
+			for i, d := range ds {
+				require.NoError(t, d.Err, "service %d", i)
+			}
+			st, err = e.Stats(ctx)
+			require.NoError(t, err)
+			require.Zero(t, st.Services)
+			require.Zero(t, st.Backends)
+			checkInvariants(t, e)
+		})
+	}
+}
