@@ -384,7 +384,7 @@ func (c *Core) startUpserts(svcs []*lb.Service, w *waiter, valid func(int, *lb.S
 	for _, svc := range svcs {
 		nkeys += 1 + len(svc.Backends)
 	}
-	taken := make(map[qkey]bool, nkeys) // queue keys of the run
+	var taken map[qkey]bool // queue keys of the run, made for the first new service
 	if len(c.services) == 0 && len(svcs) >= reserveMin {
 		// Many services into an empty engine (the first sync or batch):
 		// the indexes get their size at once.
@@ -416,6 +416,9 @@ func (c *Core) startUpserts(svcs []*lb.Service, w *waiter, valid func(int, *lb.S
 		_, exists := c.byFE.Get(fe)
 		_, queued := c.queues[feQueue(fe)] // a flushed run counts
 		if !exists && !queued {
+			if taken == nil {
+				taken = make(map[qkey]bool, nkeys) // at most every key of the call
+			}
 			for _, k := range keys {
 				taken[k] = true
 			}

@@ -96,11 +96,12 @@ const queuesPresize = 1024
 // so waiting for several queues cannot deadlock.
 func (c *Core) run(o *op) {
 	o.since = c.now()
-	if len(c.queues) == 0 && len(o.keys) >= queuesPresize {
-		// A large op into empty queues (a batch on an idle engine): a map
-		// of its size at once, rather than grown by doubling, and the
-		// previous one, however large it grew, dropped.
+	if len(c.queues) == 0 && len(o.keys) >= queuesPresize && len(o.keys) > c.queuesPeak {
+		// A large op into empty queues (a batch on an idle engine) that
+		// the table never held as many keys for: a map of its size at
+		// once, rather than grown by doubling through every size.
 		c.queues = make(map[qkey]queue, len(o.keys))
+		c.queuesPeak = 0
 	}
 	if n := len(c.queues) + len(o.keys); n > c.queuesPeak {
 		c.queuesPeak = n
