@@ -143,3 +143,22 @@ func TestKubeSizesHoldTheServicesAndTheirBackends(t *testing.T) {
 		require.GreaterOrEqual(t, s.RevNAT, 1<<16-1, "n=%d", n)
 	}
 }
+
+// The Maglev scenarios report build time, memory and disruption for the
+// default and the largest table, and the disruption stays within issue
+// 17's bound (1/N + 1% of the entries change when one of N is removed).
+func TestMaglevScenariosReportTheTargets(t *testing.T) {
+	res := results{rows: []Row{}}
+	require.NoError(t, maglevScenarios(&res))
+	got := map[string]float64{}
+	for _, r := range res.rows {
+		got[r.Scenario+" "+r.Metric] = r.Value
+	}
+	for _, m := range []string{"16381", "131071"} {
+		for _, metric := range []string{"build_ms", "build_cpu_ms", "alloc_bytes_per_build", "table_bytes"} {
+			require.Positive(t, got["maglev-"+m+"-x1000 "+metric], "%s %s", m, metric)
+		}
+	}
+	require.Less(t, got["maglev-16381-x1000 removal_changed_besides_own_pct_max"], 1.0)
+	require.Equal(t, 0.1, got["maglev-16381-x1000 removal_own_share_pct"])
+}

@@ -129,6 +129,9 @@ func run(out string, bulkN, insertN, callers, batch int) error {
 		if err := engineScenarios(&res, root, bulkN, insertN, callers, batch); err != nil {
 			return err
 		}
+		if err := maglevScenarios(&res); err != nil {
+			return err
+		}
 	}
 	if err := kubeScenarios(&res, root, kube); err != nil {
 		return err
