@@ -66,7 +66,10 @@ func newFakeTarget() *fakeTarget {
 	return &fakeTarget{svcs: map[lb.L3n4Addr]*lb.Service{}, calls: make(chan call, 1000), counts: map[string]int{}}
 }
 
-func (f *fakeTarget) record(kind string, svcs []*lb.Service, fes []lb.L3n4Addr) error {
+// record logs a call and returns it and the hook's error for it. The
+// caller publishes it (next sees it) once the call's effect is applied,
+// so that a test reading the state after next sees the call's effect.
+func (f *fakeTarget) record(kind string, svcs []*lb.Service, fes []lb.L3n4Addr) (call, error) {
 	if f.before != nil {
 		f.before(kind)
 	}
@@ -82,12 +85,14 @@ func (f *fakeTarget) record(kind string, svcs []*lb.Service, fes []lb.L3n4Addr) 
 	n := f.counts[kind]
 	f.counts[kind]++
 	f.log = append(f.log, c)
-	f.calls <- c
 	if f.callErr != nil {
-		return f.callErr(kind, n)
+		return c, f.callErr(kind, n)
 	}
-	return nil
+	return c, nil
 }
+
+// publish makes c seen by next (the channel has room for 1,000 calls).
+func (f *fakeTarget) publish(c call) { f.calls <- c }
 
 func (f *fakeTarget) item(s *lb.Service) error {
 	if f.itemErr != nil {
@@ -97,7 +102,9 @@ func (f *fakeTarget) item(s *lb.Service) error {
 }
 
 func (f *fakeTarget) SyncSource(ctx context.Context, src lb.Source, desired []*lb.Service) (actorlb.SyncResult, error) {
-	if err := f.record("sync", desired, nil); err != nil {
+	c, err := f.record("sync", desired, nil)
+	defer f.publish(c) // after the effect below
+	if err != nil {
 		return actorlb.SyncResult{}, err
 	}
 	if err := f.checkSource(src, desired); err != nil {
@@ -129,7 +136,9 @@ func (f *fakeTarget) SyncSource(ctx context.Context, src lb.Source, desired []*l
 }
 
 func (f *fakeTarget) UpsertBatch(ctx context.Context, svcs []*lb.Service) ([]actorlb.UpsertResult, error) {
-	if err := f.record("upsert", svcs, nil); err != nil {
+	c, err := f.record("upsert", svcs, nil)
+	defer f.publish(c) // after the effect below
+	if err != nil {
 		return nil, err
 	}
 	if err := f.checkSource(lb.SourceKubernetes, svcs); err != nil {
@@ -147,7 +156,9 @@ func (f *fakeTarget) UpsertBatch(ctx context.Context, svcs []*lb.Service) ([]act
 }
 
 func (f *fakeTarget) DeleteBatchAs(ctx context.Context, src lb.Source, fes []lb.L3n4Addr) ([]actorlb.DeleteResult, error) {
-	if err := f.record("delete", nil, fes); err != nil {
+	c, err := f.record("delete", nil, fes)
+	defer f.publish(c) // after the effect below
+	if err != nil {
 		return nil, err
 	}
 	if err := f.checkSource(src, nil); err != nil {
