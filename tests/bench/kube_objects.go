@@ -8,8 +8,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/actorlb/actorlb/k8s/translate"
@@ -115,40 +113,26 @@ func want(svc *corev1.Service, slices ...*discoveryv1.EndpointSlice) (lb.L3n4Add
 // prefix-i, each with its slice of perService endpoints, service i with
 // cluster IP ipBase+i) from workers goroutines.
 func createLoaded(ctx context.Context, c kubernetes.Interface, ns, prefix string, from, to, ipBase, perService, workers int) error {
-	var next atomic.Int64
-	next.Store(int64(from))
-	var wg sync.WaitGroup
-	errs := make(chan error, workers)
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= to || ctx.Err() != nil {
-					return
-				}
-				name := prefix + "-" + strconv.Itoa(i)
-				addrs := make([]netip.Addr, perService)
-				for j := range addrs {
-					addrs[j] = endpointAddr(i, j, perService)
-				}
-				if _, err := c.DiscoveryV1().EndpointSlices(ns).Create(ctx, kubeSlice(ns, name, name+"-1", endpointPort(i), addrs), metav1.CreateOptions{}); err != nil {
-					errs <- fmt.Errorf("create slice %s/%s-1: %w", ns, name, err)
-					return
-				}
-				svc := kubeService(ns, name)
-				svc.Spec.ClusterIP = clusterIP(ipBase + i)
-				if _, err := c.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
-					errs <- fmt.Errorf("create service %s/%s: %w", ns, name, err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	return <-errs
+	return forEach(max(0, to-from), workers, func(k int) error {
+		if ctx.Err() != nil {
+			return nil // stop creating; as before, not an error of its own
+		}
+		i := from + k
+		name := prefix + "-" + strconv.Itoa(i)
+		addrs := make([]netip.Addr, perService)
+		for j := range addrs {
+			addrs[j] = endpointAddr(i, j, perService)
+		}
+		if _, err := c.DiscoveryV1().EndpointSlices(ns).Create(ctx, kubeSlice(ns, name, name+"-1", endpointPort(i), addrs), metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("create slice %s/%s-1: %w", ns, name, err)
+		}
+		svc := kubeService(ns, name)
+		svc.Spec.ClusterIP = clusterIP(ipBase + i)
+		if _, err := c.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("create service %s/%s: %w", ns, name, err)
+		}
+		return nil
+	})
 }
 
 // deleteAllIn deletes every Service and EndpointSlice of ns from workers
@@ -158,28 +142,15 @@ func deleteAllIn(ctx context.Context, c kubernetes.Interface, ns string, workers
 	if err != nil {
 		return fmt.Errorf("delete services of %s: %w", ns, err)
 	}
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, workers)
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= len(svcs.Items) || ctx.Err() != nil {
-					return
-				}
-				if err := c.CoreV1().Services(ns).Delete(ctx, svcs.Items[i].Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-					errs <- fmt.Errorf("delete service %s/%s: %w", ns, svcs.Items[i].Name, err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	if err := <-errs; err != nil {
+	if err := forEach(len(svcs.Items), workers, func(i int) error {
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err := c.CoreV1().Services(ns).Delete(ctx, svcs.Items[i].Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete service %s/%s: %w", ns, svcs.Items[i].Name, err)
+		}
+		return nil
+	}); err != nil {
 		return err
 	}
 	if err := c.DiscoveryV1().EndpointSlices(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {

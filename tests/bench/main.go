@@ -787,6 +787,13 @@ func rawDump[K, V any](m *ebpf.Map) error {
 
 // forAll runs do on every service from callers goroutines.
 func forAll[T any](svcs []T, callers int, do func(T) error) error {
+	return forEach(len(svcs), callers, func(i int) error { return do(svcs[i]) })
+}
+
+// forEach calls do(i) for every i in [0, n) from callers goroutines, each
+// taking the next i; a goroutine stops at its first error, and the first
+// error is returned.
+func forEach(n, callers int, do func(int) error) error {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, callers)
@@ -796,10 +803,10 @@ func forAll[T any](svcs []T, callers int, do func(T) error) error {
 			defer wg.Done()
 			for {
 				i := int(next.Add(1)) - 1
-				if i >= len(svcs) {
+				if i >= n {
 					return
 				}
-				if err := do(svcs[i]); err != nil {
+				if err := do(i); err != nil {
 					errs <- err
 					return
 				}
