@@ -119,7 +119,6 @@ func (b *Builder) slots(m uint32, seed uint64, bs []Backend) ([]slot, error) {
 		// prime m, so the permutation visits every entry.
 		s.pos = uint32(h>>32) % m
 		s.skip = uint32(h)%(m-1) + 1
-		s.credit = 0
 	}
 	b.order = order
 	return order, nil

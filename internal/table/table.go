@@ -169,7 +169,7 @@ func MasterAt(svc *Service, sc lb.Scope) maps.ServiceEntry {
 
 // Slots returns the entries of slots 1..count+qcount of svc's first scope.
 func Slots(svc *Service) []maps.ServiceEntry {
-	return slotsAt(svc, lb.ScopeExternal, 0)
+	return appendSlotsAt(make([]maps.ServiceEntry, 0, len(svc.Spec.Backends)), svc, lb.ScopeExternal)
 }
 
 // SlotsAndMaster returns, for each scope of svc, its slots then its
@@ -195,12 +195,6 @@ func ServiceEntriesMax(svc *Service) int {
 		n *= 2
 	}
 	return n
-}
-
-// slotsAt returns the slot entries of svc's set at sc with room for extra
-// more.
-func slotsAt(svc *Service, sc lb.Scope, extra int) []maps.ServiceEntry {
-	return appendSlotsAt(make([]maps.ServiceEntry, 0, len(svc.Spec.Backends)+extra), svc, sc)
 }
 
 // appendSlotsAt appends the slot entries of svc's set at sc to dst.
