@@ -452,6 +452,15 @@ func addrPorts(es ...*echo) []netip.AddrPort {
 // dump reads the six maps.
 func (k *kenv) dump(t testing.TB) actorlb.MapEntries {
 	t.Helper()
+	// The engine's view (List, which waitService reads) drops a deleted
+	// service, or a removed backend, when the table does, before the op's
+	// last map deletes (freed backends, the revNAT entry): the maps are
+	// read once no op is in flight.
+	eventually(t, 20*time.Second, "the engine has no operation in flight", func() (bool, string) {
+		st, err := k.engine.Stats(kctx(t))
+		require.NoError(t, err)
+		return st.OpsInFlight == 0, fmt.Sprintf("%d in flight", st.OpsInFlight)
+	})
 	d, err := k.engine.DumpMaps(kctx(t))
 	require.NoError(t, err)
 	return d
