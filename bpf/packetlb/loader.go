@@ -561,3 +561,54 @@ func detach(root string) error {
 	}
 	return errors.Join(errs...)
 }
+
+// Programs are the packet LB's programs loaded on the maps under a root
+// but attached nowhere: for BPF_PROG_TEST_RUN (tests, benchmarks).
+type Programs struct {
+	// XDP and TC are the two programs.
+	XDP, TC *ebpf.Program
+	coll    *ebpf.Collection
+}
+
+// Close unloads the programs (pinned maps stay).
+func (p *Programs) Close() { p.coll.Close() }
+
+// Load loads the programs on the maps under root as Attach does (same
+// errors), without attaching them.
+func Load(root string, maglevSize uint32) (*Programs, error) {
+	if root == "" {
+		root = maps.DefaultRoot
+	}
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return nil, fmt.Errorf("load packet lb: remove memlock limit: %w (run as root)", err)
+	}
+	coll, err := load(root, maglevSize)
+	if err != nil {
+		return nil, fmt.Errorf("load packet lb: %w", err)
+	}
+	return &Programs{XDP: coll.Programs[packetlbProgPacketlbXdp], TC: coll.Programs[packetlbProgPacketlbTc], coll: coll}, nil
+}
+
+// DeviceConfig records addr4 and addr6 (either may be invalid: none) as the
+// addresses of the device ifindex, as Attach does for its devices.
+func DeviceConfig(root string, ifindex int, addr4, addr6 netip.Addr) error {
+	if root == "" {
+		root = maps.DefaultRoot
+	}
+	m, err := ebpf.LoadPinnedMap(filepath.Join(root, DevicesName), nil)
+	if err != nil {
+		return fmt.Errorf("device config: %w", err)
+	}
+	defer m.Close()
+	var v devCfg
+	if addr4.Is4() {
+		v.Addr4 = addr4.As4()
+	}
+	if addr6.Is6() {
+		v.Addr6 = addr6.As16()
+	}
+	if err := m.Put(uint32(ifindex), v); err != nil {
+		return fmt.Errorf("device config: %w", err)
+	}
+	return nil
+}
