@@ -237,6 +237,9 @@ type Status struct {
 	Steps map[string]StepStatus `json:"steps"`
 	// SocketLB says what socket-LB datapath is attached ("" if unknown).
 	SocketLB string `json:"socket-lb,omitempty"`
+	// PacketLB says on which devices the packet (XDP/tc) datapath is
+	// attached ("" if not asked).
+	PacketLB string `json:"packet-lb,omitempty"`
 	// Reconcile holds the figures of the drift checks.
 	Reconcile ReconcileStatus `json:"reconcile"`
 	// UDPSockets counts the connected UDP sockets moved off backends that

@@ -1,7 +1,6 @@
 package datapath
 
 import (
-	"fmt"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -241,8 +240,7 @@ func TestNorthSouthDSRRepliesBypassTheLB(t *testing.T) {
 func TestNorthSouthNodePortAndNoBackend(t *testing.T) {
 	tp := newNSTopo(t, 1, 2)
 	eng, root := nsEngine(t)
-	echoes, port := tp.nsEchoes(t)
-	_ = echoes
+	_, port := tp.nsEchoes(t)
 	for _, v6 := range []bool{false, true} {
 		surrogate := netip.IPv4Unspecified()
 		if v6 {
@@ -278,5 +276,21 @@ func TestNorthSouthNodePortAndNoBackend(t *testing.T) {
 	_, err = dialNS(tp.client, netip.AddrPortFrom(nsLB(0, false), port+1), 2*time.Second)
 	require.ErrorContains(t, err, "refused")
 	require.Positive(t, counters(t, root)[cntPassNotService])
-	_ = fmt.Sprint()
+
+	// Attaching again (an agent restart) updates the pinned links in
+	// place; the conntrack survives; Detach removes everything.
+	info := tp.attach(t, root, 0, packetlb.ModeGeneric)
+	require.Len(t, info.Links, 2, info.String())
+	for _, l := range info.Links {
+		require.Equal(t, "updated", l.Change, "%s/%s", l.Device, l.Hook)
+	}
+	require.Positive(t, mapLen(t, root, packetlb.CT4Name), "conntrack kept across a re-attach")
+	_, err = once(tp.client, netip.AddrPortFrom(nsLB(0, false), port))
+	require.NoError(t, err, "NodePort after re-attach")
+	require.NoError(t, packetlb.Detach(root))
+	st, err := packetlb.Status(root)
+	require.NoError(t, err)
+	require.False(t, st.Attached(), st.String())
+	_, err = dialNS(tp.client, netip.AddrPortFrom(nsLB(0, false), port), 2*time.Second)
+	require.ErrorContains(t, err, "refused", "detached: the LB's stack answers the NodePort itself")
 }
