@@ -18,6 +18,8 @@ import (
 	"github.com/actorlb/actorlb/internal/testutil"
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 )
@@ -39,6 +41,7 @@ type nsTopo struct {
 	sw       string // netns names
 	client   string
 	lbs      []string
+	lbPorts  []string // the switch-side veth of each load balancer
 	backends []string
 }
 
@@ -102,7 +105,7 @@ func newNSTopo(t testing.TB, lbs, n int) *nsTopo {
 	nsRun(t, tp.sw, "ip", "link", "add", "br0", "type", "bridge")
 	nsRun(t, tp.sw, "ip", "link", "set", "br0", "up")
 	port := 0
-	plug := func(node string, v4, v6 netip.Addr, offload bool) {
+	plug := func(node string, v4, v6 netip.Addr, offload bool) string {
 		port++
 		swdev := fmt.Sprintf("p%d", port)
 		nsRun(t, tp.sw, "ip", "link", "add", swdev, "type", "veth", "peer", "name", "eth0", "netns", node)
@@ -113,12 +116,13 @@ func newNSTopo(t testing.TB, lbs, n int) *nsTopo {
 			setChecksumOffload(t, node, "eth0", false)
 		}
 		nsRun(t, node, "ip", "link", "set", "eth0", "up")
+		return swdev
 	}
 	tp.client = add("cl")
 	plug(tp.client, nsClient4, nsClient6, false)
 	for i := range lbs {
 		name := add(fmt.Sprintf("lb%d", i))
-		plug(name, nsLB(i, false), nsLB(i, true), true)
+		tp.lbPorts = append(tp.lbPorts, plug(name, nsLB(i, false), nsLB(i, true), true))
 		nsRun(t, name, "sysctl", "-q", "-w", "net.ipv4.conf.all.forwarding=1", "net.ipv6.conf.all.forwarding=1")
 		tp.lbs = append(tp.lbs, name)
 	}
@@ -148,37 +152,64 @@ func (tp *nsTopo) dsrBackends() {
 }
 
 // setChecksumOffload turns TX and RX checksum offload of dev in netns
-// name on or off (SIOCETHTOOL, ETHTOOL_STXCSUM / ETHTOOL_SRXCSUM).
+// name on or off.
 func setChecksumOffload(t testing.TB, name, dev string, on bool) {
 	t.Helper()
-	const (
-		siocEthtool = 0x8946
-		ethtoolSTX  = 0x17
-		ethtoolSRX  = 0x15
-	)
+	const ethtoolSTXCSUM, ethtoolSRXCSUM = 0x17, 0x15
+	ethtoolSet(t, name, dev, ethtoolSTXCSUM, on)
+	ethtoolSet(t, name, dev, ethtoolSRXCSUM, on)
+}
+
+// ethtoolSet sets an ethtool on/off feature (an ETHTOOL_S* command with a
+// struct ethtool_value) of dev in netns name, by SIOCETHTOOL.
+func ethtoolSet(t testing.TB, name, dev string, cmd uint32, on bool) {
+	t.Helper()
+	const siocEthtool = 0x8946
 	err := inNetNS(nsPath(name), func() error {
 		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
 			return err
 		}
 		defer unix.Close(fd)
-		for _, cmd := range []uint32{ethtoolSTX, ethtoolSRX} {
-			val := struct{ cmd, data uint32 }{cmd, 0}
-			if on {
-				val.data = 1
-			}
-			var ifr [40]byte
-			copy(ifr[:16], dev)
-			*(*uintptr)(unsafe.Pointer(&ifr[16])) = uintptr(unsafe.Pointer(&val))
-			_, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), siocEthtool, uintptr(unsafe.Pointer(&ifr)))
-			runtime.KeepAlive(&val)
-			if errno != 0 {
-				return fmt.Errorf("ethtool cmd %#x on %s: %w", cmd, dev, errno)
-			}
+		val := struct{ cmd, data uint32 }{cmd, 0}
+		if on {
+			val.data = 1
+		}
+		var ifr [40]byte
+		copy(ifr[:16], dev)
+		*(*uintptr)(unsafe.Pointer(&ifr[16])) = uintptr(unsafe.Pointer(&val))
+		_, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), siocEthtool, uintptr(unsafe.Pointer(&ifr)))
+		runtime.KeepAlive(&val)
+		if errno != 0 {
+			return fmt.Errorf("ethtool cmd %#x on %s: %w", cmd, dev, errno)
 		}
 		return nil
 	})
 	require.NoError(t, err)
+}
+
+// nativeReady makes native XDP on load balancer i's eth0 able to
+// transmit: a veth hands XDP_TX frames only to a peer that runs NAPI, which
+// on this kernel takes an XDP program on the peer (the switch-side port):
+// one that passes everything, removed when the test ends.
+func (tp *nsTopo) nativeReady(i int) {
+	tp.t.Helper()
+	pass, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.XDP, License: "GPL",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 2), asm.Return()}})
+	require.NoError(tp.t, err)
+	tp.t.Cleanup(func() { pass.Close() })
+	require.NoError(tp.t, inNetNS(nsPath(tp.sw), func() error {
+		ifc, err := net.InterfaceByName(tp.lbPorts[i])
+		if err != nil {
+			return err
+		}
+		l, err := link.AttachXDP(link.XDPOptions{Program: pass, Interface: ifc.Index, Flags: link.XDPDriverMode})
+		if err != nil {
+			return err
+		}
+		tp.t.Cleanup(func() { l.Close() })
+		return nil
+	}))
 }
 
 // attach attaches packetlb to eth0 of load balancer i, detached when t

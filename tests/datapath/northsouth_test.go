@@ -44,7 +44,7 @@ func vipOf(v6 bool) netip.Addr {
 // (χ² bound), TCP and UDP, answered from the VIP (a TCP client accepts
 // nothing else), in SNAT mode, for each attach mode.
 func TestNorthSouthSpreadsConnectionsOverBackends(t *testing.T) {
-	for _, mode := range []packetlb.Mode{packetlb.ModeGeneric, packetlb.ModeTC} {
+	for _, mode := range []packetlb.Mode{packetlb.ModeNative, packetlb.ModeGeneric, packetlb.ModeTC} {
 		t.Run(string(mode), func(t *testing.T) {
 			inNSFamilies(t, func(t *testing.T, v6 bool) {
 				tp := newNSTopo(t, 1, 3)
@@ -63,14 +63,20 @@ func TestNorthSouthSpreadsConnectionsOverBackends(t *testing.T) {
 				}
 				_, _, err = eng.Upsert(ctxT(t), &udp)
 				require.NoError(t, err)
+				if mode == packetlb.ModeNative {
+					tp.nativeReady(0)
+				}
 				info := tp.attach(t, root, 0, mode)
 				t.Log(info)
+				if mode != packetlb.ModeTC {
+					require.Contains(t, info.String(), "xdp("+string(mode))
+				}
 
 				const n = 150
 				counts := map[string]int{}
 				for i := range n {
 					name, err := once(tp.client, vip)
-					require.NoError(t, err, "connection %d", i)
+					require.NoError(t, err, "connection %d (counters %v)", i, counters(t, root))
 					counts[name]++
 				}
 				x := chiSquare(counts, names(echoes...))
