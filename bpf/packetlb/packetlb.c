@@ -859,6 +859,7 @@ static __always_inline int forward(void *ctx, const struct pkt *p, struct xlate 
 				   struct bpf_fib_lookup *fib, long *fib_ret, __be16 *rev_out, __u32 *be_out)
 {
 	bool closing = p->proto == IPPROTO_TCP && (p->tcp_flags & (TCP_FIN | TCP_RST));
+	bool established = p->proto == IPPROTO_TCP && (p->tcp_flags & (TCP_ACK | TCP_SYN)) == TCP_ACK;
 	struct be b = {};
 	bool dsr = false;
 	union v6addr nat = {};
@@ -879,6 +880,10 @@ static __always_inline int forward(void *ctx, const struct pkt *p, struct xlate 
 			if (closing)
 				e->flags |= CT_CLOSING;
 			dsr = e->flags & CT_DSR;
+			/* DSR: the LB never sees a reply; the client's ACK of it
+			 * says the connection is established. */
+			if (dsr && established)
+				e->flags |= CT_REPLIED;
 			nat.p[0] = e->nat_addr;
 			nat_port = e->nat_port;
 			rev = e->rev_nat_index;
@@ -897,6 +902,8 @@ static __always_inline int forward(void *ctx, const struct pkt *p, struct xlate 
 			if (closing)
 				e->flags |= CT_CLOSING;
 			dsr = e->flags & CT_DSR;
+			if (dsr && established)
+				e->flags |= CT_REPLIED;
 			__builtin_memcpy(&nat, &e->nat_addr, 16);
 			nat_port = e->nat_port;
 			rev = e->rev_nat_index;
