@@ -189,6 +189,11 @@ func (s *Scanner) Stats() Stats {
 
 // Close releases the maps' file descriptors (the pins stay).
 func (s *Scanner) Close() error {
+	s.pos = len(s.tables) // the next Tick starts a pass, reopening the maps
+	return s.closeMaps()
+}
+
+func (s *Scanner) closeMaps() error {
 	var errs []error
 	for _, t := range s.tables {
 		if t.m != nil {
@@ -196,7 +201,6 @@ func (s *Scanner) Close() error {
 			t.m = nil
 		}
 	}
-	s.pos = len(s.tables)
 	return errors.Join(errs...)
 }
 
@@ -205,7 +209,7 @@ func (s *Scanner) Close() error {
 // reported. A reverse map whose forward map is missing is skipped too:
 // without its partners every entry would look orphaned.
 func (s *Scanner) open() error {
-	_ = s.Close()
+	_ = s.closeMaps()
 	var errs []error
 	for _, t := range s.tables {
 		t.cursor, t.last, t.iter, t.alive = nil, nil, !s.batch, ProtoCounts{}
