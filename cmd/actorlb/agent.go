@@ -79,6 +79,11 @@ NodePort services: the agent refuses one whose frontend port is outside
 --node-port-range or whose address is neither the surrogate (0.0.0.0, ::)
 nor one of --node-addresses; GET /v1/config reports both.
 
+Conntrack GC: every --conntrack-gc-interval the agent reads the next page
+(at most 4096 entries) of the packet datapath's conntrack maps pinned under
+--bpf-root (lb4_ct, lb4_ct_rev, lb6_ct, lb6_ct_rev) and deletes the expired
+flows and the orphaned reverse entries; it idles while none is pinned.
+
 One agent per --bpf-root and per --socket: a second one is refused. A socket
 file left behind by an agent that died is replaced; any other file is not.`,
 		examples: `  actorlb agent                                    # as root: maps in /sys/fs/bpf/actorlb
