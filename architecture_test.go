@@ -15,7 +15,7 @@ import (
 var layers = [][]string{
 	{"loadbalancer", "internal/packedmap", "internal/bpffs"},
 	{"maps", "internal/idalloc", "internal/testutil", "internal/maglev", "internal/conntrack", "k8s", "k8s/translate", "tests/kube/cluster"},
-	{"messages", "internal/table", "internal/addrkey", "internal/enginetest", "bpf"},
+	{"messages", "internal/table", "internal/addrkey", "internal/enginetest", "bpf", "bpf/packetlb"},
 	{"internal/engine", "internal/verify"},
 	{"actors"},
 	{""}, // the façade

@@ -21,6 +21,7 @@ import (
 	"github.com/actorlb/actorlb"
 	"github.com/actorlb/actorlb/api"
 	"github.com/actorlb/actorlb/bpf"
+	"github.com/actorlb/actorlb/bpf/packetlb"
 	"github.com/actorlb/actorlb/internal/bpffs"
 	"github.com/actorlb/actorlb/k8s/source"
 	lb "github.com/actorlb/actorlb/loadbalancer"
@@ -107,6 +108,8 @@ file left behind by an agent that died is replaced; any other file is not.`,
 			fs.String("log-level", "info", "log level: trace, debug, info, warn or error")
 			fs.String("log-format", "text", "log format: text or json")
 			fs.Bool("socket-lb", os.Geteuid() == 0, "load-balance connections of local processes to service VIPs with the socket-LB BPF programs (cgroup connect/sendmsg/recvmsg/getpeername hooks); their links are pinned under --bpf-root/links so they keep working across agent restarts; default on when running as root; false leaves whatever is attached alone")
+			fs.StringSlice("datapath-devices", nil, "interfaces (comma-separated) whose incoming traffic the packet datapath load-balances: connections from other hosts to a service frontend (VIP, ExternalIP, LoadBalancer IP, or the interface's address on a NodePort) go to a backend by SNAT/DNAT or L2 DSR; XDP plus a tc companion, links pinned under --bpf-root/links (kept across restarts); needs forwarding on (sysctl net.ipv4.conf.all.forwarding=1, net.ipv6.conf.all.forwarding=1); empty: not attached")
+			fs.String("datapath-mode", "auto", "how --datapath-devices are attached: auto (XDP in the driver where supported, else generic XDP), native, generic, or tc (tc ingress only, no XDP)")
 			fs.String("socket-lb-cgroup", "", "cgroup v2 directory the socket-LB programs attach to (default: the root of the cgroup2 mount, i.e. every process)")
 			fs.Bool("cleanup", false, "do not run: remove actorlb from this node (detach the datapath, remove the pins under --bpf-root and the socket) after asking for confirmation; the agent must be stopped")
 			fs.Bool("yes", false, "with --cleanup: do not ask for confirmation")
@@ -130,6 +133,8 @@ type agentConfig struct {
 	allowRemote, restore, recreate  bool
 	dryRun, socketLB, socketLBAsked bool
 	socketLBCgroup                  string
+	devices                         []string
+	datapathMode                    packetlb.Mode
 	mapMax                          int
 	reconcile                       time.Duration
 	conntrackGC                     time.Duration // 0: no conntrack GC
@@ -171,6 +176,12 @@ func agentFlags(e *env) (*agentConfig, error) {
 	c.socketLB, _ = fs.GetBool("socket-lb")
 	c.socketLBAsked = fs.Changed("socket-lb")
 	c.socketLBCgroup, _ = fs.GetString("socket-lb-cgroup")
+	c.devices, _ = fs.GetStringSlice("datapath-devices")
+	mode, _ := fs.GetString("datapath-mode")
+	var err error
+	if c.datapathMode, err = packetlb.ParseMode(mode); err != nil {
+		return nil, fmt.Errorf("invalid --datapath-mode: %w", err)
+	}
 	level, _ := fs.GetString("log-level")
 	format, _ := fs.GetString("log-format")
 
@@ -698,8 +709,24 @@ func agent(ctx context.Context, c *agentConfig) error {
 			return st.Summary()
 		}
 	}
+	var packetLB func() string
+	if len(c.devices) > 0 && !c.dryRun {
+		info, err := packetlb.Attach(packetlb.Config{Root: engine.BPFRoot(), Devices: c.devices, Mode: c.datapathMode})
+		if err != nil {
+			return fmt.Errorf("%w (check --datapath-devices and --datapath-mode)", err)
+		}
+		log.Info(info.String())
+		root := engine.BPFRoot()
+		packetLB = func() string {
+			st, err := packetlb.Status(root)
+			if err != nil {
+				return err.Error()
+			}
+			return st.String()
+		}
+	}
 	var k8s *source.Source // set before the API serves
-	acfg := api.Config{Engine: engine, Log: logrus.NewEntry(log), BPFRoot: engine.BPFRoot(), DryRun: c.dryRun, SocketLB: socketLB,
+	acfg := api.Config{Engine: engine, Log: logrus.NewEntry(log), BPFRoot: engine.BPFRoot(), DryRun: c.dryRun, SocketLB: socketLB, PacketLB: packetLB,
 		Token: c.token, Insecure: c.insecure, NodePort: &api.NodePortConfig{Range: c.nodePortRange, Addresses: c.nodeAddrs}}
 	if c.k8s != nil {
 		acfg.Sources = func() []api.SourceStatus { return []api.SourceStatus{sourceStatus(k8s.Status())} }

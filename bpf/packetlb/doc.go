@@ -1,0 +1,2 @@
+// Package packetlb is placeholder
+package packetlb
