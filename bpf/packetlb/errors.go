@@ -21,3 +21,7 @@ var (
 	// is needed for the tc program).
 	ErrTCXNotSupported = errors.New("tc (tcx) attach failed")
 )
+
+// ErrNotAttached: the packet LB's own maps are not pinned under the root
+// (it was never attached there, or was detached).
+var ErrNotAttached = errors.New("packet lb not attached")

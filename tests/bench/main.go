@@ -130,6 +130,9 @@ func run(out string, bulkN, insertN, callers, batch int) error {
 		if err := packetScenarios(&res, root); err != nil {
 			return fmt.Errorf("packet datapath: %w", err)
 		}
+		if err := topoScenarios(&res, root); err != nil {
+			return fmt.Errorf("packet datapath topology: %w", err)
+		}
 		kube.run = false
 	}
 	if !kubeOnly && !packetOnly {
@@ -141,6 +144,9 @@ func run(out string, bulkN, insertN, callers, batch int) error {
 		}
 		if err := packetScenarios(&res, root); err != nil {
 			return fmt.Errorf("packet datapath: %w", err)
+		}
+		if err := topoScenarios(&res, root); err != nil {
+			return fmt.Errorf("packet datapath topology: %w", err)
 		}
 	}
 	if err := kubeScenarios(&res, root, kube); err != nil {

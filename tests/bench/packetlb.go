@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -234,4 +235,183 @@ func inNetNS(path string, fn func() error) error {
 		errc <- ferr
 	}()
 	return <-errc
+}
+
+// topoScenarios measures real TCP through the packet datapath in a veth
+// topology of its own (a bridge namespace; client, LB and backend
+// namespaces on it): connections per second (connect, one exchange, close,
+// one after another) and bulk throughput (64 MiB written by the client,
+// read by the backend), through the VIP (LB path, SNAT mode, generic XDP)
+// and straight to the backend's address (direct path), interleaved. The
+// process CPU per connection and per MiB is reported beside each.
+func topoScenarios(res *results, root string) error {
+	pre := fmt.Sprintf("albt%d", os.Getpid())
+	names := map[string]string{"sw": pre + "-sw", "cl": pre + "-cl", "lb": pre + "-lb", "be": pre + "-be"}
+	sh := func(ns string, argv ...string) error {
+		full := append([]string{"--net=/run/netns/" + ns}, argv...)
+		if out, err := exec.Command("nsenter", full...).CombinedOutput(); err != nil {
+			return fmt.Errorf("%s: %s: %w: %s", ns, strings.Join(argv, " "), err, out)
+		}
+		return nil
+	}
+	for _, n := range []string{"sw", "cl", "lb", "be"} {
+		if out, err := exec.Command("ip", "netns", "add", names[n]).CombinedOutput(); err != nil {
+			return fmt.Errorf("ip netns add: %w: %s", err, out)
+		}
+		defer exec.Command("ip", "netns", "del", names[n]).Run()
+		if err := sh(names[n], "ip", "link", "set", "lo", "up"); err != nil {
+			return err
+		}
+	}
+	addrs := map[string]string{"cl": "198.18.0.1", "lb": "198.18.0.2", "be": "198.18.0.11"}
+	steps := [][]string{{"sw", "ip", "link", "add", "br0", "type", "bridge"}, {"sw", "ip", "link", "set", "br0", "up"}}
+	for i, n := range []string{"cl", "lb", "be"} {
+		p := fmt.Sprintf("p%d", i)
+		steps = append(steps,
+			[]string{"sw", "ip", "link", "add", p, "type", "veth", "peer", "name", "eth0", "netns", names[n]},
+			[]string{"sw", "ip", "link", "set", p, "master", "br0", "up"},
+			[]string{n, "ip", "addr", "add", addrs[n] + "/24", "dev", "eth0"},
+			[]string{n, "ip", "link", "set", "eth0", "up"})
+	}
+	steps = append(steps,
+		[]string{"cl", "ip", "route", "add", "198.18.100.0/24", "via", "198.18.0.2"},
+		[]string{"lb", "sysctl", "-q", "-w", "net.ipv4.conf.all.forwarding=1"})
+	for _, st := range steps {
+		if err := sh(names[st[0]], st[1:]...); err != nil {
+			return err
+		}
+	}
+	// The backend: accept, answer each line, or discard a bulk stream.
+	var ln net.Listener
+	if err := inNetNS("/run/netns/"+names["be"], func() error {
+		var err error
+		ln, err = net.Listen("tcp", "0.0.0.0:0")
+		return err
+	}); err != nil {
+		return err
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				buf := make([]byte, 64<<10)
+				for {
+					n, err := c.Read(buf)
+					if n > 0 && n < 64 {
+						c.Write(buf[:n]) // a short message: echo it
+					}
+					if err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	port := uint16(ln.Addr().(*net.TCPAddr).Port)
+
+	dir := root + "/topo"
+	ctx := context.Background()
+	log := logrus.New()
+	log.SetLevel(logrus.WarnLevel)
+	eng, err := actorlb.New(ctx, actorlb.Config{BPFRoot: dir, Logger: log, ReconcileInterval: noReconcile})
+	if err != nil {
+		return err
+	}
+	defer eng.Close()
+	vip := netip.MustParseAddr("198.18.100.1")
+	if _, _, err := eng.Upsert(ctx, &lb.Service{
+		Frontend: lb.Frontend{L3n4Addr: lb.L3n4Addr{Addr: vip, Port: port, Protocol: lb.TCP}}, Type: lb.SVCTypeLoadBalancer,
+		Backends: []lb.Backend{{L3n4Addr: lb.L3n4Addr{Addr: netip.MustParseAddr(addrs["be"]), Port: port, Protocol: lb.TCP}, Weight: 100}}}); err != nil {
+		return err
+	}
+	if err := inNetNS("/run/netns/"+names["lb"], func() error {
+		_, err := packetlb.Attach(packetlb.Config{Root: dir, Devices: []string{"eth0"}, Mode: packetlb.ModeGeneric})
+		return err
+	}); err != nil {
+		return err
+	}
+	defer packetlb.Detach(dir)
+
+	dial := func(to netip.AddrPort) (net.Conn, error) {
+		var c net.Conn
+		err := inNetNS("/run/netns/"+names["cl"], func() error {
+			var err error
+			c, err = net.DialTimeout("tcp", to.String(), 3*time.Second)
+			return err
+		})
+		return c, err
+	}
+	paths := []struct {
+		name string
+		to   netip.AddrPort
+	}{{"lb", netip.AddrPortFrom(vip, port)}, {"direct", netip.AddrPortFrom(netip.MustParseAddr(addrs["be"]), port)}}
+	// Connections per second: rounds of 500 per path, interleaved.
+	const connRounds, perRound = 4, 500
+	conns := map[string][2]time.Duration{} // wall, cpu
+	for range connRounds {
+		for _, p := range paths {
+			c0, t0 := cpuTime(), time.Now()
+			for range perRound {
+				c, err := dial(p.to)
+				if err != nil {
+					return fmt.Errorf("%s path: %w", p.name, err)
+				}
+				buf := []byte("ping\n")
+				c.SetDeadline(time.Now().Add(3 * time.Second))
+				if _, err := c.Write(buf); err == nil {
+					_, err = io.ReadFull(c, buf)
+				}
+				c.Close()
+				if err != nil {
+					return fmt.Errorf("%s path: exchange: %w", p.name, err)
+				}
+			}
+			v := conns[p.name]
+			conns[p.name] = [2]time.Duration{v[0] + time.Since(t0), v[1] + cpuTime() - c0}
+		}
+	}
+	n := float64(connRounds * perRound)
+	for _, p := range paths {
+		res.add("tcp-connections", p.name+"_per_s", n/conns[p.name][0].Seconds(), "conn/s")
+		res.add("tcp-connections", p.name+"_cpu_us_per_connection", float64(conns[p.name][1].Microseconds())/n, "us")
+	}
+	res.add("tcp-connections", "lb_ratio_to_direct", conns["direct"][0].Seconds()/conns["lb"][0].Seconds(), "x")
+
+	// Throughput: 64 MiB per round and path, 3 rounds, interleaved.
+	const mib, bulkRounds = 64, 3
+	bulk := map[string][2]time.Duration{}
+	chunk := make([]byte, 64<<10)
+	for range bulkRounds {
+		for _, p := range paths {
+			c, err := dial(p.to)
+			if err != nil {
+				return fmt.Errorf("%s path: %w", p.name, err)
+			}
+			c0, t0 := cpuTime(), time.Now()
+			c.SetDeadline(time.Now().Add(60 * time.Second))
+			for range mib * 16 {
+				if _, err := c.Write(chunk); err != nil {
+					c.Close()
+					return fmt.Errorf("%s path: bulk: %w", p.name, err)
+				}
+			}
+			c.(*net.TCPConn).CloseWrite()
+			io.Copy(io.Discard, c) // until the backend has read all and closed
+			c.Close()
+			v := bulk[p.name]
+			bulk[p.name] = [2]time.Duration{v[0] + time.Since(t0), v[1] + cpuTime() - c0}
+		}
+	}
+	for _, p := range paths {
+		total := float64(mib * bulkRounds)
+		res.add("tcp-throughput", p.name+"_mib_per_s", total/bulk[p.name][0].Seconds(), "MiB/s")
+		res.add("tcp-throughput", p.name+"_cpu_ms_per_mib", float64(bulk[p.name][1].Microseconds())/1000/total, "ms")
+	}
+	res.add("tcp-throughput", "lb_ratio_to_direct", bulk["direct"][0].Seconds()/bulk["lb"][0].Seconds(), "x")
+	return nil
 }

@@ -318,20 +318,11 @@ func udpOnce(name string, ap netip.AddrPort) (string, error) {
 }
 
 // counters reads packetlb's outcome counters (summed over CPUs).
-func counters(t testing.TB, root string) []uint64 {
+func counters(t testing.TB, root string) map[string]uint64 {
 	t.Helper()
-	m, err := ebpf.LoadPinnedMap(root+"/"+packetlb.CountersName, nil)
+	st, err := packetlb.ReadStats(root)
 	require.NoError(t, err)
-	defer m.Close()
-	out := make([]uint64, m.MaxEntries())
-	for i := range out {
-		var per []uint64
-		require.NoError(t, m.Lookup(uint32(i), &per))
-		for _, v := range per {
-			out[i] += v
-		}
-	}
-	return out
+	return st.Outcomes
 }
 
 // mapLen counts the entries of the datapath map name under root.

@@ -12,13 +12,13 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Outcome counter indexes (enum pkt_counter in packetlb.c).
+// Outcome counters (packetlb.Outcomes).
 const (
-	cntPassNotService = 0
-	cntFwdNew         = 1
-	cntFwdCT          = 2
-	cntReply          = 3
-	cntDropNoBackend  = 5
+	cntPassNotService = "pass_not_service"
+	cntFwdNew         = "forward_new"
+	cntFwdCT          = "forward_tracked"
+	cntReply          = "reply"
+	cntDropNoBackend  = "drop_no_backend"
 )
 
 // inNSFamilies runs f for IPv4 and IPv6 with the datapath in mode.
@@ -51,7 +51,7 @@ func TestNorthSouthSpreadsConnectionsOverBackends(t *testing.T) {
 				vip := netip.AddrPortFrom(vipOf(v6), port)
 				svc := &lb.Service{Frontend: lb.Frontend{L3n4Addr: lb.L3n4Addr{Addr: vip.Addr(), Port: port, Protocol: lb.TCP}},
 					Type: lb.SVCTypeLoadBalancer, Backends: nsBackends(v6, port, 0, 1, 2)}
-				_, _, err := eng.Upsert(ctxT(t), svc)
+				id, _, err := eng.Upsert(ctxT(t), svc)
 				require.NoError(t, err)
 				udp := *svc
 				udp.Frontend.Protocol = lb.UDP
@@ -87,6 +87,16 @@ func TestNorthSouthSpreadsConnectionsOverBackends(t *testing.T) {
 				require.GreaterOrEqual(t, c[cntFwdNew], uint64(n+60), "new connections counted")
 				require.Greater(t, c[cntReply], uint64(n), "replies translated by the LB")
 				require.Positive(t, mapLen(t, root, ctName(v6, true)), "SNAT reverse entries")
+				st, err := packetlb.ReadStats(root)
+				require.NoError(t, err)
+				require.GreaterOrEqual(t, st.Services[uint16(id)].Packets, uint64(3*n), "the service's packets (SYN, ACK, data, FIN per connection)")
+				require.Positive(t, st.Services[uint16(id)].Bytes)
+				var bePackets uint64
+				for _, tr := range st.Backends {
+					bePackets += tr.Packets
+				}
+				require.GreaterOrEqual(t, len(st.Backends), 3, "per-backend counters")
+				require.GreaterOrEqual(t, bePackets, st.Services[uint16(id)].Packets)
 			})
 		})
 	}
