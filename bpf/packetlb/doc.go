@@ -21,7 +21,13 @@
 //     else a weighted pick when lb_members holds weights; else a uniform
 //     random slot among the master's count, which covers terminating
 //     backends only when no backend is active) and tracked;
-//   - anything else (no frontend, fragments, IPv6 extension headers,
+//   - an ICMP error quoting a packet of a tracked connection is translated
+//     like that packet's answer would be: an error about a packet sent to
+//     a backend goes to the client, quoting the client's packet to the
+//     frontend; an error about a reply goes to the backend, quoting its
+//     packet to the node (outer and quoted headers, IP and ICMP checksums;
+//     the quoted L4 checksum is left alone, receivers do not check it);
+//   - anything else (no frontend, fragments, IPv6 extension headers, other
 //     ICMP, truncated or malformed headers) passes to the stack untouched.
 //
 // Forwarding, per service: SNAT/DNAT (default) rewrites the destination to

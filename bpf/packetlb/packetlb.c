@@ -347,6 +347,7 @@ enum pkt_counter {
 	CNT_PASS_UNPARSED,        /* truncated, extension header, ICMP, other L4: passed */
 	CNT_PASS_NO_NEIGH,        /* XDP: next hop unresolved, left to tc */
 	CNT_DROP_NO_SNAT_ADDR,    /* dropped: egress device has no address */
+	CNT_ICMP_ERROR,           /* ICMP error of a tracked connection translated */
 	CNT_MAX,
 };
 
@@ -440,6 +441,7 @@ struct pkt {
 #define PARSE_OK 0
 #define PARSE_PASS 1
 #define PARSE_FRAGMENT 2
+#define PARSE_ICMP 3 /* an ICMP or ICMPv6 message: see icmp_error */
 
 static __always_inline int parse(void *data, void *data_end, struct pkt *p)
 {
@@ -496,6 +498,8 @@ static __always_inline int parse(void *data, void *data_end, struct pkt *p)
 		p->dport = uh->dest;
 		p->l4_check = uh->check;
 		p->csum_off = off + 6;
+	} else if ((!p->v6 && p->proto == IPPROTO_ICMP) || (p->v6 && p->proto == IPPROTO_ICMPV6)) {
+		return PARSE_ICMP;
 	} else {
 		return PARSE_PASS;
 	}
@@ -1069,6 +1073,234 @@ static __always_inline bool reply(const struct pkt *p, struct xlate *x, __u64 no
 	return true;
 }
 
+
+/* ---- ICMP errors of tracked connections ---- */
+
+/* ICMP error types: IPv4 destination unreachable, time exceeded,
+ * parameter problem; IPv6 destination unreachable, packet too big, time
+ * exceeded, parameter problem. */
+static __always_inline bool icmp_is_error(__u8 type, bool v6)
+{
+	if (!v6)
+		return type == 3 || type == 11 || type == 12;
+	return type >= 1 && type <= 4;
+}
+
+/* The word of a 16-bit field, in its memory lane, for bpf_csum_diff. */
+static __always_inline __u32 word16(__be16 v)
+{
+	__u32 w = 0;
+	__builtin_memcpy(&w, &v, 2);
+	return w;
+}
+
+/* An ICMP error about a packet of a tracked connection is translated like
+ * the packet it quotes would be answered: an error about a packet the LB
+ * sent to a backend (it quotes node:NAT port -> backend) goes to the
+ * client, quoting client -> frontend; an error about a reply the LB sent
+ * to a client (it quotes frontend -> client) goes to the backend, quoting
+ * backend -> node:NAT port (in DSR mode: to the backend's MAC, unchanged).
+ * The quoted IPv4 header checksum is fixed; the quoted L4 checksum is left
+ * as it is (receivers do not check it). Anything else passes. Returns a
+ * verdict (V_*), with x, fib and fib_ret filled for forwarding. */
+static __always_inline int icmp_error(void *ctx, bool tc, const struct pkt *p, __u32 ifindex, __u64 now,
+				      struct xlate *x, struct bpf_fib_lookup *fib, long *fib_ret)
+{
+	void *data = ctx_data(ctx, tc);
+	void *data_end = ctx_data_end(ctx, tc);
+	if (data + 14 + sizeof(struct iphdr) > data_end)
+		return V_PASS;
+	__u32 l4 = p->v6 ? 14 + 40 : 14 + ((((struct iphdr *)(data + 14))->ihl_version & 0x0F) * 4);
+	if (l4 > 14 + 60)
+		return V_PASS;
+	__u8 *icmp = data + l4;
+	if ((void *)(icmp + 8) > data_end)
+		return V_PASS;
+	if (!icmp_is_error(icmp[0], p->v6))
+		return V_PASS;
+	union v6addr isrc = {}, idst = {};
+	__u8 iproto;
+	__u32 il4;
+	if (!p->v6) {
+		struct iphdr *iip = (void *)(icmp + 8);
+		if ((void *)(iip + 1) > data_end)
+			return V_PASS;
+		if (iip->ihl_version != 0x45)
+			return V_PASS;
+		iproto = iip->protocol;
+		isrc.p[0] = iip->saddr;
+		idst.p[0] = iip->daddr;
+		il4 = l4 + 8 + 20;
+	} else {
+		struct ipv6hdr *iip = (void *)(icmp + 8);
+		if ((void *)(iip + 1) > data_end)
+			return V_PASS;
+		iproto = iip->nexthdr;
+		__builtin_memcpy(&isrc, &iip->saddr, 16);
+		__builtin_memcpy(&idst, &iip->daddr, 16);
+		il4 = l4 + 8 + 40;
+	}
+	if (iproto != IPPROTO_TCP && iproto != IPPROTO_UDP)
+		return V_PASS;
+	__be16 *iports = data + il4;
+	if ((void *)(iports + 2) > data_end)
+		return V_PASS;
+	__be16 isport = iports[0], idport = iports[1];
+
+	/* The quoted packet, seen from the other side: the key it would have. */
+	bool found = false;
+	union v6addr nsrc = {}, ndst = {}; /* new outer addresses */
+	union v6addr qsrc = {}, qdst = {}; /* new quoted addresses */
+	__be16 qsport = 0, qdport = 0;
+	if (!p->v6) {
+		struct ct4_key k = {.src = idst.p[0], .dst = isrc.p[0], .sport = idport, .dport = isport, .proto = iproto};
+		struct ct4_rev *rv = bpf_map_lookup_elem(&lb4_ct_rev, &k);
+		if (rv && p->dst.p[0] == isrc.p[0]) {
+			found = true;
+			ndst.p[0] = rv->client;
+			nsrc.p[0] = p->src.p[0] == idst.p[0] ? rv->frontend : p->src.p[0];
+			qsrc.p[0] = rv->client;
+			qdst.p[0] = rv->frontend;
+			qsport = rv->client_port;
+			qdport = rv->frontend_port;
+		} else {
+			struct ct4_entry *e = bpf_map_lookup_elem(&lb4_ct, &k);
+			if (e && p->dst.p[0] == isrc.p[0]) {
+				found = true;
+				e->last_seen = now;
+				if (e->flags & CT_DSR) {
+					x->l2_only = true;
+					x->nexthop.p[0] = e->backend_addr;
+				} else {
+					ndst.p[0] = e->backend_addr;
+					nsrc.p[0] = e->nat_addr;
+					qsrc.p[0] = e->backend_addr;
+					qdst.p[0] = e->nat_addr;
+					qsport = e->backend_port;
+					qdport = e->nat_port;
+				}
+			}
+		}
+	} else {
+		struct ct6_key k = {.sport = idport, .dport = isport, .proto = iproto};
+		__builtin_memcpy(&k.src, &idst, 16);
+		__builtin_memcpy(&k.dst, &isrc, 16);
+		struct ct6_rev *rv = bpf_map_lookup_elem(&lb6_ct_rev, &k);
+		if (rv && addr_eq(&p->dst, &isrc, true)) {
+			found = true;
+			__builtin_memcpy(&ndst, &rv->client, 16);
+			if (addr_eq(&p->src, &idst, true))
+				__builtin_memcpy(&nsrc, &rv->frontend, 16);
+			else
+				__builtin_memcpy(&nsrc, &p->src, 16);
+			__builtin_memcpy(&qsrc, &rv->client, 16);
+			__builtin_memcpy(&qdst, &rv->frontend, 16);
+			qsport = rv->client_port;
+			qdport = rv->frontend_port;
+		} else {
+			struct ct6_entry *e = bpf_map_lookup_elem(&lb6_ct, &k);
+			if (e && addr_eq(&p->dst, &isrc, true)) {
+				found = true;
+				e->last_seen = now;
+				if (e->flags & CT_DSR) {
+					x->l2_only = true;
+					__builtin_memcpy(&x->nexthop, &e->backend_addr, 16);
+				} else {
+					__builtin_memcpy(&ndst, &e->backend_addr, 16);
+					__builtin_memcpy(&nsrc, &e->nat_addr, 16);
+					__builtin_memcpy(&qsrc, &e->backend_addr, 16);
+					__builtin_memcpy(&qdst, &e->nat_addr, 16);
+					qsport = e->backend_port;
+					qdport = e->nat_port;
+				}
+			}
+		}
+	}
+	if (!found) {
+		count(CNT_PASS_UNPARSED);
+		return V_PASS;
+	}
+	if (!x->l2_only)
+		__builtin_memcpy(&x->nexthop, &ndst, 16);
+	*fib_ret = fib_next_hop(ctx, p, x->l2_only ? &p->src : &nsrc, &x->nexthop, ifindex, fib);
+	if (*fib_ret != BPF_FIB_LKUP_RET_SUCCESS && *fib_ret != BPF_FIB_LKUP_RET_NO_NEIGH) {
+		count(CNT_DROP_NO_ROUTE);
+		return V_DROP;
+	}
+	if (*fib_ret == BPF_FIB_LKUP_RET_NO_NEIGH && !tc) {
+		count(CNT_PASS_NO_NEIGH);
+		return V_PASS;
+	}
+	count(CNT_ICMP_ERROR);
+	if (x->l2_only)
+		return -1;
+
+	/* Rewrite: outer addresses, quoted addresses and ports, checksums. */
+	data = ctx_data(ctx, tc);
+	data_end = ctx_data_end(ctx, tc);
+	icmp = data + l4;
+	if ((void *)(icmp + 8) > data_end)
+		return V_DROP;
+	__sum16 *icheck = (void *)(icmp + 2);
+	if (!p->v6) {
+		struct iphdr *ip = data + 14;
+		struct iphdr *iip = (void *)(icmp + 8);
+		if ((void *)(ip + 1) > data_end || (void *)(iip + 1) > data_end)
+			return V_DROP;
+		__be16 *qp = (void *)(iip + 1);
+		if ((void *)(qp + 2) > data_end)
+			return V_DROP;
+		/* Outer header: its own checksum. */
+		__u32 d = bpf_csum_diff(&ip->saddr, 4, &nsrc.p[0], 4, 0);
+		d = bpf_csum_diff(&ip->daddr, 4, &ndst.p[0], 4, d);
+		ip->check = csum_apply(ip->check, d);
+		ip->saddr = nsrc.p[0];
+		ip->daddr = ndst.p[0];
+		/* Quoted header: its checksum; then the ICMP checksum over every
+		 * quoted word that changes. */
+		d = bpf_csum_diff(&iip->saddr, 4, &qsrc.p[0], 4, 0);
+		d = bpf_csum_diff(&iip->daddr, 4, &qdst.p[0], 4, d);
+		__sum16 inew = csum_apply(iip->check, d);
+		__u32 wold = word16(iip->check), wnew = word16(inew);
+		d = bpf_csum_diff(&wold, 4, &wnew, 4, d);
+		__u32 pnew = 0;
+		__builtin_memcpy(&pnew, &qsport, 2);
+		__builtin_memcpy((__u8 *)&pnew + 2, &qdport, 2);
+		d = bpf_csum_diff(qp, 4, &pnew, 4, d);
+		iip->check = inew;
+		iip->saddr = qsrc.p[0];
+		iip->daddr = qdst.p[0];
+		qp[0] = qsport;
+		qp[1] = qdport;
+		*icheck = csum_apply(*icheck, d);
+	} else {
+		struct ipv6hdr *ip = data + 14;
+		struct ipv6hdr *iip = (void *)(icmp + 8);
+		if ((void *)(ip + 1) > data_end || (void *)(iip + 1) > data_end)
+			return V_DROP;
+		__be16 *qp = (void *)(iip + 1);
+		if ((void *)(qp + 2) > data_end)
+			return V_DROP;
+		/* ICMPv6's checksum covers the outer addresses too. */
+		__u32 d = bpf_csum_diff(&ip->saddr, 16, &nsrc, 16, 0);
+		d = bpf_csum_diff(&ip->daddr, 16, &ndst, 16, d);
+		d = bpf_csum_diff(&iip->saddr, 16, &qsrc, 16, d);
+		d = bpf_csum_diff(&iip->daddr, 16, &qdst, 16, d);
+		__u32 pnew = 0;
+		__builtin_memcpy(&pnew, &qsport, 2);
+		__builtin_memcpy((__u8 *)&pnew + 2, &qdport, 2);
+		d = bpf_csum_diff(qp, 4, &pnew, 4, d);
+		__builtin_memcpy(&ip->saddr, &nsrc, 16);
+		__builtin_memcpy(&ip->daddr, &ndst, 16);
+		__builtin_memcpy(&iip->saddr, &qsrc, 16);
+		__builtin_memcpy(&iip->daddr, &qdst, 16);
+		qp[0] = qsport;
+		qp[1] = qdport;
+		*icheck = csum_apply(*icheck, d);
+	}
+	return -1;
+}
+
 static __always_inline int process(void *ctx, bool tc, __u32 ifindex, __u32 *out_ifindex, union v6addr *nexthop,
 				   bool *v6)
 {
@@ -1077,6 +1309,23 @@ static __always_inline int process(void *ctx, bool tc, __u32 ifindex, __u32 *out
 	if (r == PARSE_FRAGMENT) {
 		count(CNT_PASS_FRAGMENT);
 		return V_PASS;
+	}
+	if (r == PARSE_ICMP) {
+		*v6 = p.v6;
+		struct xlate x = {};
+		struct bpf_fib_lookup fib;
+		long fib_ret = 0;
+		int v = icmp_error(ctx, tc, &p, ifindex, bpf_ktime_get_ns(), &x, &fib, &fib_ret);
+		if (v >= 0)
+			return v;
+		__builtin_memcpy(nexthop, &x.nexthop, 16);
+		*out_ifindex = fib.ifindex;
+		if (fib_ret == BPF_FIB_LKUP_RET_NO_NEIGH)
+			return V_NEIGH; /* tc only: XDP passed it above */
+		x.l2_only = true; /* the addresses are rewritten: the MACs now */
+		if (!rewrite(ctx, tc, &p, &x, &fib, true))
+			return V_DROP;
+		return fib.ifindex == ifindex ? V_TX : V_REDIRECT;
 	}
 	if (r != PARSE_OK) {
 		count(CNT_PASS_UNPARSED);

@@ -22,9 +22,10 @@ var Outcomes = []string{
 	"drop_no_nat_port",  // no free SNAT port towards the backend
 	"drop_no_route",     // no route to the backend or client
 	"pass_fragment",     // an IP fragment (not load-balanced)
-	"pass_unparsed",     // truncated, IPv6 extension header, ICMP, not TCP/UDP
+	"pass_unparsed",     // truncated, IPv6 extension header, ICMP of no tracked connection, not TCP/UDP
 	"pass_no_neighbour", // XDP: next hop unresolved, left to the tc program
 	"drop_no_snat_addr", // the egress device has no address to SNAT to
+	"icmp_error",        // an ICMP error of a tracked connection translated
 }
 
 // Traffic counts packets and bytes.

@@ -1,7 +1,9 @@
 package datapath
 
 import (
+	"net"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -303,4 +305,43 @@ func TestNorthSouthNodePortAndNoBackend(t *testing.T) {
 	require.False(t, st.Attached(), st.String())
 	_, err = dialNS(tp.client, netip.AddrPortFrom(nsLB(0, false), port), 2*time.Second)
 	require.ErrorContains(t, err, "refused", "detached: the LB's stack answers the NodePort itself")
+}
+
+// A backend's ICMP error reaches the client translated: a UDP datagram to
+// a frontend whose backend has nothing listening gets "connection
+// refused" on the client's connected socket, not a timeout.
+func TestNorthSouthICMPErrorReachesTheClient(t *testing.T) {
+	inNSFamilies(t, func(t *testing.T, v6 bool) {
+		tp := newNSTopo(t, 1, 1)
+		eng, root := nsEngine(t)
+		const port = 9 // nothing listens in the backend's fresh namespace
+		bs := nsBackends(v6, port, 0)
+		bs[0].Protocol = lb.UDP
+		_, _, err := eng.Upsert(ctxT(t), &lb.Service{
+			Frontend: lb.Frontend{L3n4Addr: lb.L3n4Addr{Addr: vipOf(v6), Port: port, Protocol: lb.UDP}},
+			Type:     lb.SVCTypeLoadBalancer, Backends: bs})
+		require.NoError(t, err)
+		tp.attach(t, root, 0, packetlb.ModeGeneric)
+		var c net.Conn
+		require.NoError(t, inNetNS(nsPath(tp.client), func() error {
+			var err error
+			c, err = net.Dial("udp", netip.AddrPortFrom(vipOf(v6), port).String())
+			return err
+		}))
+		defer c.Close()
+		var last error
+		for range 3 { // the first datagram may wait for neighbour resolution
+			c.SetDeadline(time.Now().Add(time.Second))
+			if _, err := c.Write([]byte("x")); err != nil {
+				last = err
+				break
+			}
+			_, last = c.Read(make([]byte, 16))
+			if last != nil && strings.Contains(last.Error(), "refused") {
+				break
+			}
+		}
+		require.ErrorContains(t, last, "refused")
+		require.Positive(t, counters(t, root)["icmp_error"])
+	})
 }

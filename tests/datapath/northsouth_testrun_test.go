@@ -399,3 +399,120 @@ func TestPacketLBNeverMisforwardsCorruptPackets(t *testing.T) {
 	require.Positive(t, verdicts[xdpPass])
 	require.Positive(t, verdicts[xdpTX])
 }
+
+// icmpError builds an ICMP (v4: destination unreachable, port; v6:
+// destination unreachable, port) error from src to dst quoting quoted (a
+// packet as built by build, Ethernet header included).
+func icmpError(v6 bool, src, dst netip.Addr, quoted []byte) []byte {
+	inner := quoted[14:]
+	if !v6 && len(inner) > 28+20 {
+		inner = inner[:48]
+	}
+	msg := append([]byte{3, 3, 0, 0, 0, 0, 0, 0}, inner...)
+	eth := append(append([]byte{}, clientMAC...), clientMAC...)
+	var ip []byte
+	if !v6 {
+		msg[0], msg[1] = 3, 3
+		binary.BigEndian.PutUint16(msg[2:], ^csum(msg, 0))
+		eth = append(eth, 0x08, 0x00)
+		ip = make([]byte, 20)
+		ip[0], ip[8], ip[9] = 0x45, 64, 1
+		binary.BigEndian.PutUint16(ip[2:], uint16(20+len(msg)))
+		copy(ip[12:], src.AsSlice())
+		copy(ip[16:], dst.AsSlice())
+		binary.BigEndian.PutUint16(ip[10:], ^csum(ip, 0))
+	} else {
+		msg[0], msg[1] = 1, 4
+		binary.BigEndian.PutUint16(msg[2:], ^csum(msg, pseudo(true, src, dst, 58, len(msg))))
+		eth = append(eth, 0x86, 0xdd)
+		ip = make([]byte, 40)
+		ip[0], ip[6], ip[7] = 0x60, 58, 64
+		binary.BigEndian.PutUint16(ip[4:], uint16(len(msg)))
+		copy(ip[8:], src.AsSlice())
+		copy(ip[24:], dst.AsSlice())
+	}
+	return append(append(eth, ip...), msg...)
+}
+
+// icmpParsed reads back an ICMP error: outer addresses, the quoted
+// packet's addresses and ports, and whether every checksum holds.
+type icmpParsed struct {
+	src, dst   netip.Addr
+	qsrc, qdst netip.Addr
+	qsport     uint16
+	qdport     uint16
+	ok         bool
+}
+
+func parseICMP(pkt []byte) icmpParsed {
+	var r icmpParsed
+	if binary.BigEndian.Uint16(pkt[12:]) == 0x0800 {
+		ip := pkt[14:]
+		r.src, _ = netip.AddrFromSlice(ip[12:16])
+		r.dst, _ = netip.AddrFromSlice(ip[16:20])
+		msg := ip[20:binary.BigEndian.Uint16(ip[2:])]
+		q := msg[8:]
+		r.qsrc, _ = netip.AddrFromSlice(q[12:16])
+		r.qdst, _ = netip.AddrFromSlice(q[16:20])
+		r.qsport, r.qdport = binary.BigEndian.Uint16(q[20:]), binary.BigEndian.Uint16(q[22:])
+		r.ok = csum(ip[:20], 0) == 0xffff && csum(msg, 0) == 0xffff && csum(q[:20], 0) == 0xffff
+		return r
+	}
+	ip := pkt[14:]
+	r.src, _ = netip.AddrFromSlice(ip[8:24])
+	r.dst, _ = netip.AddrFromSlice(ip[24:40])
+	msg := ip[40 : 40+int(binary.BigEndian.Uint16(ip[4:]))]
+	q := msg[8:]
+	r.qsrc, _ = netip.AddrFromSlice(q[8:24])
+	r.qdst, _ = netip.AddrFromSlice(q[24:40])
+	r.qsport, r.qdport = binary.BigEndian.Uint16(q[40:]), binary.BigEndian.Uint16(q[42:])
+	r.ok = csum(msg, pseudo(true, r.src, r.dst, 58, len(msg))) == 0xffff
+	return r
+}
+
+// ICMP errors of tracked connections are translated both ways with valid
+// checksums: one from the backend about a forwarded packet goes to the
+// client quoting the client's own packet to the frontend; one from the
+// client about a reply goes to the backend quoting the backend's packet to
+// the node. An error about no tracked connection passes untouched.
+func TestPacketLBTranslatesICMPErrorsOfTrackedConnections(t *testing.T) {
+	pe := newProgEnv(t)
+	nsRun(t, pe.tp.lbs[0], "ip", "neigh", "replace", nsClient4.String(), "lladdr", clientMAC.String(), "dev", "eth0", "nud", "permanent")
+	nsRun(t, pe.tp.lbs[0], "ip", "-6", "neigh", "replace", nsClient6.String(), "lladdr", clientMAC.String(), "dev", "eth0", "nud", "permanent")
+	for _, v6 := range []bool{false, true} {
+		client, vip, node, be := nsClient4, nsVIP4, nsLB(0, false), nsBackend(0, false)
+		if v6 {
+			client, vip, node, be = nsClient6, nsVIP6, nsLB(0, true), nsBackend(0, true)
+		}
+		for _, proto := range []uint8{6, 17} {
+			syn := build(pktSpec{v6: v6, proto: proto, src: client, dst: vip, sport: 43000 + uint16(proto), dport: pe.port, payload: []byte("q")})
+			ret, fwd := pe.run(t, syn)
+			require.Equal(t, uint32(xdpTX), ret)
+			natPort := parse(t, fwd).sport
+
+			// From the backend, about the forwarded packet.
+			ret, out := pe.run(t, icmpError(v6, be, node, fwd))
+			require.Equal(t, uint32(xdpTX), ret, "v6=%v proto %d: backend's error forwarded", v6, proto)
+			r := parseICMP(out)
+			require.True(t, r.ok, "v6=%v proto %d: checksums of the translated error", v6, proto)
+			require.Equal(t, []netip.Addr{vip, client, client, vip}, []netip.Addr{r.src, r.dst, r.qsrc, r.qdst})
+			require.Equal(t, []uint16{43000 + uint16(proto), pe.port}, []uint16{r.qsport, r.qdport})
+
+			// From the client, about a reply (frontend -> client).
+			reply := build(pktSpec{v6: v6, proto: proto, src: vip, dst: client, sport: pe.port, dport: 43000 + uint16(proto), payload: []byte("r")})
+			ret, out = pe.run(t, icmpError(v6, client, vip, reply))
+			require.Equal(t, uint32(xdpTX), ret, "v6=%v proto %d: client's error forwarded", v6, proto)
+			r = parseICMP(out)
+			require.True(t, r.ok, "v6=%v proto %d: checksums of the translated error", v6, proto)
+			require.Equal(t, []netip.Addr{node, be, be, node}, []netip.Addr{r.src, r.dst, r.qsrc, r.qdst})
+			require.Equal(t, []uint16{pe.port, natPort}, []uint16{r.qsport, r.qdport})
+		}
+		// About nothing tracked: passed untouched.
+		stray := build(pktSpec{v6: v6, proto: 6, src: node, dst: be, sport: 999, dport: pe.port})
+		in := icmpError(v6, be, node, stray)
+		ret, out := pe.run(t, in)
+		require.Equal(t, uint32(xdpPass), ret)
+		require.Equal(t, in, out)
+	}
+	require.Positive(t, counters(t, pe.root)["icmp_error"], "%v", counters(t, pe.root))
+}
