@@ -80,6 +80,11 @@ NodePort services: the agent refuses one whose frontend port is outside
 --node-port-range or whose address is neither the surrogate (0.0.0.0, ::)
 nor one of --node-addresses; GET /v1/config reports both.
 
+Conntrack GC: every --conntrack-gc-interval the agent reads the next page
+(at most 4096 entries) of the packet datapath's conntrack maps pinned under
+--bpf-root (lb4_ct, lb4_ct_rev, lb6_ct, lb6_ct_rev) and deletes the expired
+flows and the orphaned reverse entries; it idles while none is pinned.
+
 One agent per --bpf-root and per --socket: a second one is refused. A socket
 file left behind by an agent that died is replaced; any other file is not.`,
 		examples: `  actorlb agent                                    # as root: maps in /sys/fs/bpf/actorlb
@@ -95,6 +100,7 @@ file left behind by an agent that died is replaced; any other file is not.`,
 			fs.String("api-addr", "", "also serve the API on this TCP address, IP:PORT (loopback only unless --api-allow-remote; port 0 picks one; needs --api-token-file or --api-insecure)")
 			fs.Bool("api-allow-remote", false, "allow a non-loopback --api-addr (the token travels in clear text: anyone who sees it controls the load balancer)")
 			fs.Int("map-max", maps.DefaultMaxEntries, "max entries of each service, backend and revNAT map; another value than the pinned maps' migrates them at start (every service kept)")
+			fs.Duration("conntrack-gc-interval", actorlb.DefaultConntrackInterval, "how often the conntrack GC reads the next page (at most 4096 entries) of the packet datapath's conntrack maps (<bpf-root>/lb4_ct, lb4_ct_rev, lb6_ct, lb6_ct_rev) and deletes expired flows and orphaned reverse entries; it idles while the maps are not pinned (0: no GC)")
 			fs.Duration("reconcile-interval", actorlb.DefaultReconcileInterval, "how often every map is compared with what the agent wrote, and its pin with the map, and repaired (0: only on demand, actorlb bpf lb reconcile)")
 			fs.Bool("restore", true, "rebuild state from the pinned maps at start (false: empty them)")
 			fs.Bool("recreate-maps", false, "replace pinned maps whose shape differs from the configured one (their entries are lost)")
@@ -131,6 +137,7 @@ type agentConfig struct {
 	datapathMode                    packetlb.Mode
 	mapMax                          int
 	reconcile                       time.Duration
+	conntrackGC                     time.Duration // 0: no conntrack GC
 	log                             *logrus.Logger
 	stdout                          io.Writer
 	sizes                           maps.Sizes
@@ -162,6 +169,7 @@ func agentFlags(e *env) (*agentConfig, error) {
 	c.allowRemote, _ = fs.GetBool("api-allow-remote")
 	c.mapMax, _ = fs.GetInt("map-max")
 	c.reconcile, _ = fs.GetDuration("reconcile-interval")
+	c.conntrackGC, _ = fs.GetDuration("conntrack-gc-interval")
 	c.restore, _ = fs.GetBool("restore")
 	c.recreate, _ = fs.GetBool("recreate-maps")
 	c.dryRun, _ = fs.GetBool("dry-run")
@@ -200,6 +208,9 @@ func agentFlags(e *env) (*agentConfig, error) {
 	}
 	if c.reconcile == 0 {
 		c.reconcile = -1 // the library's "only on demand"
+	}
+	if c.conntrackGC < 0 || (c.conntrackGC > 0 && c.conntrackGC < 100*time.Millisecond) {
+		return nil, fmt.Errorf("invalid --conntrack-gc-interval %s: must be 0 (off) or at least 100ms", c.conntrackGC)
 	}
 	if c.socket == "" {
 		return nil, errors.New("invalid --socket \"\": want the path of the API's unix socket")
@@ -728,6 +739,18 @@ func agent(ctx context.Context, c *agentConfig) error {
 	srv, err := api.NewServer(acfg)
 	if err != nil {
 		return err
+	}
+	if c.conntrackGC > 0 && !c.dryRun {
+		// The packet datapath's conntrack maps: collected when pinned,
+		// idle (and said so) while they are not.
+		gc, err := actorlb.StartConntrackGC(ctx, actorlb.ConntrackConfig{Root: engine.BPFRoot(), Interval: c.conntrackGC, Logger: log})
+		if err != nil {
+			return err
+		}
+		defer gc.Close()
+		srv.Registerer().MustRegister(&conntrackCollector{gc: gc, timeout: 5 * time.Second})
+		log.WithFields(logrus.Fields{"interval": c.conntrackGC, "per-tick": actorlb.DefaultConntrackPerTick}).
+			Info("conntrack GC started (the packet datapath's lb4_ct, lb4_ct_rev, lb6_ct, lb6_ct_rev)")
 	}
 	k8sDone := make(chan struct{})
 	if c.k8s == nil {
