@@ -740,6 +740,9 @@ func agent(ctx context.Context, c *agentConfig) error {
 	if err != nil {
 		return err
 	}
+	if len(c.devices) > 0 && !c.dryRun {
+		srv.Registerer().MustRegister(&packetLBCollector{root: engine.BPFRoot()})
+	}
 	if c.conntrackGC > 0 && !c.dryRun {
 		// The packet datapath's conntrack maps: collected when pinned,
 		// idle (and said so) while they are not.

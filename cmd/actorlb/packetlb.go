@@ -5,9 +5,11 @@ import (
 	"fmt"
 	stdmaps "maps"
 	"slices"
+	"strconv"
 	"text/tabwriter"
 
 	"github.com/actorlb/actorlb/bpf/packetlb"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // packetLBView is what `bpf lb list --datapath -o json` prints.
@@ -61,4 +63,50 @@ func printPacketLB(e *env, out, root string) error {
 		}
 	}
 	return w.Flush()
+}
+
+// Metrics of the packet datapath, read from its pinned counters at every
+// scrape.
+var (
+	descPktOutcomes = prometheus.NewDesc("actorlb_packetlb_packets_total", "Packets the packet datapath (XDP/tc) handled, by outcome (forward_new, forward_tracked, reply, icmp_error, drop_*, pass_*).", []string{"outcome"}, nil)
+	descPktService  = prometheus.NewDesc("actorlb_packetlb_service_packets_total", "Client-to-backend packets the packet datapath forwarded, by service ID.", []string{"service_id"}, nil)
+	descPktSvcBytes = prometheus.NewDesc("actorlb_packetlb_service_bytes_total", "Client-to-backend bytes (frames) the packet datapath forwarded, by service ID.", []string{"service_id"}, nil)
+	descPktBackend  = prometheus.NewDesc("actorlb_packetlb_backend_packets_total", "Client-to-backend packets the packet datapath forwarded, by backend ID.", []string{"backend_id"}, nil)
+	descPktBeBytes  = prometheus.NewDesc("actorlb_packetlb_backend_bytes_total", "Client-to-backend bytes (frames) the packet datapath forwarded, by backend ID.", []string{"backend_id"}, nil)
+	descPktLinks    = prometheus.NewDesc("actorlb_packetlb_links", "Programs of the packet datapath attached, by device and hook (xdp, tc).", []string{"device", "hook", "mode"}, nil)
+)
+
+// packetLBCollector exports the packet datapath's counters under root.
+type packetLBCollector struct{ root string }
+
+func (c *packetLBCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descPktOutcomes, descPktService, descPktSvcBytes, descPktBackend, descPktBeBytes, descPktLinks} {
+		ch <- d
+	}
+}
+
+func (c *packetLBCollector) Collect(ch chan<- prometheus.Metric) {
+	if info, err := packetlb.Status(c.root); err == nil {
+		for _, l := range info.Links {
+			ch <- prometheus.MustNewConstMetric(descPktLinks, prometheus.GaugeValue, 1, l.Device, l.Hook, l.Mode)
+		}
+	}
+	st, err := packetlb.ReadStats(c.root)
+	if err != nil {
+		return
+	}
+	counter := func(d *prometheus.Desc, v uint64, label string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), label)
+	}
+	for _, name := range packetlb.Outcomes {
+		counter(descPktOutcomes, st.Outcomes[name], name)
+	}
+	for id, t := range st.Services {
+		counter(descPktService, t.Packets, strconv.Itoa(int(id)))
+		counter(descPktSvcBytes, t.Bytes, strconv.Itoa(int(id)))
+	}
+	for id, t := range st.Backends {
+		counter(descPktBackend, t.Packets, strconv.FormatUint(uint64(id), 10))
+		counter(descPktBeBytes, t.Bytes, strconv.FormatUint(uint64(id), 10))
+	}
 }
