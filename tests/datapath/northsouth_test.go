@@ -201,6 +201,22 @@ func TestNorthSouthConntrackKeepsEstablishedConnections(t *testing.T) {
 			require.NotEqual(t, "be1", name, "new connection %d went to the terminating backend", i)
 		}
 
+		// be2 at weight 0: its connections stay, it takes no new one
+		// (the weighted pick of lb_members' weights).
+		bs = nsBackends(v6, port, 0, 1, 2)
+		bs[0].State = lb.BackendStateTerminating
+		bs[1].Weight = 0
+		upsert(bs)
+		time.Sleep(100 * time.Millisecond)
+		check("be2 at weight 0")
+		for i := range 30 {
+			name, err := once(tp.client, vip)
+			require.NoError(t, err)
+			require.Equal(t, "be3", name, "new connection %d: be1 terminating, be2 weight 0", i)
+		}
+		bs[1].Weight = 100
+		upsert(bs)
+
 		// Drain be3 (terminating, then gone), which none of the
 		// long-lived connections uses (they were made before it came).
 		bs = nsBackends(v6, port, 0, 1, 2)
