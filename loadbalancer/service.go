@@ -147,6 +147,15 @@ type Service struct {
 	// loopback and listen on the frontend port) instead of SNAT/DNAT.
 	// Sets Flag2FwdModeDSR. The socket LB ignores it.
 	DSR bool
+	// SourceRanges (loadBalancerSourceRanges): when not empty, the packet
+	// datapath lets only clients inside one of them reach the frontend
+	// (with SourceRangesDeny: every client except those). Prefixes of the
+	// frontend's family, network addresses (no host bits), at most
+	// MaxSourceRanges. Sets FlagSourceRange (and Flag2SourceRangeDeny).
+	// Only for types with an external side. The socket LB ignores them.
+	SourceRanges []netip.Prefix
+	// SourceRangesDeny makes SourceRanges a deny list.
+	SourceRangesDeny bool
 	// Source owns the frontend: only writes from the same source change
 	// or delete the service (the engine refuses the others with
 	// ErrFrontendOwned). The zero value is SourceAPI.
@@ -252,6 +261,9 @@ func (s *Service) Validate() error {
 	if !s.LBAlgorithm.IsValid() {
 		return invalid("lb-algorithm", strconv.Itoa(int(s.LBAlgorithm)), "unknown algorithm, want default (0), random (1) or maglev (2)")
 	}
+	if err := s.validateSourceRanges(); err != nil {
+		return err
+	}
 	if !s.Source.IsValid() {
 		return invalid("source", strconv.Itoa(int(s.Source)), "unknown source, want api (0) or kubernetes (1)")
 	}
@@ -306,6 +318,7 @@ func (s *Service) DeepCopy() *Service {
 	}
 	c := *s
 	c.Backends = slices.Clone(s.Backends)
+	c.SourceRanges = slices.Clone(s.SourceRanges)
 	return &c
 }
 
@@ -342,8 +355,9 @@ const (
 // (0.0.0.0 or ::), which only stands for the node's own addresses.
 // FlagExtLocalScope, Flag2IntLocalScope and FlagAffinity follow the options;
 // Flag2TwoScopes is set when the service has two backend sets (TwoScopes).
-// DSR sets Flag2FwdModeDSR. Source ranges, NAT46/64 and L7 are not
-// supported yet and their bits stay 0.
+// DSR sets Flag2FwdModeDSR; source ranges FlagSourceRange, and
+// Flag2SourceRangeDeny for a deny list. NAT46/64 and L7 are not supported
+// yet and their bits stay 0.
 func (s *Service) Flags() (flags, flags2 uint8) {
 	if s == nil {
 		return 0, 0
@@ -378,6 +392,12 @@ func (s *Service) Flags() (flags, flags2 uint8) {
 	}
 	if s.DSR {
 		flags2 |= Flag2FwdModeDSR
+	}
+	if len(s.SourceRanges) > 0 {
+		flags |= FlagSourceRange
+		if s.SourceRangesDeny {
+			flags2 |= Flag2SourceRangeDeny
+		}
 	}
 	return flags, flags2
 }
@@ -424,4 +444,41 @@ func (s *Service) AffinityAlgo() uint32 {
 		}
 	}
 	return timeout&MaxSessionAffinityTimeout | uint32(s.LBAlgorithm)<<24
+}
+
+// MaxSourceRanges bounds a service's SourceRanges.
+const MaxSourceRanges = 256
+
+func (s *Service) validateSourceRanges() error {
+	if len(s.SourceRanges) == 0 {
+		if s.SourceRangesDeny {
+			return invalid("source-ranges-deny", "true", "a deny list needs source-ranges")
+		}
+		return nil
+	}
+	if !s.Type.HasExternalSide() {
+		return invalid("source-ranges", s.SourceRanges[0].String(),
+			"a "+s.Type.String()+" service is reached only from inside the node: source ranges apply to traffic from outside (LoadBalancer, NodePort, ExternalIPs, HostPort)")
+	}
+	if len(s.SourceRanges) > MaxSourceRanges {
+		return invalid("source-ranges", strconv.Itoa(len(s.SourceRanges))+" prefixes", "at most "+strconv.Itoa(MaxSourceRanges))
+	}
+	v4 := s.Frontend.Addr.Unmap().Is4()
+	for i, p := range s.SourceRanges {
+		field := "source-ranges[" + strconv.Itoa(i) + "]"
+		switch {
+		case !p.IsValid():
+			return invalid(field, p.String(), "not a valid prefix")
+		case p.Addr().Is4() != v4 || p.Addr().Is4In6():
+			return invalid(field, p.String(), "not of the frontend's address family")
+		case p != p.Masked():
+			return invalid(field, p.String(), "has host bits set: did you mean "+p.Masked().String()+"?")
+		}
+		for j := range i {
+			if s.SourceRanges[j] == p {
+				return invalid(field, p.String(), "duplicate of source-ranges["+strconv.Itoa(j)+"]")
+			}
+		}
+	}
+	return nil
 }

@@ -58,6 +58,36 @@ func TestServiceValidate(t *testing.T) {
 			s.Backends = []Backend{be("[fd00::1:5]:8443")}
 		}, "", ""},
 		{"max timeout", func(s *Service) { s.SessionAffinity = true; s.SessionAffinityTimeout = 0xFFFFFF }, "", ""},
+		{"source ranges", func(s *Service) {
+			s.Type = SVCTypeLoadBalancer
+			s.SourceRanges = []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24"), netip.MustParsePrefix("198.51.100.7/32")}
+		}, "", ""},
+		{"source ranges deny", func(s *Service) {
+			s.Type = SVCTypeNodePort
+			s.SourceRanges, s.SourceRangesDeny = []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}, true
+		}, "", ""},
+		{"source ranges on ClusterIP", func(s *Service) {
+			s.SourceRanges = []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}
+		}, "source-ranges", `invalid source-ranges "192.0.2.0/24": a ClusterIP service is reached only from inside the node: source ranges apply to traffic from outside (LoadBalancer, NodePort, ExternalIPs, HostPort)`},
+		{"source range of the other family", func(s *Service) {
+			s.Type = SVCTypeLoadBalancer
+			s.SourceRanges = []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24"), netip.MustParsePrefix("fd00::/8")}
+		}, "source-ranges[1]", `invalid source-ranges[1] "fd00::/8": not of the frontend's address family`},
+		{"source range with host bits", func(s *Service) {
+			s.Type = SVCTypeLoadBalancer
+			s.SourceRanges = []netip.Prefix{netip.MustParsePrefix("192.0.2.1/24")}
+		}, "source-ranges[0]", `invalid source-ranges[0] "192.0.2.1/24": has host bits set: did you mean 192.0.2.0/24?`},
+		{"duplicate source range", func(s *Service) {
+			s.Type = SVCTypeLoadBalancer
+			s.SourceRanges = []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24"), netip.MustParsePrefix("192.0.2.0/24")}
+		}, "source-ranges[1]", `invalid source-ranges[1] "192.0.2.0/24": duplicate of source-ranges[0]`},
+		{"too many source ranges", func(s *Service) {
+			s.Type = SVCTypeLoadBalancer
+			for i := range MaxSourceRanges + 1 {
+				s.SourceRanges = append(s.SourceRanges, netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(i >> 8), byte(i), 0}), 24))
+			}
+		}, "source-ranges", `invalid source-ranges "257 prefixes": at most 256`},
+		{"deny list without ranges", func(s *Service) { s.Type = SVCTypeLoadBalancer; s.SourceRangesDeny = true }, "source-ranges-deny", `invalid source-ranges-deny "true": a deny list needs source-ranges`},
 		{"maglev", func(s *Service) { s.LBAlgorithm = LBAlgMaglev }, "", ""},
 
 		{"frontend unset", func(s *Service) { s.Frontend.Addr = netip.Addr{} }, "frontend", `invalid frontend "": address is not set`},
