@@ -45,6 +45,10 @@ func jsonPath(field string) string {
 		return "flags.intTrafficPolicy"
 	case field == "session-affinity":
 		return "flags.sessionAffinity"
+	case strings.HasPrefix(field, "source-ranges-deny"):
+		return "flags.sourceRangesDeny"
+	case strings.HasPrefix(field, "source-ranges"):
+		return "flags.sourceRanges" + strings.TrimPrefix(field, "source-ranges")
 	}
 	return field
 }
@@ -168,6 +172,14 @@ func ToService(id lb.ServiceID, spec *ServiceSpec) (*lb.Service, error) {
 			return nil, fieldError("flags.lbAlgorithm", err)
 		}
 		svc.DSR = f.DSR
+		for i, r := range f.SourceRanges {
+			pfx, err := netip.ParsePrefix(strings.TrimSpace(r))
+			if err != nil {
+				return nil, &FieldError{Path: "flags.sourceRanges[" + strconv.Itoa(i) + "]", Value: r, Reason: "not a CIDR (e.g. 192.0.2.0/24)"}
+			}
+			svc.SourceRanges = append(svc.SourceRanges, pfx)
+		}
+		svc.SourceRangesDeny = f.SourceRangesDeny
 		if err := checkUpstreamFlags(f); err != nil {
 			return nil, err
 		}
@@ -250,8 +262,12 @@ func FromService(svc *lb.Service) *ServiceSpec {
 			SessionAffinityTimeout: svc.SessionAffinityTimeout,
 			LBAlgorithm:            svc.LBAlgorithm.String(),
 			DSR:                    svc.DSR,
+			SourceRangesDeny:       svc.SourceRangesDeny,
 			Source:                 svc.Source.String(),
 		},
+	}
+	for _, r := range svc.SourceRanges {
+		spec.Flags.SourceRanges = append(spec.Flags.SourceRanges, r.String())
 	}
 	for i, b := range svc.Backends {
 		w := b.Weight

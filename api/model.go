@@ -58,6 +58,11 @@ type ServiceFlags struct {
 	// direct server return (backends hold the frontend address on their
 	// loopback) instead of SNAT/DNAT.
 	DSR bool `json:"dsr,omitempty"`
+	// SourceRanges (loadBalancerSourceRanges): CIDRs of the frontend's
+	// family; the packet datapath lets only clients inside them reach the
+	// service (with SourceRangesDeny: every client but those).
+	SourceRanges     []string `json:"sourceRanges,omitempty"`
+	SourceRangesDeny bool     `json:"sourceRangesDeny,omitempty"`
 	// NatPolicy is the upstream protocol NAT policy: only None (or left
 	// out) is accepted; Nat46 and Nat64 are refused (not supported).
 	// Answers leave it out.

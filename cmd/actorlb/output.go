@@ -127,6 +127,9 @@ var apiPaths = []struct {
 	{regexp.MustCompile(`\bflags\.intTrafficPolicy\b`), "--int-traffic-policy"},
 	{regexp.MustCompile(`\bflags\.sessionAffinityTimeout\b`), "--affinity-timeout"},
 	{regexp.MustCompile(`\bflags\.lbAlgorithm\b`), "--lb-algorithm"},
+	{regexp.MustCompile(`\bflags\.sourceRangesDeny\b`), "--source-ranges-deny"},
+	{regexp.MustCompile(`\bflags\.sourceRanges\[(\d+)\]`), "--source-ranges (range ${1})"},
+	{regexp.MustCompile(`\bflags\.sourceRanges\b`), "--source-ranges"},
 	{regexp.MustCompile(`^invalid id\b`), "invalid --id"},
 }
 

@@ -138,6 +138,13 @@ func serviceOptions(f *api.ServiceFlags) string {
 	if f.DSR {
 		parts = append(parts, "dsr")
 	}
+	if len(f.SourceRanges) > 0 {
+		what := "source ranges "
+		if f.SourceRangesDeny {
+			what = "denied ranges "
+		}
+		parts = append(parts, what+strings.Join(f.SourceRanges, " "))
+	}
 	return strings.Join(parts, ", ")
 }
 

@@ -83,6 +83,8 @@ func serviceSpecFlags(fs *pflag.FlagSet) {
 	fs.String("int-traffic-policy", "", "Cluster or Local: traffic from the node itself goes to every backend or to node-local ones only (default: kept, Cluster for a new service)")
 	fs.Int64("affinity-timeout", 0, "session affinity (ClientIP) timeout in seconds, 1..16777215; 0 turns affinity off (default: kept, off for a new service)")
 	fs.String("lb-algorithm", "", "default, random or maglev (maglev has no effect on the socket LB yet; default: kept)")
+	fs.StringSlice("source-ranges", nil, "CIDRs (comma-separated) of the clients the packet datapath lets reach the service from outside (loadBalancerSourceRanges; '' for none: everyone; default: kept)")
+	fs.Bool("source-ranges-deny", false, "make --source-ranges a deny list: every client but those (default: kept)")
 	fs.Bool("dsr", false, "the packet datapath (--datapath-devices) forwards by L2 direct server return: backends hold the frontend address on their loopback and answer clients directly (default: kept, SNAT/DNAT for a new service)")
 	fs.StringSlice("node-local", nil, "the backends (IP:PORT, comma-separated) that run on this node; the others do not ('' for none; default: kept)")
 }
@@ -104,6 +106,9 @@ type updateFlags struct {
 	affinity *uint32
 	alg      string
 	dsr      *bool
+	ranges   []string // nil: not given
+	rangesOK bool     // --source-ranges given
+	deny     *bool
 	// nodeLocal are the backends of --node-local by backendKey (nil: not
 	// given).
 	nodeLocal map[string]bool
@@ -272,6 +277,19 @@ func (u *updateFlags) parseOptions(fs *pflag.FlagSet) error {
 		v, _ := fs.GetBool("dsr")
 		u.dsr = &v
 	}
+	if fs.Changed("source-ranges") {
+		v, _ := fs.GetStringSlice("source-ranges")
+		u.ranges, u.rangesOK = []string{}, true
+		for _, r := range v {
+			if r = strings.TrimSpace(r); r != "" {
+				u.ranges = append(u.ranges, r)
+			}
+		}
+	}
+	if fs.Changed("source-ranges-deny") {
+		v, _ := fs.GetBool("source-ranges-deny")
+		u.deny = &v
+	}
 	return nil
 }
 
@@ -383,6 +401,12 @@ func (u *updateFlags) merge(cur *api.ServiceSpec, shared map[string]string) (*ap
 	}
 	if u.dsr != nil {
 		spec.Flags.DSR = *u.dsr
+	}
+	if u.rangesOK {
+		spec.Flags.SourceRanges = u.ranges
+	}
+	if u.deny != nil {
+		spec.Flags.SourceRangesDeny = *u.deny
 	}
 	if u.alg != "" {
 		spec.Flags.LBAlgorithm = u.alg
