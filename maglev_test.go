@@ -2,6 +2,7 @@ package actorlb
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"path/filepath"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/actorlb/actorlb/internal/maglev"
 	"github.com/actorlb/actorlb/internal/testutil"
+	"github.com/actorlb/actorlb/internal/verify"
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/maps"
 	"github.com/cilium/ebpf"
@@ -201,6 +203,27 @@ func TestMaglevRestartRestoresAndRepairs(t *testing.T) {
 	stray.Close()
 	outer.Close()
 
+	// verify sees each of them in the pinned maps.
+	d, err := verify.DumpPinned(root)
+	require.NoError(t, err)
+	require.Empty(t, verify.Check(d))
+	readers, closeReaders, err := verify.OpenPinnedMaglev(root)
+	require.NoError(t, err)
+	vs, err := verify.CheckMaglev(d, readers)
+	closeReaders()
+	require.NoError(t, err)
+	var kinds []string
+	for _, v := range vs {
+		require.Equal(t, 7, v.Invariant())
+		kinds = append(kinds, fmt.Sprintf("%s %d", v.Kind, v.ServiceID))
+	}
+	require.Equal(t, []string{ // sorted by kind, then service
+		fmt.Sprintf("maglev-missing %d", ids[1]),
+		fmt.Sprintf("maglev-stray %d", ids[2]),
+		"maglev-stray 4000",
+		fmt.Sprintf("maglev-wrong %d", ids[0]),
+	}, kinds, "%v", vs)
+
 	e = newEngine(t, root, Config{MaglevTableSize: testM})
 	st, err = e.Stats(ctx)
 	require.NoError(t, err)
@@ -211,6 +234,11 @@ func TestMaglevRestartRestoresAndRepairs(t *testing.T) {
 	require.Equal(t, wantTable(t, e, testM, svcs[1].Backends), readTable(t, e.maps.Maglev4, ids[1]))
 	require.ElementsMatch(t, []uint16{uint16(ids[0]), uint16(ids[1])}, tableIDs(t, e.maps.Maglev4),
 		"no table for the service that is random now, nor for the stray ID")
+	d, err = verify.Dump(e.maps)
+	require.NoError(t, err)
+	vs, err = verify.CheckMaglev(d, [2]verify.MaglevReader{e.maps.Maglev4, e.maps.Maglev6})
+	require.NoError(t, err)
+	require.Empty(t, vs, "repaired")
 }
 
 // The periodic reconcile repairs a table whose entries were changed

@@ -373,8 +373,11 @@ func maglevShapeProblem(m *ebpf.Map, spec *ebpf.MapSpec) string {
 		var inner *ebpf.Map
 		if err := m.Lookup(k, &inner); err == nil {
 			defer inner.Close()
-			if inner.Type() != ebpf.Array || inner.KeySize() != 4 || inner.MaxEntries() != 1 || inner.ValueSize() != 4*want {
-				return fmt.Sprintf("tables of %d entries (inner %s map, key size %d, %d entries), want %d", inner.ValueSize()/4, inner.Type(), inner.KeySize(), inner.MaxEntries(), want)
+			if inner.Type() != ebpf.Array || inner.KeySize() != 4 || inner.MaxEntries() != 1 {
+				return fmt.Sprintf("inner maps of type %s, key size %d and %d entries, want an array of key size 4 and 1 entry", inner.Type(), inner.KeySize(), inner.MaxEntries())
+			}
+			if inner.ValueSize() != 4*want {
+				return fmt.Sprintf("tables of %d entries, want %d", inner.ValueSize()/4, want)
 			}
 			return ""
 		}

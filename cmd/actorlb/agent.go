@@ -22,6 +22,7 @@ import (
 	"github.com/actorlb/actorlb/api"
 	"github.com/actorlb/actorlb/bpf"
 	"github.com/actorlb/actorlb/internal/bpffs"
+	"github.com/actorlb/actorlb/internal/maglev"
 	"github.com/actorlb/actorlb/k8s/source"
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/maps"
@@ -94,6 +95,7 @@ file left behind by an agent that died is replaced; any other file is not.`,
 			fs.String("api-addr", "", "also serve the API on this TCP address, IP:PORT (loopback only unless --api-allow-remote; port 0 picks one; needs --api-token-file or --api-insecure)")
 			fs.Bool("api-allow-remote", false, "allow a non-loopback --api-addr (the token travels in clear text: anyone who sees it controls the load balancer)")
 			fs.Int("map-max", maps.DefaultMaxEntries, "max entries of each service, backend and revNAT map; another value than the pinned maps' migrates them at start (every service kept)")
+			fs.Uint32("maglev-table-size", maglev.DefaultTableSize, "entries of each maglev service's lookup table in lb4_maglev/lb6_maglev (M): a prime from 251 to 131071 (for example 251, 1021, 4093, 16381, 65521, 131071); each table takes 4×M bytes of kernel memory; aim for M > 100 × backends; changing it needs --recreate-maps (the tables are written again at start, nothing is lost)")
 			fs.Duration("reconcile-interval", actorlb.DefaultReconcileInterval, "how often every map is compared with what the agent wrote, and its pin with the map, and repaired (0: only on demand, actorlb bpf lb reconcile)")
 			fs.Bool("restore", true, "rebuild state from the pinned maps at start (false: empty them)")
 			fs.Bool("recreate-maps", false, "replace pinned maps whose shape differs from the configured one (their entries are lost)")
@@ -125,6 +127,7 @@ type agentConfig struct {
 	dryRun, socketLB, socketLBAsked bool
 	socketLBCgroup                  string
 	mapMax                          int
+	maglevSize                      uint32
 	reconcile                       time.Duration
 	log                             *logrus.Logger
 	stdout                          io.Writer
@@ -156,6 +159,7 @@ func agentFlags(e *env) (*agentConfig, error) {
 	c.apiAddr, _ = fs.GetString("api-addr")
 	c.allowRemote, _ = fs.GetBool("api-allow-remote")
 	c.mapMax, _ = fs.GetInt("map-max")
+	c.maglevSize, _ = fs.GetUint32("maglev-table-size")
 	c.reconcile, _ = fs.GetDuration("reconcile-interval")
 	c.restore, _ = fs.GetBool("restore")
 	c.recreate, _ = fs.GetBool("recreate-maps")
@@ -184,6 +188,10 @@ func agentFlags(e *env) (*agentConfig, error) {
 		return nil, fmt.Errorf("invalid --map-max %d: must be between 1 and %d", c.mapMax, 1<<24)
 	}
 	c.sizes = maps.Sizes{Services: c.mapMax, Backends: c.mapMax, RevNAT: c.mapMax}
+	if err := maglev.CheckTableSize(c.maglevSize); err != nil {
+		return nil, fmt.Errorf("invalid --maglev-table-size %d: want a prime in [%d, %d] (for example 251, 1021, 4093, 16381, 65521, 131071)",
+			c.maglevSize, maglev.MinTableSize, maglev.MaxTableSize)
+	}
 	if c.reconcile < 0 || (c.reconcile > 0 && c.reconcile < 100*time.Millisecond) {
 		return nil, fmt.Errorf("invalid --reconcile-interval %s: must be 0 (off) or at least 100ms", c.reconcile)
 	}
@@ -631,7 +639,7 @@ func agent(ctx context.Context, c *agentConfig) error {
 	}
 
 	ecfg := actorlb.Config{
-		BPFRoot: c.root, MaxEntries: c.sizes, RecreateMaps: c.recreate, NoRestore: !c.restore, InMemory: c.dryRun, Logger: log,
+		BPFRoot: c.root, MaxEntries: c.sizes, MaglevTableSize: c.maglevSize, RecreateMaps: c.recreate, NoRestore: !c.restore, InMemory: c.dryRun, Logger: log,
 		ReconcileInterval: c.reconcile,
 	}
 	if !c.dryRun {
