@@ -14,8 +14,8 @@ import (
 // module imports only packages of lower layers (its non-test imports).
 var layers = [][]string{
 	{"loadbalancer", "internal/packedmap", "internal/bpffs"},
-	{"maps", "internal/idalloc", "internal/testutil", "internal/maglev", "k8s", "k8s/translate", "tests/kube/cluster"},
-	{"messages", "internal/table", "internal/addrkey", "internal/enginetest", "bpf"},
+	{"maps", "internal/idalloc", "internal/testutil", "internal/maglev", "internal/conntrack", "k8s", "k8s/translate", "tests/kube/cluster"},
+	{"messages", "internal/table", "internal/addrkey", "internal/enginetest", "bpf", "bpf/packetlb"},
 	{"internal/engine", "internal/verify"},
 	{"actors"},
 	{""}, // the façade

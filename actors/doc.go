@@ -26,6 +26,11 @@
 //     (revnat), and an in-memory mirror of it (mirror.go, svcmirror.go).
 //     They write what their mailbox holds in one batched call, skip
 //     entries the map already holds, and answer dumps from the mirror.
+//   - The conntrack GC actor (conntrack.go) is apart from the engine: the
+//     façade's StartConntrackGC spawns it in an actor system of its own.
+//     It owns a conntrack.Scanner over the packet datapath's conntrack
+//     maps and runs one bounded tick per timer message, setting the timer
+//     again only after the tick.
 //
 // Every mailbox runs on the engine's Dispatcher (dispatch.go): a few
 // long-lived goroutines that keep their grown stacks, rather than a new

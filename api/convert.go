@@ -167,6 +167,7 @@ func ToService(id lb.ServiceID, spec *ServiceSpec) (*lb.Service, error) {
 		if svc.LBAlgorithm, err = lb.ParseLBAlgorithm(f.LBAlgorithm); err != nil {
 			return nil, fieldError("flags.lbAlgorithm", err)
 		}
+		svc.DSR = f.DSR
 		if err := checkUpstreamFlags(f); err != nil {
 			return nil, err
 		}
@@ -248,6 +249,7 @@ func FromService(svc *lb.Service) *ServiceSpec {
 			SessionAffinity:        svc.SessionAffinity,
 			SessionAffinityTimeout: svc.SessionAffinityTimeout,
 			LBAlgorithm:            svc.LBAlgorithm.String(),
+			DSR:                    svc.DSR,
 			Source:                 svc.Source.String(),
 		},
 	}

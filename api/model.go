@@ -54,6 +54,10 @@ type ServiceFlags struct {
 	// master entry but has no effect on the socket LB yet: the answer
 	// carries a warning (ServiceStatus.Warnings).
 	LBAlgorithm string `json:"lbAlgorithm,omitempty"`
+	// DSR: the packet datapath forwards the service's connections by L2
+	// direct server return (backends hold the frontend address on their
+	// loopback) instead of SNAT/DNAT.
+	DSR bool `json:"dsr,omitempty"`
 	// NatPolicy is the upstream protocol NAT policy: only None (or left
 	// out) is accepted; Nat46 and Nat64 are refused (not supported).
 	// Answers leave it out.
@@ -233,6 +237,9 @@ type Status struct {
 	Steps map[string]StepStatus `json:"steps"`
 	// SocketLB says what socket-LB datapath is attached ("" if unknown).
 	SocketLB string `json:"socket-lb,omitempty"`
+	// PacketLB says on which devices the packet (XDP/tc) datapath is
+	// attached ("" if not asked).
+	PacketLB string `json:"packet-lb,omitempty"`
 	// Reconcile holds the figures of the drift checks.
 	Reconcile ReconcileStatus `json:"reconcile"`
 	// UDPSockets counts the connected UDP sockets moved off backends that

@@ -91,6 +91,8 @@ type Config struct {
 	// SocketLB, if set, says what datapath is attached (one line for
 	// /v1/healthz and `actorlb status`).
 	SocketLB func() string
+	// PacketLB, if set, says on which devices the packet datapath runs.
+	PacketLB func() string
 	// MaxBatchSpecs bounds the specs of one PUT /v1/services
 	// (DefaultMaxBatchSpecs if 0).
 	MaxBatchSpecs int
@@ -171,6 +173,7 @@ type Server struct {
 	maxBody     int64
 	callTimeout time.Duration
 	socketLB    func() string
+	packetLB    func() string
 	sources     func() []SourceStatus
 	serviceName func(lb.L3n4Addr) (string, string, bool)
 	started     time.Time
@@ -223,7 +226,7 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	s := &Server{
 		engine: cfg.Engine, log: cfg.Log.WithField("component", "api"), root: cfg.BPFRoot, dryRun: cfg.DryRun,
-		maxBody: cfg.MaxBodyBytes, callTimeout: cfg.CallTimeout, socketLB: cfg.SocketLB, started: time.Now(),
+		maxBody: cfg.MaxBodyBytes, callTimeout: cfg.CallTimeout, socketLB: cfg.SocketLB, packetLB: cfg.PacketLB, started: time.Now(),
 		maxBatch: cfg.MaxBatchSpecs, maxConns: cfg.MaxConns, token: cfg.Token, insecure: cfg.Insecure,
 		heavy: make(chan struct{}, cfg.MaxHeavyRequests), release: newMemRelease(), silent: map[net.Conn]struct{}{},
 		sources: cfg.Sources, serviceName: cfg.ServiceName,
@@ -851,6 +854,9 @@ func (s *Server) status(ctx context.Context) (*Status, error) {
 	}
 	if s.socketLB != nil {
 		out.SocketLB = s.socketLB()
+	}
+	if s.packetLB != nil {
+		out.PacketLB = s.packetLB()
 	}
 	if s.sources != nil {
 		out.Sources = s.sources()

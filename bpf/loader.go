@@ -41,8 +41,6 @@ var Hooks = []Hook{
 const (
 	// LinksDir is the directory under the bpffs root that holds the links.
 	LinksDir = "links"
-	// tmpSuffix names an object pinned for a moment, to be renamed.
-	tmpSuffix = "_replacing"
 	// linkPrefix prefixes the pin name of every socket-LB link.
 	linkPrefix = "socklb_"
 	// ReverseSK4Name and ReverseSK6Name are the datapath's own maps, pinned
@@ -221,55 +219,13 @@ func pinnedMaps(spec *ebpf.CollectionSpec, root string) (map[string]*ebpf.Map, e
 		}
 	}
 	for _, name := range ownMapNames {
-		m, err := ownMap(spec.Maps[name], filepath.Join(root, name))
+		m, err := bpffs.OwnMap(spec.Maps[name], filepath.Join(root, name))
 		if err != nil {
 			return out, err
 		}
 		out[name] = m
 	}
 	return out, nil
-}
-
-// ownMap opens the datapath's own map pinned at path, or creates and pins
-// it; a pinned map of another shape (an older datapath) is replaced.
-func ownMap(ms *ebpf.MapSpec, path string) (*ebpf.Map, error) {
-	m, err := ebpf.LoadPinnedMap(path, nil)
-	switch {
-	case err == nil:
-		if ms.Compatible(m) == nil {
-			return m, nil
-		}
-		m.Close()
-	case !errors.Is(err, os.ErrNotExist):
-		return nil, fmt.Errorf("open pinned map %s: %w", path, err)
-	}
-	m, err = ebpf.NewMap(ms)
-	if err != nil {
-		return nil, fmt.Errorf("create %s: %w", ms.Name, err)
-	}
-	if err := pinReplacing(path, m.Pin); err != nil {
-		m.Close()
-		return nil, fmt.Errorf("pin %s: %w", path, err)
-	}
-	return m, nil
-}
-
-// pinReplacing pins an object at path, atomically replacing whatever is
-// pinned there: it pins at a temporary name and renames that over path.
-// (bpffs refuses names with dots, hence the suffix.)
-func pinReplacing(path string, pin func(string) error) error {
-	tmp := path + tmpSuffix
-	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	if err := pin(tmp); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return nil
 }
 
 // attachHook makes the link pinned at pinPath run prog on the cgroup cgID.
@@ -282,7 +238,7 @@ func attachHook(h Hook, prog *ebpf.Program, cgFD int, cgID uint64, pinPath strin
 			return "", err
 		}
 		defer l.Close()
-		if err := pinReplacing(pinPath, l.Pin); err != nil {
+		if err := bpffs.PinReplacing(pinPath, l.Pin); err != nil {
 			return "", fmt.Errorf("pin link %s: %w", pinPath, err)
 		}
 		return "created", nil
@@ -306,7 +262,7 @@ func attachHook(h Hook, prog *ebpf.Program, cgFD int, cgID uint64, pinPath strin
 		return "", err
 	}
 	defer l.Close()
-	if err := pinReplacing(pinPath, l.Pin); err != nil {
+	if err := bpffs.PinReplacing(pinPath, l.Pin); err != nil {
 		return "", fmt.Errorf("pin link %s: %w", pinPath, err)
 	}
 	_ = old.Detach() // best effort: unpinned and closed, it goes away anyway
@@ -324,22 +280,10 @@ func newLink(h Hook, prog *ebpf.Program, cgFD int) (*link.RawLink, error) {
 	return l, nil
 }
 
-// lockLinks creates root/links and takes an exclusive lock on it, so that
-// two agents attaching or detaching at once do not interleave.
+// lockLinks takes the lock of root/links (see bpffs.LockDir), so that two
+// agents attaching or detaching at once do not interleave.
 func lockLinks(root string) (func(), error) {
-	dir := filepath.Join(root, LinksDir)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("create %s: %w", dir, err)
-	}
-	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", dir, err)
-	}
-	if err := unix.Flock(fd, unix.LOCK_EX); err != nil {
-		unix.Close(fd)
-		return nil, fmt.Errorf("lock %s: %w", dir, err)
-	}
-	return func() { unix.Close(fd) }, nil
+	return bpffs.LockDir(filepath.Join(root, LinksDir))
 }
 
 // Detach detaches the socket-LB programs whose links are pinned under

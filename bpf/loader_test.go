@@ -309,7 +309,7 @@ func TestReverseMapsReplacedWhenOutdated(t *testing.T) {
 	require.NoError(t, err)
 	id := mapID(t, filepath.Join(root, ReverseSK4Name))
 	require.NotEqual(t, oldID, id)
-	require.NoFileExists(t, filepath.Join(root, ReverseSK4Name+tmpSuffix))
+	require.NoFileExists(t, filepath.Join(root, ReverseSK4Name+"_replacing"))
 	_, err = Attach(Config{Root: root, Cgroup: cg})
 	require.NoError(t, err)
 	require.Equal(t, id, mapID(t, filepath.Join(root, ReverseSK4Name)))

@@ -109,7 +109,7 @@ func setNodeAddresses(root string, addrs []netip.Addr) error {
 		return err
 	}
 	for _, name := range []string{NodeAddrs4Name, NodeAddrs6Name} {
-		m, err := ownMap(spec.Maps[name], filepath.Join(root, name))
+		m, err := bpffs.OwnMap(spec.Maps[name], filepath.Join(root, name))
 		if err != nil {
 			return err
 		}

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/actorlb/actorlb/internal/bpffs"
 	"net"
 	"net/netip"
 	"os"
@@ -95,10 +96,10 @@ func newTermEnv(t *testing.T) *termEnv {
 	spec, err := loadSocklb()
 	require.NoError(t, err)
 	e := &termEnv{root: root}
-	e.rev4, err = ownMap(spec.Maps[ReverseSK4Name], filepath.Join(root, ReverseSK4Name))
+	e.rev4, err = bpffs.OwnMap(spec.Maps[ReverseSK4Name], filepath.Join(root, ReverseSK4Name))
 	require.NoError(t, err)
 	t.Cleanup(func() { e.rev4.Close() })
-	e.rev6, err = ownMap(spec.Maps[ReverseSK6Name], filepath.Join(root, ReverseSK6Name))
+	e.rev6, err = bpffs.OwnMap(spec.Maps[ReverseSK6Name], filepath.Join(root, ReverseSK6Name))
 	require.NoError(t, err)
 	t.Cleanup(func() { e.rev6.Close() })
 	return e
@@ -378,9 +379,9 @@ func TestTerminateUDPSocketsFollowsRepinnedReverseMaps(t *testing.T) {
 
 	spec, err := loadSocklb()
 	require.NoError(t, err)
-	e.rev4, err = ownMap(spec.Maps[ReverseSK4Name], filepath.Join(e.root, ReverseSK4Name))
+	e.rev4, err = bpffs.OwnMap(spec.Maps[ReverseSK4Name], filepath.Join(e.root, ReverseSK4Name))
 	require.NoError(t, err)
-	e.rev6, err = ownMap(spec.Maps[ReverseSK6Name], filepath.Join(e.root, ReverseSK6Name))
+	e.rev6, err = bpffs.OwnMap(spec.Maps[ReverseSK6Name], filepath.Join(e.root, ReverseSK6Name))
 	require.NoError(t, err)
 	c := dial(t, "udp4", a4)
 	e.mark(t, c, a4)

@@ -141,6 +141,12 @@ type Service struct {
 	// 0 with SessionAffinity means DefaultSessionAffinityTimeout.
 	SessionAffinityTimeout uint32
 	LBAlgorithm            LBAlgorithm
+	// DSR: the packet datapath (bpf/packetlb) forwards this service's
+	// connections by direct server return (L2: only the destination MAC
+	// changes; each backend must hold the frontend address on its
+	// loopback and listen on the frontend port) instead of SNAT/DNAT.
+	// Sets Flag2FwdModeDSR. The socket LB ignores it.
+	DSR bool
 	// Source owns the frontend: only writes from the same source change
 	// or delete the service (the engine refuses the others with
 	// ErrFrontendOwned). The zero value is SourceAPI.
@@ -336,8 +342,8 @@ const (
 // (0.0.0.0 or ::), which only stands for the node's own addresses.
 // FlagExtLocalScope, Flag2IntLocalScope and FlagAffinity follow the options;
 // Flag2TwoScopes is set when the service has two backend sets (TwoScopes).
-// Source ranges, NAT46/64, L7 and DSR are not supported yet and their bits
-// stay 0.
+// DSR sets Flag2FwdModeDSR. Source ranges, NAT46/64 and L7 are not
+// supported yet and their bits stay 0.
 func (s *Service) Flags() (flags, flags2 uint8) {
 	if s == nil {
 		return 0, 0
@@ -369,6 +375,9 @@ func (s *Service) Flags() (flags, flags2 uint8) {
 	}
 	if s.TwoScopes() {
 		flags2 |= Flag2TwoScopes
+	}
+	if s.DSR {
+		flags2 |= Flag2FwdModeDSR
 	}
 	return flags, flags2
 }

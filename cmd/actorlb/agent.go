@@ -21,6 +21,7 @@ import (
 	"github.com/actorlb/actorlb"
 	"github.com/actorlb/actorlb/api"
 	"github.com/actorlb/actorlb/bpf"
+	"github.com/actorlb/actorlb/bpf/packetlb"
 	"github.com/actorlb/actorlb/internal/bpffs"
 	"github.com/actorlb/actorlb/internal/maglev"
 	"github.com/actorlb/actorlb/k8s/source"
@@ -80,6 +81,11 @@ NodePort services: the agent refuses one whose frontend port is outside
 --node-port-range or whose address is neither the surrogate (0.0.0.0, ::)
 nor one of --node-addresses; GET /v1/config reports both.
 
+Conntrack GC: every --conntrack-gc-interval the agent reads the next page
+(at most 4096 entries) of the packet datapath's conntrack maps pinned under
+--bpf-root (lb4_ct, lb4_ct_rev, lb6_ct, lb6_ct_rev) and deletes the expired
+flows and the orphaned reverse entries; it idles while none is pinned.
+
 One agent per --bpf-root and per --socket: a second one is refused. A socket
 file left behind by an agent that died is replaced; any other file is not.`,
 		examples: `  actorlb agent                                    # as root: maps in /sys/fs/bpf/actorlb
@@ -96,6 +102,7 @@ file left behind by an agent that died is replaced; any other file is not.`,
 			fs.Bool("api-allow-remote", false, "allow a non-loopback --api-addr (the token travels in clear text: anyone who sees it controls the load balancer)")
 			fs.Int("map-max", maps.DefaultMaxEntries, "max entries of each service, backend and revNAT map; another value than the pinned maps' migrates them at start (every service kept)")
 			fs.Uint32("maglev-table-size", maglev.DefaultTableSize, "entries of each maglev service's lookup table in lb4_maglev/lb6_maglev (M): a prime from 251 to 131071 (for example 251, 1021, 4093, 16381, 65521, 131071); each table takes 4×M bytes of kernel memory; aim for M > 100 × backends; changing it needs --recreate-maps (the tables are written again at start, nothing is lost)")
+			fs.Duration("conntrack-gc-interval", actorlb.DefaultConntrackInterval, "how often the conntrack GC reads the next page (at most 4096 entries) of the packet datapath's conntrack maps (<bpf-root>/lb4_ct, lb4_ct_rev, lb6_ct, lb6_ct_rev) and deletes expired flows and orphaned reverse entries; it idles while the maps are not pinned (0: no GC)")
 			fs.Duration("reconcile-interval", actorlb.DefaultReconcileInterval, "how often every map is compared with what the agent wrote, and its pin with the map, and repaired (0: only on demand, actorlb bpf lb reconcile)")
 			fs.Bool("restore", true, "rebuild state from the pinned maps at start (false: empty them)")
 			fs.Bool("recreate-maps", false, "replace pinned maps whose shape differs from the configured one (their entries are lost)")
@@ -103,6 +110,8 @@ file left behind by an agent that died is replaced; any other file is not.`,
 			fs.String("log-level", "info", "log level: trace, debug, info, warn or error")
 			fs.String("log-format", "text", "log format: text or json")
 			fs.Bool("socket-lb", os.Geteuid() == 0, "load-balance connections of local processes to service VIPs with the socket-LB BPF programs (cgroup connect/sendmsg/recvmsg/getpeername hooks); their links are pinned under --bpf-root/links so they keep working across agent restarts; default on when running as root; false leaves whatever is attached alone")
+			fs.StringSlice("datapath-devices", nil, "interfaces (comma-separated) whose incoming traffic the packet datapath load-balances: connections from other hosts to a service frontend (VIP, ExternalIP, LoadBalancer IP, or the interface's address on a NodePort) go to a backend by SNAT/DNAT or L2 DSR; XDP plus a tc companion, links pinned under --bpf-root/links (kept across restarts); needs forwarding on (sysctl net.ipv4.conf.all.forwarding=1, net.ipv6.conf.all.forwarding=1); empty: not attached")
+			fs.String("datapath-mode", "auto", "how --datapath-devices are attached: auto (XDP in the driver where supported, else generic XDP), native, generic, or tc (tc ingress only, no XDP)")
 			fs.String("socket-lb-cgroup", "", "cgroup v2 directory the socket-LB programs attach to (default: the root of the cgroup2 mount, i.e. every process)")
 			fs.Bool("cleanup", false, "do not run: remove actorlb from this node (detach the datapath, remove the pins under --bpf-root and the socket) after asking for confirmation; the agent must be stopped")
 			fs.Bool("yes", false, "with --cleanup: do not ask for confirmation")
@@ -126,9 +135,12 @@ type agentConfig struct {
 	allowRemote, restore, recreate  bool
 	dryRun, socketLB, socketLBAsked bool
 	socketLBCgroup                  string
+	devices                         []string
+	datapathMode                    packetlb.Mode
 	mapMax                          int
 	maglevSize                      uint32
 	reconcile                       time.Duration
+	conntrackGC                     time.Duration // 0: no conntrack GC
 	log                             *logrus.Logger
 	stdout                          io.Writer
 	sizes                           maps.Sizes
@@ -161,12 +173,19 @@ func agentFlags(e *env) (*agentConfig, error) {
 	c.mapMax, _ = fs.GetInt("map-max")
 	c.maglevSize, _ = fs.GetUint32("maglev-table-size")
 	c.reconcile, _ = fs.GetDuration("reconcile-interval")
+	c.conntrackGC, _ = fs.GetDuration("conntrack-gc-interval")
 	c.restore, _ = fs.GetBool("restore")
 	c.recreate, _ = fs.GetBool("recreate-maps")
 	c.dryRun, _ = fs.GetBool("dry-run")
 	c.socketLB, _ = fs.GetBool("socket-lb")
 	c.socketLBAsked = fs.Changed("socket-lb")
 	c.socketLBCgroup, _ = fs.GetString("socket-lb-cgroup")
+	c.devices, _ = fs.GetStringSlice("datapath-devices")
+	mode, _ := fs.GetString("datapath-mode")
+	var err error
+	if c.datapathMode, err = packetlb.ParseMode(mode); err != nil {
+		return nil, fmt.Errorf("invalid --datapath-mode: %w", err)
+	}
 	level, _ := fs.GetString("log-level")
 	format, _ := fs.GetString("log-format")
 
@@ -197,6 +216,9 @@ func agentFlags(e *env) (*agentConfig, error) {
 	}
 	if c.reconcile == 0 {
 		c.reconcile = -1 // the library's "only on demand"
+	}
+	if c.conntrackGC < 0 || (c.conntrackGC > 0 && c.conntrackGC < 100*time.Millisecond) {
+		return nil, fmt.Errorf("invalid --conntrack-gc-interval %s: must be 0 (off) or at least 100ms", c.conntrackGC)
 	}
 	if c.socket == "" {
 		return nil, errors.New("invalid --socket \"\": want the path of the API's unix socket")
@@ -695,8 +717,24 @@ func agent(ctx context.Context, c *agentConfig) error {
 			return st.Summary()
 		}
 	}
+	var packetLB func() string
+	if len(c.devices) > 0 && !c.dryRun {
+		info, err := packetlb.Attach(packetlb.Config{Root: engine.BPFRoot(), Devices: c.devices, Mode: c.datapathMode, MaglevTableSize: c.maglevSize})
+		if err != nil {
+			return fmt.Errorf("%w (check --datapath-devices and --datapath-mode)", err)
+		}
+		log.Info(info.String())
+		root := engine.BPFRoot()
+		packetLB = func() string {
+			st, err := packetlb.Status(root)
+			if err != nil {
+				return err.Error()
+			}
+			return st.String()
+		}
+	}
 	var k8s *source.Source // set before the API serves
-	acfg := api.Config{Engine: engine, Log: logrus.NewEntry(log), BPFRoot: engine.BPFRoot(), DryRun: c.dryRun, SocketLB: socketLB,
+	acfg := api.Config{Engine: engine, Log: logrus.NewEntry(log), BPFRoot: engine.BPFRoot(), DryRun: c.dryRun, SocketLB: socketLB, PacketLB: packetLB,
 		Token: c.token, Insecure: c.insecure, NodePort: &api.NodePortConfig{Range: c.nodePortRange, Addresses: c.nodeAddrs}}
 	if c.k8s != nil {
 		acfg.Sources = func() []api.SourceStatus { return []api.SourceStatus{sourceStatus(k8s.Status())} }
@@ -709,6 +747,21 @@ func agent(ctx context.Context, c *agentConfig) error {
 	srv, err := api.NewServer(acfg)
 	if err != nil {
 		return err
+	}
+	if len(c.devices) > 0 && !c.dryRun {
+		srv.Registerer().MustRegister(&packetLBCollector{root: engine.BPFRoot()})
+	}
+	if c.conntrackGC > 0 && !c.dryRun {
+		// The packet datapath's conntrack maps: collected when pinned,
+		// idle (and said so) while they are not.
+		gc, err := actorlb.StartConntrackGC(ctx, actorlb.ConntrackConfig{Root: engine.BPFRoot(), Interval: c.conntrackGC, Logger: log})
+		if err != nil {
+			return err
+		}
+		defer gc.Close()
+		srv.Registerer().MustRegister(&conntrackCollector{gc: gc, timeout: 5 * time.Second})
+		log.WithFields(logrus.Fields{"interval": c.conntrackGC, "per-tick": actorlb.DefaultConntrackPerTick}).
+			Info("conntrack GC started (the packet datapath's lb4_ct, lb4_ct_rev, lb6_ct, lb6_ct_rev)")
 	}
 	k8sDone := make(chan struct{})
 	if c.k8s == nil {

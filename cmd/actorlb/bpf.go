@@ -76,7 +76,10 @@ decoded, with the field names of the datapath's C structs.
 
 As Cilium's 'bpf lb list': --frontends lists the master entries only (one
 line per service), --backends the backend maps, --revnat the reverse-NAT
-maps (as 'bpf lb revnat list'). The maps are found under --bpf-root, else
+maps (as 'bpf lb revnat list'). --datapath shows the packet datapath
+(--datapath-devices of the agent): its links (device, hook, mode, program),
+its per-outcome packet counters, and packets and bytes per service and per
+backend. The maps are found under --bpf-root, else
 $ACTORLB_BPF_ROOT, else where the running agent (at -H) pins them, else
 ` + maps.DefaultRoot + `.`,
 		examples: `  actorlb bpf lb list
@@ -84,12 +87,14 @@ $ACTORLB_BPF_ROOT, else where the running agent (at -H) pins them, else
   actorlb bpf lb list --backends
   actorlb bpf lb list --frontends
   actorlb bpf lb list --revnat
+  actorlb bpf lb list --datapath
   actorlb bpf lb list -o json | jq '.lb4_services'`,
 		flags: func(fs *pflag.FlagSet) {
 			bpfFlags(fs)
 			fs.Bool("frontends", false, "list the frontends (master entries) only")
 			fs.Bool("backends", false, "list the backend maps")
 			fs.Bool("revnat", false, "list the reverse-NAT maps")
+			fs.Bool("datapath", false, "show the packet datapath: links, outcome counters, traffic per service and backend")
 		},
 		run: func(_ context.Context, e *env, args []string) error {
 			if err := wantArgs("bpf lb list", args, 0, "no arguments"); err != nil {
@@ -102,8 +107,12 @@ $ACTORLB_BPF_ROOT, else where the running agent (at -H) pins them, else
 			fes, _ := e.fs.GetBool("frontends")
 			bes, _ := e.fs.GetBool("backends")
 			rev, _ := e.fs.GetBool("revnat")
-			if n := btoi(fes) + btoi(bes) + btoi(rev); n > 1 {
-				return &usageError{errors.New("bpf lb list: give at most one of --frontends, --backends and --revnat")}
+			dp, _ := e.fs.GetBool("datapath")
+			if n := btoi(fes) + btoi(bes) + btoi(rev) + btoi(dp); n > 1 {
+				return &usageError{errors.New("bpf lb list: give at most one of --frontends, --backends, --revnat and --datapath")}
+			}
+			if dp {
+				return printPacketLB(e, out, e.bpfRoot())
 			}
 			root, d, err := e.dumpPinned()
 			if err != nil {
@@ -140,6 +149,9 @@ func masterFlags(fe lb.L3n4Addr, v maps.ServiceValue) string {
 	}
 	if spec.LBAlgorithm != lb.LBAlgDefault {
 		parts = append(parts, algorithmString(spec.LBAlgorithm.String()))
+	}
+	if spec.DSR {
+		parts = append(parts, "dsr")
 	}
 	if v.Flags2&lb.Flag2TwoScopes != 0 {
 		parts = append(parts, "two-scopes")

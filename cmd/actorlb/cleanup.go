@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/actorlb/actorlb/bpf"
+	"github.com/actorlb/actorlb/bpf/packetlb"
 	"github.com/actorlb/actorlb/internal/bpffs"
 )
 
@@ -46,6 +47,9 @@ func cleanupNode(c *agentConfig, yes bool, in io.Reader) error {
 			fmt.Fprintln(c.stdout)
 			return fmt.Errorf("agent --cleanup: %w: nothing removed (answer y, or pass --yes)", errNotConfirmed)
 		}
+	}
+	if err := packetlb.Detach(root); err != nil {
+		return fmt.Errorf("agent --cleanup: %w", err)
 	}
 	if err := bpf.Detach(root); err != nil {
 		return fmt.Errorf("agent --cleanup: %w", err)

@@ -135,6 +135,9 @@ func serviceOptions(f *api.ServiceFlags) string {
 	if f.LBAlgorithm != "" && f.LBAlgorithm != lb.LBAlgDefault.String() {
 		parts = append(parts, algorithmString(f.LBAlgorithm))
 	}
+	if f.DSR {
+		parts = append(parts, "dsr")
+	}
 	return strings.Join(parts, ", ")
 }
 

@@ -76,6 +76,9 @@ func printStatus(e *env, st *api.Status) {
 		mapsAt = "in memory (dry run)"
 	}
 	fmt.Fprintf(w, "Maps:           %s\n", mapsAt)
+	if st.PacketLB != "" {
+		fmt.Fprintf(w, "Packet LB:      %s\n", st.PacketLB)
+	}
 	if st.SocketLB != "" {
 		fmt.Fprintf(w, "Datapath:       %s\n", st.SocketLB)
 	}

@@ -83,6 +83,7 @@ func serviceSpecFlags(fs *pflag.FlagSet) {
 	fs.String("int-traffic-policy", "", "Cluster or Local: traffic from the node itself goes to every backend or to node-local ones only (default: kept, Cluster for a new service)")
 	fs.Int64("affinity-timeout", 0, "session affinity (ClientIP) timeout in seconds, 1..16777215; 0 turns affinity off (default: kept, off for a new service)")
 	fs.String("lb-algorithm", "", "default, random or maglev (maglev has no effect on the socket LB yet; default: kept)")
+	fs.Bool("dsr", false, "the packet datapath (--datapath-devices) forwards by L2 direct server return: backends hold the frontend address on their loopback and answer clients directly (default: kept, SNAT/DNAT for a new service)")
 	fs.StringSlice("node-local", nil, "the backends (IP:PORT, comma-separated) that run on this node; the others do not ('' for none; default: kept)")
 }
 
@@ -102,6 +103,7 @@ type updateFlags struct {
 	// affinity is the --affinity-timeout given (nil: kept; 0: off).
 	affinity *uint32
 	alg      string
+	dsr      *bool
 	// nodeLocal are the backends of --node-local by backendKey (nil: not
 	// given).
 	nodeLocal map[string]bool
@@ -266,6 +268,10 @@ func (u *updateFlags) parseOptions(fs *pflag.FlagSet) error {
 		}
 		u.alg = a.String()
 	}
+	if fs.Changed("dsr") {
+		v, _ := fs.GetBool("dsr")
+		u.dsr = &v
+	}
 	return nil
 }
 
@@ -374,6 +380,9 @@ func (u *updateFlags) merge(cur *api.ServiceSpec, shared map[string]string) (*ap
 	}
 	if u.affinity != nil {
 		spec.Flags.SessionAffinity, spec.Flags.SessionAffinityTimeout = *u.affinity != 0, *u.affinity
+	}
+	if u.dsr != nil {
+		spec.Flags.DSR = *u.dsr
 	}
 	if u.alg != "" {
 		spec.Flags.LBAlgorithm = u.alg

@@ -325,7 +325,7 @@ func RevNAT(svc *Service) maps.RevNATEntry {
 }
 
 // SpecFromMaster rebuilds the options of a service from its master entry:
-// type, traffic policies, session affinity and algorithm.
+// type, traffic policies, session affinity, algorithm and DSR.
 func SpecFromMaster(fe lb.L3n4Addr, v maps.ServiceValue) lb.Service {
 	s := lb.Service{Frontend: lb.Frontend{L3n4Addr: fe, ID: lb.ServiceID(v.RevNATIndex)}}
 	switch {
@@ -347,6 +347,7 @@ func SpecFromMaster(fe lb.L3n4Addr, v maps.ServiceValue) lb.Service {
 		s.SessionAffinityTimeout = v.BackendID & 0xFFFFFF
 	}
 	s.LBAlgorithm = lb.LBAlgorithm(v.BackendID >> 24)
+	s.DSR = v.Flags2&lb.Flag2FwdModeDSR != 0
 	return s
 }
 

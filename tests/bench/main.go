@@ -59,6 +59,7 @@ func main() {
 	pflag.StringVar(&heapProfile, "heapprofile", "", "write a heap profile (in-use memory) taken where memory-10k-x10 is measured to this file")
 	pflag.BoolVar(&kube.run, "kube", true, "run the Kubernetes-mode scenarios (skipped with a message when the kube binaries are not built: make kube-tools)")
 	pflag.BoolVar(&kubeOnly, "kube-only", false, "run the Kubernetes-mode scenarios alone")
+	pflag.BoolVar(&packetOnly, "packet-only", false, "run the packet-datapath (XDP) scenarios alone")
 	pflag.IntVar(&kube.changes, "kube-changes", 200, "single changes timed at each load level of the latency scenario")
 	pflag.IntSliceVar(&kube.loads, "kube-loads", []int{20, 1000}, "services loaded in the apiserver at each level of the latency scenario (growing)")
 	pflag.IntVar(&kube.syncServices, "kube-sync-services", 10000, "services present when the agent of the initial-sync scenario starts")
@@ -125,12 +126,27 @@ func run(out string, bulkN, insertN, callers, batch int) error {
 	}
 	defer os.RemoveAll(root)
 	res := results{rows: []Row{}}
-	if !kubeOnly {
+	if packetOnly {
+		if err := packetScenarios(&res, root); err != nil {
+			return fmt.Errorf("packet datapath: %w", err)
+		}
+		if err := topoScenarios(&res, root); err != nil {
+			return fmt.Errorf("packet datapath topology: %w", err)
+		}
+		kube.run = false
+	}
+	if !kubeOnly && !packetOnly {
 		if err := engineScenarios(&res, root, bulkN, insertN, callers, batch); err != nil {
 			return err
 		}
 		if err := maglevScenarios(&res); err != nil {
 			return err
+		}
+		if err := packetScenarios(&res, root); err != nil {
+			return fmt.Errorf("packet datapath: %w", err)
+		}
+		if err := topoScenarios(&res, root); err != nil {
+			return fmt.Errorf("packet datapath topology: %w", err)
 		}
 	}
 	if err := kubeScenarios(&res, root, kube); err != nil {
@@ -446,6 +462,8 @@ var bulkBatch int
 var (
 	kube     kubeOptions
 	kubeOnly bool
+	// packetOnly runs the packet-datapath scenarios alone.
+	packetOnly bool
 )
 
 var heapProfile string
