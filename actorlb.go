@@ -13,6 +13,7 @@ import (
 	"github.com/actorlb/actorlb/actors"
 	"github.com/actorlb/actorlb/internal/engine"
 	"github.com/actorlb/actorlb/internal/enginetest"
+	"github.com/actorlb/actorlb/internal/maglev"
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/maps"
 	"github.com/actorlb/actorlb/messages"
@@ -57,6 +58,14 @@ type Config struct {
 	MaxEntries maps.Sizes
 	// RecreateMaps replaces pinned maps of another shape (entries are lost).
 	RecreateMaps bool
+	// MaglevTableSize is M, the entries of every service's Maglev table in
+	// lb4_maglev/lb6_maglev (0: maglev.DefaultTableSize, 16381): a prime
+	// from 251 to 131071 (maglev.CheckTableSize). A table takes 4×M bytes
+	// of kernel memory per maglev service; the Maglev paper's rule is M >
+	// 100 × backends for at most 1% imbalance. Changing it needs
+	// RecreateMaps (the tables are written again at start, nothing is
+	// lost).
+	MaglevTableSize uint32
 	// NoRestore empties the maps at start instead of restoring from them.
 	NoRestore bool
 	// InMemory uses in-memory maps: no kernel, no privileges (dry run).
@@ -132,8 +141,15 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	if cfg.CallTimeout <= 0 {
 		cfg.CallTimeout = DefaultCallTimeout
 	}
+	if cfg.MaglevTableSize == 0 {
+		cfg.MaglevTableSize = maglev.DefaultTableSize
+	}
+	if err := maglev.CheckTableSize(cfg.MaglevTableSize); err != nil {
+		return nil, fmt.Errorf("new engine: MaglevTableSize: %w", err)
+	}
 	lbm, err := maps.Open(maps.Config{
 		Root: cfg.BPFRoot, MaxEntries: cfg.MaxEntries, Recreate: cfg.RecreateMaps, InMemory: cfg.InMemory, Fault: cfg.hooks.Fault,
+		MaglevTableSize: cfg.MaglevTableSize,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("new engine: %w", err)
@@ -639,7 +655,8 @@ type Stats struct {
 	// in queue": behind other operations on the same frontend or backend),
 	// since the engine last (re)started.
 	Steps map[string]StepTiming
-	// Maps are the figures of the six maps, in the order of maps.Names.
+	// Maps are the figures of every map, in the order of maps.Names (a
+	// Maglev map counts tables: entries, written and deleted).
 	Maps []MapStats
 	// DriftRepairs counts what reconciles repaired since the engine was
 	// created, by map name, then kind ("missing", "changed", "extra",
@@ -685,7 +702,7 @@ func (e *Engine) Stats(ctx context.Context) (Stats, error) {
 		Entries() int
 		Counters() maps.Counters
 		CheckPin() (maps.PinState, error)
-	}{e.maps.Service4, e.maps.Backend4, e.maps.RevNAT4, e.maps.Service6, e.maps.Backend6, e.maps.RevNAT6, e.maps.Members, e.maps.AffinityMatch} {
+	}{e.maps.Service4, e.maps.Backend4, e.maps.RevNAT4, e.maps.Service6, e.maps.Backend6, e.maps.RevNAT6, e.maps.Members, e.maps.AffinityMatch, e.maps.Maglev4, e.maps.Maglev6} {
 		c := m.Counters()
 		ms := MapStats{Name: m.Name(), MaxEntries: m.MaxEntries(), Entries: m.Entries(), Updated: c.Updated, Deleted: c.Deleted}
 		// Microseconds (the pin is opened and its map ID compared): a pin
@@ -751,8 +768,9 @@ func statsOf(r messages.StatsReply) Stats {
 
 // ActorNames lists the engine's actors, the names StopActor takes and
 // Stats.ActorRestarts counts by: the supervisor, the ID allocator, the
-// service and backend map owners per family and the revNAT maps' owner.
-var ActorNames = []string{"supervisor", "alloc", "svc4", "svc6", "be4", "be6", "revnat", "members", "affinity"}
+// service and backend map owners per family, the revNAT maps' owner,
+// the owners of lb_members and lb_affinity_match, and the Maglev maps' owner.
+var ActorNames = []string{"supervisor", "alloc", "svc4", "svc6", "be4", "be6", "revnat", "members", "affinity", "maglev"}
 
 // StopActor stops one actor of the engine outright, as a crash would
 // (chaos testing and drills): its parent spawns it again, it rebuilds its

@@ -31,6 +31,11 @@ func mapEntries(t *testing.T, e *Engine, reads *atomic.Int64) map[string]int {
 		maps.Service6Name: len(d.Services6), maps.Backend6Name: len(d.Backends6), maps.RevNAT6Name: len(d.RevNAT6),
 		maps.MembersName: len(d.Members), maps.AffinityMatchName: len(d.AffinityMatch),
 	}
+	for _, m := range []maps.MaglevMap{e.maps.Maglev4, e.maps.Maglev6} {
+		ids, err := m.IDs() // not in DumpMaps: the tables are M entries each
+		require.NoError(t, err)
+		dumped[m.Name()] = len(ids)
+	}
 	got := map[string]int{}
 	var names []string
 	for _, m := range st.Maps {
@@ -59,13 +64,16 @@ func TestStatsCountsMapEntriesWithoutReadingMaps(t *testing.T) {
 	ctx := ctxT(t)
 	id4, _, err := e.Upsert(ctx, mustService(t, "10.96.0.10:80", "10.0.1.5:8080", "10.0.1.6:8080"))
 	require.NoError(t, err)
-	_, _, err = e.Upsert(ctx, mustService(t, "[fd00::10]:80", "[fd00::1:5]:8080"))
+	v6 := mustService(t, "[fd00::10]:80", "[fd00::1:5]:8080")
+	v6.LBAlgorithm = lb.LBAlgMaglev // a table in lb6_maglev
+	_, _, err = e.Upsert(ctx, v6)
 	require.NoError(t, err)
 	require.NoError(t, e.RevNATAdd(ctx, 100, lb.L3n4Addr{Addr: netip.MustParseAddr("10.96.1.1"), Port: 80}))
 	require.Equal(t, map[string]int{
 		maps.Service4Name: 3, maps.Backend4Name: 2, maps.RevNAT4Name: 2,
 		maps.Service6Name: 2, maps.Backend6Name: 1, maps.RevNAT6Name: 1,
 		maps.MembersName: 0, maps.AffinityMatchName: 0,
+		maps.Maglev4Name: 0, maps.Maglev6Name: 1,
 	}, mapEntries(t, e, &reads))
 
 	require.NoError(t, e.Delete(ctx, id4))
@@ -73,6 +81,7 @@ func TestStatsCountsMapEntriesWithoutReadingMaps(t *testing.T) {
 		maps.Service4Name: 0, maps.Backend4Name: 0, maps.RevNAT4Name: 1,
 		maps.Service6Name: 2, maps.Backend6Name: 1, maps.RevNAT6Name: 1,
 		maps.MembersName: 0, maps.AffinityMatchName: 0,
+		maps.Maglev4Name: 0, maps.Maglev6Name: 1,
 	}, mapEntries(t, e, &reads))
 	require.NoError(t, e.Close())
 	if root == "" {
@@ -86,6 +95,7 @@ func TestStatsCountsMapEntriesWithoutReadingMaps(t *testing.T) {
 		maps.Service4Name: 0, maps.Backend4Name: 0, maps.RevNAT4Name: 0,
 		maps.Service6Name: 2, maps.Backend6Name: 1, maps.RevNAT6Name: 1,
 		maps.MembersName: 0, maps.AffinityMatchName: 0,
+		maps.Maglev4Name: 0, maps.Maglev6Name: 1,
 	}, mapEntries(t, e2, &reads))
 }
 

@@ -26,6 +26,15 @@
 //     (revnat), and an in-memory mirror of it (mirror.go, svcmirror.go).
 //     They write what their mailbox holds in one batched call, skip
 //     entries the map already holds, and answer dumps from the mirror.
+//     members and affinity own lb_members and lb_affinity_match the same
+//     way.
+//   - The Maglev owner (maglev.go, maglev) owns lb4_maglev and lb6_maglev.
+//     The core sends it each maglev service's inputs (backends, IDs,
+//     weights); it builds the table (internal/maglev) off the supervisor's
+//     path and writes it only when an entry changed. It keeps per table
+//     two digests, not the table (maglevOwner, a pure core over
+//     maps.MaglevMap), and reads a table from the map when it does not know
+//     what the map holds.
 //   - The conntrack GC actor (conntrack.go) is apart from the engine: the
 //     façade's StartConntrackGC spawns it in an actor system of its own.
 //     It owns a conntrack.Scanner over the packet datapath's conntrack

@@ -227,6 +227,8 @@ func (s *Supervisor) props(name string) *actor.Props {
 		producer = newMembersActor(mp.Members)
 	case engine.ChildAffinity:
 		producer = newAffinityMatchActor(mp.AffinityMatch)
+	case engine.ChildMaglev:
+		producer = newMaglevActor(mp.Maglev4, mp.Maglev6)
 	}
 	return actor.PropsFromProducer(producer, actor.WithReceiverMiddleware(s.cfg.ChildMiddleware...), s.cfg.dispatch())
 }

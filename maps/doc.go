@@ -4,7 +4,12 @@
 // their IPv6 twins), and three implementations of each family: real kernel
 // maps pinned on bpffs through cilium/ebpf, an in-memory map with the same
 // semantics (for unprivileged unit tests and --dry-run), and a decorator that
-// injects faults (for chaos tests).
+// injects faults (for chaos tests). Beside them: lb_members and
+// lb_affinity_match (members.go), and the Maglev maps lb4_maglev and
+// lb6_maglev (maglev.go: hashes of maps keyed by service ID whose inner
+// array holds one table of M backend IDs; MaglevMap writes, reads and
+// deletes whole tables, with the same kernel, in-memory and fault-injecting
+// behaviour).
 //
 // Values are family-agnostic Go structs (ServiceKey, ServiceValue,
 // BackendValue, RevNATValue); each map marshals them to its family's layout

@@ -29,8 +29,8 @@ const (
 )
 
 // Names lists every map name in a fixed order: the six upstream maps,
-// then actorlb's own (lb_members, lb_affinity_match).
-var Names = []string{Service4Name, Backend4Name, RevNAT4Name, Service6Name, Backend6Name, RevNAT6Name, MembersName, AffinityMatchName}
+// then lb_members and lb_affinity_match, then the Maglev maps.
+var Names = []string{Service4Name, Backend4Name, RevNAT4Name, Service6Name, Backend6Name, RevNAT6Name, MembersName, AffinityMatchName, Maglev4Name, Maglev6Name}
 
 // Sizes holds the capacity of each map family; zero means DefaultMaxEntries.
 type Sizes struct {
@@ -61,6 +61,10 @@ type Config struct {
 	Recreate bool
 	// InMemory uses in-memory maps: no kernel, no privileges, nothing pinned.
 	InMemory bool
+	// MaglevTableSize is M, the entries of every Maglev table (0 means
+	// DefaultMaglevTableSize). internal/maglev.CheckTableSize says which
+	// sizes a table can have; Open only bounds it.
+	MaglevTableSize uint32
 	// NoBatch forces per-element syscalls even where the kernel supports
 	// the batch API.
 	NoBatch bool
@@ -77,6 +81,9 @@ func (c Config) validate() error {
 			return fmt.Errorf("invalid max entries for %s %d: must be between 1 and %d (0 means %d)", f.name, f.v, 1<<24, DefaultMaxEntries)
 		}
 	}
+	if c.MaglevTableSize > MaxMaglevTableSize {
+		return fmt.Errorf("invalid maglev table size %d: must be at most %d (0 means %d)", c.MaglevTableSize, MaxMaglevTableSize, DefaultMaglevTableSize)
+	}
 	return nil
 }
 
@@ -89,6 +96,8 @@ type LBMaps struct {
 	Members MembersMap
 	// AffinityMatch is lb_affinity_match (one map for both families).
 	AffinityMatch AffinityMatchMap
+	// Maglev4 and Maglev6 are lb4_maglev and lb6_maglev.
+	Maglev4, Maglev6 MaglevMap
 	// Root is where the maps are pinned ("" for in-memory maps).
 	Root string
 	// Created names the maps that were created (not found pinned) by Open.
@@ -122,7 +131,7 @@ func (m *LBMaps) RevNAT(f Family) RevNATMap {
 // Close closes every map; pins stay.
 func (m *LBMaps) Close() error {
 	var errs []error
-	for _, c := range []interface{ Close() error }{m.Service4, m.Service6, m.Backend4, m.Backend6, m.RevNAT4, m.RevNAT6, m.Members, m.AffinityMatch} {
+	for _, c := range []interface{ Close() error }{m.Service4, m.Service6, m.Backend4, m.Backend6, m.RevNAT4, m.RevNAT6, m.Members, m.AffinityMatch, m.Maglev4, m.Maglev6} {
 		if c != nil {
 			errs = append(errs, c.Close())
 		}
@@ -130,7 +139,7 @@ func (m *LBMaps) Close() error {
 	return errors.Join(errs...)
 }
 
-// Open opens (or creates and pins) the six maps under cfg.Root, or makes
+// Open opens (or creates and pins) the maps (Names) under cfg.Root, or makes
 // in-memory ones when cfg.InMemory. Pinned maps must match the configured
 // shape unless cfg.Recreate.
 func Open(cfg Config) (_ *LBMaps, err error) {
@@ -203,6 +212,17 @@ func Open(cfg Config) (_ *LBMaps, err error) {
 		return nil, err
 	}
 	lb.AffinityMatch = am
+	msize := cfg.MaglevTableSize
+	if msize == 0 {
+		msize = DefaultMaglevTableSize
+	}
+	// Keyed by service ID, as the revNAT maps.
+	if lb.Maglev4, err = openMaglev(&o, Maglev4Name, IPv4, msize, sizes.RevNAT); err != nil {
+		return nil, err
+	}
+	if lb.Maglev6, err = openMaglev(&o, Maglev6Name, IPv6, msize, sizes.RevNAT); err != nil {
+		return nil, err
+	}
 	return lb, nil
 }
 

@@ -44,7 +44,13 @@ func (s PinState) String() string {
 // checkPin compares the map pinned at s.path with the one s writes, by
 // kernel map ID.
 func (s *ebpfStore[K, V]) checkPin() (PinState, error) {
-	pinned, err := ebpf.LoadPinnedMap(s.path, &ebpf.LoadPinOptions{ReadOnly: true})
+	return checkPinned(s.path, s.id)
+}
+
+// checkPinned compares the map pinned at path with the map of kernel ID
+// want.
+func checkPinned(path string, want ebpf.MapID) (PinState, error) {
+	pinned, err := ebpf.LoadPinnedMap(path, &ebpf.LoadPinOptions{ReadOnly: true})
 	if errors.Is(err, os.ErrNotExist) {
 		return PinMissing, nil
 	}
@@ -55,9 +61,9 @@ func (s *ebpfStore[K, V]) checkPin() (PinState, error) {
 	defer pinned.Close()
 	id, err := mapID(pinned)
 	if err != nil {
-		return PinOK, fmt.Errorf("check pin %s: %w", s.path, err)
+		return PinOK, fmt.Errorf("check pin %s: %w", path, err)
 	}
-	if id != s.id {
+	if id != want {
 		return PinReplaced, nil
 	}
 	return PinOK, nil

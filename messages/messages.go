@@ -4,6 +4,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/actorlb/actorlb/internal/maglev"
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/maps"
 )
@@ -308,6 +309,47 @@ type RevNATApply struct {
 	Deletes6 []uint16
 }
 
+// MaglevTable is what one service's Maglev table is built from (the table
+// itself, M entries, is built by the Maglev maps' owner).
+type MaglevTable struct {
+	ID       lb.ServiceID
+	Family   maps.Family
+	Backends []maglev.Backend // not empty
+}
+
+// MaglevApply writes the Maglev tables of Writes, then deletes the tables
+// of the service IDs Deletes4 and Deletes6. A table equal to what the map
+// holds is not written. With Sync, every table of a service not in Writes
+// is deleted too (restore: Writes are every table there should be), and
+// every table is compared with the map's (none is assumed written).
+type MaglevApply struct {
+	ReqID    uint64
+	Writes   []MaglevTable
+	Deletes4 []lb.ServiceID
+	Deletes6 []lb.ServiceID
+	Sync     bool
+}
+
+// MaglevApplied answers MaglevApply: tables written, deleted, and the
+// tables Sync found different from their services' (or of no service).
+type MaglevApplied struct {
+	ReqID            uint64
+	Written, Deleted int
+	// Repairs counts, for Sync, the tables rewritten (missing or wrong)
+	// and deleted (of no maglev service).
+	Repairs int
+	Err     error
+}
+
+// MaglevReconcile is MapReconcile for the Maglev maps' owner: Tables are
+// the core's tables (what every maglev service's table is built from).
+// The owner repairs a table only from the inputs it last wrote it from,
+// which Tables must match (else an operation is in flight on it).
+type MaglevReconcile struct {
+	ReqID  uint64
+	Tables []MaglevTable
+}
+
 // RevNATDumped answers MapDump sent to the revNAT owner.
 type RevNATDumped struct {
 	ReqID  uint64
@@ -487,6 +529,15 @@ func (m *MapReconcile) RequestID() uint64 { return m.ReqID }
 
 // ReplyID returns the ID of the request answered.
 func (m *MapReconciled) ReplyID() uint64 { return m.ReqID }
+
+// RequestID returns the ID the reply echoes.
+func (m *MaglevApply) RequestID() uint64 { return m.ReqID }
+
+// RequestID returns the ID the reply echoes.
+func (m *MaglevReconcile) RequestID() uint64 { return m.ReqID }
+
+// ReplyID returns the ID of the request answered.
+func (m *MaglevApplied) ReplyID() uint64 { return m.ReqID }
 
 // RequestID returns the ID the reply echoes.
 func (m *AllocAcquire) RequestID() uint64 { return m.ReqID }

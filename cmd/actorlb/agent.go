@@ -23,6 +23,7 @@ import (
 	"github.com/actorlb/actorlb/bpf"
 	"github.com/actorlb/actorlb/bpf/packetlb"
 	"github.com/actorlb/actorlb/internal/bpffs"
+	"github.com/actorlb/actorlb/internal/maglev"
 	"github.com/actorlb/actorlb/k8s/source"
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/maps"
@@ -100,6 +101,7 @@ file left behind by an agent that died is replaced; any other file is not.`,
 			fs.String("api-addr", "", "also serve the API on this TCP address, IP:PORT (loopback only unless --api-allow-remote; port 0 picks one; needs --api-token-file or --api-insecure)")
 			fs.Bool("api-allow-remote", false, "allow a non-loopback --api-addr (the token travels in clear text: anyone who sees it controls the load balancer)")
 			fs.Int("map-max", maps.DefaultMaxEntries, "max entries of each service, backend and revNAT map; another value than the pinned maps' migrates them at start (every service kept)")
+			fs.Uint32("maglev-table-size", maglev.DefaultTableSize, "entries of each maglev service's lookup table in lb4_maglev/lb6_maglev (M): a prime from 251 to 131071 (for example 251, 1021, 4093, 16381, 65521, 131071); each table takes 4×M bytes of kernel memory; aim for M > 100 × backends; changing it needs --recreate-maps (the tables are written again at start, nothing is lost)")
 			fs.Duration("conntrack-gc-interval", actorlb.DefaultConntrackInterval, "how often the conntrack GC reads the next page (at most 4096 entries) of the packet datapath's conntrack maps (<bpf-root>/lb4_ct, lb4_ct_rev, lb6_ct, lb6_ct_rev) and deletes expired flows and orphaned reverse entries; it idles while the maps are not pinned (0: no GC)")
 			fs.Duration("reconcile-interval", actorlb.DefaultReconcileInterval, "how often every map is compared with what the agent wrote, and its pin with the map, and repaired (0: only on demand, actorlb bpf lb reconcile)")
 			fs.Bool("restore", true, "rebuild state from the pinned maps at start (false: empty them)")
@@ -136,6 +138,7 @@ type agentConfig struct {
 	devices                         []string
 	datapathMode                    packetlb.Mode
 	mapMax                          int
+	maglevSize                      uint32
 	reconcile                       time.Duration
 	conntrackGC                     time.Duration // 0: no conntrack GC
 	log                             *logrus.Logger
@@ -168,6 +171,7 @@ func agentFlags(e *env) (*agentConfig, error) {
 	c.apiAddr, _ = fs.GetString("api-addr")
 	c.allowRemote, _ = fs.GetBool("api-allow-remote")
 	c.mapMax, _ = fs.GetInt("map-max")
+	c.maglevSize, _ = fs.GetUint32("maglev-table-size")
 	c.reconcile, _ = fs.GetDuration("reconcile-interval")
 	c.conntrackGC, _ = fs.GetDuration("conntrack-gc-interval")
 	c.restore, _ = fs.GetBool("restore")
@@ -203,6 +207,10 @@ func agentFlags(e *env) (*agentConfig, error) {
 		return nil, fmt.Errorf("invalid --map-max %d: must be between 1 and %d", c.mapMax, 1<<24)
 	}
 	c.sizes = maps.Sizes{Services: c.mapMax, Backends: c.mapMax, RevNAT: c.mapMax}
+	if err := maglev.CheckTableSize(c.maglevSize); err != nil {
+		return nil, fmt.Errorf("invalid --maglev-table-size %d: want a prime in [%d, %d] (for example 251, 1021, 4093, 16381, 65521, 131071)",
+			c.maglevSize, maglev.MinTableSize, maglev.MaxTableSize)
+	}
 	if c.reconcile < 0 || (c.reconcile > 0 && c.reconcile < 100*time.Millisecond) {
 		return nil, fmt.Errorf("invalid --reconcile-interval %s: must be 0 (off) or at least 100ms", c.reconcile)
 	}
@@ -653,7 +661,7 @@ func agent(ctx context.Context, c *agentConfig) error {
 	}
 
 	ecfg := actorlb.Config{
-		BPFRoot: c.root, MaxEntries: c.sizes, RecreateMaps: c.recreate, NoRestore: !c.restore, InMemory: c.dryRun, Logger: log,
+		BPFRoot: c.root, MaxEntries: c.sizes, MaglevTableSize: c.maglevSize, RecreateMaps: c.recreate, NoRestore: !c.restore, InMemory: c.dryRun, Logger: log,
 		ReconcileInterval: c.reconcile,
 	}
 	if !c.dryRun {
@@ -711,7 +719,7 @@ func agent(ctx context.Context, c *agentConfig) error {
 	}
 	var packetLB func() string
 	if len(c.devices) > 0 && !c.dryRun {
-		info, err := packetlb.Attach(packetlb.Config{Root: engine.BPFRoot(), Devices: c.devices, Mode: c.datapathMode})
+		info, err := packetlb.Attach(packetlb.Config{Root: engine.BPFRoot(), Devices: c.devices, Mode: c.datapathMode, MaglevTableSize: c.maglevSize})
 		if err != nil {
 			return fmt.Errorf("%w (check --datapath-devices and --datapath-mode)", err)
 		}

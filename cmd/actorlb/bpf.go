@@ -304,7 +304,10 @@ and checks the invariants the datapath relies on:
      (backends in maintenance, and those lb_members names, are exempt);
   6. lb_members and lb_affinity_match name only services and backends that
      exist, and an affinity match only a slotted backend of a service with
-     session affinity.
+     session affinity;
+  7. every maglev service (with a backend of weight above 0) has the Maglev
+     table its counted backends and their weights give in lb4_maglev or
+     lb6_maglev, and no other service ID has one.
 (Invariant 5, the maps equal what the agent acknowledged, needs the agent.)
 It prints each violation and exits 1 if there is any. A violation must be
 seen in 3 reads, 200ms apart, so that writes of a running agent do not give
@@ -336,6 +339,16 @@ false alarms. The agent repairs every violation at its next start.`,
 					return err
 				}
 				vs := verify.Check(d)
+				readers, closeReaders, err := verify.OpenPinnedMaglev(e.bpfRoot())
+				if err != nil {
+					return err
+				}
+				mvs, err := verify.CheckMaglev(d, readers)
+				closeReaders()
+				if err != nil {
+					return err
+				}
+				vs = append(vs, mvs...)
 				if try == 1 {
 					persist = vs
 				} else {

@@ -16,13 +16,16 @@ const (
 	ChildMembers = "members"
 	// ChildAffinity owns lb_affinity_match.
 	ChildAffinity = "affinity"
+	// ChildMaglev owns lb4_maglev and lb6_maglev: it builds and writes
+	// the Maglev tables of the services the core names.
+	ChildMaglev = "maglev"
 )
 
 // Children lists the child names, in the order Ready lists requests.
-var Children = []string{ChildAllocator, ChildService4, ChildService6, ChildBackend4, ChildBackend6, ChildRevNAT, ChildMembers, ChildAffinity}
+var Children = []string{ChildAllocator, ChildService4, ChildService6, ChildBackend4, ChildBackend6, ChildRevNAT, ChildMembers, ChildAffinity, ChildMaglev}
 
 // numChildren is len(Children): the outbox has one queue per child.
-const numChildren = 8
+const numChildren = 9
 
 // childIndex returns the index of child in Children (a switch: every
 // request is queued by it, and a string switch needs no hashing).
@@ -44,6 +47,8 @@ func childIndex(child string) int {
 		return 6
 	case ChildAffinity:
 		return 7
+	case ChildMaglev:
+		return 8
 	}
 	panic("engine: unknown child " + child)
 }

@@ -132,14 +132,17 @@ func (p *deletePlan) deleteRevNAT(c *Core, o *op) {
 	var rev [2][]uint16
 	var md []maps.MemberKey
 	var ad []maps.AffinityMatchKey
+	var mg maglevs
 	for it := range p.live {
 		f := famIndex(it.old.Family())
 		rev[f] = append(rev[f], uint16(it.old.ID()))
+		mg.drop(it.old)
 		md = append(md, memberKeysNotIn(table.MemberEntries(it.old), nil)...)
 		ad = append(ad, table.AffinityMatches(it.old)...)
 	}
 	c.applyRevNAT(o, nil, rev)
 	c.applyMembers(o, nil, md, nil, ad) // before the service ID can be reused
+	c.applyMaglev(o, mg)                // the same
 }
 
 // releaseServiceIDs lets the freed backend IDs be reused and gives the

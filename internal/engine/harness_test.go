@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/actorlb/actorlb/internal/maglev"
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/maps"
 	"github.com/actorlb/actorlb/messages"
@@ -30,6 +31,8 @@ type harness struct {
 	// answered collects the answers to calls, printed.
 	answered []string
 	events   []string // OnUp, OnDown, OnRestoreFailed
+	// maglevLog is every request the Maglev owner got, printed.
+	maglevLog []string
 }
 
 // newHarness returns a core restored from empty maps, serving.
@@ -38,6 +41,7 @@ func newHarness(t *testing.T) *harness {
 	h := newIdleHarness(t)
 	h.step(Start{})
 	h.dumpEmptyMaps()
+	h.syncMaglev("maglev: sync []")
 	h.expect("alloc: restore services [] backends [] held []")
 	h.reply("alloc", done())
 	h.expectEvents("up")
@@ -56,6 +60,13 @@ func (h *harness) dumpEmptyMaps() {
 	h.reply("revnat", func(r messages.Request) any { return &messages.RevNATDumped{ReqID: r.RequestID()} })
 	h.reply("members", func(r messages.Request) any { return &messages.MapDumped[maps.MemberEntry]{ReqID: r.RequestID()} })
 	h.reply("affinity", func(r messages.Request) any { return &messages.MapDumped[maps.AffinityMatchKey]{ReqID: r.RequestID()} })
+}
+
+// syncMaglev expects the restore's Maglev sync (want) and answers it.
+func (h *harness) syncMaglev(want string) {
+	h.t.Helper()
+	h.expect(want)
+	h.reply("maglev", ok())
 }
 
 // newIdleHarness returns a core that has not started.
@@ -120,6 +131,9 @@ func (h *harness) reply(child string, r func(req messages.Request) any) {
 	require.NotEmpty(h.t, q, "no request of %s to answer", child)
 	req := q[0]
 	h.sent[child] = q[1:]
+	if child == ChildMaglev {
+		h.maglevLog = append(h.maglevLog, printRequest(req))
+	}
 	h.step(r(req))
 }
 
@@ -207,6 +221,8 @@ func ok() func(messages.Request) any {
 			return &messages.AllocDone{ReqID: r.RequestID()}
 		case *messages.AllocRelease:
 			return &messages.AllocReleased{ReqID: r.RequestID()}
+		case *messages.MaglevApply:
+			return &messages.MaglevApplied{ReqID: r.RequestID()}
 		}
 		return &messages.MapApplied{ReqID: r.RequestID()}
 	}
@@ -224,6 +240,8 @@ func fail(err error) func(messages.Request) any {
 			return &messages.AllocReleased{ReqID: r.RequestID(), Err: err}
 		case *messages.AllocUnhold, *messages.AllocRestore, *messages.AllocReserve, *messages.AllocDrop:
 			return &messages.AllocDone{ReqID: r.RequestID(), Err: err}
+		case *messages.MaglevApply:
+			return &messages.MaglevApplied{ReqID: r.RequestID(), Err: err}
 		}
 		return &messages.MapApplied{ReqID: r.RequestID(), Err: err}
 	}
@@ -296,6 +314,20 @@ func printRequest(r messages.Request) string {
 	case *messages.AffinityMatchApply:
 		f := func(k maps.AffinityMatchKey) string { return fmt.Sprintf("%d/%d", k.RevNATIndex, k.BackendID) }
 		return "write " + list(m.Writes, f) + del(m.Deletes, f)
+	case *messages.MaglevApply:
+		s := "write"
+		if m.Sync {
+			s = "sync"
+		}
+		ts := slices.Clone(m.Writes)
+		slices.SortFunc(ts, func(a, b messages.MaglevTable) int { return int(a.ID) - int(b.ID) })
+		s += " " + list(ts, maglevInputs)
+		s += del(m.Deletes4, func(id lb.ServiceID) string { return fmt.Sprint(id) })
+		return s + del(m.Deletes6, func(id lb.ServiceID) string { return fmt.Sprint(id) })
+	case *messages.MaglevReconcile:
+		ts := slices.Clone(m.Tables)
+		slices.SortFunc(ts, func(a, b messages.MaglevTable) int { return int(a.ID) - int(b.ID) })
+		return "reconcile " + list(ts, maglevInputs)
 	case *messages.MapDump:
 		return "dump"
 	case *messages.MapReconcile:
@@ -326,6 +358,17 @@ func printRequest(r messages.Request) string {
 		return "drop " + m.Key.String()
 	}
 	return fmt.Sprintf("%T", r)
+}
+
+// maglevInputs prints a table's inputs: ID=backend IDs (weight if not
+// the default).
+func maglevInputs(t messages.MaglevTable) string {
+	return fmt.Sprintf("%d=", t.ID) + list(t.Backends, func(b maglev.Backend) string {
+		if b.Weight != lb.DefaultBackendWeight {
+			return fmt.Sprintf("%d*%d", b.ID, b.Weight)
+		}
+		return fmt.Sprint(b.ID)
+	})
 }
 
 func feOf(k maps.ServiceKey) string {

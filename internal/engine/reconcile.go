@@ -18,8 +18,9 @@ type reconcilePlan struct {
 	found []messages.Drift
 }
 
-// reconcileChildren are the map owners, each asked once.
-var reconcileChildren = []string{ChildService4, ChildService6, ChildBackend4, ChildBackend6, ChildRevNAT, ChildMembers, ChildAffinity}
+// reconcileChildren are the map owners, each asked once (the Maglev
+// owner with the tables' inputs: see ask).
+var reconcileChildren = []string{ChildService4, ChildService6, ChildBackend4, ChildBackend6, ChildRevNAT, ChildMembers, ChildAffinity, ChildMaglev}
 
 func (c *Core) reconcile(m *messages.Reconcile) {
 	c.begin(&op{plan: &reconcilePlan{call: m}})
@@ -32,6 +33,19 @@ var reconcileSteps = []step{{name: StepReconcile, send: on((*reconcilePlan).ask)
 
 func (p *reconcilePlan) ask(c *Core, o *op) {
 	for _, child := range reconcileChildren {
+		if child == ChildMaglev {
+			// The owner keeps digests, not tables: it rebuilds a
+			// drifted table from the table's inputs (those it wrote it
+			// from, which it checks these are).
+			var ts []messages.MaglevTable
+			for _, svc := range c.services {
+				if t, ok := maglevTable(svc); ok {
+					ts = append(ts, t)
+				}
+			}
+			c.request(o, child, 0, reconciled, &messages.MaglevReconcile{ReqID: c.reqID(), Tables: ts})
+			continue
+		}
 		c.request(o, child, 0, reconciled, &messages.MapReconcile{ReqID: c.reqID()})
 	}
 }

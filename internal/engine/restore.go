@@ -93,7 +93,14 @@ func (p *restorePlan) finish(c *Core, _ *op, err error) {
 // repairPlan is the second op: repairs, install, allocator snapshot.
 type repairPlan struct {
 	restored *table.Restored
+	// maglevRepairs and maglevWrites: what the Maglev owner's sync found
+	// and wrote.
+	maglevRepairs, maglevWrites int
 }
+
+// StepRepairMaglev is the restore step that makes the Maglev tables those
+// of the restored services.
+const StepRepairMaglev = "repair: maglev tables"
 
 // fix is one repair step: the entries of one kind of one family.
 type fix struct {
@@ -139,7 +146,34 @@ func (p *repairPlan) start(*Core, *op) []step {
 			c.applyMembers(o, nil, mf.MemberDeletes, nil, mf.MatchDeletes)
 		}})
 	}
+	// Always: only the Maglev owner can tell whether its maps hold the
+	// restored services' tables (it builds and compares them; nothing
+	// is written when they do).
+	steps = append(steps, step{name: StepRepairMaglev, send: p.syncMaglev, retry: mapRetries})
 	return append(steps, step{name: StepInstall, send: p.install})
+}
+
+// syncMaglev sends the Maglev owner the tables of every restored maglev
+// service: it writes those missing or different and deletes the others.
+func (p *repairPlan) syncMaglev(c *Core, o *op) {
+	var ts []messages.MaglevTable
+	for _, svc := range p.restored.Services {
+		if t, ok := maglevTable(svc); ok {
+			ts = append(ts, t)
+		}
+	}
+	c.request(o, ChildMaglev, 0, maglevSynced, &messages.MaglevApply{ReqID: c.reqID(), Writes: ts, Sync: true})
+}
+
+// maglevSynced folds the sync's answer into the restore figures.
+func maglevSynced(o *op, _ int, reply any) error {
+	p := o.plan.(*repairPlan)
+	r, ok := reply.(*messages.MaglevApplied)
+	if !ok {
+		return replyErr(o, 0, reply)
+	}
+	p.maglevRepairs, p.maglevWrites = r.Repairs, r.Written+r.Deleted
+	return r.Err
 }
 
 func (fx fix) empty(r *table.Restored) bool {
@@ -209,6 +243,12 @@ func (p *repairPlan) finish(c *Core, _ *op, err error) {
 	}
 	c.ready = true
 	c.recordRestore(p.restored)
+	if p.maglevRepairs > 0 {
+		c.restore.Repairs += p.maglevRepairs
+		c.restore.RepairsByKind["maglev-table"] += p.maglevRepairs
+		c.restore.Writes += p.maglevWrites
+		c.log.WithFields(logrus.Fields{"repairs": p.maglevRepairs, "writes": p.maglevWrites}).Warn("restore repaired the maglev tables: missing or different from their services' backends, or of no maglev service")
+	}
 	c.cfg.OnUp()
 	c.replayDeferred()
 }

@@ -332,6 +332,7 @@ func TestScriptCallsWaitForRestore(t *testing.T) {
 	h.step(Start{})
 	h.call(upsert(svc(t, "10.96.0.1:80", "10.0.1.1:8080")))
 	h.dumpEmptyMaps()
+	h.syncMaglev("maglev: sync []")
 	h.expectEvents("up")
 	h.expect(
 		"alloc: restore services [] backends [] held []",
@@ -347,7 +348,8 @@ func TestScriptReconcileAsksEveryOwnerAndCountsRepairs(t *testing.T) {
 	h.call(upsert(svc(t, "10.96.0.1:80", "10.0.1.1:8080")))
 	h.expect("alloc: acquire service 10.96.0.1:80/TCP backends [10.0.1.1:8080/TCP]")
 	h.call(&messages.Reconcile{Reply: make(chan messages.ReconcileReply, 1)})
-	h.expect("svc4: reconcile", "svc6: reconcile", "be4: reconcile", "be6: reconcile", "revnat: reconcile", "members: reconcile", "affinity: reconcile")
+	h.expect("svc4: reconcile", "svc6: reconcile", "be4: reconcile", "be6: reconcile", "revnat: reconcile", "members: reconcile", "affinity: reconcile", "maglev: reconcile []")
+	h.reply("maglev", drifted(messages.Drift{Map: "lb6_maglev", Pin: maps.PinOK}, messages.Drift{Map: "lb4_maglev", Pin: maps.PinOK, Changed: 1}))
 	h.reply("affinity", drifted(messages.Drift{Map: "lb_affinity_match", Pin: maps.PinOK}))
 	h.reply("members", drifted(messages.Drift{Map: "lb_members", Pin: maps.PinOK, Changed: 1}))
 	h.reply("revnat", drifted(messages.Drift{Map: "lb4_reverse_nat", Pin: maps.PinOK}, messages.Drift{Map: "lb6_reverse_nat", Pin: maps.PinOK}))
@@ -364,7 +366,9 @@ func TestScriptReconcileAsksEveryOwnerAndCountsRepairs(t *testing.T) {
 		"lb6_backends pin ok missing 0 changed 0 extra 0 " +
 		"lb6_reverse_nat pin ok missing 0 changed 0 extra 0 " +
 		"lb_members pin ok missing 0 changed 1 extra 0 " +
-		"lb_affinity_match pin ok missing 0 changed 0 extra 0]")
+		"lb_affinity_match pin ok missing 0 changed 0 extra 0 " +
+		"lb4_maglev pin ok missing 0 changed 1 extra 0 " +
+		"lb6_maglev pin ok missing 0 changed 0 extra 0]")
 
 	// The upsert went on meanwhile.
 	h.reply("alloc", acquired(1, 1))
@@ -375,9 +379,9 @@ func TestScriptReconcileAsksEveryOwnerAndCountsRepairs(t *testing.T) {
 func TestScriptReconcileFailsNamingTheMapThatCouldNotBeRepaired(t *testing.T) {
 	h := newHarness(t)
 	h.call(&messages.Reconcile{Reply: make(chan messages.ReconcileReply, 1)})
-	h.expect("svc4: reconcile", "svc6: reconcile", "be4: reconcile", "be6: reconcile", "revnat: reconcile", "members: reconcile", "affinity: reconcile")
+	h.expect("svc4: reconcile", "svc6: reconcile", "be4: reconcile", "be6: reconcile", "revnat: reconcile", "members: reconcile", "affinity: reconcile", "maglev: reconcile []")
 	h.reply("svc4", drifted(messages.Drift{Map: "lb4_services", Pin: maps.PinOK, Missing: 3, Err: errBusy}))
-	for _, c := range []string{"svc6", "be4", "be6", "revnat", "members", "affinity"} {
+	for _, c := range []string{"svc6", "be4", "be6", "revnat", "members", "affinity", "maglev"} {
 		h.reply(c, drifted())
 	}
 	h.expectAnswers("reconcile: error: reconcile maps: lb4_services: device or resource busy")

@@ -82,6 +82,52 @@ func (c *Core) applyMembers(o *op, writes []maps.MemberEntry, deletes []maps.Mem
 	}
 }
 
+// maglevTable returns what svc's Maglev table is built from, and whether
+// svc has one (table.MaglevBackends).
+func maglevTable(svc *table.Service) (messages.MaglevTable, bool) {
+	bs := table.MaglevBackends(svc)
+	if bs == nil {
+		return messages.MaglevTable{}, false
+	}
+	return messages.MaglevTable{ID: svc.ID(), Family: svc.Family(), Backends: bs}, true
+}
+
+// maglevs collects the Maglev writes and deletes of a step.
+type maglevs struct {
+	writes  []messages.MaglevTable
+	deletes [2][]lb.ServiceID
+}
+
+// put writes svc's table, or deletes it if svc has none but had may have
+// had one (was a maglev service).
+func (m *maglevs) put(svc, had *table.Service) {
+	if t, ok := maglevTable(svc); ok {
+		m.writes = append(m.writes, t)
+		return
+	}
+	if had != nil && had.Spec.LBAlgorithm == lb.LBAlgMaglev {
+		m.drop(had)
+	}
+}
+
+// drop deletes svc's table if it is a maglev service.
+func (m *maglevs) drop(svc *table.Service) {
+	if svc.Spec.LBAlgorithm == lb.LBAlgMaglev {
+		f := famIndex(svc.Family())
+		m.deletes[f] = append(m.deletes[f], svc.ID())
+	}
+}
+
+// applyMaglev sends the Maglev owner the writes and deletes: nothing when
+// there is nothing (a service that is not and was not maglev never reaches
+// it).
+func (c *Core) applyMaglev(o *op, m maglevs) {
+	if len(m.writes) == 0 && len(m.deletes[0]) == 0 && len(m.deletes[1]) == 0 {
+		return
+	}
+	c.request(o, ChildMaglev, 0, replyErr, &messages.MaglevApply{ReqID: c.reqID(), Writes: m.writes, Deletes4: m.deletes[0], Deletes6: m.deletes[1]})
+}
+
 // memberKeysNotIn returns the keys of from that want does not have.
 func memberKeysNotIn(from, want []maps.MemberEntry) []maps.MemberKey {
 	keep := make(map[maps.MemberKey]bool, len(want))

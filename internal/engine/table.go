@@ -254,6 +254,11 @@ func (p *refreshPlan) writeService(c *Core, o *op) {
 	var ws [2][]maps.ServiceEntry
 	ws[famIndex(p.svc.Family())] = table.SlotsAndMaster(p.svc)
 	c.applyServices(o, ws, [2][]maps.ServiceKey{})
+	// Its table follows the backends' new states (none left active: no
+	// table, or the terminating ones').
+	var mg maglevs
+	mg.put(p.svc, p.svc)
+	c.applyMaglev(o, mg)
 	// A backend that left maintenance may leave a member entry, one that
 	// entered it an affinity match: deleted if present (the owners skip
 	// absent keys).

@@ -32,6 +32,8 @@ func replyErr(_ *op, _ int, r any) error {
 		return r.Err
 	case *messages.AllocDone:
 		return r.Err
+	case *messages.MaglevApplied:
+		return r.Err
 	}
 	return nil
 }

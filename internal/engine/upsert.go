@@ -253,12 +253,17 @@ func (p *upsertPlan) writeService(c *Core, o *op) {
 	}
 	ws := [2][]maps.ServiceEntry{make([]maps.ServiceEntry, 0, n[0]), make([]maps.ServiceEntry, 0, n[1])}
 	var ds [2][]maps.ServiceKey
+	var mg maglevs
 	for it := range p.live {
 		f := famIndex(it.svc.Family())
 		ws[f] = table.AppendSlotsAndMaster(ws[f], it.svc)
 		ds[f] = append(ds[f], staleKeys(it.svc, it.maxSlots, it.maxInner, it.old != nil && it.old.Spec.TwoScopes())...)
+		mg.put(it.svc, it.old)
 	}
 	c.applyServices(o, ws, ds)
+	// Beside the service: its backends are written, and those it drops
+	// are deleted only after the commit.
+	c.applyMaglev(o, mg)
 }
 
 // deleteFreedAndStale deletes the backends that became free and the
@@ -363,8 +368,14 @@ func (p *upsertPlan) rollbackBackends(c *Core, o *op) {
 func (p *upsertPlan) rollbackService(c *Core, o *op) {
 	var ws [2][]maps.ServiceEntry
 	var ds [2][]maps.ServiceKey
+	var mg maglevs
 	for it := range p.undone {
 		f := famIndex(it.svc.Family())
+		if it.old != nil {
+			mg.put(it.old, it.svc)
+		} else {
+			mg.drop(it.svc)
+		}
 		if it.old != nil {
 			ws[f] = append(ws[f], table.SlotsAndMaster(it.old)...)
 			ds[f] = append(ds[f], staleKeys(it.old, it.maxSlots, it.maxInner, it.svc.Spec.TwoScopes())...)
@@ -376,6 +387,7 @@ func (p *upsertPlan) rollbackService(c *Core, o *op) {
 		}
 	}
 	c.applyServices(o, ws, ds)
+	c.applyMaglev(o, mg)
 }
 
 func (p *upsertPlan) rollbackRevNAT(c *Core, o *op) {

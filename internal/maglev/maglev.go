@@ -19,6 +19,11 @@ const (
 	DefaultTableSize = 16381
 )
 
+// Seed is the hash seed of the tables actorlb writes: a constant, so that
+// every node (and actorlb bpf lb verify) builds the same table from the
+// same backends.
+const Seed uint64 = 0x61637472_6c62_6d67 // "actrlbmg"
+
 // Backend is one backend of a table.
 type Backend struct {
 	// Addr is the backend's identity, hashed into its permutation: the

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"slices"
 
+	"github.com/actorlb/actorlb/internal/maglev"
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/maps"
 )
@@ -363,4 +364,28 @@ func BackendFromValue(v maps.BackendValue) lb.Backend {
 		Weight:   lb.DefaultBackendWeight,
 		State:    lb.BackendState(v.State),
 	}
+}
+
+// MaglevBackends returns what svc's Maglev table is built from: the
+// backends its master counts at its first scope (the active ones in slot
+// order, or the terminating ones when none is active), with their IDs and
+// weights. It returns nil when svc has no table: its algorithm is not
+// maglev, or no counted backend has a weight above 0 (a table would be all
+// zeros: the datapath falls back to its slots, which refuse as well).
+func MaglevBackends(svc *Service) []maglev.Backend {
+	if svc.Spec.LBAlgorithm != lb.LBAlgMaglev {
+		return nil
+	}
+	bs, ids := ScopeSet(svc, lb.ScopeExternal)
+	count, _ := Counts(bs)
+	var out []maglev.Backend
+	usable := false
+	for i := range int(count) {
+		out = append(out, maglev.Backend{Addr: BackendKey(bs[i]), ID: ids[i], Weight: bs[i].Weight})
+		usable = usable || bs[i].Weight > 0
+	}
+	if !usable {
+		return nil
+	}
+	return out
 }

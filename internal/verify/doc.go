@@ -1,6 +1,9 @@
-// Package verify checks the invariants of docs/architecture.md (1-4) on the
-// entries of the six LB maps, and reads those entries from an open LBMaps
-// or, read-only, from the maps pinned under a bpffs directory.
+// Package verify checks the invariants of docs/architecture.md (1-4 and 6)
+// on the entries of the LB maps, and reads those entries from an open
+// LBMaps or, read-only, from the maps pinned under a bpffs directory.
+// CheckMaglev checks invariant 7 on the Maglev tables, read one at a time
+// through a MaglevReader (a maps.MaglevMap, or OpenPinnedMaglev's
+// read-only readers of the pins).
 //
 // Check is a pure function over a table.Dump: it reports every violation it
 // finds, each naming its invariant, its kind, and the service and backend it

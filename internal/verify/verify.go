@@ -58,6 +58,15 @@ const (
 	// service without session affinity (or none), or of a backend that is
 	// in none of that service's slots.
 	StaleAffinityMatch Kind = "stale-affinity-match"
+	// MaglevMissing (invariant 7): a maglev service with a backend of
+	// weight above 0 has no table in its family's Maglev map.
+	MaglevMissing Kind = "maglev-missing"
+	// MaglevWrong (invariant 7): a maglev service's table differs from
+	// the one its counted backends and their weights give.
+	MaglevWrong Kind = "maglev-wrong"
+	// MaglevStray (invariant 7): a table of a service ID that is no maglev
+	// service of the map's family, or of one without a usable backend.
+	MaglevStray Kind = "maglev-stray"
 )
 
 // Invariant returns the number of the docs/architecture.md invariant that a
@@ -74,6 +83,8 @@ func (k Kind) Invariant() int {
 		return 4
 	case StaleMember, StaleAffinityMatch:
 		return 6
+	case MaglevMissing, MaglevWrong, MaglevStray:
+		return 7
 	}
 	return 0
 }
@@ -159,7 +170,13 @@ func Check(d table.Dump) []Violation {
 		c.add(Violation{Kind: DuplicateServiceID, Family: familyOfFrontend(fes[0]), ServiceID: lb.ServiceID(id),
 			Detail: fmt.Sprintf("service ID %d is used by %d frontends: %s", id, len(fes), strings.Join(fes, ", "))})
 	}
-	slices.SortFunc(c.out, func(a, b Violation) int {
+	sortViolations(c.out)
+	return c.out
+}
+
+// sortViolations sorts vs as Check returns them.
+func sortViolations(vs []Violation) {
+	slices.SortFunc(vs, func(a, b Violation) int {
 		return cmp.Or(
 			cmp.Compare(a.Invariant(), b.Invariant()),
 			cmp.Compare(a.Kind, b.Kind),
@@ -170,7 +187,6 @@ func Check(d table.Dump) []Violation {
 			cmp.Compare(a.Detail, b.Detail),
 		)
 	})
-	return c.out
 }
 
 type checker struct {

@@ -91,7 +91,7 @@ func TestEndpoints(t *testing.T) {
 	require.True(t, st.Ready)
 	require.Equal(t, a.root, st.BPFRoot)
 	require.Equal(t, []string{"unix://" + a.socket}, st.Listen)
-	require.Len(t, st.Maps, 8) // the six, lb_members, lb_affinity_match
+	require.Len(t, st.Maps, 10) // the six, lb_members, lb_affinity_match, lb4/lb6_maglev
 
 	// Empty list is an empty array.
 	require.JSONEq(t, `[]`, string(c.expect("GET", "/v1/service", "", http.StatusOK).body))
@@ -165,6 +165,14 @@ func TestEndpoints(t *testing.T) {
 		maps.Service6Name: len(pinned.Services6), maps.Backend6Name: len(pinned.Backends6), maps.RevNAT6Name: len(pinned.RevNAT6),
 		maps.MembersName: len(pinned.Members), maps.AffinityMatchName: len(pinned.AffinityMatch),
 	}
+	readers, closeReaders, err := verify.OpenPinnedMaglev(a.root)
+	require.NoError(t, err)
+	for i, name := range []string{maps.Maglev4Name, maps.Maglev6Name} {
+		ids, err := readers[i].IDs()
+		require.NoError(t, err)
+		pinnedCounts[name] = len(ids)
+	}
+	closeReaders()
 	st = decode[api.Status](t, c.expect("GET", "/v1/healthz", "", http.StatusOK).body)
 	healthCounts := map[string]int{}
 	for _, m := range st.Maps {

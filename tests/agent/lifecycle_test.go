@@ -181,6 +181,7 @@ func TestAgentFlags(t *testing.T) {
 		{[]string{"--api-addr", "127.0.0.1:0", "--api-token-file", "/nonexistent/token"}, "actorlb: invalid --api-token-file: read token file: stat /nonexistent/token: no such file or directory\n"},
 		{[]string{"--socket-group", "no-such-group-actorlb"}, "actorlb: invalid --socket-group \"no-such-group-actorlb\": no such group\n"},
 		{[]string{"--map-max", "0"}, "actorlb: invalid --map-max 0: must be between 1 and 16777216\n"},
+		{[]string{"--maglev-table-size", "1000"}, "actorlb: invalid --maglev-table-size 1000: want a prime in [251, 131071] (for example 251, 1021, 4093, 16381, 65521, 131071)\n"},
 		{[]string{"--dry-run=false", "--socket-lb", "--socket-lb-cgroup", "/tmp"}, "actorlb: invalid --socket-lb-cgroup /tmp: not a cgroup v2 directory\n"},
 		{[]string{"--log-level", "loud"}, "actorlb: invalid --log-level \"loud\": want trace, debug, info, warn or error\n"},
 		{[]string{"--log-format", "xml"}, "actorlb: invalid --log-format \"xml\": want text or json\n"},

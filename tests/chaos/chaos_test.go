@@ -242,6 +242,14 @@ func TestChaos(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEmpty(t, d.Members, "weights and node-local flags are in lb_members")
 	require.Empty(t, verify.Check(d), "invariants 1-4 and 6 (what actorlb bpf lb verify checks)")
+	mvs, err := verify.CheckMaglev(d, [2]verify.MaglevReader{m.Maglev4, m.Maglev6})
+	require.NoError(t, err)
+	require.Empty(t, mvs, "invariant 7: the Maglev tables")
+	tables, err := m.Maglev4.IDs()
+	require.NoError(t, err)
+	tables6, err := m.Maglev6.IDs()
+	require.NoError(t, err)
+	require.NotEmpty(t, append(tables, tables6...), "maglev services have tables")
 	// Nobody but the engine wrote the maps: the reconciles that ran all
 	// along (with kills and faults) must have found nothing to repair, and
 	// one now finds every map equal to what its owner wrote.
@@ -305,7 +313,7 @@ func runClient(ctx context.Context, e *actorlb.Engine, c int, rng *rand.Rand, po
 // randomService draws 1..32 backends; states follow the allowed
 // transitions from each backend's current state.
 func randomService(rng *rand.Rand, fe lb.L3n4Addr, pool []lb.Backend, model *Model) *lb.Service {
-	svc := &lb.Service{Frontend: lb.Frontend{L3n4Addr: fe}, SessionAffinity: chaosAffinity(fe), Source: chaosSource(fe)}
+	svc := &lb.Service{Frontend: lb.Frontend{L3n4Addr: fe}, SessionAffinity: chaosAffinity(fe), Source: chaosSource(fe), LBAlgorithm: chaosAlgorithm(fe)}
 	n := 1 + rng.IntN(min(32, len(pool)))
 	for _, i := range rng.Perm(len(pool))[:n] {
 		b := pool[i]
@@ -331,6 +339,15 @@ func chaosWeight(i int) uint16 { return []uint16{100, 100, 100, 1, 7, 300, 0}[i%
 
 func chaosAffinity(fe lb.L3n4Addr) bool { return fe.Addr.As16()[15]%2 == 0 }
 
+// chaosAlgorithm is frontend fe's algorithm: maglev for one in four, so
+// that their tables go through the kills and faults too.
+func chaosAlgorithm(fe lb.L3n4Addr) lb.LBAlgorithm {
+	if fe.Addr.As16()[15]%4 == 1 {
+		return lb.LBAlgMaglev
+	}
+	return lb.LBAlgDefault
+}
+
 // chaosSource is the source that owns frontend fe: fixed, so that every
 // write knows its writer, and the final check can tell that the source
 // records came through the kills and faults.
@@ -348,6 +365,7 @@ func requireFixedOptions(t *testing.T, list []*lb.Service) {
 	for _, svc := range list {
 		require.Equal(t, chaosAffinity(svc.Frontend.L3n4Addr), svc.SessionAffinity, "affinity of %s", svc.Frontend)
 		require.Equal(t, chaosSource(svc.Frontend.L3n4Addr), svc.Source, "source of %s", svc.Frontend)
+		require.Equal(t, chaosAlgorithm(svc.Frontend.L3n4Addr), svc.LBAlgorithm, "algorithm of %s", svc.Frontend)
 		for _, b := range svc.Backends {
 			i := int(b.Addr.As16()[15]) - 1
 			require.Equal(t, chaosWeight(i), b.Weight, "weight of %s in %s", b, svc.Frontend)

@@ -1,0 +1,420 @@
+package actors
+
+import (
+	"encoding/binary"
+	"fmt"
+	"unsafe"
+
+	"github.com/actorlb/actorlb/internal/maglev"
+	lb "github.com/actorlb/actorlb/loadbalancer"
+	"github.com/actorlb/actorlb/maps"
+	"github.com/actorlb/actorlb/messages"
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/cespare/xxhash/v2"
+	"github.com/sirupsen/logrus"
+)
+
+// maglevOwner is the pure core of the Maglev maps' owner: both maps, and
+// per service only what it needs to skip work, not the tables (M entries,
+// 64 KB at the default size): the digest of the inputs it last wrote (or
+// found) the table from, and the digest of the table itself. It builds
+// tables with one Builder and three scratch tables of M entries, shared by
+// every service. Not safe for concurrent use: its actor owns it.
+type maglevOwner struct {
+	fams [2]maglevFamily
+	log  *logrus.Entry
+	b    maglev.Builder
+	// scratch tables of M entries: built, read from the map, and written.
+	built, read []lb.BackendID
+	raw         []uint32
+}
+
+type maglevFamily struct {
+	m      maps.MaglevMap
+	tables map[lb.ServiceID]maglevState
+}
+
+// maglevState is what the owner keeps per table (16 bytes).
+type maglevState struct {
+	in  uint64 // digest of the inputs the table was written from; 0: unknown (loaded, not yet checked)
+	sum uint64 // digest of the table's entries (when in is known)
+}
+
+func newMaglevOwner(m4, m6 maps.MaglevMap, log *logrus.Entry) *maglevOwner {
+	o := &maglevOwner{log: log}
+	o.fams[0].m, o.fams[1].m = m4, m6
+	return o
+}
+
+func (o *maglevOwner) fam(f maps.Family) *maglevFamily {
+	if f == maps.IPv6 {
+		return &o.fams[1]
+	}
+	return &o.fams[0]
+}
+
+// load lists the tables the maps hold; their content is unknown until a
+// write or a Sync checks it.
+func (o *maglevOwner) load() error {
+	for i := range o.fams {
+		f := &o.fams[i]
+		ids, err := f.m.IDs()
+		if err != nil {
+			return err
+		}
+		f.tables = make(map[lb.ServiceID]maglevState, len(ids))
+		for _, id := range ids {
+			f.tables[lb.ServiceID(id)] = maglevState{}
+		}
+		f.m.SetEntries(len(f.tables))
+	}
+	return nil
+}
+
+// inputDigest is the digest of what a table is built from: its size and
+// its backends (address, port, protocol, ID, weight) in the order given
+// (the core gives them in slot order, the same for the same set). Never 0.
+func inputDigest(m uint32, bs []maglev.Backend) uint64 {
+	var buf [16 + 2 + 1 + 4 + 2]byte
+	d := xxhash.New()
+	binary.LittleEndian.PutUint32(buf[:4], m)
+	_, _ = d.Write(buf[:4])
+	for _, b := range bs {
+		a := b.Addr.Addr.Unmap().As16()
+		copy(buf[:16], a[:])
+		binary.BigEndian.PutUint16(buf[16:18], b.Addr.Port)
+		buf[18] = byte(b.Addr.Protocol)
+		binary.LittleEndian.PutUint32(buf[19:23], uint32(b.ID))
+		binary.LittleEndian.PutUint16(buf[23:25], b.Weight)
+		_, _ = d.Write(buf[:])
+	}
+	return max(d.Sum64(), 1)
+}
+
+// tableDigest is the digest of a table's entries.
+func tableDigest(t []lb.BackendID) uint64 {
+	if len(t) == 0 {
+		return xxhash.Sum64(nil)
+	}
+	return xxhash.Sum64(unsafe.Slice((*byte)(unsafe.Pointer(&t[0])), 4*len(t)))
+}
+
+// build builds the table of bs into o.built.
+func (o *maglevOwner) build(m uint32, bs []maglev.Backend) error {
+	t, err := o.b.Build(m, maglev.Seed, bs, o.built)
+	if err != nil {
+		return err
+	}
+	o.built = t
+	return nil
+}
+
+// readTable reads id's table into o.read and reports whether it has one.
+func (o *maglevOwner) readTable(f *maglevFamily, id lb.ServiceID) (bool, error) {
+	m := int(f.m.TableSize())
+	o.raw = growU32(o.raw, m)
+	ok, err := f.m.Read(uint16(id), o.raw)
+	if err != nil || !ok {
+		return false, err
+	}
+	if cap(o.read) < m {
+		o.read = make([]lb.BackendID, m)
+	}
+	o.read = o.read[:m]
+	for i, v := range o.raw {
+		o.read[i] = lb.BackendID(v)
+	}
+	return true, nil
+}
+
+// writeBuilt writes o.built as id's table.
+func (o *maglevOwner) writeBuilt(f *maglevFamily, id lb.ServiceID) error {
+	o.raw = growU32(o.raw, len(o.built))
+	for i, v := range o.built {
+		o.raw[i] = uint32(v)
+	}
+	return f.m.Write(uint16(id), o.raw)
+}
+
+func growU32(s []uint32, n int) []uint32 {
+	if cap(s) < n {
+		return make([]uint32, n)
+	}
+	return s[:n]
+}
+
+// put makes id's table the one built from t's backends, unless the map
+// holds it already: known from the inputs' digest (nothing read), or found
+// by reading the map's table and comparing (maglev.Changed). It reports
+// whether it wrote. check forces the comparison with the map (restore).
+func (o *maglevOwner) put(t messages.MaglevTable, check bool) (wrote bool, err error) {
+	f := o.fam(t.Family)
+	m := f.m.TableSize()
+	in := inputDigest(m, t.Backends)
+	st, had := f.tables[t.ID]
+	if had && st.in == in && !check {
+		return false, nil
+	}
+	if err := o.build(m, t.Backends); err != nil {
+		return false, fmt.Errorf("maglev table of service %d: %w", t.ID, err)
+	}
+	sum := tableDigest(o.built)
+	if had && st.in != 0 && !check {
+		if st.sum == sum {
+			// The same table from other inputs (a backend of weight 0
+			// came or went): nothing to write.
+			f.tables[t.ID] = maglevState{in: in, sum: sum}
+			return false, nil
+		}
+	} else {
+		// What the map holds is not known: read it and write only if
+		// some entry differs.
+		found, err := o.readTable(f, t.ID)
+		if err != nil {
+			return false, err
+		}
+		if found {
+			changed := maglev.Changed(o.read, o.built)
+			if len(changed) == 0 {
+				f.tables[t.ID] = maglevState{in: in, sum: sum}
+				f.m.SetEntries(len(f.tables))
+				return false, nil
+			}
+			if o.log != nil {
+				o.log.WithFields(logrus.Fields{"map": f.m.Name(), "serviceID": t.ID, "changed": len(changed), "entries": m}).Debug("maglev table differs from its backends': rewritten")
+			}
+		}
+	}
+	if err := o.writeBuilt(f, t.ID); err != nil {
+		// The map may hold either table now: unknown until checked.
+		f.tables[t.ID] = maglevState{}
+		f.m.SetEntries(len(f.tables))
+		return false, err
+	}
+	f.tables[t.ID] = maglevState{in: in, sum: sum}
+	f.m.SetEntries(len(f.tables))
+	return true, nil
+}
+
+// remove deletes the tables of ids the owner knows of (all of ids with
+// force).
+func (o *maglevOwner) remove(f *maglevFamily, ids []lb.ServiceID, force bool) (int, error) {
+	var del []uint16
+	for _, id := range ids {
+		if _, ok := f.tables[id]; ok || force {
+			del = append(del, uint16(id))
+		}
+	}
+	if len(del) == 0 {
+		return 0, nil
+	}
+	err := f.m.Delete(del)
+	if err == nil {
+		for _, id := range del {
+			delete(f.tables, lb.ServiceID(id))
+		}
+	}
+	f.m.SetEntries(len(f.tables))
+	return len(del), err
+}
+
+// apply handles one MaglevApply: writes, then deletes; with Sync, the
+// maps are listed again and every table that is not in Writes is deleted
+// after the writes.
+func (o *maglevOwner) apply(r *messages.MaglevApply) *messages.MaglevApplied {
+	rep := &messages.MaglevApplied{ReqID: r.ReqID}
+	if r.Sync {
+		if rep.Err = o.load(); rep.Err != nil {
+			return rep
+		}
+	}
+	for _, t := range r.Writes {
+		wrote, err := o.put(t, r.Sync)
+		if err != nil {
+			rep.Err = err
+			return rep
+		}
+		if wrote {
+			rep.Written++
+			if r.Sync {
+				rep.Repairs++
+			}
+		}
+	}
+	dels := [2][]lb.ServiceID{r.Deletes4, r.Deletes6}
+	if r.Sync {
+		want := [2]map[lb.ServiceID]bool{{}, {}}
+		for _, t := range r.Writes {
+			want[famIndexOf(t.Family)][t.ID] = true
+		}
+		for i := range o.fams {
+			for id := range o.fams[i].tables {
+				if !want[i][id] {
+					dels[i] = append(dels[i], id)
+					rep.Repairs++
+				}
+			}
+		}
+	}
+	for i := range o.fams {
+		n, err := o.remove(&o.fams[i], dels[i], false)
+		rep.Deleted += n
+		if err != nil {
+			rep.Err = err
+			return rep
+		}
+	}
+	return rep
+}
+
+func famIndexOf(f maps.Family) int {
+	if f == maps.IPv6 {
+		return 1
+	}
+	return 0
+}
+
+// reconcile checks each map's pin (re-pinning it) and its tables against
+// what the owner wrote: a table missing or whose entries changed is
+// written again, a table the owner never wrote is deleted. A table is
+// rebuilt only from the core's inputs (tables) when they are the ones it
+// was written from: other inputs mean an operation on the service is in
+// flight, which writes it anyway. A table whose content is unknown (loaded,
+// not yet written by this incarnation) is checked against the core's
+// inputs and only recorded when equal.
+func (o *maglevOwner) reconcile(tables []messages.MaglevTable) []messages.Drift {
+	inputs := [2]map[lb.ServiceID][]maglev.Backend{{}, {}}
+	for _, t := range tables {
+		inputs[famIndexOf(t.Family)][t.ID] = t.Backends
+	}
+	out := make([]messages.Drift, 0, 2)
+	for i := range o.fams {
+		out = append(out, o.reconcileFamily(&o.fams[i], inputs[i]))
+	}
+	return out
+}
+
+func (o *maglevOwner) reconcileFamily(f *maglevFamily, inputs map[lb.ServiceID][]maglev.Backend) messages.Drift {
+	d := messages.Drift{Map: f.m.Name()}
+	st, err := f.m.CheckPin()
+	if err != nil {
+		d.Err = err
+		return d
+	}
+	d.Pin = st
+	if st == maps.PinMissing || st == maps.PinReplaced {
+		if err := f.m.Repin(); err != nil {
+			d.Err = fmt.Errorf("pin %s: %w", st, err)
+		}
+	}
+	ids, err := f.m.IDs()
+	if err != nil {
+		d.Err = err
+		return d
+	}
+	held := make(map[lb.ServiceID]bool, len(ids))
+	var extra []lb.ServiceID
+	for _, id := range ids {
+		held[lb.ServiceID(id)] = true
+		if _, ok := f.tables[lb.ServiceID(id)]; !ok {
+			extra = append(extra, lb.ServiceID(id))
+		}
+	}
+	m := f.m.TableSize()
+	for id, s := range f.tables {
+		bs, ok := inputs[id]
+		if !ok || (s.in != 0 && inputDigest(m, bs) != s.in) {
+			continue // in flight: not the core's yet, or not ours any more
+		}
+		missing := !held[id]
+		if !missing {
+			found, err := o.readTable(f, id)
+			if err != nil {
+				d.Err = err
+				return d
+			}
+			if found && s.in != 0 && tableDigest(o.read) == s.sum {
+				continue
+			}
+			missing = !found
+		}
+		if err := o.build(m, bs); err != nil {
+			d.Err = fmt.Errorf("maglev table of service %d: %w", id, err)
+			return d
+		}
+		if s.in == 0 {
+			// Unknown content: record it if it is the core's table,
+			// else leave it (it may be an operation's, in flight).
+			if !missing && len(maglev.Changed(o.read, o.built)) == 0 {
+				f.tables[id] = maglevState{in: inputDigest(m, bs), sum: tableDigest(o.built)}
+			}
+			continue
+		}
+		if err := o.writeBuilt(f, id); err != nil {
+			d.Err = err
+			return d
+		}
+		if missing {
+			d.Missing++
+		} else {
+			d.Changed++
+		}
+	}
+	if len(extra) > 0 {
+		n, err := o.remove(f, extra, true)
+		d.Extra += n
+		if err != nil {
+			d.Err = err
+		}
+	}
+	f.m.SetEntries(len(f.tables))
+	return d
+}
+
+// maglevActor owns lb4_maglev and lb6_maglev: it builds each service's
+// table from the inputs the core sends (off the supervisor's path) and
+// writes the tables that changed. Like the other owners it handles what
+// its mailbox holds in one flush and answers each sender in one message.
+type maglevActor struct {
+	owner *maglevOwner
+	batch batcher[*messages.MaglevApply]
+}
+
+func newMaglevActor(m4, m6 maps.MaglevMap) actor.Producer {
+	return func() actor.Actor {
+		return &maglevActor{owner: newMaglevOwner(m4, m6, logrus.WithField("actor", "maglev"))}
+	}
+}
+
+func (a *maglevActor) Receive(ctx actor.Context) {
+	messages.EachRequest(ctx.Message(), func(m any) { a.receive(ctx, m) })
+}
+
+func (a *maglevActor) receive(ctx actor.Context, msg any) {
+	switch m := msg.(type) {
+	case *actor.Started:
+		if err := a.owner.load(); err != nil {
+			panic(fmt.Errorf("maglev: load: %w", err))
+		}
+	case *messages.MaglevApply:
+		a.batch.add(ctx, m)
+	case *flushMsg:
+		a.batch.flushing = false
+		a.flush(ctx)
+	case *messages.MaglevReconcile:
+		a.flush(ctx)
+		ctx.Respond(&messages.MapReconciled{ReqID: m.ReqID, Maps: a.owner.reconcile(m.Tables)})
+	}
+}
+
+// flush applies the buffered requests in order, each on its own (every
+// table is its own write): a failed one does not stop the others.
+func (a *maglevActor) flush(ctx actor.Context) {
+	buf := a.batch.buf
+	a.batch.buf = nil
+	replies := make([]any, len(buf))
+	for i, p := range buf {
+		replies[i] = a.owner.apply(p.req)
+	}
+	a.batch.reply(ctx, buf, replies)
+}

@@ -1,0 +1,155 @@
+package maps
+
+import (
+	"encoding/binary"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/actorlb/actorlb/internal/testutil"
+	"github.com/cilium/ebpf"
+	"github.com/stretchr/testify/require"
+)
+
+const testMaglevM = 251
+
+func maglevTable(seed uint32) []uint32 {
+	t := make([]uint32, testMaglevM)
+	for i := range t {
+		t[i] = seed + uint32(i%7)
+	}
+	return t
+}
+
+// The kernel map has upstream's layout: a hash of maps keyed by the
+// service ID in network order, each inner map an array of one element
+// holding the table's backend IDs in host order.
+func TestMaglevMapHasTheUpstreamLayout(t *testing.T) {
+	root := testutil.PinDir(t)
+	lb := openTest(t, Config{Root: root, MaglevTableSize: testMaglevM})
+	want := maglevTable(258)
+	require.NoError(t, lb.Maglev4.Write(7, want))
+
+	outer, err := ebpf.LoadPinnedMap(filepath.Join(root, Maglev4Name), &ebpf.LoadPinOptions{ReadOnly: true})
+	require.NoError(t, err)
+	defer outer.Close()
+	require.Equal(t, ebpf.HashOfMaps, outer.Type())
+	require.Equal(t, uint32(2), outer.KeySize())
+	require.Equal(t, uint32(4), outer.ValueSize())
+	var inner *ebpf.Map
+	require.NoError(t, outer.Lookup([]byte{0x00, 0x07}, &inner), "key: service ID 7 in network order")
+	defer inner.Close()
+	require.Equal(t, ebpf.Array, inner.Type())
+	require.Equal(t, uint32(1), inner.MaxEntries())
+	require.Equal(t, uint32(4), inner.KeySize())
+	require.Equal(t, uint32(4*testMaglevM), inner.ValueSize())
+	raw, err := inner.LookupBytes(uint32(0))
+	require.NoError(t, err)
+	require.Equal(t, []byte{0x02, 0x01, 0x00, 0x00}, raw[:4], "backend 258 in host order")
+	got := make([]uint32, testMaglevM)
+	for i := range got {
+		got[i] = binary.LittleEndian.Uint32(raw[4*i:])
+	}
+	require.Equal(t, want, got)
+}
+
+// Write, Read, IDs and Delete on both implementations; a second write
+// goes into the same inner map (in place).
+func TestMaglevMapWriteReadDelete(t *testing.T) {
+	for _, inMemory := range []bool{false, true} {
+		t.Run(map[bool]string{false: "kernel", true: "memory"}[inMemory], func(t *testing.T) {
+			lb := openTest(t, Config{InMemory: inMemory, MaglevTableSize: testMaglevM, MaxEntries: Sizes{RevNAT: 2}})
+			m := lb.Maglev6
+			require.Equal(t, uint32(testMaglevM), m.TableSize())
+			buf := make([]uint32, testMaglevM)
+			ok, err := m.Read(9, buf)
+			require.NoError(t, err)
+			require.False(t, ok)
+
+			require.NoError(t, m.Write(9, maglevTable(1)))
+			var innerID uint32
+			if !inMemory {
+				require.NoError(t, m.(*ebpfMaglev).outer.Lookup(MarshalRevNATKey(9), &innerID))
+			}
+			require.NoError(t, m.Write(9, maglevTable(5)))
+			if !inMemory {
+				var again uint32
+				require.NoError(t, m.(*ebpfMaglev).outer.Lookup(MarshalRevNATKey(9), &again))
+				require.Equal(t, innerID, again, "rewritten in its inner map")
+			}
+			ok, err = m.Read(9, buf)
+			require.NoError(t, err)
+			require.True(t, ok)
+			require.Equal(t, maglevTable(5), buf)
+
+			require.NoError(t, m.Write(10, maglevTable(2)))
+			require.ErrorIs(t, m.Write(11, maglevTable(3)), ErrMapFull)
+			ids, err := m.IDs()
+			require.NoError(t, err)
+			slices.Sort(ids)
+			require.Equal(t, []uint16{9, 10}, ids)
+
+			require.ErrorContains(t, m.Write(12, make([]uint32, 3)), "table of 3 entries, want 251")
+			require.ErrorContains(t, m.Write(0, maglevTable(1)), "service ID 0 is invalid")
+
+			require.NoError(t, m.Delete([]uint16{9, 42}))
+			ids, err = m.IDs()
+			require.NoError(t, err)
+			require.Equal(t, []uint16{10}, ids)
+			require.Equal(t, Counters{Updated: 4, Deleted: 2}, m.Counters(), "tables written (the full and refused ones too) and deleted")
+		})
+	}
+}
+
+// A pinned Maglev map keeps its tables across a reopen; one of another
+// table size is refused unless Recreate; one of another capacity is
+// replaced (its tables are the engine's to write again).
+func TestMaglevMapReopen(t *testing.T) {
+	root := testutil.PinDir(t)
+	lb, err := Open(Config{Root: root, MaglevTableSize: testMaglevM})
+	require.NoError(t, err)
+	require.NoError(t, lb.Maglev4.Write(3, maglevTable(7)))
+	require.NoError(t, lb.Close())
+
+	lb = openTest(t, Config{Root: root, MaglevTableSize: testMaglevM})
+	require.Empty(t, lb.Created)
+	buf := make([]uint32, testMaglevM)
+	ok, err := lb.Maglev4.Read(3, buf)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, maglevTable(7), buf)
+	require.NoError(t, lb.Close())
+
+	_, err = Open(Config{Root: root, MaglevTableSize: 509})
+	require.ErrorIs(t, err, ErrIncompatible)
+	require.ErrorContains(t, err, "lb4_maglev has tables of 251 entries")
+	require.ErrorContains(t, err, "--recreate-maps")
+	// An empty map is probed: lb6_maglev has no table, its size is still known.
+	_, err = Open(Config{Root: root, MaglevTableSize: 509, Recreate: true})
+	require.NoError(t, err)
+
+	lb = openTest(t, Config{Root: root, MaglevTableSize: 509, MaxEntries: Sizes{RevNAT: 100}})
+	require.Equal(t, []string{Maglev4Name, Maglev6Name}, lb.Created, "another capacity: replaced")
+	require.Equal(t, 100, lb.Maglev4.MaxEntries())
+}
+
+// An empty pinned map of another table size is refused too: the kernel
+// refuses an inner map of another shape, which a probe finds.
+func TestMaglevMapEmptyOfAnotherSizeRefused(t *testing.T) {
+	root := testutil.PinDir(t)
+	lb, err := Open(Config{Root: root, MaglevTableSize: testMaglevM})
+	require.NoError(t, err)
+	require.NoError(t, lb.Close())
+	_, err = Open(Config{Root: root, MaglevTableSize: 509})
+	require.ErrorIs(t, err, ErrIncompatible)
+	require.ErrorContains(t, err, "lb4_maglev has tables of another size than 509 entries")
+	lb = openTest(t, Config{Root: root, MaglevTableSize: testMaglevM})
+	ids, err := lb.Maglev4.IDs()
+	require.NoError(t, err)
+	require.Empty(t, ids, "the probe left nothing")
+}
+
+func TestMaglevTableSizeBounded(t *testing.T) {
+	_, err := Open(Config{InMemory: true, MaglevTableSize: MaxMaglevTableSize + 1})
+	require.ErrorContains(t, err, "invalid maglev table size 131072: must be at most 131071 (0 means 16381)")
+}
