@@ -10,6 +10,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/rlimit"
+	"golang.org/x/sys/unix"
 )
 
 // DefaultRoot is where the maps are pinned unless Config.Root says otherwise.
@@ -29,18 +30,22 @@ const (
 )
 
 // Names lists every map name in a fixed order: the six upstream maps,
-// then lb_members and lb_affinity_match, then the Maglev maps.
-var Names = []string{Service4Name, Backend4Name, RevNAT4Name, Service6Name, Backend6Name, RevNAT6Name, MembersName, AffinityMatchName, Maglev4Name, Maglev6Name}
+// then lb_members and lb_affinity_match, then the Maglev maps, then the
+// source-range maps.
+var Names = []string{Service4Name, Backend4Name, RevNAT4Name, Service6Name, Backend6Name, RevNAT6Name, MembersName, AffinityMatchName, Maglev4Name, Maglev6Name, SourceRange4Name, SourceRange6Name}
 
 // Sizes holds the capacity of each map family; zero means DefaultMaxEntries.
 type Sizes struct {
 	Services int
 	Backends int
 	RevNAT   int
+	// SourceRanges is the capacity of each source-range map (prefixes of
+	// all services of a family).
+	SourceRanges int
 }
 
 func (s Sizes) withDefaults() Sizes {
-	for _, p := range []*int{&s.Services, &s.Backends, &s.RevNAT} {
+	for _, p := range []*int{&s.Services, &s.Backends, &s.RevNAT, &s.SourceRanges} {
 		if *p == 0 {
 			*p = DefaultMaxEntries
 		}
@@ -76,7 +81,7 @@ func (c Config) validate() error {
 	for _, f := range []struct {
 		name string
 		v    int
-	}{{"services", c.MaxEntries.Services}, {"backends", c.MaxEntries.Backends}, {"revnat", c.MaxEntries.RevNAT}} {
+	}{{"services", c.MaxEntries.Services}, {"backends", c.MaxEntries.Backends}, {"revnat", c.MaxEntries.RevNAT}, {"source ranges", c.MaxEntries.SourceRanges}} {
 		if f.v < 0 || f.v > 1<<24 {
 			return fmt.Errorf("invalid max entries for %s %d: must be between 1 and %d (0 means %d)", f.name, f.v, 1<<24, DefaultMaxEntries)
 		}
@@ -98,6 +103,9 @@ type LBMaps struct {
 	AffinityMatch AffinityMatchMap
 	// Maglev4 and Maglev6 are lb4_maglev and lb6_maglev.
 	Maglev4, Maglev6 MaglevMap
+	// SourceRange4 and SourceRange6 are lb4_source_range and
+	// lb6_source_range (LPM tries).
+	SourceRange4, SourceRange6 SourceRangeMap
 	// Root is where the maps are pinned ("" for in-memory maps).
 	Root string
 	// Created names the maps that were created (not found pinned) by Open.
@@ -131,7 +139,7 @@ func (m *LBMaps) RevNAT(f Family) RevNATMap {
 // Close closes every map; pins stay.
 func (m *LBMaps) Close() error {
 	var errs []error
-	for _, c := range []interface{ Close() error }{m.Service4, m.Service6, m.Backend4, m.Backend6, m.RevNAT4, m.RevNAT6, m.Members, m.AffinityMatch, m.Maglev4, m.Maglev6} {
+	for _, c := range []interface{ Close() error }{m.Service4, m.Service6, m.Backend4, m.Backend6, m.RevNAT4, m.RevNAT6, m.Members, m.AffinityMatch, m.Maglev4, m.Maglev6, m.SourceRange4, m.SourceRange6} {
 		if c != nil {
 			errs = append(errs, c.Close())
 		}
@@ -223,6 +231,16 @@ func Open(cfg Config) (_ *LBMaps, err error) {
 	if lb.Maglev6, err = openMaglev(&o, Maglev6Name, IPv6, msize, sizes.RevNAT); err != nil {
 		return nil, err
 	}
+	sr4, err := newMap(&o, SourceRange4Name, IPv4, sizes.SourceRanges, sourceRange4Codec, btfSourceRangeKey(IPv4), btfU8, lpmTrie)
+	if err != nil {
+		return nil, err
+	}
+	lb.SourceRange4 = sr4
+	sr6, err := newMap(&o, SourceRange6Name, IPv6, sizes.SourceRanges, sourceRange6Codec, btfSourceRangeKey(IPv6), btfU8, lpmTrie)
+	if err != nil {
+		return nil, err
+	}
+	lb.SourceRange6 = sr6
 	return lb, nil
 }
 
@@ -231,7 +249,16 @@ type opener struct {
 	lb  *LBMaps
 }
 
-func newMap[E, KT any, K, V comparable](o *opener, name string, fam Family, max int, c codec[E, KT, K, V], key, value btf.Type) (*typedMap[E, KT, K, V], error) {
+// lpmTrie makes a map spec a BPF_MAP_TYPE_LPM_TRIE (which the kernel
+// creates only with BPF_F_NO_PREALLOC).
+func lpmTrie(s *ebpf.MapSpec) {
+	s.Type = ebpf.LPMTrie
+	s.Flags = unix.BPF_F_NO_PREALLOC
+}
+
+// newMap opens (or creates) a hash map, or of another kind if a tweak
+// changes its spec.
+func newMap[E, KT any, K, V comparable](o *opener, name string, fam Family, max int, c codec[E, KT, K, V], key, value btf.Type, tweaks ...func(*ebpf.MapSpec)) (*typedMap[E, KT, K, V], error) {
 	var st store[K, V]
 	if o.cfg.InMemory {
 		st = newMemStore[K, V](name, max)
@@ -247,6 +274,9 @@ func newMap[E, KT any, K, V comparable](o *opener, name string, fam Family, max 
 			Key:        key,
 			Value:      value,
 		}
+		for _, t := range tweaks {
+			t(spec)
+		}
 		m, created, err := openOrCreate(spec, o.cfg.Root, o.cfg.Recreate)
 		if err != nil {
 			return nil, fmt.Errorf("open %s: %w", name, err)
@@ -260,7 +290,8 @@ func newMap[E, KT any, K, V comparable](o *opener, name string, fam Family, max 
 			return nil, fmt.Errorf("open %s: %w", name, err)
 		}
 		es := &ebpfStore[K, V]{m: m, mapName: name, path: filepath.Join(o.cfg.Root, name), id: id}
-		es.batch.Store(!o.cfg.NoBatch)
+		// The kernel has no batch operations for LPM tries.
+		es.batch.Store(!o.cfg.NoBatch && spec.Type == ebpf.Hash)
 		st = es
 	}
 	if o.cfg.Fault != nil {

@@ -107,7 +107,7 @@ func (m *typedMap[E, KT, K, V]) Repin() error { return m.st.repin() }
 // lossOf says what removing the named map's pin costs at the next start.
 func lossOf(name string) string {
 	fam := "IPv4"
-	if name == Service6Name || name == Backend6Name || name == RevNAT6Name {
+	if name == Service6Name || name == Backend6Name || name == RevNAT6Name || name == SourceRange6Name {
 		fam = "IPv6"
 	}
 	switch name {
@@ -115,6 +115,8 @@ func lossOf(name string) string {
 		return fmt.Sprintf("every %s service is lost, and the next start deletes their backends and revNAT entries as orphans", fam)
 	case Backend4Name, Backend6Name:
 		return fmt.Sprintf("every %s backend is lost, and the next start removes them from their services", fam)
+	case SourceRange4Name, SourceRange6Name:
+		return fmt.Sprintf("every %s service's source ranges are lost, and the next start removes the services that had some (their masters carry the flag: nothing is opened by accident)", fam)
 	}
 	return "its entries are lost and rebuilt from the services at the next start"
 }
