@@ -218,6 +218,9 @@ type MapEntries struct {
 	// both families.
 	Members       []maps.MemberEntry
 	AffinityMatch []maps.AffinityMatchKey
+	// SourceRanges are the entries of lb4_source_range and
+	// lb6_source_range (a key's family is its address's).
+	SourceRanges []maps.SourceRangeKey
 }
 
 // DumpMaps reads every entry of the six maps, as the datapath sees them
@@ -240,6 +243,15 @@ func (e *Engine) DumpMaps(ctx context.Context) (MapEntries, error) {
 		func() (err error) { d.RevNAT6, err = e.maps.RevNAT6.Dump(); return err },
 		func() (err error) { d.Members, err = e.maps.Members.Dump(); return err },
 		func() (err error) { d.AffinityMatch, err = e.maps.AffinityMatch.Dump(); return err },
+		func() (err error) {
+			v4, err := e.maps.SourceRange4.Dump()
+			if err != nil {
+				return err
+			}
+			v6, err := e.maps.SourceRange6.Dump()
+			d.SourceRanges = append(v4, v6...)
+			return err
+		},
 	} {
 		if err := ctx.Err(); err != nil {
 			return MapEntries{}, fmt.Errorf("dump maps: %w", err)
@@ -702,7 +714,7 @@ func (e *Engine) Stats(ctx context.Context) (Stats, error) {
 		Entries() int
 		Counters() maps.Counters
 		CheckPin() (maps.PinState, error)
-	}{e.maps.Service4, e.maps.Backend4, e.maps.RevNAT4, e.maps.Service6, e.maps.Backend6, e.maps.RevNAT6, e.maps.Members, e.maps.AffinityMatch, e.maps.Maglev4, e.maps.Maglev6} {
+	}{e.maps.Service4, e.maps.Backend4, e.maps.RevNAT4, e.maps.Service6, e.maps.Backend6, e.maps.RevNAT6, e.maps.Members, e.maps.AffinityMatch, e.maps.Maglev4, e.maps.Maglev6, e.maps.SourceRange4, e.maps.SourceRange6} {
 		c := m.Counters()
 		ms := MapStats{Name: m.Name(), MaxEntries: m.MaxEntries(), Entries: m.Entries(), Updated: c.Updated, Deleted: c.Deleted}
 		// Microseconds (the pin is opened and its map ID compared): a pin
@@ -769,8 +781,9 @@ func statsOf(r messages.StatsReply) Stats {
 // ActorNames lists the engine's actors, the names StopActor takes and
 // Stats.ActorRestarts counts by: the supervisor, the ID allocator, the
 // service and backend map owners per family, the revNAT maps' owner,
-// the owners of lb_members and lb_affinity_match, and the Maglev maps' owner.
-var ActorNames = []string{"supervisor", "alloc", "svc4", "svc6", "be4", "be6", "revnat", "members", "affinity", "maglev"}
+// the owners of lb_members and lb_affinity_match, the Maglev maps' owner and
+// the source-range maps' owner.
+var ActorNames = []string{"supervisor", "alloc", "svc4", "svc6", "be4", "be6", "revnat", "members", "affinity", "maglev", "srcrange"}
 
 // StopActor stops one actor of the engine outright, as a crash would
 // (chaos testing and drills): its parent spawns it again, it rebuilds its

@@ -157,6 +157,10 @@ func (a *mapActor[E, K]) receive(ctx actor.Context, msg any) {
 		a.mirror.index() // after the answer: while the supervisor rebuilds
 	case *messages.MapReconcile:
 		a.flush(ctx) // the map must hold every write queued before it
+		if p, ok := a.mirror.(interface{ reconcileAll() []messages.Drift }); ok {
+			ctx.Respond(&messages.MapReconciled{ReqID: m.ReqID, Maps: p.reconcileAll()})
+			break
+		}
 		ctx.Respond(&messages.MapReconciled{ReqID: m.ReqID, Maps: []messages.Drift{a.mirror.reconcile()}})
 	}
 }

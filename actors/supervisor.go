@@ -229,6 +229,8 @@ func (s *Supervisor) props(name string) *actor.Props {
 		producer = newAffinityMatchActor(mp.AffinityMatch)
 	case engine.ChildMaglev:
 		producer = newMaglevActor(mp.Maglev4, mp.Maglev6)
+	case engine.ChildSourceRange:
+		producer = newSourceRangeActor(mp.SourceRange4, mp.SourceRange6)
 	}
 	return actor.PropsFromProducer(producer, actor.WithReceiverMiddleware(s.cfg.ChildMiddleware...), s.cfg.dispatch())
 }

@@ -299,6 +299,10 @@ type (
 	MemberApply = MapApply[maps.MemberEntry, maps.MemberKey]
 	// AffinityMatchApply writes and deletes lb_affinity_match entries.
 	AffinityMatchApply = MapApply[maps.AffinityMatchKey, maps.AffinityMatchKey]
+	// SourceRangeApply writes and deletes source-range entries of both
+	// families (each key's family is its address's). Its owner answers
+	// MapDump with a MapDumped[maps.SourceRangeKey] of both maps.
+	SourceRangeApply = MapApply[maps.SourceRangeKey, maps.SourceRangeKey]
 )
 
 // RevNATApply writes and deletes revNAT entries of both families.

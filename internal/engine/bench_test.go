@@ -74,6 +74,8 @@ func dumpEmpty(child string, r messages.Request) any {
 		return &messages.MapDumped[maps.MemberEntry]{ReqID: r.RequestID()}
 	case ChildAffinity:
 		return &messages.MapDumped[maps.AffinityMatchKey]{ReqID: r.RequestID()}
+	case ChildSourceRange:
+		return &messages.MapDumped[maps.SourceRangeKey]{ReqID: r.RequestID()}
 	}
 	return dumpedBackends()(r)
 }

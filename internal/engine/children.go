@@ -19,13 +19,16 @@ const (
 	// ChildMaglev owns lb4_maglev and lb6_maglev: it builds and writes
 	// the Maglev tables of the services the core names.
 	ChildMaglev = "maglev"
+	// ChildSourceRange owns lb4_source_range and lb6_source_range: the
+	// client prefixes of the services with source ranges.
+	ChildSourceRange = "srcrange"
 )
 
 // Children lists the child names, in the order Ready lists requests.
-var Children = []string{ChildAllocator, ChildService4, ChildService6, ChildBackend4, ChildBackend6, ChildRevNAT, ChildMembers, ChildAffinity, ChildMaglev}
+var Children = []string{ChildAllocator, ChildService4, ChildService6, ChildBackend4, ChildBackend6, ChildRevNAT, ChildMembers, ChildAffinity, ChildMaglev, ChildSourceRange}
 
 // numChildren is len(Children): the outbox has one queue per child.
-const numChildren = 9
+const numChildren = 10
 
 // childIndex returns the index of child in Children (a switch: every
 // request is queued by it, and a string switch needs no hashing).
@@ -49,6 +52,8 @@ func childIndex(child string) int {
 		return 7
 	case ChildMaglev:
 		return 8
+	case ChildSourceRange:
+		return 9
 	}
 	panic("engine: unknown child " + child)
 }

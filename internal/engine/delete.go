@@ -133,16 +133,19 @@ func (p *deletePlan) deleteRevNAT(c *Core, o *op) {
 	var md []maps.MemberKey
 	var ad []maps.AffinityMatchKey
 	var mg maglevs
+	var rd []maps.SourceRangeKey
 	for it := range p.live {
 		f := famIndex(it.old.Family())
 		rev[f] = append(rev[f], uint16(it.old.ID()))
 		mg.drop(it.old)
 		md = append(md, memberKeysNotIn(table.MemberEntries(it.old), nil)...)
 		ad = append(ad, table.AffinityMatches(it.old)...)
+		rd = append(rd, table.SourceRanges(it.old)...)
 	}
 	c.applyRevNAT(o, nil, rev)
 	c.applyMembers(o, nil, md, nil, ad) // before the service ID can be reused
 	c.applyMaglev(o, mg)                // the same
+	c.applyRanges(o, nil, rd)           // the same (the master is gone)
 }
 
 // releaseServiceIDs lets the freed backend IDs be reused and gives the

@@ -52,7 +52,7 @@ func newHarness(t *testing.T) *harness {
 // with an empty map.
 func (h *harness) dumpEmptyMaps() {
 	h.t.Helper()
-	h.expect("svc4: dump", "svc6: dump", "be4: dump", "be6: dump", "revnat: dump", "members: dump", "affinity: dump")
+	h.expect("svc4: dump", "svc6: dump", "be4: dump", "be6: dump", "revnat: dump", "members: dump", "affinity: dump", "srcrange: dump")
 	h.reply("svc4", dumpedServices())
 	h.reply("svc6", dumpedServices())
 	h.reply("be4", dumpedBackends())
@@ -60,6 +60,7 @@ func (h *harness) dumpEmptyMaps() {
 	h.reply("revnat", func(r messages.Request) any { return &messages.RevNATDumped{ReqID: r.RequestID()} })
 	h.reply("members", func(r messages.Request) any { return &messages.MapDumped[maps.MemberEntry]{ReqID: r.RequestID()} })
 	h.reply("affinity", func(r messages.Request) any { return &messages.MapDumped[maps.AffinityMatchKey]{ReqID: r.RequestID()} })
+	h.reply("srcrange", func(r messages.Request) any { return &messages.MapDumped[maps.SourceRangeKey]{ReqID: r.RequestID()} })
 }
 
 // syncMaglev expects the restore's Maglev sync (want) and answers it.
@@ -313,6 +314,14 @@ func printRequest(r messages.Request) string {
 		}) + del(m.Deletes, key)
 	case *messages.AffinityMatchApply:
 		f := func(k maps.AffinityMatchKey) string { return fmt.Sprintf("%d/%d", k.RevNATIndex, k.BackendID) }
+		return "write " + list(m.Writes, f) + del(m.Deletes, f)
+	case *messages.SourceRangeApply:
+		f := func(k maps.SourceRangeKey) string {
+			if p, ok := k.Prefix(); ok {
+				return fmt.Sprintf("%d/%s", k.RevNATIndex, p)
+			}
+			return k.String()
+		}
 		return "write " + list(m.Writes, f) + del(m.Deletes, f)
 	case *messages.MaglevApply:
 		s := "write"

@@ -156,7 +156,7 @@ func TestScriptMaglevRollbackRestoresTheOldTable(t *testing.T) {
 func TestScriptMaglevRestoreAndReconcileSendTheInputs(t *testing.T) {
 	h := newIdleHarness(t)
 	h.step(Start{})
-	h.expect("svc4: dump", "svc6: dump", "be4: dump", "be6: dump", "revnat: dump", "members: dump", "affinity: dump")
+	h.expect("svc4: dump", "svc6: dump", "be4: dump", "be6: dump", "revnat: dump", "members: dump", "affinity: dump", "srcrange: dump")
 	s := maglevSvc(t, "10.96.0.1:80", "10.0.1.1:8080", "10.0.1.2:8080")
 	s.Frontend.ID = 4
 	ts := &table.Service{Spec: *s, BackendIDs: []lb.BackendID{8, 9}}
@@ -171,6 +171,7 @@ func TestScriptMaglevRestoreAndReconcileSendTheInputs(t *testing.T) {
 	})
 	h.reply("members", func(r messages.Request) any { return &messages.MapDumped[maps.MemberEntry]{ReqID: r.RequestID()} })
 	h.reply("affinity", func(r messages.Request) any { return &messages.MapDumped[maps.AffinityMatchKey]{ReqID: r.RequestID()} })
+	h.reply("srcrange", func(r messages.Request) any { return &messages.MapDumped[maps.SourceRangeKey]{ReqID: r.RequestID()} })
 	h.expect("maglev: sync [4=[8 9]]")
 	h.reply("maglev", func(r messages.Request) any {
 		return &messages.MaglevApplied{ReqID: r.RequestID(), Written: 1, Deleted: 1, Repairs: 2}
@@ -184,5 +185,5 @@ func TestScriptMaglevRestoreAndReconcileSendTheInputs(t *testing.T) {
 	require.Equal(t, 2, st.Restore.Writes)
 
 	h.call(&messages.Reconcile{Reply: make(chan messages.ReconcileReply, 1)})
-	h.expect("svc4: reconcile", "svc6: reconcile", "be4: reconcile", "be6: reconcile", "revnat: reconcile", "members: reconcile", "affinity: reconcile", "maglev: reconcile [4=[8 9]]")
+	h.expect("svc4: reconcile", "svc6: reconcile", "be4: reconcile", "be6: reconcile", "revnat: reconcile", "members: reconcile", "affinity: reconcile", "maglev: reconcile [4=[8 9]]", "srcrange: reconcile")
 }

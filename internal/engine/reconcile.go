@@ -20,7 +20,7 @@ type reconcilePlan struct {
 
 // reconcileChildren are the map owners, each asked once (the Maglev
 // owner with the tables' inputs: see ask).
-var reconcileChildren = []string{ChildService4, ChildService6, ChildBackend4, ChildBackend6, ChildRevNAT, ChildMembers, ChildAffinity, ChildMaglev}
+var reconcileChildren = []string{ChildService4, ChildService6, ChildBackend4, ChildBackend6, ChildRevNAT, ChildMembers, ChildAffinity, ChildMaglev, ChildSourceRange}
 
 func (c *Core) reconcile(m *messages.Reconcile) {
 	c.begin(&op{plan: &reconcilePlan{call: m}})

@@ -48,7 +48,7 @@ func (p *restorePlan) dumpMaps(c *Core, o *op) {
 	}
 }
 
-var dumpChildren = []string{ChildService4, ChildService6, ChildBackend4, ChildBackend6, ChildRevNAT, ChildMembers, ChildAffinity}
+var dumpChildren = []string{ChildService4, ChildService6, ChildBackend4, ChildBackend6, ChildRevNAT, ChildMembers, ChildAffinity, ChildSourceRange}
 
 func (p *restorePlan) dumped(_ *op, i int, r any) error {
 	switch dumpChildren[i] {
@@ -67,6 +67,8 @@ func (p *restorePlan) dumped(_ *op, i int, r any) error {
 		p.dump.Members = r.(*messages.MapDumped[maps.MemberEntry]).Entries
 	case ChildAffinity:
 		p.dump.AffinityMatch = r.(*messages.MapDumped[maps.AffinityMatchKey]).Entries
+	case ChildSourceRange:
+		p.dump.SourceRanges = r.(*messages.MapDumped[maps.SourceRangeKey]).Entries
 	}
 	return nil
 }
@@ -130,6 +132,12 @@ func (p *repairPlan) start(*Core, *op) []step {
 			c.applyMembers(o, mf.MemberWrites, nil, mf.MatchWrites, nil)
 		}})
 	}
+	rf := &p.restored.SourceRanges
+	if len(rf.Writes) > 0 { // before the masters that carry the flag
+		steps = append(steps, step{name: "repair: write source ranges", retry: mapRetries, send: func(c *Core, o *op) {
+			c.applyRanges(o, rf.Writes, nil)
+		}})
+	}
 	for _, f := range families {
 		if p.restored.Fixes(f).Empty() {
 			continue
@@ -144,6 +152,11 @@ func (p *repairPlan) start(*Core, *op) []step {
 	if len(mf.MemberDeletes) > 0 || len(mf.MatchDeletes) > 0 {
 		steps = append(steps, step{name: "repair: delete members", retry: mapRetries, send: func(c *Core, o *op) {
 			c.applyMembers(o, nil, mf.MemberDeletes, nil, mf.MatchDeletes)
+		}})
+	}
+	if len(rf.Deletes) > 0 { // after the masters that no longer carry the flag
+		steps = append(steps, step{name: "repair: delete source ranges", retry: mapRetries, send: func(c *Core, o *op) {
+			c.applyRanges(o, nil, rf.Deletes)
 		}})
 	}
 	// Always: only the Maglev owner can tell whether its maps hold the
@@ -293,7 +306,7 @@ func (c *Core) recordRestore(r *table.Restored) {
 		OrphanRevNAT:  len(r.OrphanRevNAT),
 		Repairs:       len(r.Repairs),
 		RepairsByKind: map[string]int{},
-		Writes:        r.Fixes4.Writes() + r.Fixes6.Writes() + r.Members.Writes(),
+		Writes:        r.Fixes4.Writes() + r.Fixes6.Writes() + r.Members.Writes() + len(r.SourceRanges.Writes) + len(r.SourceRanges.Deletes),
 	}
 	bes := map[lb.BackendID]bool{}
 	for _, svc := range r.Services {
@@ -342,5 +355,6 @@ func flushAll(d table.Dump) *table.Restored {
 		r.Members.MemberDeletes = append(r.Members.MemberDeletes, e.Key)
 	}
 	r.Members.MatchDeletes = d.AffinityMatch
+	r.SourceRanges.Deletes = d.SourceRanges
 	return r
 }

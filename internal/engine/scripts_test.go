@@ -348,7 +348,8 @@ func TestScriptReconcileAsksEveryOwnerAndCountsRepairs(t *testing.T) {
 	h.call(upsert(svc(t, "10.96.0.1:80", "10.0.1.1:8080")))
 	h.expect("alloc: acquire service 10.96.0.1:80/TCP backends [10.0.1.1:8080/TCP]")
 	h.call(&messages.Reconcile{Reply: make(chan messages.ReconcileReply, 1)})
-	h.expect("svc4: reconcile", "svc6: reconcile", "be4: reconcile", "be6: reconcile", "revnat: reconcile", "members: reconcile", "affinity: reconcile", "maglev: reconcile []")
+	h.expect("svc4: reconcile", "svc6: reconcile", "be4: reconcile", "be6: reconcile", "revnat: reconcile", "members: reconcile", "affinity: reconcile", "maglev: reconcile []", "srcrange: reconcile")
+	h.reply("srcrange", drifted(messages.Drift{Map: "lb4_source_range", Pin: maps.PinOK, Extra: 1}, messages.Drift{Map: "lb6_source_range", Pin: maps.PinOK}))
 	h.reply("maglev", drifted(messages.Drift{Map: "lb6_maglev", Pin: maps.PinOK}, messages.Drift{Map: "lb4_maglev", Pin: maps.PinOK, Changed: 1}))
 	h.reply("affinity", drifted(messages.Drift{Map: "lb_affinity_match", Pin: maps.PinOK}))
 	h.reply("members", drifted(messages.Drift{Map: "lb_members", Pin: maps.PinOK, Changed: 1}))
@@ -368,7 +369,9 @@ func TestScriptReconcileAsksEveryOwnerAndCountsRepairs(t *testing.T) {
 		"lb_members pin ok missing 0 changed 1 extra 0 " +
 		"lb_affinity_match pin ok missing 0 changed 0 extra 0 " +
 		"lb4_maglev pin ok missing 0 changed 1 extra 0 " +
-		"lb6_maglev pin ok missing 0 changed 0 extra 0]")
+		"lb6_maglev pin ok missing 0 changed 0 extra 0 " +
+		"lb4_source_range pin ok missing 0 changed 0 extra 1 " +
+		"lb6_source_range pin ok missing 0 changed 0 extra 0]")
 
 	// The upsert went on meanwhile.
 	h.reply("alloc", acquired(1, 1))
@@ -379,9 +382,9 @@ func TestScriptReconcileAsksEveryOwnerAndCountsRepairs(t *testing.T) {
 func TestScriptReconcileFailsNamingTheMapThatCouldNotBeRepaired(t *testing.T) {
 	h := newHarness(t)
 	h.call(&messages.Reconcile{Reply: make(chan messages.ReconcileReply, 1)})
-	h.expect("svc4: reconcile", "svc6: reconcile", "be4: reconcile", "be6: reconcile", "revnat: reconcile", "members: reconcile", "affinity: reconcile", "maglev: reconcile []")
+	h.expect("svc4: reconcile", "svc6: reconcile", "be4: reconcile", "be6: reconcile", "revnat: reconcile", "members: reconcile", "affinity: reconcile", "maglev: reconcile []", "srcrange: reconcile")
 	h.reply("svc4", drifted(messages.Drift{Map: "lb4_services", Pin: maps.PinOK, Missing: 3, Err: errBusy}))
-	for _, c := range []string{"svc6", "be4", "be6", "revnat", "members", "affinity", "maglev"} {
+	for _, c := range []string{"svc6", "be4", "be6", "revnat", "members", "affinity", "maglev", "srcrange"} {
 		h.reply(c, drifted())
 	}
 	h.expectAnswers("reconcile: error: reconcile maps: lb4_services: device or resource busy")

@@ -82,6 +82,32 @@ func (c *Core) applyMembers(o *op, writes []maps.MemberEntry, deletes []maps.Mem
 	}
 }
 
+// applyRanges sends the source-range owner its writes and deletes (both
+// families): nothing when there is nothing.
+func (c *Core) applyRanges(o *op, writes, deletes []maps.SourceRangeKey) {
+	if len(writes) > 0 || len(deletes) > 0 {
+		c.request(o, ChildSourceRange, 0, replyErr, &messages.SourceRangeApply{ReqID: c.reqID(), Writes: writes, Deletes: deletes})
+	}
+}
+
+// rangesNotIn returns the keys of from that want does not have.
+func rangesNotIn(from, want []maps.SourceRangeKey) []maps.SourceRangeKey {
+	if len(from) == 0 {
+		return nil
+	}
+	keep := make(map[maps.SourceRangeKey]bool, len(want))
+	for _, k := range want {
+		keep[k] = true
+	}
+	var out []maps.SourceRangeKey
+	for _, k := range from {
+		if !keep[k] {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
 // maglevTable returns what svc's Maglev table is built from, and whether
 // svc has one (table.MaglevBackends).
 func maglevTable(svc *table.Service) (messages.MaglevTable, bool) {

@@ -234,16 +234,21 @@ func (p *upsertPlan) writeBackends(c *Core, o *op) {
 	revs := make([]maps.RevNATEntry, 0, nsvc)
 	var ms []maps.MemberEntry
 	var as []maps.AffinityMatchKey
+	var rs []maps.SourceRangeKey
 	for it := range p.live {
 		f := famIndex(it.svc.Family())
 		bes[f] = table.AppendBackendEntries(bes[f], it.svc)
 		revs = append(revs, table.RevNAT(it.svc))
 		ms = append(ms, table.MemberEntries(it.svc)...)
 		as = append(as, table.AffinityMatches(it.svc)...)
+		rs = append(rs, table.SourceRanges(it.svc)...)
 	}
 	c.applyBackends(o, bes, [2][]uint32{})
 	c.applyRevNAT(o, revs, [2][]uint16{})
 	c.applyMembers(o, ms, nil, as, nil)
+	// Before the master: a master carrying FlagSourceRange never goes
+	// live without its ranges (the datapath would drop every client).
+	c.applyRanges(o, rs, nil)
 }
 
 func (p *upsertPlan) writeService(c *Core, o *op) {
@@ -273,13 +278,16 @@ func (p *upsertPlan) deleteFreedAndStale(c *Core, o *op) {
 	p.deleteFreed(c, o)
 	var md []maps.MemberKey
 	var ad []maps.AffinityMatchKey
+	var rd []maps.SourceRangeKey
 	for it := range p.live {
 		if it.old != nil {
 			md = append(md, memberKeysNotIn(table.MemberEntries(it.old), table.MemberEntries(it.svc))...)
 			ad = append(ad, matchesNotIn(table.AffinityMatches(it.old), table.AffinityMatches(it.svc))...)
+			rd = append(rd, rangesNotIn(table.SourceRanges(it.old), table.SourceRanges(it.svc))...)
 		}
 	}
 	c.applyMembers(o, nil, md, nil, ad)
+	c.applyRanges(o, nil, rd) // the ranges the new master no longer has
 }
 
 // commit puts the services in the table. The references of removed
@@ -350,6 +358,7 @@ func (p *upsertPlan) rollbackBackends(c *Core, o *op) {
 	var revs []maps.RevNATEntry
 	var ms []maps.MemberEntry
 	var as []maps.AffinityMatchKey
+	var rs []maps.SourceRangeKey
 	for it := range p.undone {
 		f := famIndex(it.svc.Family())
 		if it.old != nil {
@@ -357,12 +366,14 @@ func (p *upsertPlan) rollbackBackends(c *Core, o *op) {
 			revs = append(revs, table.RevNAT(it.old))
 			ms = append(ms, table.MemberEntries(it.old)...)
 			as = append(as, table.AffinityMatches(it.old)...)
+			rs = append(rs, table.SourceRanges(it.old)...)
 		}
 		bes[f] = append(bes[f], it.restoreShared...)
 	}
 	c.applyBackends(o, bes, [2][]uint32{})
 	c.applyRevNAT(o, revs, [2][]uint16{})
 	c.applyMembers(o, ms, nil, as, nil)
+	c.applyRanges(o, rs, nil) // before the old master is written back
 }
 
 func (p *upsertPlan) rollbackService(c *Core, o *op) {
@@ -394,19 +405,23 @@ func (p *upsertPlan) rollbackRevNAT(c *Core, o *op) {
 	var rev [2][]uint16
 	var md []maps.MemberKey
 	var ad []maps.AffinityMatchKey
+	var rd []maps.SourceRangeKey
 	for it := range p.undone {
 		if it.old == nil {
 			f := famIndex(it.svc.Family())
 			rev[f] = append(rev[f], uint16(it.svc.ID()))
 			md = append(md, memberKeysNotIn(table.MemberEntries(it.svc), nil)...)
 			ad = append(ad, table.AffinityMatches(it.svc)...)
+			rd = append(rd, table.SourceRanges(it.svc)...)
 		} else {
 			md = append(md, memberKeysNotIn(table.MemberEntries(it.svc), table.MemberEntries(it.old))...)
 			ad = append(ad, matchesNotIn(table.AffinityMatches(it.svc), table.AffinityMatches(it.old))...)
+			rd = append(rd, rangesNotIn(table.SourceRanges(it.svc), table.SourceRanges(it.old))...)
 		}
 	}
 	c.applyRevNAT(o, nil, rev)
 	c.applyMembers(o, nil, md, nil, ad)
+	c.applyRanges(o, nil, rd) // after the old master (or none) is back
 }
 
 func (p *upsertPlan) rollbackRelease(c *Core, o *op) {
@@ -554,6 +569,11 @@ func newTableService(spec *lb.Service) *table.Service {
 		svc.Spec.SessionAffinityTimeout = lb.DefaultSessionAffinityTimeout
 	}
 	table.SlotOrder(svc.Spec.Backends, nil)
+	if len(svc.Spec.SourceRanges) > 0 {
+		// The order restore rebuilds them in.
+		svc.Spec.SourceRanges = slices.Clone(svc.Spec.SourceRanges)
+		table.SortRanges(svc.Spec.SourceRanges)
+	}
 	svc.BackendIDs = make([]lb.BackendID, len(svc.Spec.Backends))
 	return svc
 }

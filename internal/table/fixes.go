@@ -113,6 +113,12 @@ const (
 	// a backend of a session-affinity service (written), or of no such
 	// backend (deleted).
 	RepairAffinityMatch RepairKind = "affinity-match"
+	// RepairSourceRange (rules 5 and 10): a source-range entry of no
+	// service whose master carries FlagSourceRange, or not as the engine
+	// writes it (deleted); a service whose master carries the flag while
+	// the maps hold none of its ranges (removed: the ranges are lost, and
+	// rebuilding it without them would open it to every client).
+	RepairSourceRange RepairKind = "source-range"
 )
 
 // String returns the kind as used in logs and metrics.
@@ -150,6 +156,10 @@ type Restored struct {
 	// each for both families), applied with the family fixes: writes
 	// before the slots that use them, deletes after (rules 8 and 9).
 	Members MemberFixes
+	// SourceRanges are the writes of the source-range maps (rule 10):
+	// writes before the masters that carry FlagSourceRange, deletes after
+	// the masters (the flag gone, or the service).
+	SourceRanges SourceRangeFixes
 }
 
 // MemberFixes are the writes that make lb_members and lb_affinity_match

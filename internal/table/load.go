@@ -21,6 +21,9 @@ type Dump struct {
 	RevNAT4, RevNAT6     []maps.RevNATEntry
 	Members              []maps.MemberEntry
 	AffinityMatch        []maps.AffinityMatchKey
+	// SourceRanges are the entries of lb4_source_range and
+	// lb6_source_range (each key's family is its address's).
+	SourceRanges []maps.SourceRangeKey
 }
 
 var families = [2]maps.Family{maps.IPv4, maps.IPv6}

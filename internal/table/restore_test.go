@@ -67,6 +67,7 @@ func dumpOf(svcs ...*Service) Dump {
 		entries := SlotsAndMaster(s)
 		d.Members = append(d.Members, MemberEntries(s)...)
 		d.AffinityMatch = append(d.AffinityMatch, AffinityMatches(s)...)
+		d.SourceRanges = append(d.SourceRanges, SourceRanges(s)...)
 		if s.Family() == maps.IPv6 {
 			d.Services6 = append(d.Services6, entries...)
 			d.RevNAT6 = append(d.RevNAT6, RevNAT(s))
@@ -93,6 +94,7 @@ func cloneDump(d Dump) Dump {
 		Backends4: slices.Clone(d.Backends4), Backends6: slices.Clone(d.Backends6),
 		RevNAT4: slices.Clone(d.RevNAT4), RevNAT6: slices.Clone(d.RevNAT6),
 		Members: slices.Clone(d.Members), AffinityMatch: slices.Clone(d.AffinityMatch),
+		SourceRanges: slices.Clone(d.SourceRanges),
 	}
 }
 
@@ -110,6 +112,7 @@ func shuffledDump(r *rand.Rand, d Dump) Dump {
 	shuffle(r, c.RevNAT6)
 	shuffle(r, c.Members)
 	shuffle(r, c.AffinityMatch)
+	shuffle(r, c.SourceRanges)
 	return c
 }
 
@@ -122,6 +125,8 @@ type famMaps struct {
 	// lb_members and lb_affinity_match serve both families: st[0] holds them.
 	mem   map[maps.MemberKey]maps.MemberValue
 	match map[maps.AffinityMatchKey]bool
+	// ranges holds both source-range maps (keys name their family).
+	ranges map[maps.SourceRangeKey]bool
 }
 
 type mapState [2]*famMaps // IPv4, IPv6
@@ -158,6 +163,10 @@ func stateOf(d Dump) mapState {
 	for _, k := range d.AffinityMatch {
 		st[0].match[k] = true
 	}
+	st[0].ranges = map[maps.SourceRangeKey]bool{}
+	for _, k := range d.SourceRanges {
+		st[0].ranges[k] = true
+	}
 	return st
 }
 
@@ -191,6 +200,10 @@ func (st mapState) dump() Dump {
 		d.AffinityMatch = append(d.AffinityMatch, k)
 	}
 	slices.SortFunc(d.AffinityMatch, compareMatchKey)
+	for k := range st[0].ranges {
+		d.SourceRanges = append(d.SourceRanges, k)
+	}
+	slices.SortFunc(d.SourceRanges, CompareSourceRangeKey)
 	return d
 }
 
@@ -217,9 +230,23 @@ func (st mapState) datapathProblems() map[string]bool {
 			if _, ok := fm.rev[m.RevNATIndex]; !ok {
 				out[fmt.Sprintf("%d %s no revnat", i, k)] = true
 			}
+			if m.Flags&lb.FlagSourceRange != 0 && !st.hasRanges(families[i], m.RevNATIndex) {
+				out[fmt.Sprintf("%d %s source-range flag without ranges", i, k)] = true
+			}
 		}
 	}
 	return out
+}
+
+// hasRanges reports whether the source-range map of fam holds a range
+// of service id.
+func (st mapState) hasRanges(fam maps.Family, id uint16) bool {
+	for k := range st[0].ranges {
+		if k.RevNATIndex == id && k.Family() == fam {
+			return true
+		}
+	}
+	return false
 }
 
 // apply applies r's fixes to d in the engine's order and checks after every
@@ -234,6 +261,9 @@ func apply(t *testing.T, d Dump, r *Restored) Dump {
 	}
 	for _, k := range r.Members.MatchWrites {
 		st[0].match[k] = true
+	}
+	for _, k := range r.SourceRanges.Writes {
+		st[0].ranges[k] = true
 	}
 	defer func() {
 		for _, k := range r.Members.MemberDeletes {
@@ -301,6 +331,9 @@ func apply(t *testing.T, d Dump, r *Restored) Dump {
 	}
 	for _, k := range r.Members.MatchDeletes {
 		delete(st[0].match, k)
+	}
+	for _, k := range r.SourceRanges.Deletes {
+		delete(st[0].ranges, k)
 	}
 	return st.dump()
 }
@@ -415,7 +448,7 @@ func invariantProblems(d Dump) []string {
 // Rebuild is a no-op with the same table. It returns the repaired dump.
 func checkRepaired(t *testing.T, d Dump, r *Restored) Dump {
 	t.Helper()
-	total := r.Fixes4.Writes() + r.Fixes6.Writes() + r.Members.Writes()
+	total := r.Fixes4.Writes() + r.Fixes6.Writes() + r.Members.Writes() + len(r.SourceRanges.Writes) + len(r.SourceRanges.Deletes)
 	assert.Equal(t, total > 0, len(r.Repairs) > 0, "fixes without repairs or repairs without fixes: %+v", r.Repairs)
 	fixed := apply(t, d, r)
 	require.Empty(t, invariantProblems(fixed), "invariants after applying fixes")
@@ -462,6 +495,7 @@ func consistentServices() []*Service {
 			s.LBAlgorithm = lb.LBAlgRandom
 			s.Backends[1].NodeLocal = true
 			s.Backends[0].Weight = 7
+			s.SourceRanges = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("192.0.2.0/24")}
 		}, be("10.0.4.1:443/tcp", 401), be("10.0.3.1:8080/tcp", 301)),
 		svc("203.0.113.5:444/tcp/internal", 14, func(s *lb.Service) { s.Type = lb.SVCTypeLoadBalancer },
 			be("10.0.4.2:443/tcp", 402)),
@@ -482,6 +516,7 @@ func consistentServices() []*Service {
 			s.LBAlgorithm = lb.LBAlgMaglev
 			s.ExtTrafficPolicyLocal, s.IntTrafficPolicyLocal = true, true
 			s.Backends[0].NodeLocal = true
+			s.SourceRanges, s.SourceRangesDeny = []netip.Prefix{netip.MustParsePrefix("2001:db8:bad::/48")}, true
 		}, np6...),
 		svc("[fd00::b]:53/udp/internal", 23, func(s *lb.Service) { s.Type = lb.SVCTypeClusterIP },
 			be("[fd00::7:1]:53/udp", 711, quar)),
@@ -994,12 +1029,12 @@ func restoreCases() []restoreCase {
 			name: "rule 5: invalid entry: master flags and algorithm",
 			corrupt: func(d *Dump) {
 				editSvc(d.Services4, k(fe1, 0), func(v *maps.ServiceValue) {
-					v.Flags |= lb.FlagSourceRange
+					v.Flags2 |= lb.Flag2NAT46x64
 					v.BackendID = 7 << 24
 				})
 			},
 			fixes4:  Fixes{MasterWrites: []maps.ServiceEntry{masterE(fe1, 2, 1, 1)}},
-			repairs: []Repair{rep(RepairInvalidEntry, v4, 1, fe1, 0, "master value not as the engine writes it (affinity/algorithm 0x7000000 -> 0x0, flags 0xc0 -> 0x40): rewritten")},
+			repairs: []Repair{rep(RepairInvalidEntry, v4, 1, fe1, 0, "master value not as the engine writes it (affinity/algorithm 0x7000000 -> 0x0, flags2 0x02 -> 0x00): rewritten")},
 		},
 		{
 			name: "rule 5: slot order: states out of order",

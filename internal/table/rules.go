@@ -3,6 +3,7 @@ package table
 import (
 	"cmp"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -76,13 +77,15 @@ func Rebuild(d Dump) *Restored {
 	<-done
 	rb.out.Repairs = append(rb.out.Repairs, svcs.out.Repairs...)
 	rb.loadMembers(d)
+	rb.loadSourceRanges(d)
 	rb.dedupeServiceIDs() // rule 3
 	for _, fs := range rb.fam {
 		rb.rebuildServices(fs) // rule 5 (parallel halves for a large family)
 	}
-	rb.deleteOrphanBackends() // rule 6
-	rb.reconcileRevNAT()      // rule 7
-	rb.reconcileMembers(d)    // rules 8 and 9
+	rb.deleteOrphanBackends()   // rule 6
+	rb.reconcileRevNAT()        // rule 7
+	rb.reconcileMembers(d)      // rules 8 and 9
+	rb.reconcileSourceRanges(d) // rule 10
 	rb.finish()
 	return rb.out
 }
@@ -110,6 +113,9 @@ type rebuild struct {
 	// sources are the services' sources from their lb_members records
 	// (loadMembers); a service without one is SourceAPI.
 	sources map[uint16]lb.Source
+	// ranges are the valid source ranges by family and service ID
+	// (loadSourceRanges); read only once loaded.
+	ranges map[rangeOwner][]netip.Prefix
 }
 
 func (rb *rebuild) other(fs *famState) *famState {
@@ -331,7 +337,7 @@ func (rb *rebuild) rebuildServices(fs *famState) {
 		return
 	}
 	half := len(fs.groups) / 2
-	rb2 := &rebuild{out: &Restored{}, fam: rb.fam, members: rb.members, sources: rb.sources}
+	rb2 := &rebuild{out: &Restored{}, fam: rb.fam, members: rb.members, sources: rb.sources, ranges: rb.ranges}
 	fs2 := *fs
 	fs2.fixes = &Fixes{}
 	done := make(chan struct{})
@@ -360,6 +366,11 @@ type slotted struct {
 // for it.
 func (rb *rebuild) rebuildService(fs *famState, g *group) {
 	m := g.master
+	var ranged Service
+	if !rb.sourceRangesOf(fs.fam, m, &ranged) {
+		rb.remove(fs, g, RepairSourceRange, "master carries the source-range flag but the maps hold none of its ranges: service removed (nothing opened by accident)")
+		return
+	}
 	n := int(m.Count) + int(m.QCount)
 	list := rb.list[:0]
 	defer func() { rb.list = list[:0] }()
@@ -466,6 +477,7 @@ func (rb *rebuild) rebuildService(fs *famState, g *group) {
 	}
 
 	svc := &Service{Spec: SpecFromMaster(g.fe, m)}
+	svc.Spec.SourceRanges, svc.Spec.SourceRangesDeny = ranged.Spec.SourceRanges, ranged.Spec.SourceRangesDeny
 	svc.Spec.Source = rb.sources[m.RevNATIndex] // an unknown one was left out: rule 8 rewrites the record
 	if !svc.Spec.LBAlgorithm.IsValid() {
 		svc.Spec.LBAlgorithm = lb.LBAlgDefault
