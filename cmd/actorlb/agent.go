@@ -100,7 +100,7 @@ file left behind by an agent that died is replaced; any other file is not.`,
 			fs.String("socket", api.DefaultSocket, "unix socket of the API (created with mode 0660)")
 			fs.String("api-addr", "", "also serve the API on this TCP address, IP:PORT (loopback only unless --api-allow-remote; port 0 picks one; needs --api-token-file or --api-insecure)")
 			fs.Bool("api-allow-remote", false, "allow a non-loopback --api-addr (the token travels in clear text: anyone who sees it controls the load balancer)")
-			fs.Int("map-max", maps.DefaultMaxEntries, "max entries of each service, backend and revNAT map; another value than the pinned maps' migrates them at start (every service kept)")
+			fs.Int("map-max", maps.DefaultMaxEntries, "max entries of each service, backend, revNAT and source-range map; another value than the pinned maps' migrates them at start (every service kept)")
 			fs.Uint32("maglev-table-size", maglev.DefaultTableSize, "entries of each maglev service's lookup table in lb4_maglev/lb6_maglev (M): a prime from 251 to 131071 (for example 251, 1021, 4093, 16381, 65521, 131071); each table takes 4×M bytes of kernel memory; aim for M > 100 × backends; changing it needs --recreate-maps (the tables are written again at start, nothing is lost)")
 			fs.Duration("conntrack-gc-interval", actorlb.DefaultConntrackInterval, "how often the conntrack GC reads the next page (at most 4096 entries) of the packet datapath's conntrack maps (<bpf-root>/lb4_ct, lb4_ct_rev, lb6_ct, lb6_ct_rev) and deletes expired flows and orphaned reverse entries; it idles while the maps are not pinned (0: no GC)")
 			fs.Duration("reconcile-interval", actorlb.DefaultReconcileInterval, "how often every map is compared with what the agent wrote, and its pin with the map, and repaired (0: only on demand, actorlb bpf lb reconcile)")
@@ -206,7 +206,7 @@ func agentFlags(e *env) (*agentConfig, error) {
 	if c.mapMax < 1 || c.mapMax > 1<<24 {
 		return nil, fmt.Errorf("invalid --map-max %d: must be between 1 and %d", c.mapMax, 1<<24)
 	}
-	c.sizes = maps.Sizes{Services: c.mapMax, Backends: c.mapMax, RevNAT: c.mapMax}
+	c.sizes = maps.Sizes{Services: c.mapMax, Backends: c.mapMax, RevNAT: c.mapMax, SourceRanges: c.mapMax}
 	if err := maglev.CheckTableSize(c.maglevSize); err != nil {
 		return nil, fmt.Errorf("invalid --maglev-table-size %d: want a prime in [%d, %d] (for example 251, 1021, 4093, 16381, 65521, 131071)",
 			c.maglevSize, maglev.MinTableSize, maglev.MaxTableSize)

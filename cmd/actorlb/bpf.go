@@ -388,7 +388,7 @@ false alarms. The agent repairs every violation at its next start.`,
 					fmt.Fprintln(e.stdout, v.String())
 				}
 				if len(persist) == 0 {
-					fmt.Fprintf(e.stdout, "OK: %s; invariants 1-4 and 6 hold\n", summary)
+					fmt.Fprintf(e.stdout, "OK: %s; invariants 1-4, 6 and 8 hold\n", summary)
 				}
 			}
 			if len(persist) > 0 {

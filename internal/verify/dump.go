@@ -49,6 +49,16 @@ func Dump(m *maps.LBMaps) (table.Dump, error) {
 			return table.Dump{}, fmt.Errorf("dump maps: %w", err)
 		}
 	}
+	for _, sr := range []maps.SourceRangeMap{m.SourceRange4, m.SourceRange6} {
+		if sr == nil {
+			continue
+		}
+		ks, err := sr.Dump()
+		if err != nil {
+			return table.Dump{}, fmt.Errorf("dump maps: %w", err)
+		}
+		d.SourceRanges = append(d.SourceRanges, ks...)
+	}
 	d.Members, d.AffinityMatch = nilIfEmpty(d.Members), nilIfEmpty(d.AffinityMatch)
 	return d, nil
 }
@@ -94,7 +104,9 @@ func DumpPinned(root string) (table.Dump, error) {
 	}); err != nil {
 		return table.Dump{}, err
 	}
-	defer func() { d.Members, d.AffinityMatch = nilIfEmpty(d.Members), nilIfEmpty(d.AffinityMatch) }()
+	defer func() {
+		d.Members, d.AffinityMatch, d.SourceRanges = nilIfEmpty(d.Members), nilIfEmpty(d.AffinityMatch), nilIfEmpty(d.SourceRanges)
+	}()
 	// actorlb's own maps are younger than the six: a root written by an
 	// older agent has none (read as empty).
 	if d.Members, err = readPinned(root, maps.MembersName, func(k [maps.MemberKeySize]byte, v [maps.MemberValueSize]byte) maps.MemberEntry {
@@ -107,6 +119,20 @@ func DumpPinned(root string) (table.Dump, error) {
 	}); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return table.Dump{}, err
 	}
+	// The source-range maps are younger still.
+	sr4, err := readPinned(root, maps.SourceRange4Name, func(k [maps.SourceRange4KeySize]byte, _ [maps.SourceRangeValueSize]byte) maps.SourceRangeKey {
+		return maps.UnmarshalSourceRange4Key(k)
+	})
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return table.Dump{}, err
+	}
+	sr6, err := readPinned(root, maps.SourceRange6Name, func(k [maps.SourceRange6KeySize]byte, _ [maps.SourceRangeValueSize]byte) maps.SourceRangeKey {
+		return maps.UnmarshalSourceRange6Key(k)
+	})
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return table.Dump{}, err
+	}
+	d.SourceRanges = append(sr4, sr6...)
 	return d, nil
 }
 
@@ -137,9 +163,13 @@ func readPinned[K, V comparable, E any](root, name string, decode func(K, V) E) 
 	var k K
 	var v V
 	wantK, wantV := int(unsafe.Sizeof(k)), int(unsafe.Sizeof(v))
-	if m.Type() != ebpf.Hash || int(m.KeySize()) != wantK || int(m.ValueSize()) != wantV {
-		return nil, fmt.Errorf("read pinned maps: %w: %s is a %s map with key size %d and value size %d, want a hash map with %d and %d",
-			maps.ErrIncompatible, path, m.Type(), m.KeySize(), m.ValueSize(), wantK, wantV)
+	wantType, wantName := ebpf.Hash, "hash"
+	if name == maps.SourceRange4Name || name == maps.SourceRange6Name {
+		wantType, wantName = ebpf.LPMTrie, "LPM trie"
+	}
+	if m.Type() != wantType || int(m.KeySize()) != wantK || int(m.ValueSize()) != wantV {
+		return nil, fmt.Errorf("read pinned maps: %w: %s is a %s map with key size %d and value size %d, want a %s map with %d and %d",
+			maps.ErrIncompatible, path, m.Type(), m.KeySize(), m.ValueSize(), wantName, wantK, wantV)
 	}
 	for try := 1; ; try++ {
 		var out []E

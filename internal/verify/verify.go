@@ -67,6 +67,14 @@ const (
 	// MaglevStray (invariant 7): a table of a service ID that is no maglev
 	// service of the map's family, or of one without a usable backend.
 	MaglevStray Kind = "maglev-stray"
+	// SourceRangeMissing (invariant 8): a master carries FlagSourceRange
+	// and its family's source-range map holds no range of its service ID
+	// (the datapath would drop every client, or let every denied one in).
+	SourceRangeMissing Kind = "source-range-missing"
+	// SourceRangeStray (invariant 8): a source-range entry of a service ID
+	// whose master (in the entry's family) does not carry FlagSourceRange,
+	// or a key the engine never writes.
+	SourceRangeStray Kind = "source-range-stray"
 )
 
 // Invariant returns the number of the docs/architecture.md invariant that a
@@ -85,6 +93,8 @@ func (k Kind) Invariant() int {
 		return 6
 	case MaglevMissing, MaglevWrong, MaglevStray:
 		return 7
+	case SourceRangeMissing, SourceRangeStray:
+		return 8
 	}
 	return 0
 }
@@ -127,7 +137,7 @@ func (v Violation) String() string {
 	return b.String()
 }
 
-// Check returns every violation of invariants 1-4 and 6 in d, sorted by
+// Check returns every violation of invariants 1-4, 6 and 8 in d, sorted by
 // invariant, kind, family, service ID, frontend, backend ID and detail; nil
 // when the maps are consistent. Standalone revNAT entries (an ID no service
 // has) are allowed. IPv4 addresses are compared unmapped.
@@ -156,6 +166,7 @@ func Check(d table.Dump) []Violation {
 		backendIDs[i] = c.checkFamily(fm.f, fm.svcs, fm.bes, fm.revs, ids, members, svcs)
 	}
 	c.checkMembers(d, svcs, backendIDs)
+	c.checkSourceRanges(d)
 	for id := range backendIDs[1] {
 		if backendIDs[0][id] {
 			c.add(Violation{Kind: DuplicateBackendID, Family: maps.IPv6, BackendID: lb.BackendID(id),

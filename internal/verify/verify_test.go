@@ -50,6 +50,7 @@ func dumpOf(svcs ...*table.Service) table.Dump {
 		es := table.SlotsAndMaster(s)
 		d.Members = append(d.Members, table.MemberEntries(s)...)
 		d.AffinityMatch = append(d.AffinityMatch, table.AffinityMatches(s)...)
+		d.SourceRanges = append(d.SourceRanges, table.SourceRanges(s)...)
 		bes := table.BackendEntries(s)
 		rev := table.RevNAT(s)
 		if s.Family() == maps.IPv6 {
@@ -483,4 +484,33 @@ func TestCheckMembersAffinityMatchesAndTwoScopes(t *testing.T) {
 		kinds = append(kinds, fmt.Sprintf("%s %d/%d", v.Kind, v.ServiceID, v.BackendID))
 	}
 	require.ElementsMatch(t, []string{"stale-member 99/71", "stale-member 7/999", "stale-affinity-match 5/41", "stale-affinity-match 7/72"}, kinds)
+}
+
+// Invariant 8: a master carrying the source-range flag has ranges in its
+// family's map; every range belongs to such a master.
+func TestCheckSourceRanges(t *testing.T) {
+	v4 := svc(t, "203.0.113.5:443/tcp", 5, "10.0.4.1:443/tcp=41")
+	v4.Spec.Type = lb.SVCTypeLoadBalancer
+	v4.Spec.SourceRanges = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("192.0.2.0/24")}
+	v6 := svc(t, "[2001:db8::5]:443/tcp", 6, "[fd00::4:1]:443/tcp=61")
+	v6.Spec.Type = lb.SVCTypeLoadBalancer
+	v6.Spec.SourceRanges, v6.Spec.SourceRangesDeny = []netip.Prefix{netip.MustParsePrefix("2001:db8:bad::/48")}, true
+	plain := svc(t, "10.96.0.7:80/tcp", 7, "10.0.7.1:80/tcp=71")
+	d := dumpOf(v4, v6, plain)
+	require.Len(t, d.SourceRanges, 3)
+	require.Empty(t, Check(d), "what the engine writes is consistent")
+
+	bad := d
+	bad.SourceRanges = append(slices.DeleteFunc(slices.Clone(d.SourceRanges), func(k maps.SourceRangeKey) bool { return k.RevNATIndex == 6 }),
+		maps.SourceRangeKeyOf(7, netip.MustParsePrefix("10.0.0.0/8")),    // a service without the flag
+		maps.SourceRangeKeyOf(5, netip.MustParsePrefix("fd00::/8")),      // the other family's map
+		maps.SourceRangeKeyOf(99, netip.MustParsePrefix("10.9.0.0/16")),  // no service
+		maps.SourceRangeKey{PrefixLen: 8, Addr: netip.IPv4Unspecified()}) // never written
+	var kinds []string
+	for _, v := range Check(bad) {
+		require.Equal(t, 8, v.Invariant(), v.String())
+		kinds = append(kinds, fmt.Sprintf("%s %s %d", v.Kind, v.Family, v.ServiceID))
+	}
+	require.ElementsMatch(t, []string{"source-range-missing ipv6 6", "source-range-stray ipv4 7", "source-range-stray ipv6 5",
+		"source-range-stray ipv4 99", "source-range-stray ipv4 0"}, kinds)
 }
