@@ -17,9 +17,17 @@
 // services, each status.loadBalancer.ingress IP (type LoadBalancer) whose
 // family has a ClusterIP. A frontend address that appears twice keeps the
 // first kind in the order ClusterIP, LoadBalancer, ExternalIPs, NodePort.
-// Ingress IPs in ipMode Proxy are left out, and so are all ingress IPs of a
-// service with loadBalancerSourceRanges, which the datapath cannot enforce
-// yet (closed rather than open to every source).
+// Ingress IPs in ipMode Proxy are left out.
+//
+// # Source ranges
+//
+// The LoadBalancer (ingress IP) frontends of a service with
+// spec.loadBalancerSourceRanges get them as SourceRanges: each CIDR masked
+// to its network address, without repeats, those of the frontend's family
+// only (the packet datapath lets only those clients in). A frontend left
+// with no range of its family, or any entry that is not a CIDR, skips the
+// frontend (ReasonSourceRanges): closed rather than open to every client.
+// The ranges apply to LoadBalancer frontends only, as kube-proxy's do.
 //
 // # Traffic policies and affinity
 //

@@ -89,7 +89,7 @@ func addrs(ss ...string) []netip.Addr {
 
 // render writes a service on one line:
 //
-//	ClusterIP 10.96.0.10:80/TCP [ext-local] [int-local] [affinity=N] -> 10.0.0.1:8080/TCP(active,local) ...
+//	ClusterIP 10.96.0.10:80/TCP [ext-local] [int-local] [affinity=N] [ranges=P,P] -> 10.0.0.1:8080/TCP(active,local) ...
 //
 // with weight=N only when it is not the default.
 func render(s *lb.Service) string {
@@ -109,6 +109,13 @@ func render(s *lb.Service) string {
 	}
 	if s.LBAlgorithm != lb.LBAlgDefault {
 		b.WriteString(" algo=" + s.LBAlgorithm.String())
+	}
+	if len(s.SourceRanges) > 0 {
+		var ps []string
+		for _, p := range s.SourceRanges {
+			ps = append(ps, p.String())
+		}
+		b.WriteString(" ranges=" + strings.Join(ps, ","))
 	}
 	b.WriteString(" ->")
 	for _, be := range s.Backends {

@@ -38,10 +38,11 @@ const (
 	// ReasonIngressProxyMode: a load balancer ingress with ipMode Proxy:
 	// the load balancer delivers to the node, not to the ingress IP.
 	ReasonIngressProxyMode Reason = "ingress-ip-mode-proxy"
-	// ReasonSourceRanges: loadBalancerSourceRanges are set, which the
-	// datapath cannot enforce yet: the load balancer frontends are left
-	// out rather than opened to every source.
-	ReasonSourceRanges Reason = "source-ranges-unsupported"
+	// ReasonSourceRanges: a load balancer ingress frontend whose
+	// loadBalancerSourceRanges cannot be enforced: an entry is not a CIDR,
+	// or none is of the frontend's family. It is left out rather than
+	// opened to every client.
+	ReasonSourceRanges Reason = "source-ranges"
 	// ReasonDuplicateFrontend: a frontend address another frontend of the
 	// service already has.
 	ReasonDuplicateFrontend Reason = "duplicate-frontend"

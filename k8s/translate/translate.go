@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
+	"strings"
 
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	corev1 "k8s.io/api/core/v1"
@@ -427,6 +428,8 @@ type frontend struct {
 	addr  lb.L3n4Addr
 	typ   lb.ServiceType
 	field fieldRef
+	// ranges are a LoadBalancer frontend's source ranges (of its family).
+	ranges []netip.Prefix
 }
 
 // fieldRef names the field a frontend comes from, formatted only for a
@@ -467,6 +470,7 @@ func (t *translator) servicePort(pi int, p corev1.ServicePort, proto lb.L4Type, 
 		fes = append(fes, frontend{addr: lb.L3n4Addr{Addr: ip, Port: port, Protocol: proto}, typ: lb.SVCTypeClusterIP, field: fieldRef{kind: fieldClusterIPs}})
 	}
 	if o.allowIngress {
+		ranges, badRange := sourceRanges(spec.LoadBalancerSourceRanges)
 		for i, ing := range t.in.Service.Status.LoadBalancer.Ingress {
 			f := fieldRef{kind: fieldIngress, idx: i}
 			switch {
@@ -476,13 +480,21 @@ func (t *translator) servicePort(pi int, p corev1.ServicePort, proto lb.L4Type, 
 			case ing.IPMode != nil && *ing.IPMode == corev1.LoadBalancerIPModeProxy:
 				t.skipService(ReasonIngressProxyMode, f.String()+" "+ing.IP+": ipMode Proxy")
 				continue
-			case len(spec.LoadBalancerSourceRanges) > 0:
-				t.skipService(ReasonSourceRanges, f.String()+" "+ing.IP+": spec.loadBalancerSourceRanges cannot be enforced")
+			case badRange != "":
+				t.skipService(ReasonSourceRanges, f.String()+" "+ing.IP+": "+badRange+": left out rather than open to every client")
 				continue
 			}
-			if a, ok := t.externalIP(f, ing.IP, fam); ok {
-				fes = append(fes, frontend{addr: lb.L3n4Addr{Addr: a, Port: port, Protocol: proto}, typ: lb.SVCTypeLoadBalancer, field: f})
+			a, ok := t.externalIP(f, ing.IP, fam)
+			if !ok {
+				continue
 			}
+			rs := ranges[familyOf(a)]
+			if len(spec.LoadBalancerSourceRanges) > 0 && len(rs) == 0 {
+				t.skipService(ReasonSourceRanges, f.String()+" "+ing.IP+": spec.loadBalancerSourceRanges has no "+familyOf(a).String()+
+					" range: left out rather than open to every client")
+				continue
+			}
+			fes = append(fes, frontend{addr: lb.L3n4Addr{Addr: a, Port: port, Protocol: proto}, typ: lb.SVCTypeLoadBalancer, field: f, ranges: rs})
 		}
 	}
 	for i, s := range spec.ExternalIPs {
@@ -526,6 +538,9 @@ func (t *translator) servicePort(pi int, p corev1.ServicePort, proto lb.L4Type, 
 		if o.affinity {
 			s.SessionAffinityTimeout = o.timeout
 		}
+		if len(fe.ranges) > 0 {
+			s.SourceRanges = slices.Clone(fe.ranges)
+		}
 		if fe.typ == lb.SVCTypeClusterIP {
 			s.IntTrafficPolicyLocal = o.intLocal
 		} else {
@@ -548,6 +563,29 @@ func (t *translator) servicePort(pi int, p corev1.ServicePort, proto lb.L4Type, 
 		given[f][l] = true
 		t.emit(s)
 	}
+}
+
+// sourceRanges parses spec.loadBalancerSourceRanges into each family's
+// ranges (by family index), masked to their network address (Kubernetes
+// accepts host bits) and without repeats. bad describes the first entry
+// that is not a CIDR ("" when all are).
+func sourceRanges(in []string) (out [2][]netip.Prefix, bad string) {
+	for i, s := range in {
+		p, err := netip.ParsePrefix(strings.TrimSpace(s))
+		if err != nil || p.Addr().Zone() != "" {
+			return [2][]netip.Prefix{}, "spec.loadBalancerSourceRanges[" + strconv.Itoa(i) + "] " + strconv.Quote(s) + " is not a CIDR"
+		}
+		if p.Addr().Is4In6() {
+			// An IPv4 range written in IPv6 form.
+			p = netip.PrefixFrom(p.Addr().Unmap(), max(p.Bits()-96, 0))
+		}
+		p = p.Masked()
+		f := familyOf(p.Addr())
+		if !slices.Contains(out[f], p) {
+			out[f] = append(out[f], p)
+		}
+	}
+	return out, ""
 }
 
 // externalIP parses an external or ingress IP and checks that the service

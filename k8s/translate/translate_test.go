@@ -332,11 +332,45 @@ func TestTranslateRules(t *testing.T) {
 			skipped: []Reason{ReasonIngressHostname, ReasonIngressProxyMode, ReasonIPFamily, ReasonInvalidIP},
 		},
 		{
-			name: "LoadBalancer source ranges cannot be enforced: its ingress frontends are left out",
-			svc: service(withType(corev1.ServiceTypeLoadBalancer), withIngress(corev1.LoadBalancerIngress{IP: "203.0.113.7"}),
+			name: "LoadBalancer source ranges: the ingress frontends get those of their family, masked, without repeats",
+			svc: service(withType(corev1.ServiceTypeLoadBalancer), dualStack, withIngress(corev1.LoadBalancerIngress{IP: "203.0.113.7"}, corev1.LoadBalancerIngress{IP: "2001:db8::7"}),
+				func(s *corev1.Service) {
+					s.Spec.LoadBalancerSourceRanges = []string{"198.51.100.0/24", " 10.1.2.3/8", "2001:db8:1::/48", "10.0.0.0/8", "::ffff:192.0.2.0/120"}
+				}),
+			want: []string{
+				"ClusterIP 10.96.0.10:80/TCP ->",
+				"LoadBalancer 203.0.113.7:80/TCP ranges=198.51.100.0/24,10.0.0.0/8,192.0.2.0/24 ->",
+				"LoadBalancer [2001:db8::7]:80/TCP ranges=2001:db8:1::/48 ->",
+				"ClusterIP [fd00:96::10]:80/TCP ->",
+			},
+		},
+		{
+			name: "LoadBalancer source ranges: a frontend left with none of its family is skipped, not opened",
+			svc: service(withType(corev1.ServiceTypeLoadBalancer), dualStack, withIngress(corev1.LoadBalancerIngress{IP: "203.0.113.7"}, corev1.LoadBalancerIngress{IP: "2001:db8::7"}),
 				func(s *corev1.Service) { s.Spec.LoadBalancerSourceRanges = []string{"198.51.100.0/24"} }),
+			want:    []string{"ClusterIP 10.96.0.10:80/TCP ->", "LoadBalancer 203.0.113.7:80/TCP ranges=198.51.100.0/24 ->", "ClusterIP [fd00:96::10]:80/TCP ->"},
+			skipped: []Reason{ReasonSourceRanges},
+		},
+		{
+			name: "LoadBalancer source ranges: an entry that is not a CIDR skips every ingress frontend",
+			svc: service(withType(corev1.ServiceTypeLoadBalancer), withIngress(corev1.LoadBalancerIngress{IP: "203.0.113.7"}),
+				func(s *corev1.Service) { s.Spec.LoadBalancerSourceRanges = []string{"198.51.100.0/24", "bogus"} }),
 			want:    []string{"ClusterIP 10.96.0.10:80/TCP ->"},
 			skipped: []Reason{ReasonSourceRanges},
+		},
+		{
+			name: "LoadBalancer source ranges do not apply to NodePort and ExternalIPs frontends",
+			svc: service(withType(corev1.ServiceTypeLoadBalancer), withIngress(corev1.LoadBalancerIngress{IP: "203.0.113.7"}),
+				func(s *corev1.Service) {
+					s.Spec.LoadBalancerSourceRanges = []string{"198.51.100.0/24"}
+					s.Spec.ExternalIPs = []string{"198.51.100.5"}
+					s.Spec.Ports[0].NodePort = 30080
+				}),
+			omitSur: true,
+			want: []string{
+				"ClusterIP 10.96.0.10:80/TCP ->", "NodePort 127.0.0.1:30080/TCP ->", "NodePort 192.168.1.10:30080/TCP ->",
+				"ExternalIPs 198.51.100.5:80/TCP ->", "LoadBalancer 203.0.113.7:80/TCP ranges=198.51.100.0/24 ->",
+			},
 		},
 		{
 			name: "ExternalIPs frontends, of the service's families only",
