@@ -30,6 +30,14 @@ func mapEntries(t *testing.T, e *Engine, reads *atomic.Int64) map[string]int {
 		maps.Service4Name: len(d.Services4), maps.Backend4Name: len(d.Backends4), maps.RevNAT4Name: len(d.RevNAT4),
 		maps.Service6Name: len(d.Services6), maps.Backend6Name: len(d.Backends6), maps.RevNAT6Name: len(d.RevNAT6),
 		maps.MembersName: len(d.Members), maps.AffinityMatchName: len(d.AffinityMatch),
+		maps.SourceRange4Name: 0, maps.SourceRange6Name: 0,
+	}
+	for _, k := range d.SourceRanges {
+		if k.Family() == maps.IPv6 {
+			dumped[maps.SourceRange6Name]++
+		} else {
+			dumped[maps.SourceRange4Name]++
+		}
 	}
 	for _, m := range []maps.MaglevMap{e.maps.Maglev4, e.maps.Maglev6} {
 		ids, err := m.IDs() // not in DumpMaps: the tables are M entries each
@@ -62,7 +70,9 @@ func TestStatsCountsMapEntriesWithoutReadingMaps(t *testing.T) {
 	e := newEngine(t, "", Config{hooks: hooks})
 	root := e.BPFRoot() // "" for in-memory maps
 	ctx := ctxT(t)
-	id4, _, err := e.Upsert(ctx, mustService(t, "10.96.0.10:80", "10.0.1.5:8080", "10.0.1.6:8080"))
+	s4 := mustService(t, "10.96.0.10:80", "10.0.1.5:8080", "10.0.1.6:8080")
+	s4.Type, s4.SourceRanges = lb.SVCTypeLoadBalancer, prefixes("10.0.0.0/8", "192.0.2.0/24") // two entries in lb4_source_range
+	id4, _, err := e.Upsert(ctx, s4)
 	require.NoError(t, err)
 	v6 := mustService(t, "[fd00::10]:80", "[fd00::1:5]:8080")
 	v6.LBAlgorithm = lb.LBAlgMaglev // a table in lb6_maglev
@@ -74,6 +84,7 @@ func TestStatsCountsMapEntriesWithoutReadingMaps(t *testing.T) {
 		maps.Service6Name: 2, maps.Backend6Name: 1, maps.RevNAT6Name: 1,
 		maps.MembersName: 0, maps.AffinityMatchName: 0,
 		maps.Maglev4Name: 0, maps.Maglev6Name: 1,
+		maps.SourceRange4Name: 2, maps.SourceRange6Name: 0,
 	}, mapEntries(t, e, &reads))
 
 	require.NoError(t, e.Delete(ctx, id4))
@@ -82,6 +93,7 @@ func TestStatsCountsMapEntriesWithoutReadingMaps(t *testing.T) {
 		maps.Service6Name: 2, maps.Backend6Name: 1, maps.RevNAT6Name: 1,
 		maps.MembersName: 0, maps.AffinityMatchName: 0,
 		maps.Maglev4Name: 0, maps.Maglev6Name: 1,
+		maps.SourceRange4Name: 0, maps.SourceRange6Name: 0,
 	}, mapEntries(t, e, &reads))
 	require.NoError(t, e.Close())
 	if root == "" {
@@ -96,6 +108,7 @@ func TestStatsCountsMapEntriesWithoutReadingMaps(t *testing.T) {
 		maps.Service6Name: 2, maps.Backend6Name: 1, maps.RevNAT6Name: 1,
 		maps.MembersName: 0, maps.AffinityMatchName: 0,
 		maps.Maglev4Name: 0, maps.Maglev6Name: 1,
+		maps.SourceRange4Name: 0, maps.SourceRange6Name: 0,
 	}, mapEntries(t, e2, &reads))
 }
 
