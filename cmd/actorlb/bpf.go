@@ -307,7 +307,10 @@ and checks the invariants the datapath relies on:
      session affinity;
   7. every maglev service (with a backend of weight above 0) has the Maglev
      table its counted backends and their weights give in lb4_maglev or
-     lb6_maglev, and no other service ID has one.
+     lb6_maglev, and no other service ID has one;
+  8. every master that carries the source-range flag has ranges in its
+     family's lb4_source_range / lb6_source_range, and every range there
+     belongs to such a master.
 (Invariant 5, the maps equal what the agent acknowledged, needs the agent.)
 It prints each violation and exits 1 if there is any. A violation must be
 seen in 3 reads, 200ms apart, so that writes of a running agent do not give
@@ -388,7 +391,7 @@ false alarms. The agent repairs every violation at its next start.`,
 					fmt.Fprintln(e.stdout, v.String())
 				}
 				if len(persist) == 0 {
-					fmt.Fprintf(e.stdout, "OK: %s; invariants 1-4, 6 and 8 hold\n", summary)
+					fmt.Fprintf(e.stdout, "OK: %s; invariants 1-4 and 6-8 hold\n", summary)
 				}
 			}
 			if len(persist) > 0 {

@@ -1,5 +1,6 @@
-// Package verify checks the invariants of docs/architecture.md (1-4 and 6)
-// on the entries of the LB maps, and reads those entries from an open
+// Package verify checks the invariants of docs/architecture.md (1-4, 6 and
+// 8: the source ranges of every master that carries the flag, and no
+// other) on the entries of the LB maps, and reads those entries from an open
 // LBMaps or, read-only, from the maps pinned under a bpffs directory.
 // CheckMaglev checks invariant 7 on the Maglev tables, read one at a time
 // through a MaglevReader (a maps.MaglevMap, or OpenPinnedMaglev's

@@ -91,7 +91,7 @@ func TestEndpoints(t *testing.T) {
 	require.True(t, st.Ready)
 	require.Equal(t, a.root, st.BPFRoot)
 	require.Equal(t, []string{"unix://" + a.socket}, st.Listen)
-	require.Len(t, st.Maps, 10) // the six, lb_members, lb_affinity_match, lb4/lb6_maglev
+	require.Len(t, st.Maps, 12) // the six, lb_members, lb_affinity_match, lb4/lb6_maglev, lb4/lb6_source_range
 
 	// Empty list is an empty array.
 	require.JSONEq(t, `[]`, string(c.expect("GET", "/v1/service", "", http.StatusOK).body))
@@ -164,6 +164,14 @@ func TestEndpoints(t *testing.T) {
 		maps.Service4Name: len(pinned.Services4), maps.Backend4Name: len(pinned.Backends4), maps.RevNAT4Name: len(pinned.RevNAT4),
 		maps.Service6Name: len(pinned.Services6), maps.Backend6Name: len(pinned.Backends6), maps.RevNAT6Name: len(pinned.RevNAT6),
 		maps.MembersName: len(pinned.Members), maps.AffinityMatchName: len(pinned.AffinityMatch),
+		maps.SourceRange4Name: 0, maps.SourceRange6Name: 0,
+	}
+	for _, k := range pinned.SourceRanges {
+		if k.Family() == maps.IPv6 {
+			pinnedCounts[maps.SourceRange6Name]++
+		} else {
+			pinnedCounts[maps.SourceRange4Name]++
+		}
 	}
 	readers, closeReaders, err := verify.OpenPinnedMaglev(a.root)
 	require.NoError(t, err)

@@ -92,7 +92,7 @@ func TestCLI(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, apiRevs, revs)
 
-	require.Equal(t, "OK: 3 services, 5 backends, 3 revNAT entries; invariants 1-4 and 6 hold\n", requireOK(t, a.bpf(t, "verify")))
+	require.Equal(t, "OK: 3 services, 5 backends, 3 revNAT entries; invariants 1-4 and 6-8 hold\n", requireOK(t, a.bpf(t, "verify")))
 	var vj struct {
 		OK         bool              `json:"ok"`
 		Violations []json.RawMessage `json:"violations"`

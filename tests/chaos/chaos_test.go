@@ -241,7 +241,8 @@ func TestChaos(t *testing.T) {
 	d, err := verify.Dump(m)
 	require.NoError(t, err)
 	require.NotEmpty(t, d.Members, "weights and node-local flags are in lb_members")
-	require.Empty(t, verify.Check(d), "invariants 1-4 and 6 (what actorlb bpf lb verify checks)")
+	require.Empty(t, verify.Check(d), "invariants 1-4, 6 and 8 (what actorlb bpf lb verify checks)")
+	require.NotEmpty(t, d.SourceRanges, "services with source ranges have their entries")
 	mvs, err := verify.CheckMaglev(d, [2]verify.MaglevReader{m.Maglev4, m.Maglev6})
 	require.NoError(t, err)
 	require.Empty(t, mvs, "invariant 7: the Maglev tables")
@@ -314,6 +315,9 @@ func runClient(ctx context.Context, e *actorlb.Engine, c int, rng *rand.Rand, po
 // transitions from each backend's current state.
 func randomService(rng *rand.Rand, fe lb.L3n4Addr, pool []lb.Backend, model *Model) *lb.Service {
 	svc := &lb.Service{Frontend: lb.Frontend{L3n4Addr: fe}, SessionAffinity: chaosAffinity(fe), Source: chaosSource(fe), LBAlgorithm: chaosAlgorithm(fe)}
+	if rs, deny := chaosRanges(fe); rs != nil {
+		svc.Type, svc.SourceRanges, svc.SourceRangesDeny = lb.SVCTypeLoadBalancer, rs, deny
+	}
 	n := 1 + rng.IntN(min(32, len(pool)))
 	for _, i := range rng.Perm(len(pool))[:n] {
 		b := pool[i]
@@ -348,6 +352,20 @@ func chaosAlgorithm(fe lb.L3n4Addr) lb.LBAlgorithm {
 	return lb.LBAlgDefault
 }
 
+// chaosRanges are frontend fe's source ranges (a LoadBalancer then) and
+// whether they deny: one frontend in five has two, of its family, in the
+// engine's order (an IPv6 one a deny list), so that their entries go
+// through the kills and faults too.
+func chaosRanges(fe lb.L3n4Addr) ([]netip.Prefix, bool) {
+	if fe.Addr.As16()[15]%5 != 2 {
+		return nil, false
+	}
+	if fe.Addr.Is6() {
+		return []netip.Prefix{netip.MustParsePrefix("2001:db8:1::/48"), netip.MustParsePrefix("2001:db8:2::/64")}, true
+	}
+	return []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("192.0.2.0/24")}, false
+}
+
 // chaosSource is the source that owns frontend fe: fixed, so that every
 // write knows its writer, and the final check can tell that the source
 // records came through the kills and faults.
@@ -366,6 +384,9 @@ func requireFixedOptions(t *testing.T, list []*lb.Service) {
 		require.Equal(t, chaosAffinity(svc.Frontend.L3n4Addr), svc.SessionAffinity, "affinity of %s", svc.Frontend)
 		require.Equal(t, chaosSource(svc.Frontend.L3n4Addr), svc.Source, "source of %s", svc.Frontend)
 		require.Equal(t, chaosAlgorithm(svc.Frontend.L3n4Addr), svc.LBAlgorithm, "algorithm of %s", svc.Frontend)
+		rs, deny := chaosRanges(svc.Frontend.L3n4Addr)
+		require.Equal(t, rs, svc.SourceRanges, "source ranges of %s", svc.Frontend)
+		require.Equal(t, deny, svc.SourceRangesDeny, "source ranges deny of %s", svc.Frontend)
 		for _, b := range svc.Backends {
 			i := int(b.Addr.As16()[15]) - 1
 			require.Equal(t, chaosWeight(i), b.Weight, "weight of %s in %s", b, svc.Frontend)
