@@ -35,6 +35,11 @@
 //     two digests, not the table (maglevOwner, a pure core over
 //     maps.MaglevMap), and reads a table from the map when it does not know
 //     what the map holds.
+//   - The source-range owner (srcrange.go, srcrange) owns lb4_source_range
+//     and lb6_source_range: a mapActor over familyMirrors, one mirror per
+//     family, each key going to its address's family. The core writes a
+//     service's ranges before the master that carries FlagSourceRange and
+//     deletes them after the master no longer does.
 //   - The conntrack GC actor (conntrack.go) is apart from the engine: the
 //     façade's StartConntrackGC spawns it in an actor system of its own.
 //     It owns a conntrack.Scanner over the packet datapath's conntrack

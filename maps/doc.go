@@ -9,7 +9,11 @@
 // lb6_maglev (maglev.go: hashes of maps keyed by service ID whose inner
 // array holds one table of M backend IDs; MaglevMap writes, reads and
 // deletes whole tables, with the same kernel, in-memory and fault-injecting
-// behaviour).
+// behaviour), and the source-range maps lb4_source_range and
+// lb6_source_range (srcrange.go: BPF_MAP_TYPE_LPM_TRIE with
+// BPF_F_NO_PREALLOC, keys {prefixlen = 32 + bits, service ID, pad,
+// address}, value 1; a SourceRangeMap's entries are its keys, dumped in
+// canonical form; the kernel has no batch operations for tries).
 //
 // Values are family-agnostic Go structs (ServiceKey, ServiceValue,
 // BackendValue, RevNATValue); each map marshals them to its family's layout

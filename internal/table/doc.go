@@ -101,6 +101,15 @@
 //  9. Affinity matches follow the services (reconcileMembers):
 //     lb_affinity_match holds exactly AffinityMatches of every rebuilt
 //     service (affinity-match). Fills Restored.Members.
+// 10. Source ranges follow the services (reconcileSourceRanges): a
+//     service whose master carries FlagSourceRange is rebuilt (rule 5)
+//     with the valid ranges lb4/lb6_source_range hold for its ID in its
+//     family, in the engine's order (SortRanges), and SourceRangesDeny
+//     from the master's Flag2SourceRangeDeny; if they hold none, rule 5
+//     removes the service (source-range: rebuilt without ranges it would
+//     be open to every client). Every other entry (of no such service, of
+//     the other family, a key the engine never writes) is deleted
+//     (source-range). Fills Restored.SourceRanges.
 //
 // Two scopes. Before rule 1, pairScopes attaches the internal-scope group
 // of a frontend to its external-scope group when the external master
@@ -129,8 +138,10 @@
 //  6. BackendDeletes (rules 4, 6)
 //  7. RevNATDeletes (rule 7)
 //
-// Restored.Members (rules 8, 9) is applied around them: its writes before
-// the first family fix, its deletes after the last.
+// Restored.Members (rules 8, 9) and Restored.SourceRanges (rule 10) are
+// applied around them: their writes before the first family fix (a master
+// carrying FlagSourceRange never without its ranges), their deletes after
+// the last (a range goes only once no master carries the flag for it).
 //
 // Repairs, Services and every Fixes list are sorted at the end (finish),
 // so the output depends neither on the order of the dump nor on the

@@ -19,7 +19,7 @@ import (
 
 // Rebuild rebuilds the engine's table from the dumped maps, which are the
 // only source of truth, and computes the writes that repair them, by the
-// rules 1-7 of the package doc. It is deterministic: the same entries in any
+// rules 1-10 of the package doc. It is deterministic: the same entries in any
 // order give the same result. A dump of what the engine itself writes
 // (Master, Slots, BackendEntry, RevNAT) gives no fixes and no repairs.
 //
