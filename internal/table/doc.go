@@ -101,7 +101,7 @@
 //  9. Affinity matches follow the services (reconcileMembers):
 //     lb_affinity_match holds exactly AffinityMatches of every rebuilt
 //     service (affinity-match). Fills Restored.Members.
-// 10. Source ranges follow the services (reconcileSourceRanges): a
+//  10. Source ranges follow the services (reconcileSourceRanges): a
 //     service whose master carries FlagSourceRange is rebuilt (rule 5)
 //     with the valid ranges lb4/lb6_source_range hold for its ID in its
 //     family, in the engine's order (SortRanges), and SourceRangesDeny
