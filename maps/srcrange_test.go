@@ -112,3 +112,23 @@ func TestSourceRangeDumpIsCanonical(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, got)
 }
+
+// Another capacity migrates the entries, as for the hash maps; the
+// bpf/packetlb loader takes the trie whatever its capacity.
+func TestSourceRangeMapResizeKeepsEntries(t *testing.T) {
+	testutil.Privileged(t)
+	root := testutil.PinDir(t)
+	lb := openTest(t, Config{Root: root, MaxEntries: Sizes{SourceRanges: 16}})
+	ks := []SourceRangeKey{SourceRangeKeyOf(1, netip.MustParsePrefix("10.0.0.0/8")), SourceRangeKeyOf(2, netip.MustParsePrefix("192.0.2.0/24"))}
+	require.NoError(t, lb.SourceRange4.Update(ks))
+	require.NoError(t, lb.Close())
+	lb = openTest(t, Config{Root: root, MaxEntries: Sizes{SourceRanges: 64}})
+	require.Equal(t, 64, lb.SourceRange4.MaxEntries())
+	got, err := lb.SourceRange4.Dump()
+	require.NoError(t, err)
+	require.ElementsMatch(t, ks, got)
+	m, err := ebpf.LoadPinnedMap(filepath.Join(root, SourceRange4Name), &ebpf.LoadPinOptions{ReadOnly: true})
+	require.NoError(t, err)
+	defer m.Close()
+	require.Equal(t, uint32(unix.BPF_F_NO_PREALLOC), m.Flags())
+}
