@@ -322,6 +322,14 @@ func openMaps(spec *ebpf.CollectionSpec, root string, want uint32) (map[string]*
 	if err := maglev.CheckTableSize(size); err != nil {
 		return out, 0, fmt.Errorf("%w: maglev table size: %v", ErrInvalidConfig, err)
 	}
+	// A pinned map without a table does not say its size: the kernel
+	// takes a table of the right size only (probed under key 0, which is
+	// no service ID).
+	for _, name := range []string{Maglev4Name, Maglev6Name} {
+		if err := probeTableSize(filepath.Join(root, name), size); err != nil {
+			return out, 0, fmt.Errorf("%s: %w", name, err)
+		}
+	}
 	for _, name := range []string{Maglev4Name, Maglev6Name} {
 		spec.Maps[name].InnerMap.ValueSize = 4 * size
 	}
@@ -389,6 +397,35 @@ func tableSize(outer *ebpf.Map) (uint32, error) {
 	}
 	defer inner.Close()
 	return inner.ValueSize() / 4, nil
+}
+
+// probeTableSize checks that the Maglev map pinned at path (if any) takes
+// tables of size entries, by adding one under key 0 and removing it.
+func probeTableSize(path string, size uint32) error {
+	outer, err := ebpf.LoadPinnedMap(path, nil)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("open pinned map %s: %w", path, err)
+	}
+	defer outer.Close()
+	inner, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 4 * size, MaxEntries: 1})
+	if err != nil {
+		return fmt.Errorf("probe the table size: %w", err)
+	}
+	defer inner.Close()
+	var key [2]byte
+	if err := outer.Update(key, uint32(inner.FD()), ebpf.UpdateNoExist); err != nil {
+		if errors.Is(err, ebpf.ErrKeyExist) {
+			return nil // a probe of another process: it has the size it has
+		}
+		return fmt.Errorf("%w: its tables are not of %d entries (pass the engine's --maglev-table-size): %v", ErrIncompatible, size, err)
+	}
+	if err := outer.Delete(key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("remove the size probe: %w", err)
+	}
+	return nil
 }
 
 func linkPath(root, hook, device string) string {
