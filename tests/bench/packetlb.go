@@ -9,12 +9,12 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"runtime"
 	"strings"
 	"time"
 
 	"github.com/actorlb/actorlb"
 	"github.com/actorlb/actorlb/bpf/packetlb"
+	"github.com/actorlb/actorlb/internal/netns"
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
@@ -58,9 +58,7 @@ func packetScenarios(res *results, root string) error {
 	}
 	dir := root + "/packet"
 	ctx := context.Background()
-	log := logrus.New()
-	log.SetLevel(logrus.WarnLevel)
-	eng, err := actorlb.New(ctx, actorlb.Config{BPFRoot: dir, Logger: log, ReconcileInterval: noReconcile})
+	eng, err := quietEngine(ctx, dir)
 	if err != nil {
 		return err
 	}
@@ -87,7 +85,7 @@ func packetScenarios(res *results, root string) error {
 	}
 	defer floor.Close()
 
-	return inNetNS("/run/netns/"+ns, func() error {
+	return netns.Do("/run/netns/"+ns, func() error {
 		iface, err := net.InterfaceByName("v0")
 		if err != nil {
 			return err
@@ -205,38 +203,6 @@ func tcpSYN(dst netip.Addr, dport, sport uint16) []byte {
 	return b
 }
 
-// inNetNS runs fn on a locked thread in the network namespace at path.
-func inNetNS(path string, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := os.Open("/proc/thread-self/ns/net")
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer orig.Close()
-		target, err := os.Open(path)
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer target.Close()
-		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-			errc <- fmt.Errorf("setns %s: %w", path, err)
-			return
-		}
-		ferr := fn()
-		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
-			errc <- err // the thread stays locked and exits with us
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- ferr
-	}()
-	return <-errc
-}
-
 // topoScenarios measures real TCP through the packet datapath in a veth
 // topology of its own (a bridge namespace; client, LB and backend
 // namespaces on it): connections per second (connect, one exchange, close,
@@ -283,7 +249,7 @@ func topoScenarios(res *results, root string) error {
 	}
 	// The backend: accept, answer each line, or discard a bulk stream.
 	var ln net.Listener
-	if err := inNetNS("/run/netns/"+names["be"], func() error {
+	if err := netns.Do("/run/netns/"+names["be"], func() error {
 		var err error
 		ln, err = net.Listen("tcp", "0.0.0.0:0")
 		return err
@@ -316,9 +282,7 @@ func topoScenarios(res *results, root string) error {
 
 	dir := root + "/topo"
 	ctx := context.Background()
-	log := logrus.New()
-	log.SetLevel(logrus.WarnLevel)
-	eng, err := actorlb.New(ctx, actorlb.Config{BPFRoot: dir, Logger: log, ReconcileInterval: noReconcile})
+	eng, err := quietEngine(ctx, dir)
 	if err != nil {
 		return err
 	}
@@ -329,7 +293,7 @@ func topoScenarios(res *results, root string) error {
 		Backends: []lb.Backend{{L3n4Addr: lb.L3n4Addr{Addr: netip.MustParseAddr(addrs["be"]), Port: port, Protocol: lb.TCP}, Weight: 100}}}); err != nil {
 		return err
 	}
-	if err := inNetNS("/run/netns/"+names["lb"], func() error {
+	if err := netns.Do("/run/netns/"+names["lb"], func() error {
 		_, err := packetlb.Attach(packetlb.Config{Root: dir, Devices: []string{"eth0"}, Mode: packetlb.ModeGeneric})
 		return err
 	}); err != nil {
@@ -343,7 +307,7 @@ func topoScenarios(res *results, root string) error {
 	}{{"lb", netip.AddrPortFrom(vip, port)}, {"direct", netip.AddrPortFrom(netip.MustParseAddr(addrs["be"]), port)}}
 	// Everything the client does runs on one thread in its namespace, so
 	// that a connection costs no namespace switch.
-	return inNetNS("/run/netns/"+names["cl"], func() error {
+	return netns.Do("/run/netns/"+names["cl"], func() error {
 		// Connections per second: rounds of 1,000 per path, interleaved.
 		const connRounds, perRound = 4, 1000
 		conns := map[string][2]time.Duration{} // wall, cpu
@@ -410,4 +374,12 @@ func topoScenarios(res *results, root string) error {
 		res.add("tcp-throughput", "lb_ratio_to_direct", bulk["direct"][0].Seconds()/bulk["lb"][0].Seconds(), "x")
 		return nil
 	})
+}
+
+// quietEngine starts an engine on maps under dir that logs warnings only
+// and never reconciles on its own.
+func quietEngine(ctx context.Context, dir string) (*actorlb.Engine, error) {
+	log := logrus.New()
+	log.SetLevel(logrus.WarnLevel)
+	return actorlb.New(ctx, actorlb.Config{BPFRoot: dir, Logger: log, ReconcileInterval: noReconcile})
 }
