@@ -225,7 +225,7 @@ func checkUpstreamFlags(f *ServiceFlags) error {
 }
 
 // MaglevWarning is the warning of a service with lbAlgorithm maglev.
-const MaglevWarning = "lbAlgorithm maglev is stored in the service map but has no effect on the socket LB yet: it selects backends at random (weighted) until the north-south datapath exists"
+const MaglevWarning = "lbAlgorithm maglev is stored in the service map but has no effect on the socket LB yet: it selects backends at random (weighted); the packet datapath (agent --datapath-devices) uses the Maglev table"
 
 // Warnings says what of svc is accepted but not honoured by the
 // datapath (nil if nothing).

@@ -51,8 +51,9 @@ type ServiceFlags struct {
 	SessionAffinity        bool   `json:"sessionAffinity,omitempty"`
 	SessionAffinityTimeout uint32 `json:"sessionAffinityTimeout,omitempty"`
 	// LBAlgorithm is default, random or maglev. maglev is stored in the
-	// master entry but has no effect on the socket LB yet: the answer
-	// carries a warning (ServiceStatus.Warnings).
+	// master entry and drives the packet datapath's Maglev table, but has
+	// no effect on the socket LB yet: the answer carries a warning
+	// (ServiceStatus.Warnings).
 	LBAlgorithm string `json:"lbAlgorithm,omitempty"`
 	// DSR: the packet datapath forwards the service's connections by L2
 	// direct server return (backends hold the frontend address on their

@@ -38,6 +38,7 @@
 
 #include "include/socklb_uapi.h"
 #include "include/socklb_revsk.h"
+#include "include/lb_maps.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
@@ -88,90 +89,6 @@ enum lb_result {
 #define LOOP_CONTINUE 0
 #define LOOP_BREAK 1
 
-/* Service map key (lb4_key, 12 bytes). */
-struct lb4_key {
-	__be32 address;
-	__be16 dport;
-	__u16 backend_slot;
-	__u8 proto;
-	__u8 scope;
-	__u8 pad[2];
-};
-
-/* Service map key (lb6_key, 24 bytes). */
-struct lb6_key {
-	union v6addr address;
-	__be16 dport;
-	__u16 backend_slot;
-	__u8 proto;
-	__u8 scope;
-	__u8 pad[2];
-};
-
-/* Service map value (lb4_service = lb6_service, 12 bytes). */
-struct lb_service {
-	__u32 backend_id; /* slot: backend ID; master: affinity | algorithm */
-	__u16 count;      /* master: active slots */
-	__be16 rev_nat_index;
-	__u8 flags;
-	__u8 flags2;
-	__u16 qcount;
-};
-
-/* Backend map value (lb4_backend, 12 bytes). */
-struct lb4_backend {
-	__be32 address;
-	__be16 port;
-	__u8 proto;
-	__u8 flags; /* state */
-	__u16 cluster_id;
-	__u8 zone;
-	__u8 pad;
-};
-
-/* Backend map value (lb6_backend, 24 bytes). */
-struct lb6_backend {
-	union v6addr address;
-	__be16 port;
-	__u8 proto;
-	__u8 flags; /* state */
-	__u16 cluster_id;
-	__u8 zone;
-	__u8 pad;
-};
-
-/* revNAT map value (lb4_reverse_nat, packed, 6 bytes). */
-struct lb4_reverse_nat {
-	__be32 address;
-	__be16 port;
-} __attribute__((packed));
-
-/* revNAT map value (lb6_reverse_nat, packed, 18 bytes). */
-struct lb6_reverse_nat {
-	union v6addr address;
-	__be16 port;
-} __attribute__((packed));
-
-/* lb_members key: one (backend, service) membership; backend_id 0 is the
- * service's summary entry (8 bytes). The last field is the control plane's
- * "kind": 0 for these; the service records of kind 1 (the service's owner)
- * are never looked up here, so the datapath always sends 0. */
-struct lb_member_key {
-	__u32 backend_id;
-	__be16 rev_nat_index;
-	__u16 pad;
-};
-
-/* lb_members value (4 bytes): weight, and flags the datapath does not read
- * (node-local, maintenance); the last byte is a service record's source.
- * Summary entry: weight = the largest weight among the service's slotted
- * backends. */
-struct lb_member {
-	__u16 weight;
-	__u8 flags;
-	__u8 pad;
-};
-
 /* Session affinity keys (packed; 16 and 24 bytes). The socket LB's client
  * is the socket's network namespace cookie, with netns_cookie = 1; IPv6
  * puts it in the first 8 bytes of client and zeroes the rest. */
@@ -207,22 +124,8 @@ struct lb_affinity_match_key {
 	__u16 pad;
 };
 
-/* actorlb's maps: max_entries here is a placeholder, the loader uses the
- * pinned maps' own. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__type(key, struct lb4_key);
-	__type(value, struct lb_service);
-	__uint(max_entries, 65536);
-} lb4_services SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__type(key, __u32);
-	__type(value, struct lb4_backend);
-	__uint(max_entries, 65536);
-} lb4_backends SEC(".maps");
-
+/* actorlb's maps beside those of lb_maps.h: max_entries here is a
+ * placeholder, the loader uses the pinned maps' own. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__type(key, __be16);
@@ -232,33 +135,10 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__type(key, struct lb6_key);
-	__type(value, struct lb_service);
-	__uint(max_entries, 65536);
-} lb6_services SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__type(key, __u32);
-	__type(value, struct lb6_backend);
-	__uint(max_entries, 65536);
-} lb6_backends SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
 	__type(key, __be16);
 	__type(value, struct lb6_reverse_nat);
 	__uint(max_entries, 65536);
 } lb6_reverse_nat SEC(".maps");
-
-/* Weights (and restore data) of non-default memberships; written by the
- * engine. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__type(key, struct lb_member_key);
-	__type(value, struct lb_member);
-	__uint(max_entries, 65536);
-} lb_members SEC(".maps");
 
 /* Session affinity: created by the engine, written by the datapath (the
  * engine only dumps and deletes). */

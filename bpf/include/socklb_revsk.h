@@ -9,10 +9,7 @@
 #ifndef __SOCKLB_REVSK_H
 #define __SOCKLB_REVSK_H
 
-union v6addr {
-	__u8 addr[16];
-	__u32 p[4];
-};
+#include "lb_types.h"
 
 /* Socket reverse map: {socket cookie, backend} -> {VIP, service ID}. */
 struct sk4_rev_key {

@@ -58,7 +58,20 @@ type Config struct {
 	// MaglevTableSize is the size M of the engine's Maglev tables (0: the
 	// size of a pinned table, else maglev.DefaultTableSize).
 	MaglevTableSize uint32
+	// ConntrackMax is the capacity of each conntrack map (0: keep the
+	// pinned maps' or DefaultConntrackMax). Another value than the pinned
+	// maps' replaces them: the connections they track are forgotten.
+	ConntrackMax int
 }
+
+// DefaultConntrackMax is the capacity of each conntrack map by default.
+const DefaultConntrackMax = 262144
+
+// Bounds of Config.ConntrackMax.
+const (
+	MinConntrackMax = 1024
+	MaxConntrackMax = 1 << 24
+)
 
 const (
 	// LinksDir is the directory under the root that holds the links (the
@@ -138,6 +151,9 @@ func attach(cfg Config) (Info, error) {
 	if err != nil {
 		return Info{}, err
 	}
+	if cfg.ConntrackMax != 0 && (cfg.ConntrackMax < MinConntrackMax || cfg.ConntrackMax > MaxConntrackMax) {
+		return Info{}, fmt.Errorf("%w: conntrack max %d: must be %d..%d", ErrInvalidConfig, cfg.ConntrackMax, MinConntrackMax, MaxConntrackMax)
+	}
 	if len(cfg.Devices) == 0 {
 		return Info{}, fmt.Errorf("%w: no device given (devices: at least one interface name)", ErrInvalidConfig)
 	}
@@ -171,7 +187,7 @@ func attach(cfg Config) (Info, error) {
 	}
 	defer unlock()
 
-	coll, err := load(root, cfg.MaglevTableSize)
+	coll, err := load(root, cfg.MaglevTableSize, cfg.ConntrackMax)
 	if err != nil {
 		return Info{}, err
 	}
@@ -220,12 +236,12 @@ func attach(cfg Config) (Info, error) {
 }
 
 // load loads the programs on the maps under root (see openMaps).
-func load(root string, maglevSize uint32) (*ebpf.Collection, error) {
+func load(root string, maglevSize uint32, ctMax int) (*ebpf.Collection, error) {
 	spec, err := loadPacketlb()
 	if err != nil {
 		return nil, err
 	}
-	repl, size, err := openMaps(spec, root, maglevSize)
+	repl, size, err := openMaps(spec, root, maglevSize, ctMax)
 	defer func() {
 		for _, m := range repl {
 			m.Close()
@@ -281,7 +297,7 @@ func deviceAddrs(iface *net.Interface) (v4, v6 netip.Addr) {
 // (required), its Maglev and source-range maps (when pinned), and the
 // datapath's own maps (created and pinned when missing). It returns the
 // Maglev table size the programs must use.
-func openMaps(spec *ebpf.CollectionSpec, root string, want uint32) (map[string]*ebpf.Map, uint32, error) {
+func openMaps(spec *ebpf.CollectionSpec, root string, want uint32, ctMax int) (map[string]*ebpf.Map, uint32, error) {
 	out := make(map[string]*ebpf.Map, len(spec.Maps))
 	for _, name := range requiredMapNames {
 		m, err := pinned(spec.Maps[name], root, name)
@@ -322,6 +338,14 @@ func openMaps(spec *ebpf.CollectionSpec, root string, want uint32) (map[string]*
 	if err := maglev.CheckTableSize(size); err != nil {
 		return out, 0, fmt.Errorf("%w: maglev table size: %v", ErrInvalidConfig, err)
 	}
+	// A pinned map without a table does not say its size: the kernel
+	// takes a table of the right size only (probed under key 0, which is
+	// no service ID).
+	for _, name := range []string{Maglev4Name, Maglev6Name} {
+		if err := probeTableSize(filepath.Join(root, name), size); err != nil {
+			return out, 0, fmt.Errorf("%s: %w", name, err)
+		}
+	}
 	for _, name := range []string{Maglev4Name, Maglev6Name} {
 		spec.Maps[name].InnerMap.ValueSize = 4 * size
 	}
@@ -334,6 +358,21 @@ func openMaps(spec *ebpf.CollectionSpec, root string, want uint32) (map[string]*
 			return out, 0, err
 		}
 		out[name] = m
+	}
+	for _, name := range []string{CT4Name, CT4RevName, CT6Name, CT6RevName} {
+		ms := spec.Maps[name]
+		switch {
+		case ctMax != 0:
+			ms.MaxEntries = uint32(ctMax)
+		default:
+			// Keep the pinned map's capacity, whatever it is.
+			if m, err := ebpf.LoadPinnedMap(filepath.Join(root, name), nil); err == nil {
+				ms.MaxEntries = m.MaxEntries()
+				m.Close()
+			} else {
+				ms.MaxEntries = DefaultConntrackMax
+			}
+		}
 	}
 	for _, name := range ownMapNames {
 		m, err := bpffs.OwnMap(spec.Maps[name], filepath.Join(root, name))
@@ -389,6 +428,35 @@ func tableSize(outer *ebpf.Map) (uint32, error) {
 	}
 	defer inner.Close()
 	return inner.ValueSize() / 4, nil
+}
+
+// probeTableSize checks that the Maglev map pinned at path (if any) takes
+// tables of size entries, by adding one under key 0 and removing it.
+func probeTableSize(path string, size uint32) error {
+	outer, err := ebpf.LoadPinnedMap(path, nil)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("open pinned map %s: %w", path, err)
+	}
+	defer outer.Close()
+	inner, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 4 * size, MaxEntries: 1})
+	if err != nil {
+		return fmt.Errorf("probe the table size: %w", err)
+	}
+	defer inner.Close()
+	var key [2]byte
+	if err := outer.Update(key, uint32(inner.FD()), ebpf.UpdateNoExist); err != nil {
+		if errors.Is(err, ebpf.ErrKeyExist) {
+			return nil // a probe of another process: it has the size it has
+		}
+		return fmt.Errorf("%w: its tables are not of %d entries (pass the engine's --maglev-table-size): %v", ErrIncompatible, size, err)
+	}
+	if err := outer.Delete(key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("remove the size probe: %w", err)
+	}
+	return nil
 }
 
 func linkPath(root, hook, device string) string {
@@ -582,7 +650,7 @@ func Load(root string, maglevSize uint32) (*Programs, error) {
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("load packet lb: remove memlock limit: %w (run as root)", err)
 	}
-	coll, err := load(root, maglevSize)
+	coll, err := load(root, maglevSize, 0)
 	if err != nil {
 		return nil, fmt.Errorf("load packet lb: %w", err)
 	}

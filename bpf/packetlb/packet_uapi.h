@@ -9,13 +9,10 @@
 #define ACTORLB_PACKET_UAPI_H
 
 #include "socklb_uapi.h"
+#include "lb_types.h"
 
 typedef __u16 __sum16;
 
-union v6addr {
-	__u8 addr[16];
-	__u32 p[4];
-};
 typedef long long __s64;
 
 #define BPF_MAP_TYPE_ARRAY 2

@@ -26,69 +26,11 @@
  * passed to the stack untouched, never forwarded.
  */
 #include "packet_uapi.h"
+#include "lb_maps.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
-/* ---- actorlb's service maps (layouts: lb-map-layouts.md) ---- */
-
-struct lb4_key {
-	__be32 address;
-	__be16 dport;
-	__u16 backend_slot;
-	__u8 proto;
-	__u8 scope;
-	__u8 pad[2];
-};
-
-struct lb6_key {
-	union v6addr address;
-	__be16 dport;
-	__u16 backend_slot;
-	__u8 proto;
-	__u8 scope;
-	__u8 pad[2];
-};
-
-struct lb_service {
-	__u32 backend_id;
-	__u16 count;
-	__be16 rev_nat_index;
-	__u8 flags;
-	__u8 flags2;
-	__u16 qcount;
-};
-
-struct lb4_backend {
-	__be32 address;
-	__be16 port;
-	__u8 proto;
-	__u8 flags;
-	__u16 cluster_id;
-	__u8 zone;
-	__u8 pad;
-};
-
-struct lb6_backend {
-	union v6addr address;
-	__be16 port;
-	__u8 proto;
-	__u8 flags;
-	__u16 cluster_id;
-	__u8 zone;
-	__u8 pad;
-};
-
-struct lb_member_key {
-	__u32 backend_id;
-	__be16 rev_nat_index;
-	__u16 pad;
-};
-
-struct lb_member {
-	__u16 weight;
-	__u8 flags;
-	__u8 pad;
-};
+/* ---- actorlb's service maps: lb_maps.h; the flags this program reads ---- */
 
 #define SVC_FLAG_NODEPORT (1 << 1)
 #define SVC_FLAG_SOURCE_RANGE (1 << 7)
@@ -98,41 +40,6 @@ struct lb_member {
 #define SVC_ALG_MAGLEV 2
 #define LB_WEIGHT_DEFAULT 100
 #define LB_SCOPE_EXT 0
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__type(key, struct lb4_key);
-	__type(value, struct lb_service);
-	__uint(max_entries, 65536);
-} lb4_services SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__type(key, __u32);
-	__type(value, struct lb4_backend);
-	__uint(max_entries, 65536);
-} lb4_backends SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__type(key, struct lb6_key);
-	__type(value, struct lb_service);
-	__uint(max_entries, 65536);
-} lb6_services SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__type(key, __u32);
-	__type(value, struct lb6_backend);
-	__uint(max_entries, 65536);
-} lb6_backends SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__type(key, struct lb_member_key);
-	__type(value, struct lb_member);
-	__uint(max_entries, 65536);
-} lb_members SEC(".maps");
 
 /* Maglev: per service (rev_nat_index) an array of one u32[M]. M is the
  * engine's, set by the loader before the object is loaded. */

@@ -111,6 +111,7 @@ file left behind by an agent that died is replaced; any other file is not.`,
 			fs.String("log-format", "text", "log format: text or json")
 			fs.Bool("socket-lb", os.Geteuid() == 0, "load-balance connections of local processes to service VIPs with the socket-LB BPF programs (cgroup connect/sendmsg/recvmsg/getpeername hooks); their links are pinned under --bpf-root/links so they keep working across agent restarts; default on when running as root; false leaves whatever is attached alone")
 			fs.StringSlice("datapath-devices", nil, "interfaces (comma-separated) whose incoming traffic the packet datapath load-balances: connections from other hosts to a service frontend (VIP, ExternalIP, LoadBalancer IP, or the interface's address on a NodePort) go to a backend by SNAT/DNAT or L2 DSR; XDP plus a tc companion, links pinned under --bpf-root/links (kept across restarts); needs forwarding on (sysctl net.ipv4.conf.all.forwarding=1, net.ipv6.conf.all.forwarding=1); empty: not attached")
+			fs.Int("conntrack-max", 0, "capacity of each of the packet datapath's conntrack maps (LRU; "+strconv.Itoa(packetlb.MinConntrackMax)+".."+strconv.Itoa(packetlb.MaxConntrackMax)+"; 0: keep the pinned maps', else "+strconv.Itoa(packetlb.DefaultConntrackMax)+"); another value replaces the maps and forgets the connections they track")
 			fs.String("datapath-mode", "auto", "how --datapath-devices are attached: auto (XDP in the driver where supported, else generic XDP), native, generic, or tc (tc ingress only, no XDP)")
 			fs.String("socket-lb-cgroup", "", "cgroup v2 directory the socket-LB programs attach to (default: the root of the cgroup2 mount, i.e. every process)")
 			fs.Bool("cleanup", false, "do not run: remove actorlb from this node (detach the datapath, remove the pins under --bpf-root and the socket) after asking for confirmation; the agent must be stopped")
@@ -137,6 +138,7 @@ type agentConfig struct {
 	socketLBCgroup                  string
 	devices                         []string
 	datapathMode                    packetlb.Mode
+	conntrackMax                    int
 	mapMax                          int
 	maglevSize                      uint32
 	reconcile                       time.Duration
@@ -181,6 +183,7 @@ func agentFlags(e *env) (*agentConfig, error) {
 	c.socketLBAsked = fs.Changed("socket-lb")
 	c.socketLBCgroup, _ = fs.GetString("socket-lb-cgroup")
 	c.devices, _ = fs.GetStringSlice("datapath-devices")
+	c.conntrackMax, _ = fs.GetInt("conntrack-max")
 	mode, _ := fs.GetString("datapath-mode")
 	var err error
 	if c.datapathMode, err = packetlb.ParseMode(mode); err != nil {
@@ -719,7 +722,7 @@ func agent(ctx context.Context, c *agentConfig) error {
 	}
 	var packetLB func() string
 	if len(c.devices) > 0 && !c.dryRun {
-		info, err := packetlb.Attach(packetlb.Config{Root: engine.BPFRoot(), Devices: c.devices, Mode: c.datapathMode, MaglevTableSize: c.maglevSize})
+		info, err := packetlb.Attach(packetlb.Config{Root: engine.BPFRoot(), Devices: c.devices, Mode: c.datapathMode, MaglevTableSize: c.maglevSize, ConntrackMax: c.conntrackMax})
 		if err != nil {
 			return fmt.Errorf("%w (check --datapath-devices and --datapath-mode)", err)
 		}

@@ -82,7 +82,7 @@ func serviceSpecFlags(fs *pflag.FlagSet) {
 	fs.String("ext-traffic-policy", "", "Cluster or Local: traffic from outside the node goes to every backend or to node-local ones only (default: kept, Cluster for a new service)")
 	fs.String("int-traffic-policy", "", "Cluster or Local: traffic from the node itself goes to every backend or to node-local ones only (default: kept, Cluster for a new service)")
 	fs.Int64("affinity-timeout", 0, "session affinity (ClientIP) timeout in seconds, 1..16777215; 0 turns affinity off (default: kept, off for a new service)")
-	fs.String("lb-algorithm", "", "default, random or maglev (maglev has no effect on the socket LB yet; default: kept)")
+	fs.String("lb-algorithm", "", "default, random or maglev (maglev: the packet datapath uses the Maglev table; the socket LB ignores it yet; default: kept)")
 	fs.StringSlice("source-ranges", nil, "CIDRs (comma-separated) of the clients the packet datapath lets reach the service from outside (loadBalancerSourceRanges; '' for none: everyone; default: kept)")
 	fs.Bool("source-ranges-deny", false, "make --source-ranges a deny list: every client but those (default: kept)")
 	fs.Bool("dsr", false, "the packet datapath (--datapath-devices) forwards by L2 direct server return: backends hold the frontend address on their loopback and answer clients directly (default: kept, SNAT/DNAT for a new service)")

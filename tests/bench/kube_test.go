@@ -162,3 +162,27 @@ func TestMaglevScenariosReportTheTargets(t *testing.T) {
 	require.Less(t, got["maglev-16381-x1000 removal_changed_besides_own_pct_max"], 1.0)
 	require.Equal(t, 0.1, got["maglev-16381-x1000 removal_own_share_pct"])
 }
+
+// The packet datapath's scenarios (at a small scale) report every row the
+// README's table reads, each positive, and the verdicts they check hold.
+func TestPacketScenariosReportEveryRow(t *testing.T) {
+	testutil.Privileged(t)
+	root := testutil.PinDir(t)
+	res := results{rows: []Row{}}
+	small := packetScale{repeat: 10_000, calls: 200, conns: 20, mib: 8}
+	require.NoError(t, packetScenarios(&res, root, small))
+	require.NoError(t, topoScenarios(&res, root, small))
+	got := map[string]float64{}
+	for _, r := range res.rows {
+		got[r.Scenario+" "+r.Metric] = r.Value
+	}
+	for _, key := range []string{
+		"xdp-miss ns_per_packet", "xdp-miss cpu_ns_per_packet", "xdp-miss floor_ns_per_packet", "xdp-miss ratio_to_floor",
+		"xdp-ct-hit-dsr ns_per_packet", "xdp-ct-hit-dsr ratio_to_floor",
+		"xdp-new-snat ns_per_call", "xdp-new-snat floor_ns_per_call", "xdp-new-snat cpu_ns_per_call", "xdp-new-snat ratio_to_floor",
+		"tcp-connections lb_per_s", "tcp-connections direct_per_s", "tcp-connections lb_cpu_us_per_connection", "tcp-connections lb_ratio_to_direct",
+		"tcp-throughput lb_mib_per_s", "tcp-throughput direct_mib_per_s", "tcp-throughput lb_ratio_to_direct",
+	} {
+		require.Positive(t, got[key], key)
+	}
+}

@@ -127,10 +127,10 @@ func run(out string, bulkN, insertN, callers, batch int) error {
 	defer os.RemoveAll(root)
 	res := results{rows: []Row{}}
 	if packetOnly {
-		if err := packetScenarios(&res, root); err != nil {
+		if err := packetScenarios(&res, root, fullPacketScale); err != nil {
 			return fmt.Errorf("packet datapath: %w", err)
 		}
-		if err := topoScenarios(&res, root); err != nil {
+		if err := topoScenarios(&res, root, fullPacketScale); err != nil {
 			return fmt.Errorf("packet datapath topology: %w", err)
 		}
 		kube.run = false
@@ -142,10 +142,10 @@ func run(out string, bulkN, insertN, callers, batch int) error {
 		if err := maglevScenarios(&res); err != nil {
 			return err
 		}
-		if err := packetScenarios(&res, root); err != nil {
+		if err := packetScenarios(&res, root, fullPacketScale); err != nil {
 			return fmt.Errorf("packet datapath: %w", err)
 		}
-		if err := topoScenarios(&res, root); err != nil {
+		if err := topoScenarios(&res, root, fullPacketScale); err != nil {
 			return fmt.Errorf("packet datapath topology: %w", err)
 		}
 	}

@@ -9,12 +9,12 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"runtime"
 	"strings"
 	"time"
 
 	"github.com/actorlb/actorlb"
 	"github.com/actorlb/actorlb/bpf/packetlb"
+	"github.com/actorlb/actorlb/internal/netns"
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
@@ -30,7 +30,17 @@ import (
 // new SNAT connections (one call per packet, each from another port, so
 // the syscall is part of both figures). It runs in a network namespace of
 // its own with one veth whose backend neighbour is known.
-func packetScenarios(res *results, root string) error {
+// packetScale sizes the packet scenarios: repetitions of a test run, new
+// connections called one by one, TCP connections per round and path, MiB
+// per bulk round.
+type packetScale struct {
+	repeat, calls, conns, mib int
+}
+
+// fullPacketScale is make bench's.
+var fullPacketScale = packetScale{repeat: 2_000_000, calls: 20_000, conns: 1000, mib: 512}
+
+func packetScenarios(res *results, root string, sc packetScale) error {
 	ns := fmt.Sprintf("albbench-%d", os.Getpid())
 	sh := func(argv ...string) error {
 		full := append([]string{"--net=/run/netns/" + ns}, argv...)
@@ -58,9 +68,7 @@ func packetScenarios(res *results, root string) error {
 	}
 	dir := root + "/packet"
 	ctx := context.Background()
-	log := logrus.New()
-	log.SetLevel(logrus.WarnLevel)
-	eng, err := actorlb.New(ctx, actorlb.Config{BPFRoot: dir, Logger: log, ReconcileInterval: noReconcile})
+	eng, err := quietEngine(ctx, dir)
 	if err != nil {
 		return err
 	}
@@ -87,7 +95,7 @@ func packetScenarios(res *results, root string) error {
 	}
 	defer floor.Close()
 
-	return inNetNS("/run/netns/"+ns, func() error {
+	return netns.Do("/run/netns/"+ns, func() error {
 		iface, err := net.InterfaceByName("v0")
 		if err != nil {
 			return err
@@ -110,8 +118,8 @@ func packetScenarios(res *results, root string) error {
 			ret, per, err := p.Benchmark(pkt, repeat, nil)
 			return per, (threadCPU() - c0) / time.Duration(repeat), ret, err
 		}
-		const repeat = 2_000_000
-		for _, sc := range []struct {
+		repeat := sc.repeat
+		for _, c := range []struct {
 			name string
 			pkt  []byte
 			want uint32
@@ -119,33 +127,34 @@ func packetScenarios(res *results, root string) error {
 			{"xdp-miss", tcpSYN(vip, 9999, 40000), 2},
 			{"xdp-ct-hit-dsr", tcpSYN(vip, 8081, 40001), 4},
 		} {
-			if _, _, ret, err := repeated(progs.XDP, sc.pkt, 1); err != nil || ret != sc.want {
-				return fmt.Errorf("%s: first run: verdict %d, %v (want %d)", sc.name, ret, err, sc.want)
+			if _, _, ret, err := repeated(progs.XDP, c.pkt, 1); err != nil || ret != c.want {
+				return fmt.Errorf("%s: first run: verdict %d, %v (want %d)", c.name, ret, err, c.want)
 			}
-			ours, oursCPU, ret, err := repeated(progs.XDP, sc.pkt, repeat)
-			if err != nil || ret != sc.want {
-				return fmt.Errorf("%s: verdict %d, %v (want %d)", sc.name, ret, err, sc.want)
+			ours, oursCPU, ret, err := repeated(progs.XDP, c.pkt, repeat)
+			if err != nil || ret != c.want {
+				return fmt.Errorf("%s: verdict %d, %v (want %d)", c.name, ret, err, c.want)
 			}
-			fl, flCPU, _, err := repeated(floor, sc.pkt, repeat)
+			fl, flCPU, _, err := repeated(floor, c.pkt, repeat)
 			if err != nil {
 				return err
 			}
-			res.add(sc.name, "ns_per_packet", float64(ours.Nanoseconds()), "ns")
-			res.add(sc.name, "cpu_ns_per_packet", float64(oursCPU.Nanoseconds()), "ns")
-			res.add(sc.name, "mpps", 1e3/float64(ours.Nanoseconds()), "Mpps")
-			res.add(sc.name, "floor_ns_per_packet", float64(fl.Nanoseconds()), "ns")
-			res.add(sc.name, "floor_cpu_ns_per_packet", float64(flCPU.Nanoseconds()), "ns")
-			res.add(sc.name, "ratio_to_floor", float64(fl)/float64(ours), "x")
+			res.add(c.name, "ns_per_packet", float64(ours.Nanoseconds()), "ns")
+			res.add(c.name, "cpu_ns_per_packet", float64(oursCPU.Nanoseconds()), "ns")
+			res.add(c.name, "mpps", 1e3/float64(ours.Nanoseconds()), "Mpps")
+			res.add(c.name, "floor_ns_per_packet", float64(fl.Nanoseconds()), "ns")
+			res.add(c.name, "floor_cpu_ns_per_packet", float64(flCPU.Nanoseconds()), "ns")
+			res.add(c.name, "ratio_to_floor", float64(fl)/float64(ours), "x")
 		}
 
 		// New connections: one call per packet (another source port each
 		// time), ours and the floor's interleaved in blocks.
-		const calls = 20_000
+		calls := sc.calls
+		block := min(1000, calls)
 		var ours, fl, oursCPU, flCPU time.Duration
-		for i := 0; i < calls; i += 1000 {
+		for i := 0; i+block <= calls; i += block {
 			for _, turn := range []int{0, 1} {
 				c0, t0 := threadCPU(), time.Now()
-				for j := i; j < i+1000; j++ {
+				for j := i; j < i+block; j++ {
 					pkt := tcpSYN(vip, 8080, uint16(10000+j))
 					p := progs.XDP
 					if turn == 1 {
@@ -167,12 +176,13 @@ func packetScenarios(res *results, root string) error {
 				}
 			}
 		}
-		res.add("xdp-new-snat", "ns_per_call", float64(ours.Nanoseconds())/calls, "ns")
-		res.add("xdp-new-snat", "cpu_ns_per_call", float64(oursCPU.Nanoseconds())/calls, "ns")
-		res.add("xdp-new-snat", "floor_ns_per_call", float64(fl.Nanoseconds())/calls, "ns")
-		res.add("xdp-new-snat", "floor_cpu_ns_per_call", float64(flCPU.Nanoseconds())/calls, "ns")
+		n := float64(calls / block * block)
+		res.add("xdp-new-snat", "ns_per_call", float64(ours.Nanoseconds())/n, "ns")
+		res.add("xdp-new-snat", "cpu_ns_per_call", float64(oursCPU.Nanoseconds())/n, "ns")
+		res.add("xdp-new-snat", "floor_ns_per_call", float64(fl.Nanoseconds())/n, "ns")
+		res.add("xdp-new-snat", "floor_cpu_ns_per_call", float64(flCPU.Nanoseconds())/n, "ns")
 		res.add("xdp-new-snat", "ratio_to_floor", float64(fl)/float64(ours), "x")
-		res.add("xdp-new-snat", "extra_ns_per_new_connection", float64((ours-fl).Nanoseconds())/calls, "ns")
+		res.add("xdp-new-snat", "extra_ns_per_new_connection", float64((ours-fl).Nanoseconds())/n, "ns")
 		return nil
 	})
 }
@@ -205,38 +215,6 @@ func tcpSYN(dst netip.Addr, dport, sport uint16) []byte {
 	return b
 }
 
-// inNetNS runs fn on a locked thread in the network namespace at path.
-func inNetNS(path string, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := os.Open("/proc/thread-self/ns/net")
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer orig.Close()
-		target, err := os.Open(path)
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer target.Close()
-		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-			errc <- fmt.Errorf("setns %s: %w", path, err)
-			return
-		}
-		ferr := fn()
-		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
-			errc <- err // the thread stays locked and exits with us
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- ferr
-	}()
-	return <-errc
-}
-
 // topoScenarios measures real TCP through the packet datapath in a veth
 // topology of its own (a bridge namespace; client, LB and backend
 // namespaces on it): connections per second (connect, one exchange, close,
@@ -244,7 +222,7 @@ func inNetNS(path string, fn func() error) error {
 // read by the backend), through the VIP (LB path, SNAT mode, generic XDP)
 // and straight to the backend's address (direct path), interleaved. The
 // process CPU per connection and per MiB is reported beside each.
-func topoScenarios(res *results, root string) error {
+func topoScenarios(res *results, root string, sc packetScale) error {
 	pre := fmt.Sprintf("albt%d", os.Getpid())
 	names := map[string]string{"sw": pre + "-sw", "cl": pre + "-cl", "lb": pre + "-lb", "be": pre + "-be"}
 	sh := func(ns string, argv ...string) error {
@@ -283,7 +261,7 @@ func topoScenarios(res *results, root string) error {
 	}
 	// The backend: accept, answer each line, or discard a bulk stream.
 	var ln net.Listener
-	if err := inNetNS("/run/netns/"+names["be"], func() error {
+	if err := netns.Do("/run/netns/"+names["be"], func() error {
 		var err error
 		ln, err = net.Listen("tcp", "0.0.0.0:0")
 		return err
@@ -316,9 +294,7 @@ func topoScenarios(res *results, root string) error {
 
 	dir := root + "/topo"
 	ctx := context.Background()
-	log := logrus.New()
-	log.SetLevel(logrus.WarnLevel)
-	eng, err := actorlb.New(ctx, actorlb.Config{BPFRoot: dir, Logger: log, ReconcileInterval: noReconcile})
+	eng, err := quietEngine(ctx, dir)
 	if err != nil {
 		return err
 	}
@@ -329,7 +305,7 @@ func topoScenarios(res *results, root string) error {
 		Backends: []lb.Backend{{L3n4Addr: lb.L3n4Addr{Addr: netip.MustParseAddr(addrs["be"]), Port: port, Protocol: lb.TCP}, Weight: 100}}}); err != nil {
 		return err
 	}
-	if err := inNetNS("/run/netns/"+names["lb"], func() error {
+	if err := netns.Do("/run/netns/"+names["lb"], func() error {
 		_, err := packetlb.Attach(packetlb.Config{Root: dir, Devices: []string{"eth0"}, Mode: packetlb.ModeGeneric})
 		return err
 	}); err != nil {
@@ -343,9 +319,10 @@ func topoScenarios(res *results, root string) error {
 	}{{"lb", netip.AddrPortFrom(vip, port)}, {"direct", netip.AddrPortFrom(netip.MustParseAddr(addrs["be"]), port)}}
 	// Everything the client does runs on one thread in its namespace, so
 	// that a connection costs no namespace switch.
-	return inNetNS("/run/netns/"+names["cl"], func() error {
+	return netns.Do("/run/netns/"+names["cl"], func() error {
 		// Connections per second: rounds of 1,000 per path, interleaved.
-		const connRounds, perRound = 4, 1000
+		const connRounds = 4
+		perRound := sc.conns
 		conns := map[string][2]time.Duration{} // wall, cpu
 		buf := make([]byte, 5)
 		for range connRounds {
@@ -378,7 +355,8 @@ func topoScenarios(res *results, root string) error {
 		res.add("tcp-connections", "lb_ratio_to_direct", conns["direct"][0].Seconds()/conns["lb"][0].Seconds(), "x")
 
 		// Throughput: 512 MiB per round and path, 3 rounds, interleaved.
-		const mib, bulkRounds = 512, 3
+		const bulkRounds = 3
+		mib := sc.mib
 		bulk := map[string][2]time.Duration{}
 		chunk := make([]byte, 64<<10)
 		for range bulkRounds {
@@ -410,4 +388,12 @@ func topoScenarios(res *results, root string) error {
 		res.add("tcp-throughput", "lb_ratio_to_direct", bulk["direct"][0].Seconds()/bulk["lb"][0].Seconds(), "x")
 		return nil
 	})
+}
+
+// quietEngine starts an engine on maps under dir that logs warnings only
+// and never reconciles on its own.
+func quietEngine(ctx context.Context, dir string) (*actorlb.Engine, error) {
+	log := logrus.New()
+	log.SetLevel(logrus.WarnLevel)
+	return actorlb.New(ctx, actorlb.Config{BPFRoot: dir, Logger: log, ReconcileInterval: noReconcile})
 }

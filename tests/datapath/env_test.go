@@ -15,7 +15,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -24,6 +23,7 @@ import (
 
 	"github.com/actorlb/actorlb"
 	"github.com/actorlb/actorlb/bpf"
+	"github.com/actorlb/actorlb/internal/netns"
 	"github.com/actorlb/actorlb/internal/testutil"
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/maps"
@@ -212,43 +212,7 @@ func childCgroup(tb testing.TB) string {
 
 // inNetNS runs fn on a thread in the network namespace nsPath; sockets fn
 // creates stay in that namespace.
-func inNetNS(nsPath string, fn func() error) error {
-	if nsPath == "" {
-		return fn()
-	}
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := os.Open("/proc/thread-self/ns/net")
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		defer orig.Close()
-		target, err := os.Open(nsPath)
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		defer target.Close()
-		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("setns %s: %w", nsPath, err)
-			return
-		}
-		ferr := fn()
-		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
-			// Leave the thread locked: it exits with this goroutine.
-			errc <- fmt.Errorf("setns back: %w", err)
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- ferr
-	}()
-	return <-errc
-}
+func inNetNS(nsPath string, fn func() error) error { return netns.Do(nsPath, fn) }
 
 // ---- echo backends ----
 

@@ -1,8 +1,11 @@
 package datapath
 
 import (
+	"bufio"
+	"context"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -10,6 +13,7 @@ import (
 	"time"
 
 	"github.com/actorlb/actorlb/bpf/packetlb"
+	"github.com/actorlb/actorlb/internal/testutil"
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/stretchr/testify/require"
 )
@@ -365,5 +369,92 @@ func TestNorthSouthICMPErrorReachesTheClient(t *testing.T) {
 		}
 		require.ErrorContains(t, last, "refused")
 		require.Positive(t, counters(t, root)["icmp_error"])
+	})
+}
+
+// dialFromPort connects from the client namespace's port lport to ap and
+// returns the backend that answered; the connection is reset on close
+// (linger 0), so that the same 4-tuple can be used again at once.
+func dialFromPort(name string, lport uint16, ap netip.AddrPort) (string, error) {
+	var c net.Conn
+	err := inNetNS(nsPath(name), func() error {
+		d := net.Dialer{Timeout: 3 * time.Second, LocalAddr: &net.TCPAddr{Port: int(lport)}}
+		var err error
+		c, err = d.Dial("tcp", ap.String())
+		return err
+	})
+	if err != nil {
+		return "", err
+	}
+	defer func() {
+		c.(*net.TCPConn).SetLinger(0)
+		c.Close()
+	}()
+	cc := &conn{c: c, rd: bufio.NewReader(c)}
+	return cc.ask("hello", 3*time.Second)
+}
+
+// Two load balancers (two nodes: an engine and maps each) with the same
+// backends, given in another order and with other backend IDs, send the
+// same flow to the same backend when the service's algorithm is maglev,
+// with no state shared; with random selection they do not (the control
+// that shows the check can fail).
+func TestNorthSouthMaglevPicksTheSameBackendOnTwoLBs(t *testing.T) {
+	inNSFamilies(t, func(t *testing.T, v6 bool) {
+		tp := newNSTopo(t, 2, 3)
+		eng0, root0 := nsEngine(t)
+		eng1, root1 := nsEngine(t)
+		_, port := tp.nsEchoes(t)
+		vip := vipOf(v6)
+		// Node 1 has seen other backends first: its IDs differ.
+		_, _, err := eng1.Upsert(ctxT(t), &lb.Service{
+			Frontend: lb.Frontend{L3n4Addr: lb.L3n4Addr{Addr: vip, Port: port + 1, Protocol: lb.TCP}},
+			Type:     lb.SVCTypeLoadBalancer, Backends: nsBackends(v6, port+7, 0, 1)})
+		require.NoError(t, err)
+		for _, alg := range []lb.LBAlgorithm{lb.LBAlgMaglev, lb.LBAlgRandom} {
+			fport := port
+			if alg == lb.LBAlgRandom {
+				fport = port + 2
+			}
+			for i, eng := range []interface {
+				Upsert(context.Context, *lb.Service) (lb.ServiceID, bool, error)
+			}{eng0, eng1} {
+				bs := nsBackends(v6, port, 0, 1, 2)
+				if i == 1 {
+					slices.Reverse(bs)
+				}
+				_, _, err := eng.Upsert(ctxT(t), &lb.Service{
+					Frontend: lb.Frontend{L3n4Addr: lb.L3n4Addr{Addr: vip, Port: fport, Protocol: lb.TCP}},
+					Type:     lb.SVCTypeLoadBalancer, LBAlgorithm: alg, Backends: bs})
+				require.NoError(t, err)
+			}
+		}
+		tp.attach(t, root0, 0, packetlb.ModeGeneric)
+		tp.attach(t, root1, 1, packetlb.ModeGeneric)
+
+		rng := testutil.Rand(t)
+		ports := make([]uint16, 20)
+		for i := range ports {
+			ports[i] = uint16(20000 + rng.IntN(10000))
+		}
+		ports = slices.Compact(slices.Sorted(slices.Values(ports)))
+		pick := func(lbi int, fport uint16) []string {
+			t.Helper()
+			tp.routeVia(lbi)
+			var out []string
+			for _, lp := range ports {
+				name, err := dialFromPort(tp.client, lp, netip.AddrPortFrom(vip, fport))
+				require.NoError(t, err, "LB %d, client port %d", lbi, lp)
+				out = append(out, name)
+			}
+			return out
+		}
+		maglev0, maglev1 := pick(0, port), pick(1, port)
+		t.Logf("maglev via LB0 %v, via LB1 %v", maglev0, maglev1)
+		require.Equal(t, maglev0, maglev1, "the same flow goes to the same backend through either LB")
+		require.Greater(t, len(slices.Compact(slices.Sorted(slices.Values(maglev0)))), 1, "the flows are spread")
+		random0, random1 := pick(0, port+2), pick(1, port+2)
+		require.NotEqual(t, random0, random1, "random selection differs between the LBs (control)")
+		require.Positive(t, counters(t, root1)[cntFwdNew])
 	})
 }
