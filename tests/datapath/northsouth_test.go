@@ -458,3 +458,54 @@ func TestNorthSouthMaglevPicksTheSameBackendOnTwoLBs(t *testing.T) {
 		require.Positive(t, counters(t, root1)[cntFwdNew])
 	})
 }
+
+// Source ranges (loadBalancerSourceRanges) let in only the clients inside
+// them, or with a deny list every client but those; the packets of the
+// others are dropped and counted. Changing the ranges takes effect for the
+// next connection.
+func TestNorthSouthSourceRangesDropWhatTheyShould(t *testing.T) {
+	inNSFamilies(t, func(t *testing.T, v6 bool) {
+		tp := newNSTopo(t, 1, 2)
+		eng, root := nsEngine(t)
+		_, port := tp.nsEchoes(t)
+		vip := netip.AddrPortFrom(vipOf(v6), port)
+		segment, client, other := netip.MustParsePrefix("198.18.0.0/24"), netip.PrefixFrom(nsClient4, 32), netip.MustParsePrefix("198.18.0.128/25")
+		if v6 {
+			segment, client, other = netip.MustParsePrefix("2001:2::/64"), netip.PrefixFrom(nsClient6, 128), netip.MustParsePrefix("2001:2::8000/113")
+		}
+		set := func(deny bool, ranges ...netip.Prefix) {
+			t.Helper()
+			_, _, err := eng.Upsert(ctxT(t), &lb.Service{
+				Frontend: lb.Frontend{L3n4Addr: lb.L3n4Addr{Addr: vip.Addr(), Port: port, Protocol: lb.TCP}},
+				Type:     lb.SVCTypeLoadBalancer, Backends: nsBackends(v6, port, 0, 1),
+				SourceRanges: ranges, SourceRangesDeny: deny})
+			require.NoError(t, err)
+		}
+		set(false, segment)
+		tp.attach(t, root, 0, packetlb.ModeGeneric)
+		for _, c := range []struct {
+			name   string
+			deny   bool
+			ranges []netip.Prefix
+			open   bool
+		}{
+			{"allowed: the client's segment", false, []netip.Prefix{segment}, true},
+			{"allowed: the client alone, among others", false, []netip.Prefix{other, client}, true},
+			{"not allowed: another range", false, []netip.Prefix{other}, false},
+			{"denied: the client", true, []netip.Prefix{client}, false},
+			{"denied: another range", true, []netip.Prefix{other}, true},
+			{"no ranges", false, nil, true},
+		} {
+			set(c.deny, c.ranges...)
+			before := counters(t, root)["drop_source_range"]
+			name, err := once(tp.client, vip)
+			if c.open {
+				require.NoError(t, err, c.name)
+				require.NotEmpty(t, name)
+				continue
+			}
+			require.Error(t, err, c.name)
+			require.Greater(t, counters(t, root)["drop_source_range"], before, "%s: counted", c.name)
+		}
+	})
+}
