@@ -468,18 +468,28 @@ func pinSafe(name string) string { return strings.ReplaceAll(name, ".", "%2E") }
 
 func unpinSafe(name string) string { return strings.ReplaceAll(name, "%2E", ".") }
 
+// xdpTry is one way to attach XDP: the kernel's flags and the device flag
+// recorded for it.
+type xdpTry struct {
+	flags link.XDPAttachFlags
+	dev   uint32
+}
+
 // attachXDP makes the link pinned for device run prog at XDP.
 func attachXDP(root, device string, ifindex int, prog *ebpf.Program, mode Mode) (uint32, string, error) {
 	path := linkPath(root, "xdp", device)
 	old, err := link.LoadPinnedLink(path, nil)
 	if err == nil {
 		defer old.Close()
-		if li, ierr := old.Info(); ierr == nil && li.XDP() != nil && int(li.XDP().Ifindex) == ifindex {
+		cur := currentXDPFlags(root, ifindex)
+		sameMode := mode == ModeAuto || (mode == ModeNative && cur == devXDPNative) || (mode == ModeGeneric && cur == devXDPGeneric)
+		if li, ierr := old.Info(); ierr == nil && li.XDP() != nil && int(li.XDP().Ifindex) == ifindex && sameMode {
 			if err := old.Update(prog); err == nil {
-				return currentXDPFlags(root, ifindex), "updated", nil
+				return cur, "updated", nil
 			}
 		}
-		// Another device of that name, or a defunct link: attach anew.
+		// Another device of that name, another mode, or a defunct link:
+		// attach anew (a mode change leaves a moment without the program).
 		_ = old.Close()
 		if err := removeLink(path); err != nil {
 			return 0, "", err
@@ -487,29 +497,14 @@ func attachXDP(root, device string, ifindex int, prog *ebpf.Program, mode Mode) 
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return 0, "", fmt.Errorf("open pinned link %s: %w", path, err)
 	}
-	try := []struct {
-		flags link.XDPAttachFlags
-		dev   uint32
-	}{}
+	native := xdpTry{link.XDPDriverMode, devXDPNative}
+	generic := xdpTry{link.XDPGenericMode, devXDPGeneric}
+	try := []xdpTry{native, generic} // auto: the driver's, else generic
 	switch mode {
 	case ModeNative:
-		try = append(try, struct {
-			flags link.XDPAttachFlags
-			dev   uint32
-		}{link.XDPDriverMode, devXDPNative})
+		try = []xdpTry{native}
 	case ModeGeneric:
-		try = append(try, struct {
-			flags link.XDPAttachFlags
-			dev   uint32
-		}{link.XDPGenericMode, devXDPGeneric})
-	default:
-		try = append(try, struct {
-			flags link.XDPAttachFlags
-			dev   uint32
-		}{link.XDPDriverMode, devXDPNative}, struct {
-			flags link.XDPAttachFlags
-			dev   uint32
-		}{link.XDPGenericMode, devXDPGeneric})
+		try = []xdpTry{generic}
 	}
 	var errs []error
 	for _, t := range try {

@@ -323,6 +323,11 @@ func TestNorthSouthNodePortAndNoBackend(t *testing.T) {
 		require.Equal(t, "updated", l.Change, "%s/%s", l.Device, l.Hook)
 	}
 	require.Positive(t, mapLen(t, root, packetlb.CT4Name), "conntrack kept across a re-attach")
+	// Another mode replaces the XDP link rather than update it.
+	info = tp.attach(t, root, 0, packetlb.ModeTC)
+	require.Len(t, info.Links, 1, "tc alone: %s", info)
+	info = tp.attach(t, root, 0, packetlb.ModeGeneric)
+	require.Contains(t, info.String(), "xdp(generic")
 	_, err = once(tp.client, netip.AddrPortFrom(nsLB(0, false), port))
 	require.NoError(t, err, "NodePort after re-attach")
 	require.NoError(t, packetlb.Detach(root))
