@@ -403,7 +403,7 @@ func (e *env) startEngine(t testing.TB) {
 	defer cancel()
 	eng, err := actorlb.New(ctx, actorlb.Config{
 		BPFRoot:          e.root,
-		MaxEntries:       maps.Sizes{Services: cmp.Or(e.size, 4096), Backends: cmp.Or(e.size, 4096), RevNAT: cmp.Or(e.size, 4096)},
+		MaxEntries:       maps.Sizes{Services: cmp.Or(e.size, 4096), Backends: cmp.Or(e.size, 4096), RevNAT: cmp.Or(e.size, 4096), SourceRanges: cmp.Or(e.size, 4096)},
 		Logger:           quietLogger(),
 		SocketTerminator: e.terminator,
 		// Tests here write map entries by hand (weights, affinity,
@@ -537,7 +537,7 @@ func (e *env) backendID(t testing.TB, ap netip.AddrPort) uint32 {
 func (e *env) rawMaps(t testing.TB) *maps.LBMaps {
 	t.Helper()
 	size := cmp.Or(e.size, 4096)
-	lbm, err := maps.Open(maps.Config{Root: e.root, MaxEntries: maps.Sizes{Services: size, Backends: size, RevNAT: size}})
+	lbm, err := maps.Open(maps.Config{Root: e.root, MaxEntries: maps.Sizes{Services: size, Backends: size, RevNAT: size, SourceRanges: size}})
 	require.NoError(t, err)
 	t.Cleanup(func() { lbm.Close() })
 	return lbm
