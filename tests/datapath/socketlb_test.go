@@ -353,7 +353,7 @@ func (e *env) testResize(t *testing.T) {
 	got, err := e.engine.List(ctxT(t))
 	require.NoError(t, err)
 	require.Equal(t, want, got, "same services, same IDs")
-	lbm, err := lbmaps.Open(lbmaps.Config{Root: e.root, MaxEntries: lbmaps.Sizes{Services: e.size, Backends: e.size, RevNAT: e.size}})
+	lbm, err := lbmaps.Open(lbmaps.Config{Root: e.root, MaxEntries: lbmaps.Sizes{Services: e.size, Backends: e.size, RevNAT: e.size, SourceRanges: e.size}})
 	require.NoError(t, err)
 	defer lbm.Close()
 	d, err := verify.Dump(lbm)
