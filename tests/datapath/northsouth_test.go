@@ -96,7 +96,11 @@ func TestNorthSouthSpreadsConnectionsOverBackends(t *testing.T) {
 				require.Len(t, ucounts, 3, "UDP reaches every backend: %v", ucounts)
 
 				c := counters(t, root)
-				require.GreaterOrEqual(t, c[cntFwdNew], uint64(n+60), "new connections counted")
+				// Every TCP connection is new (the client's TIME_WAIT keeps its
+				// port); a UDP socket may get a port an earlier one had, and
+				// its datagram is then a tracked flow's.
+				require.GreaterOrEqual(t, c[cntFwdNew], uint64(n), "new connections counted")
+				require.GreaterOrEqual(t, c[cntFwdNew]+c[cntFwdCT], uint64(3*n+60), "client packets forwarded")
 				require.Greater(t, c[cntReply], uint64(n), "replies translated by the LB")
 				require.Positive(t, mapLen(t, root, ctName(v6, true)), "SNAT reverse entries")
 				st, err := packetlb.ReadStats(root)
