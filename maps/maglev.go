@@ -353,6 +353,35 @@ func openOrCreateMaglev(spec *ebpf.MapSpec, path string, recreate bool) (*ebpf.M
 	return m, true, nil
 }
 
+// MaglevShapeProblem says how the pinned Maglev map m differs from one of
+// family fam whose tables have size entries, "" if it does not (see
+// maglevShapeProblem; an empty map is probed under key 0). For a datapath
+// loader that must agree with the engine's table size.
+func MaglevShapeProblem(m *ebpf.Map, fam Family, size uint32) string {
+	return maglevShapeProblem(m, maglevSpec(m.String(), fam, size, int(m.MaxEntries())))
+}
+
+// MaglevTableSizeOf returns the entries of the tables of the pinned Maglev
+// map m, read from one of them (0 when it holds none).
+func MaglevTableSizeOf(m *ebpf.Map) (uint32, error) {
+	var k [RevNATKeySize]byte
+	if err := m.NextKey(nil, &k); err != nil {
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return 0, nil
+		}
+		return 0, err
+	}
+	var inner *ebpf.Map
+	if err := m.Lookup(k, &inner); err != nil {
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return 0, nil // deleted meanwhile
+		}
+		return 0, err
+	}
+	defer inner.Close()
+	return inner.ValueSize() / 4, nil
+}
+
 // maglevShapeProblem says how the pinned m differs from spec (capacity
 // aside), "" if it does not: type, key and value size, and the size of its
 // tables — read from one of its inner maps, or, when it has none, probed

@@ -310,27 +310,37 @@ func openMaps(spec *ebpf.CollectionSpec, root string, want uint32, ctMax int) (m
 		out[name] = m
 	}
 	size := want
-	for _, name := range []string{Maglev4Name, Maglev6Name} {
-		m, err := ebpf.LoadPinnedMap(filepath.Join(root, name), nil)
+	type pinnedTable struct {
+		name string
+		fam  maps.Family
+		m    *ebpf.Map
+	}
+	var pinnedMaglev []pinnedTable
+	defer func() {
+		for _, p := range pinnedMaglev {
+			p.m.Close()
+		}
+	}()
+	for _, p := range []pinnedTable{{name: Maglev4Name, fam: maps.IPv4}, {name: Maglev6Name, fam: maps.IPv6}} {
+		m, err := ebpf.LoadPinnedMap(filepath.Join(root, p.name), nil)
 		if errors.Is(err, os.ErrNotExist) {
 			continue
 		}
 		if err != nil {
-			return out, 0, fmt.Errorf("open pinned map %s: %w", filepath.Join(root, name), err)
+			return out, 0, fmt.Errorf("open pinned map %s: %w", filepath.Join(root, p.name), err)
 		}
-		got, err := tableSize(m)
+		p.m = m
+		pinnedMaglev = append(pinnedMaglev, p)
+		got, err := maps.MaglevTableSizeOf(m)
 		if err != nil {
-			m.Close()
-			return out, 0, fmt.Errorf("%s: %w", name, err)
+			return out, 0, fmt.Errorf("%s: read a table: %w", p.name, err)
 		}
 		if got != 0 && size != 0 && got != size {
-			m.Close()
-			return out, 0, fmt.Errorf("%w: %s holds tables of %d entries, not %d", ErrIncompatible, name, got, size)
+			return out, 0, fmt.Errorf("%w: %s holds tables of %d entries, not %d", ErrIncompatible, p.name, got, size)
 		}
 		if got != 0 {
 			size = got
 		}
-		m.Close()
 	}
 	if size == 0 {
 		size = maglev.DefaultTableSize
@@ -338,12 +348,11 @@ func openMaps(spec *ebpf.CollectionSpec, root string, want uint32, ctMax int) (m
 	if err := maglev.CheckTableSize(size); err != nil {
 		return out, 0, fmt.Errorf("%w: maglev table size: %v", ErrInvalidConfig, err)
 	}
-	// A pinned map without a table does not say its size: the kernel
-	// takes a table of the right size only (probed under key 0, which is
-	// no service ID).
-	for _, name := range []string{Maglev4Name, Maglev6Name} {
-		if err := probeTableSize(filepath.Join(root, name), size); err != nil {
-			return out, 0, fmt.Errorf("%s: %w", name, err)
+	// A pinned map without a table does not say its size: the engine's
+	// maps package probes it (a table under key 0, which is no service ID).
+	for _, p := range pinnedMaglev {
+		if problem := maps.MaglevShapeProblem(p.m, p.fam, size); problem != "" {
+			return out, 0, fmt.Errorf("%w: %s: %s (pass the engine's --maglev-table-size)", ErrIncompatible, p.name, problem)
 		}
 	}
 	for _, name := range []string{Maglev4Name, Maglev6Name} {
@@ -411,52 +420,6 @@ func compatible(ms *ebpf.MapSpec, m *ebpf.Map) error {
 		return nil
 	}
 	return ms.Compatible(m)
-}
-
-// tableSize reads the size M of one inner table of a pinned Maglev map (0
-// when it holds none).
-func tableSize(outer *ebpf.Map) (uint32, error) {
-	var key [2]byte
-	var id uint32
-	it := outer.Iterate()
-	if !it.Next(&key, &id) {
-		return 0, it.Err()
-	}
-	inner, err := ebpf.NewMapFromID(ebpf.MapID(id))
-	if err != nil {
-		return 0, fmt.Errorf("open a table: %w", err)
-	}
-	defer inner.Close()
-	return inner.ValueSize() / 4, nil
-}
-
-// probeTableSize checks that the Maglev map pinned at path (if any) takes
-// tables of size entries, by adding one under key 0 and removing it.
-func probeTableSize(path string, size uint32) error {
-	outer, err := ebpf.LoadPinnedMap(path, nil)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("open pinned map %s: %w", path, err)
-	}
-	defer outer.Close()
-	inner, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 4 * size, MaxEntries: 1})
-	if err != nil {
-		return fmt.Errorf("probe the table size: %w", err)
-	}
-	defer inner.Close()
-	var key [2]byte
-	if err := outer.Update(key, uint32(inner.FD()), ebpf.UpdateNoExist); err != nil {
-		if errors.Is(err, ebpf.ErrKeyExist) {
-			return nil // a probe of another process: it has the size it has
-		}
-		return fmt.Errorf("%w: its tables are not of %d entries (pass the engine's --maglev-table-size): %v", ErrIncompatible, size, err)
-	}
-	if err := outer.Delete(key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-		return fmt.Errorf("remove the size probe: %w", err)
-	}
-	return nil
 }
 
 func linkPath(root, hook, device string) string {
