@@ -334,15 +334,11 @@ struct pkt {
 	__u8 proto;
 	__u8 tcp_flags;
 	__u8 pad;
-	__u32 l4_off;   /* offset of the L4 header */
-	__u32 csum_off; /* offset of the L4 checksum */
-	__u32 len;      /* bytes of the frame */
+	__u32 len; /* bytes of the frame */
 	union v6addr src;
 	union v6addr dst;
 	__be16 sport;
 	__be16 dport;
-	__sum16 l4_check; /* as found */
-	__u16 pad2;
 };
 
 #define PARSE_OK 0
@@ -387,7 +383,6 @@ static __always_inline int parse(void *data, void *data_end, struct pkt *p)
 	}
 	if (off > 14 + 60)
 		return PARSE_PASS;
-	p->l4_off = off;
 	if (p->proto == IPPROTO_TCP) {
 		struct tcphdr *th = data + off;
 		if ((void *)(th + 1) > data_end)
@@ -395,16 +390,12 @@ static __always_inline int parse(void *data, void *data_end, struct pkt *p)
 		p->sport = th->source;
 		p->dport = th->dest;
 		p->tcp_flags = th->flags;
-		p->l4_check = th->check;
-		p->csum_off = off + 16;
 	} else if (p->proto == IPPROTO_UDP) {
 		struct udphdr *uh = data + off;
 		if ((void *)(uh + 1) > data_end)
 			return PARSE_PASS;
 		p->sport = uh->source;
 		p->dport = uh->dest;
-		p->l4_check = uh->check;
-		p->csum_off = off + 6;
 	} else if ((!p->v6 && p->proto == IPPROTO_ICMP) || (p->v6 && p->proto == IPPROTO_ICMPV6)) {
 		return PARSE_ICMP;
 	} else {
