@@ -245,14 +245,16 @@ func bind[K comparable, I idalloc.ID](a *idalloc.Allocator[K, I], key K, id I, r
 	return nil
 }
 
-// Keys of the allocator and the supervisor's indexes. Most services and
-// backends are IPv4: their keys are kept packed in 8 bytes
-// (internal/packedmap), the others whole.
+// Keys of the allocator and the supervisor's indexes. IPv4 services and
+// backends, and IPv6 backends of the /104 prefixes the packer learns,
+// have their keys kept packed in 8 bytes (internal/packedmap), the others
+// whole.
 
 // newBackendIDs returns the backend ID allocator, with room for n
-// backends: IPv4 backends' keys are kept packed in 8 bytes.
+// backends: IPv4 backends' keys, and IPv6 ones of learnt prefixes, are
+// kept packed in 8 bytes.
 func newBackendIDs(n int) *idalloc.Allocator[addrkey.Backend, lb.BackendID] {
-	return idalloc.NewCompact[addrkey.Backend, lb.BackendID](math.MaxUint32, n, addrkey.BackendPacker{})
+	return idalloc.NewCompact[addrkey.Backend, lb.BackendID](math.MaxUint32, n, addrkey.NewBackendPacker())
 }
 
 // newServiceIDs returns the service ID allocator, with room for n

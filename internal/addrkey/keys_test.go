@@ -48,15 +48,124 @@ func randomAddr(r interface{ IntN(int) int }) netip.Addr {
 	return netip.AddrFrom16([16]byte{0: 0xfd, 12: 10, 14: byte(r.IntN(256)), 15: byte(r.IntN(256))})
 }
 
-// Only IPv4 backends pack (an IPv4-mapped address is the same backend:
-// BackendOf makes one key of both).
-func TestBackendPacker(t *testing.T) {
+// IPv4 backends pack (an IPv4-mapped address is the same backend:
+// BackendOf makes one key of both); IPv6 ones pack once their /104 prefix
+// is learnt, which Pack alone never does.
+func TestBackendPackerPacksIPv4AndLearntIPv6Prefixes(t *testing.T) {
 	r := testutil.Rand(t)
-	checkPacker(t, BackendPacker{}, 3000, func() (Backend, bool) {
+	pk := NewBackendPacker()
+	checkPacker(t, pk, 3000, func() (Backend, bool) {
 		a := randomAddr(r)
 		k := BackendOf(lb.L3n4Addr{Addr: a, Port: uint16(r.IntN(70000)), Protocol: lb.L4Type(r.IntN(256))})
 		return k, a.Unmap().Is4()
 	})
+	require.Zero(t, pk.Prefixes(), "Pack learns nothing")
+	checkLearner(t, pk, 3000, func() Backend {
+		return BackendOf(lb.L3n4Addr{Addr: randomAddr6(r, 40), Port: uint16(r.IntN(70000)), Protocol: lb.L4Type(r.IntN(256))})
+	})
+	require.Equal(t, 40, pk.Prefixes())
+}
+
+// checkLearner learns n keys made by gen (each must pack, by Learn and
+// then by Pack alike) and checks that every packed key comes back and no
+// two pack alike, IPv4 keys included.
+func checkLearner(t *testing.T, pk *BackendPacker, n int, gen func() Backend) {
+	t.Helper()
+	seen := map[uint64]Backend{}
+	r := testutil.Rand(t)
+	for i := range n {
+		k := gen()
+		if i%3 == 0 { // IPv4 keys share the space
+			k = BackendOf(lb.L3n4Addr{Addr: netip.AddrFrom4([4]byte{byte(r.IntN(256)), byte(r.IntN(256)), 0, byte(r.IntN(256))}), Port: uint16(r.IntN(70000)), Protocol: lb.L4Type(r.IntN(256))})
+		}
+		p, ok := pk.Learn(k)
+		require.True(t, ok, "%v", k)
+		again, ok := pk.Pack(k)
+		require.True(t, ok, "%v: learnt, Pack must pack it", k)
+		require.Equal(t, p, again)
+		require.Equal(t, k, pk.Unpack(p))
+		if prev, dup := seen[p]; dup {
+			require.Equal(t, prev, k, "two keys packed the same")
+		}
+		seen[p] = k
+	}
+}
+
+// randomAddr6 returns an IPv6 address in one of n /104 prefixes.
+func randomAddr6(r interface{ IntN(int) int }, n int) netip.Addr {
+	p := r.IntN(n)
+	return netip.AddrFrom16([16]byte{0: 0x20, 1: 0x01, 2: 0x0d, 3: 0xb8, 7: byte(p >> 8), 12: byte(p),
+		13: byte(r.IntN(256)), 14: byte(r.IntN(256)), 15: byte(r.IntN(256))})
+}
+
+// Every handle the packer can give round-trips, including the last one,
+// and a full packer refuses a new prefix for good while it still packs
+// the ones it knows.
+func TestBackendPackerHandlesAndFullTable(t *testing.T) {
+	pk := NewBackendPacker()
+	keyOf := func(i int, low byte) Backend {
+		return BackendOf(lb.L3n4Addr{Addr: netip.AddrFrom16([16]byte{0: 0xfd, 10: byte(i >> 16), 11: byte(i >> 8), 12: byte(i), 15: low}), Port: 443, Protocol: lb.UDP})
+	}
+	seen := make(map[uint64]int, MaxBackendPrefixes)
+	for i := range MaxBackendPrefixes {
+		k := keyOf(i, byte(i))
+		p, ok := pk.Learn(k)
+		require.True(t, ok, "prefix %d", i)
+		require.NotZero(t, uint8(p>>24), "an IPv6 key's bits 24-31 are never zero")
+		require.Equal(t, k, pk.Unpack(p), "prefix %d", i)
+		_, dup := seen[p]
+		require.False(t, dup, "prefix %d packs like prefix %d", i, seen[p])
+		seen[p] = i
+	}
+	require.Equal(t, MaxBackendPrefixes, pk.Prefixes())
+	extra := keyOf(MaxBackendPrefixes, 7)
+	_, ok := pk.Learn(extra)
+	require.False(t, ok, "a full packer learns no more")
+	_, ok = pk.Pack(extra)
+	require.False(t, ok)
+	_, ok = pk.Learn(extra)
+	require.False(t, ok, "refused for good")
+	p, ok := pk.Pack(keyOf(12345, 99))
+	require.True(t, ok, "known prefixes still pack")
+	require.Equal(t, keyOf(12345, 99), pk.Unpack(p))
+}
+
+// A packedmap.Map with a BackendPacker behaves as a plain map whatever the
+// order of its IPv4 and IPv6 keys, also once the packer is full (a small
+// one here) and keys of new prefixes are kept whole.
+func TestBackendPackerInAMapMatchesAPlainMap(t *testing.T) {
+	r := testutil.Rand(t)
+	m := packedmap.New[Backend, int](0, newBackendPacker(5))
+	want := map[Backend]int{}
+	var keys []Backend
+	for range 300 {
+		a := randomAddr6(r, 12)
+		if r.IntN(3) == 0 {
+			a = randomAddr(r)
+		}
+		keys = append(keys, BackendOf(lb.L3n4Addr{Addr: a, Port: uint16(r.IntN(3)), Protocol: lb.TCP}))
+	}
+	for step := range 5000 {
+		k := keys[r.IntN(len(keys))]
+		switch r.IntN(3) {
+		case 0:
+			m.Set(k, step)
+			want[k] = step
+		case 1:
+			m.Delete(k)
+			delete(want, k)
+		}
+		v, ok := m.Get(k)
+		w, wok := want[k]
+		require.Equal(t, wok, ok, "step %d", step)
+		require.Equal(t, w, v, "step %d", step)
+		require.Equal(t, len(want), m.Len())
+	}
+	got := map[Backend]int{}
+	for k, v := range m.All {
+		got[k] = v
+	}
+	require.Equal(t, want, got)
 }
 
 // Only plain IPv4 frontends pack: an IPv4-mapped one is another key.

@@ -51,7 +51,7 @@ type Core struct {
 	// The table.
 	services   map[lb.ServiceID]*table.Service
 	byFE       packedmap.Map[lb.L3n4Addr, lb.ServiceID] // frontend -> service (IPv4 keys packed)
-	users      packedmap.Map[addrkey.Backend, users]    // backend -> services using it (IPv4 keys packed)
+	users      packedmap.Map[addrkey.Backend, users]    // backend -> services using it (IPv4 and learnt-prefix IPv6 keys packed)
 	shared     map[addrkey.Backend][]lb.ServiceID       // users beyond the first, of shared backends
 	standalone map[lb.ServiceID]lb.L3n4Addr             // revNAT entries without a service
 
@@ -108,7 +108,7 @@ func New(cfg Config) *Core {
 		now:        cfg.Now,
 		services:   map[lb.ServiceID]*table.Service{},
 		byFE:       packedmap.New[lb.L3n4Addr, lb.ServiceID](0, addrkey.FrontendPacker{}),
-		users:      packedmap.New[addrkey.Backend, users](0, addrkey.BackendPacker{}),
+		users:      packedmap.New[addrkey.Backend, users](0, addrkey.NewBackendPacker()),
 		standalone: map[lb.ServiceID]lb.L3n4Addr{},
 		queues:     map[qkey]queue{},
 	}

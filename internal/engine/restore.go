@@ -239,7 +239,7 @@ func (p *repairPlan) install(c *Core, _ *op) {
 		}
 		c.services = make(map[lb.ServiceID]*table.Service, len(r.Services))
 		c.byFE = packedmap.New[lb.L3n4Addr, lb.ServiceID](len(r.Services), addrkey.FrontendPacker{})
-		c.users = packedmap.New[addrkey.Backend, users](n, addrkey.BackendPacker{})
+		c.users = packedmap.New[addrkey.Backend, users](n, addrkey.NewBackendPacker())
 	}
 	for _, svc := range r.Services {
 		c.put(svc)

@@ -2,7 +2,8 @@
 // packed: a key of 20 or 32 bytes (an address, port and protocol) that is
 // an IPv4 one fits in a uint64, and a Go map of uint64 keys takes less than
 // half the memory. actorlb holds every backend in several indexes, so this
-// is most of its memory per service.
+// is most of its memory per service. A packer that is a Learner learns to
+// pack more keys as they are set (IPv6 backends of a prefix it learns).
 //
 // # Lifecycle
 //

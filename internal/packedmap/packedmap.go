@@ -7,6 +7,17 @@ type Packer[K any] interface {
 	Unpack(packed uint64) K
 }
 
+// Learner is a Packer that learns to pack more keys as they are set: Set
+// calls Learn for a key Pack refuses, and keeps the key packed if Learn
+// packs it. Pack (used by Get and Delete) must not learn. What a Learner
+// packs only grows, and a key Learn refuses once is refused for good (by
+// Pack and Learn alike): so a key set before stays where Set put it (a key
+// Set kept whole never packs later, one it packed packs the same way).
+type Learner[K any] interface {
+	Packer[K]
+	Learn(key K) (packed uint64, ok bool)
+}
+
 // Map is a map from K to V that keeps the keys its Packer packs in a map
 // of their own; every other key is kept whole. A key is in one of the two,
 // never both, so Map behaves exactly as one map[K]V.
@@ -14,6 +25,7 @@ type Map[K comparable, V any] struct {
 	full  map[K]V
 	small map[uint64]V // nil without a packer
 	pk    Packer[K]
+	learn Learner[K] // pk when it is a Learner, else nil
 }
 
 // New returns an empty map with room for n keys expected to pack (all of
@@ -22,7 +34,9 @@ func New[K comparable, V any](n int, pk Packer[K]) Map[K, V] {
 	if pk == nil {
 		return Map[K, V]{full: make(map[K]V, n)}
 	}
-	return Map[K, V]{full: map[K]V{}, small: make(map[uint64]V, n), pk: pk}
+	m := Map[K, V]{full: map[K]V{}, small: make(map[uint64]V, n), pk: pk}
+	m.learn, _ = pk.(Learner[K])
+	return m
 }
 
 // Get returns the value of k and whether k is in the map.
@@ -43,6 +57,12 @@ func (m *Map[K, V]) Set(k K, v V) {
 		if p, ok := m.pk.Pack(k); ok {
 			m.small[p] = v
 			return
+		}
+		if m.learn != nil {
+			if p, ok := m.learn.Learn(k); ok {
+				m.small[p] = v
+				return
+			}
 		}
 	}
 	m.full[k] = v

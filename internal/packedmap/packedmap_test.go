@@ -19,10 +19,39 @@ func (evenKeys) Pack(k string) (uint64, bool) {
 
 func (evenKeys) Unpack(p uint64) string { return "k" + strconv.Itoa(int(p)) }
 
-// A Map, with or without a packer, behaves exactly as a plain map.
+// learnKeys packs the even keys, and the odd ones it learnt: up to max of
+// them, first come first served.
+type learnKeys struct {
+	evenKeys
+	learnt map[int]bool
+	max    int
+}
+
+func (l *learnKeys) Pack(k string) (uint64, bool) {
+	if p, ok := l.evenKeys.Pack(k); ok {
+		return p, true
+	}
+	n, err := strconv.Atoi(k[1:])
+	return uint64(n), err == nil && l.learnt[n]
+}
+
+func (l *learnKeys) Learn(k string) (uint64, bool) {
+	if p, ok := l.Pack(k); ok {
+		return p, true
+	}
+	n, err := strconv.Atoi(k[1:])
+	if err != nil || len(l.learnt) >= l.max {
+		return 0, false
+	}
+	l.learnt[n] = true
+	return uint64(n), true
+}
+
+// A Map, with or without a packer, one that learns included, behaves
+// exactly as a plain map.
 func TestMatchesPlainMap(t *testing.T) {
 	r := testutil.Rand(t)
-	for _, pk := range []Packer[string]{nil, evenKeys{}} {
+	for _, pk := range []Packer[string]{nil, evenKeys{}, &learnKeys{learnt: map[int]bool{}, max: 6}} {
 		m, want := New[string, int](0, pk), map[string]int{}
 		for step := range 5000 {
 			k := "k" + strconv.Itoa(r.IntN(40))

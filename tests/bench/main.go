@@ -57,6 +57,7 @@ func main() {
 	pflag.StringVar(&insertProfile, "cpuprofile-insert", "", "write a CPU profile of the batched insert and delete (insert-50k-x1) alone to this file")
 	memProfile := pflag.String("memprofile", "", "write an allocation profile of the whole run to this file")
 	pflag.StringVar(&heapProfile, "heapprofile", "", "write a heap profile (in-use memory) taken where memory-10k-x10 is measured to this file")
+	pflag.StringVar(&heapProfileV6, "heapprofile-ipv6", "", "write a heap profile (in-use memory) taken where memory-10k-x10's IPv6 figure is measured to this file")
 	pflag.BoolVar(&kube.run, "kube", true, "run the Kubernetes-mode scenarios (skipped with a message when the kube binaries are not built: make kube-tools)")
 	pflag.BoolVar(&kubeOnly, "kube-only", false, "run the Kubernetes-mode scenarios alone")
 	pflag.BoolVar(&packetOnly, "packet-only", false, "run the packet-datapath (XDP) scenarios alone")
@@ -97,6 +98,9 @@ func main() {
 	}
 	if *memProfile != "" {
 		runtime.MemProfileRate = 4096
+	}
+	if heapProfile != "" || heapProfileV6 != "" {
+		runtime.MemProfileRate = 512 // fine enough to tell the indexes apart
 	}
 	if err := run(*out, *bulkN, *insertN, *callers, *batch); err != nil {
 		pprof.StopCPUProfile()
@@ -466,7 +470,7 @@ var (
 	packetOnly bool
 )
 
-var heapProfile string
+var heapProfile, heapProfileV6 string
 
 // writeHeapProfile writes the in-use heap profile to file.
 func writeHeapProfile(file string) error {
@@ -567,6 +571,12 @@ func retainedV6(ctx context.Context, dir string, sizes maps.Sizes, n, callers in
 		return 0, err
 	}
 	retained := retainedPer(before, n)
+	if heapProfileV6 != "" {
+		if err := writeHeapProfile(heapProfileV6); err != nil {
+			e.Close()
+			return 0, err
+		}
+	}
 	if err := e.Close(); err != nil {
 		return 0, err
 	}
