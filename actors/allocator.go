@@ -260,5 +260,5 @@ func newBackendIDs(n int) *idalloc.Allocator[addrkey.Backend, lb.BackendID] {
 // newServiceIDs returns the service ID allocator, with room for n
 // frontends: IPv4 frontends are kept packed.
 func newServiceIDs(n int) *idalloc.Allocator[lb.L3n4Addr, lb.ServiceID] {
-	return idalloc.NewCompact[lb.L3n4Addr, lb.ServiceID](lb.MaxServiceID, n, addrkey.FrontendPacker{})
+	return idalloc.NewCompact[lb.L3n4Addr, lb.ServiceID](lb.MaxServiceID, n, addrkey.NewFrontendPacker())
 }

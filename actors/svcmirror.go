@@ -45,7 +45,7 @@ func (o *svcMirror) index() {
 	if o.indexed {
 		return
 	}
-	o.entries, o.indexed, o.n = packedmap.New[addrkey.ServiceKey, []slotValue](len(o.loaded)/4, addrkey.ServiceKeyPacker{}), true, 0
+	o.entries, o.indexed, o.n = packedmap.New[addrkey.ServiceKey, []slotValue](len(o.loaded)/4, addrkey.NewServiceKeyPacker()), true, 0
 	c := cursor{o: o}
 	for _, e := range o.loaded {
 		c.set(e.Key, e.Value)

@@ -108,28 +108,89 @@ func (p *BackendPacker) Unpack(packed uint64) Backend {
 	return k
 }
 
-// FrontendPacker packs IPv4 frontends: address, port, protocol and scope
-// in 64 bits. Only a plain IPv4 address packs (not an IPv4-mapped IPv6
-// one, which is another key). IPv6 frontends are kept whole: a service
-// has one frontend for about ten backends, and a table of learnt prefixes
-// (as BackendPacker has) costs more than it saves when frontends spread
-// over many prefixes.
-type FrontendPacker struct{}
+// FrontendPacker packs frontends into 8 bytes for a packedmap.Map:
+//
+//   - IPv4 frontends of scope 0 or 1 (the scopes actorlb writes): address
+//     (bits 32-63), port (16-31), protocol (8-15) and scope (bit 0); bits
+//     1-7 are zero. A plain IPv4 address only: an IPv4-mapped IPv6 one is
+//     another key.
+//   - IPv6 frontends without a zone, of scope 0 or 1, whose first 96 bits
+//     are one of the MaxFrontendPrefixes prefixes the packer has learnt
+//     (a Kubernetes IPv6 service range is one /108 or /112; load-balancer
+//     pools are few): the last 32 bits (32-63), port, protocol, bit 7 set,
+//     the prefix's handle (bits 1-6) and the scope.
+//
+// Other frontends are kept whole. It learns a prefix when a frontend of it
+// is set (Learn) and never forgets one (see BackendPacker). A packer
+// belongs to one map.
+type FrontendPacker struct{ pre learnt[prefix96] }
 
-// Pack packs a if it is an IPv4 frontend.
-func (FrontendPacker) Pack(a lb.L3n4Addr) (uint64, bool) {
-	if !a.Addr.Is4() {
+// prefix96 is the first 96 bits of an IPv6 address.
+type prefix96 [12]byte
+
+// MaxFrontendPrefixes is how many IPv6 /96 prefixes a FrontendPacker or
+// a ServiceKeyPacker learns (6 bits of handle).
+const MaxFrontendPrefixes = 64
+
+// NewFrontendPacker returns a packer that has learnt no IPv6 prefix.
+func NewFrontendPacker() *FrontendPacker {
+	return &FrontendPacker{pre: newLearnt[prefix96](MaxFrontendPrefixes)}
+}
+
+// Prefixes returns how many IPv6 prefixes p has learnt.
+func (p *FrontendPacker) Prefixes() int { return len(p.pre.list) }
+
+// Pack packs a if it is an IPv4 frontend or an IPv6 one of a learnt prefix.
+func (p *FrontendPacker) Pack(a lb.L3n4Addr) (uint64, bool) { return p.pack(a, false) }
+
+// Learn packs a as Pack does, learning its IPv6 prefix if there is room.
+func (p *FrontendPacker) Learn(a lb.L3n4Addr) (uint64, bool) { return p.pack(a, true) }
+
+func (p *FrontendPacker) pack(a lb.L3n4Addr, learn bool) (uint64, bool) {
+	if a.Scope > 1 {
 		return 0, false
 	}
-	return addrBits(a.Addr.As4()) | uint64(a.Port)<<16 | uint64(a.Protocol)<<8 | uint64(a.Scope), true
+	if a.Addr.Is4() {
+		return packFrontend(a.Addr.As4(), a.Port, uint8(a.Protocol), uint8(a.Scope), 0, false), true
+	}
+	if !a.Addr.Is6() || a.Addr.Zone() != "" {
+		return 0, false
+	}
+	b := a.Addr.As16()
+	h, ok := p.pre.handle(prefix96(b[:12]), learn)
+	if !ok {
+		return 0, false
+	}
+	return packFrontend([4]byte(b[12:]), a.Port, uint8(a.Protocol), uint8(a.Scope), h, true), true
 }
 
 // Unpack returns the frontend p was packed from.
-func (FrontendPacker) Unpack(p uint64) lb.L3n4Addr {
-	return lb.L3n4Addr{
-		Addr: netip.AddrFrom4(bitsAddr(p)),
-		Port: uint16(p >> 16), Protocol: lb.L4Type(p >> 8), Scope: lb.Scope(p),
+func (p *FrontendPacker) Unpack(packed uint64) lb.L3n4Addr {
+	low, port, proto, scope, h, v6 := unpackFrontend(packed)
+	a := lb.L3n4Addr{Addr: netip.AddrFrom4(low), Port: port, Protocol: lb.L4Type(proto), Scope: lb.Scope(scope)}
+	if v6 {
+		var b [16]byte
+		pre := p.pre.list[h]
+		copy(b[:12], pre[:])
+		copy(b[12:], low[:])
+		a.Addr = netip.AddrFrom16(b)
 	}
+	return a
+}
+
+// packFrontend is the layout FrontendPacker and ServiceKeyPacker share:
+// the last 32 address bits, port, protocol, and in the low byte the IPv6
+// bit (7), the prefix handle (1-6) and the scope (0, which is 0 or 1).
+func packFrontend(low [4]byte, port uint16, proto, scope uint8, h uint16, v6 bool) uint64 {
+	p := addrBits(low) | uint64(port)<<16 | uint64(proto)<<8 | uint64(scope)
+	if v6 {
+		p |= 0x80 | uint64(h)<<1
+	}
+	return p
+}
+
+func unpackFrontend(p uint64) (low [4]byte, port uint16, proto, scope uint8, h uint16, v6 bool) {
+	return bitsAddr(p), uint16(p >> 16), uint8(p >> 8), uint8(p & 1), uint16(p>>1) & 0x3f, p&0x80 != 0
 }
 
 // learnt is a table of prefixes with 16-bit handles (their index), learnt
@@ -178,23 +239,52 @@ func (f ServiceKey) Key(slot uint16) maps.ServiceKey {
 	return maps.ServiceKey{Address: f.Addr(), Port: f.port, Slot: slot, Proto: f.proto, Scope: f.scope}
 }
 
-// ServiceKeyPacker packs IPv4 frontends' service keys: address, port,
-// protocol and scope in 64 bits.
-type ServiceKeyPacker struct{}
+// ServiceKeyPacker packs service keys as FrontendPacker packs frontends:
+// IPv4 ones, and IPv6 ones of a learnt /96 prefix (an IPv4-mapped IPv6
+// address packs as an IPv6 one: its kind is kept), scope 0 or 1.
+type ServiceKeyPacker struct{ pre learnt[prefix96] }
 
-// Pack packs f if its address is IPv4.
-func (ServiceKeyPacker) Pack(f ServiceKey) (uint64, bool) {
-	if f.kind != 4 || [12]byte(f.addr[:12]) != v4mapped {
+// NewServiceKeyPacker returns a packer that has learnt no IPv6 prefix.
+func NewServiceKeyPacker() *ServiceKeyPacker {
+	return &ServiceKeyPacker{pre: newLearnt[prefix96](MaxFrontendPrefixes)}
+}
+
+// Pack packs f if its address is IPv4, or IPv6 of a learnt prefix.
+func (p *ServiceKeyPacker) Pack(f ServiceKey) (uint64, bool) { return p.pack(f, false) }
+
+// Learn packs f as Pack does, learning its IPv6 prefix if there is room.
+func (p *ServiceKeyPacker) Learn(f ServiceKey) (uint64, bool) { return p.pack(f, true) }
+
+func (p *ServiceKeyPacker) pack(f ServiceKey, learn bool) (uint64, bool) {
+	if f.scope > 1 {
 		return 0, false
 	}
-	return addrBits([4]byte(f.addr[12:])) | uint64(f.port)<<16 | uint64(f.proto)<<8 | uint64(f.scope), true
+	switch f.kind {
+	case 4:
+		if [12]byte(f.addr[:12]) != v4mapped {
+			return 0, false
+		}
+		return packFrontend([4]byte(f.addr[12:]), f.port, f.proto, f.scope, 0, false), true
+	case 6:
+		h, ok := p.pre.handle(prefix96(f.addr[:12]), learn)
+		if !ok {
+			return 0, false
+		}
+		return packFrontend([4]byte(f.addr[12:]), f.port, f.proto, f.scope, h, true), true
+	}
+	return 0, false
 }
 
 // Unpack returns the key p was packed from.
-func (ServiceKeyPacker) Unpack(p uint64) ServiceKey {
-	f := ServiceKey{IP: IP{kind: 4}, port: uint16(p >> 16), proto: uint8(p >> 8), scope: uint8(p)}
+func (p *ServiceKeyPacker) Unpack(packed uint64) ServiceKey {
+	low, port, proto, scope, h, v6 := unpackFrontend(packed)
+	f := ServiceKey{IP: IP{kind: 4}, port: port, proto: proto, scope: scope}
 	copy(f.addr[:], v4mapped[:])
-	a := bitsAddr(p)
-	copy(f.addr[12:], a[:])
+	if v6 {
+		f.kind = 6
+		pre := p.pre.list[h]
+		copy(f.addr[:12], pre[:])
+	}
+	copy(f.addr[12:], low[:])
 	return f
 }

@@ -168,21 +168,90 @@ func TestBackendPackerInAMapMatchesAPlainMap(t *testing.T) {
 	require.Equal(t, want, got)
 }
 
-// Only plain IPv4 frontends pack: an IPv4-mapped one is another key.
-func TestFrontendPacker(t *testing.T) {
+// Before it learns, a FrontendPacker packs plain IPv4 frontends of scope 0
+// or 1 only (an IPv4-mapped one is another key); then IPv6 frontends of
+// learnt /96 prefixes too, up to MaxFrontendPrefixes of them, never a
+// zoned one.
+func TestFrontendPackerPacksIPv4AndLearntIPv6Prefixes(t *testing.T) {
 	r := testutil.Rand(t)
-	checkPacker(t, FrontendPacker{}, 3000, func() (lb.L3n4Addr, bool) {
-		a := randomAddr(r)
-		return lb.L3n4Addr{Addr: a, Port: uint16(r.IntN(70000)), Protocol: lb.L4Type(r.IntN(256)), Scope: lb.Scope(r.IntN(256))}, a.Is4()
+	pk := NewFrontendPacker()
+	gen := func() lb.L3n4Addr {
+		return lb.L3n4Addr{Addr: randomAddr(r), Port: uint16(r.IntN(70000)), Protocol: lb.L4Type(r.IntN(256)), Scope: lb.Scope(r.IntN(3))}
+	}
+	checkPacker(t, pk, 3000, func() (lb.L3n4Addr, bool) {
+		a := gen()
+		return a, a.Addr.Is4() && a.Scope < 2
+	})
+	learnAll(t, pk, 3000, func() (lb.L3n4Addr, bool) {
+		a := gen()
+		if r.IntN(2) == 0 {
+			a.Addr = randomAddr96(r, MaxFrontendPrefixes-4) // with randomAddr's: at most MaxFrontendPrefixes
+		}
+		return a, a.Scope < 2
+	})
+	_, ok := pk.Learn(lb.L3n4Addr{Addr: netip.MustParseAddr("fe80::1%eth0"), Port: 80, Protocol: lb.TCP})
+	require.False(t, ok, "a zone is not packed")
+	for i := 0; pk.Prefixes() < MaxFrontendPrefixes; i++ {
+		_, ok := pk.Learn(lb.L3n4Addr{Addr: netip.AddrFrom16([16]byte{0: 0x20, 1: 1, 5: byte(i >> 8), 6: byte(i)}), Port: 80})
+		require.True(t, ok)
+	}
+	full := lb.L3n4Addr{Addr: netip.MustParseAddr("2001:2::9"), Port: 80, Protocol: lb.TCP}
+	_, ok = pk.Learn(full)
+	require.False(t, ok, "a full packer learns no more")
+	_, ok = pk.Pack(full)
+	require.False(t, ok)
+}
+
+// The service mirror's frontend index packs as FrontendPacker does.
+func TestServiceKeyPackerPacksIPv4AndLearntIPv6Prefixes(t *testing.T) {
+	r := testutil.Rand(t)
+	pk := NewServiceKeyPacker()
+	gen := func() ServiceKey {
+		return ServiceKeyOf(maps.ServiceKey{Address: randomAddr(r), Port: uint16(r.IntN(70000)), Slot: uint16(r.IntN(5)), Proto: uint8(r.IntN(256)), Scope: uint8(r.IntN(3))})
+	}
+	checkPacker(t, pk, 3000, func() (ServiceKey, bool) {
+		k := gen()
+		return k, k.kind == 4 && k.scope < 2
+	})
+	learnAll(t, pk, 3000, func() (ServiceKey, bool) {
+		k := gen()
+		if r.IntN(2) == 0 {
+			k.IP = IPOf(randomAddr96(r, MaxFrontendPrefixes-4))
+		}
+		return k, k.scope < 2
 	})
 }
 
-// The service mirror's frontend indexes pack for IPv4 frontends.
-func TestServiceKeyPacker(t *testing.T) {
-	r := testutil.Rand(t)
-	checkPacker(t, ServiceKeyPacker{}, 3000, func() (ServiceKey, bool) {
-		a := randomAddr(r)
-		k := maps.ServiceKey{Address: a, Port: uint16(r.IntN(70000)), Slot: uint16(r.IntN(5)), Proto: uint8(r.IntN(256)), Scope: uint8(r.IntN(256))}
-		return ServiceKeyOf(k), a.Is4()
-	})
+// randomAddr96 returns an IPv6 address in one of n /96 prefixes.
+func randomAddr96(r interface{ IntN(int) int }, n int) netip.Addr {
+	p := r.IntN(n)
+	return netip.AddrFrom16([16]byte{0: 0xfd, 1: 0x96, 10: byte(p >> 8), 11: byte(p),
+		12: byte(r.IntN(256)), 13: byte(r.IntN(256)), 14: byte(r.IntN(256)), 15: byte(r.IntN(256))})
+}
+
+// learnAll learns n keys made by gen, which also says whether each
+// should pack: a packed key must pack again by Pack, come back unchanged,
+// and no two may pack alike.
+func learnAll[K comparable](t *testing.T, pk interface {
+	packedmap.Packer[K]
+	Learn(K) (uint64, bool)
+}, n int, gen func() (K, bool)) {
+	t.Helper()
+	seen := map[uint64]K{}
+	for range n {
+		k, want := gen()
+		p, ok := pk.Learn(k)
+		require.Equal(t, want, ok, "%v", k)
+		if !ok {
+			continue
+		}
+		again, ok := pk.Pack(k)
+		require.True(t, ok, "%v: learnt, Pack must pack it", k)
+		require.Equal(t, p, again)
+		require.Equal(t, k, pk.Unpack(p))
+		if prev, dup := seen[p]; dup {
+			require.Equal(t, prev, k, "two keys packed the same")
+		}
+		seen[p] = k
+	}
 }

@@ -107,7 +107,7 @@ func New(cfg Config) *Core {
 		log:        cfg.Log,
 		now:        cfg.Now,
 		services:   map[lb.ServiceID]*table.Service{},
-		byFE:       packedmap.New[lb.L3n4Addr, lb.ServiceID](0, addrkey.FrontendPacker{}),
+		byFE:       packedmap.New[lb.L3n4Addr, lb.ServiceID](0, addrkey.NewFrontendPacker()),
 		users:      packedmap.New[addrkey.Backend, users](0, addrkey.NewBackendPacker()),
 		standalone: map[lb.ServiceID]lb.L3n4Addr{},
 		queues:     map[qkey]queue{},

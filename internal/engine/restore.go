@@ -238,7 +238,7 @@ func (p *repairPlan) install(c *Core, _ *op) {
 			n += len(svc.BackendIDs)
 		}
 		c.services = make(map[lb.ServiceID]*table.Service, len(r.Services))
-		c.byFE = packedmap.New[lb.L3n4Addr, lb.ServiceID](len(r.Services), addrkey.FrontendPacker{})
+		c.byFE = packedmap.New[lb.L3n4Addr, lb.ServiceID](len(r.Services), addrkey.NewFrontendPacker())
 		c.users = packedmap.New[addrkey.Backend, users](n, addrkey.NewBackendPacker())
 	}
 	for _, svc := range r.Services {

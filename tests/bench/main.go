@@ -53,6 +53,7 @@ func main() {
 	pflag.IntVar(&bulkBatch, "bulk-batch", 100, "services per UpsertBatch call in the batched bulk scenario")
 	cpuProfile := pflag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	pflag.StringVar(&bulkProfile, "cpuprofile-bulk", "", "write a CPU profile of the single-call bulk scenario alone to this file")
+	pflag.StringVar(&batchedProfile, "cpuprofile-batched", "", "write a CPU profile of the batched bulk scenario (three rounds of UpsertBatch calls) alone to this file")
 	pflag.StringVar(&restoreProfile, "cpuprofile-restore", "", "write a CPU profile of the warm restarts (restore-10k-x10) alone to this file")
 	pflag.StringVar(&insertProfile, "cpuprofile-insert", "", "write a CPU profile of the batched insert and delete (insert-50k-x1) alone to this file")
 	memProfile := pflag.String("memprofile", "", "write an allocation profile of the whole run to this file")
@@ -188,6 +189,7 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 	ctx := context.Background()
 	var bulkTimes []time.Duration
 	var bulkCPUs []time.Duration
+	stopBatched := profileTo(batchedProfile)
 	for round := range 3 {
 		dir := fmt.Sprintf("%s/bulk-%d", root, round)
 		e, err := actorlb.New(ctx, actorlb.Config{BPFRoot: dir, MaxEntries: sizes, Logger: log, ReconcileInterval: noReconcile})
@@ -209,6 +211,7 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 			return err
 		}
 	}
+	stopBatched()
 	batched := median(bulkTimes)
 	res.add("bulk-10k-x10", "services_per_s", float64(bulkN)/batched.Seconds(), "services/s")
 	res.add("bulk-10k-x10", "ratio_to_put_floor", putFloor.Seconds()/batched.Seconds(), "x")
@@ -485,7 +488,7 @@ func writeHeapProfile(file string) error {
 	return f.Close()
 }
 
-var bulkProfile, insertProfile, restoreProfile string
+var bulkProfile, batchedProfile, insertProfile, restoreProfile string
 
 // profileBulk starts the CPU profile of --cpuprofile-bulk; the returned
 // function stops it.
