@@ -111,7 +111,7 @@ func newBackendMapActor(m maps.BackendMap) actor.Producer {
 			// addresses.
 			return &mapActor[maps.BackendEntry, uint32]{name: m.Name(), mirror: newMirror(m, splitBackend(addrkey.IP4Of), joinBackend[addrkey.IP4])}
 		}
-		return &mapActor[maps.BackendEntry, uint32]{name: m.Name(), mirror: newMirror(m, splitBackend(addrkey.IPOf), joinBackend[addrkey.IP])}
+		return &mapActor[maps.BackendEntry, uint32]{name: m.Name(), mirror: newMirrorIndexed(m, splitBackend(addrkey.IPOf), joinBackend[addrkey.IP], newBackend6Index)}
 	}
 }
 

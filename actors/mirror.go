@@ -12,11 +12,12 @@ import (
 // keys never reach the kernel. Not safe for concurrent use: its actor owns it.
 // It keeps values only (the key is the map's key), to save memory.
 type mirror[E, K, V comparable] struct {
-	m       maps.Map[E, K]
-	split   func(E) (K, V)
-	join    func(K, V) E
-	entries map[K]V // nil until index
-	loaded  []E     // the entries of the last load, until index
+	m        maps.Map[E, K]
+	split    func(E) (K, V)
+	join     func(K, V) E
+	newIndex func(n int) index[K, V] // an empty index with room for n
+	entries  index[K, V]             // nil until index
+	loaded   []E                     // the entries of the last load, until index
 	// scratch buffers of apply, kept between calls unless large.
 	ws []E
 	ds []K
@@ -69,7 +70,38 @@ func changedOnly[E any](writes, buf []E, changed func(E) bool) (ws []E, copied b
 }
 
 func newMirror[E, K, V comparable](m maps.Map[E, K], split func(E) (K, V), join func(K, V) E) *mirror[E, K, V] {
-	return &mirror[E, K, V]{m: m, split: split, join: join, entries: map[K]V{}}
+	return newMirrorIndexed(m, split, join, newMapIndex[K, V])
+}
+
+// newMirrorIndexed is newMirror with another index than a Go map.
+func newMirrorIndexed[E, K, V comparable](m maps.Map[E, K], split func(E) (K, V), join func(K, V) E, newIndex func(int) index[K, V]) *mirror[E, K, V] {
+	return &mirror[E, K, V]{m: m, split: split, join: join, newIndex: newIndex, entries: newIndex(0)}
+}
+
+// index is a mirror's entries by key.
+type index[K, V comparable] interface {
+	get(k K) (V, bool)
+	set(k K, v V)
+	del(k K)
+	len() int
+	all(yield func(K, V) bool)
+}
+
+// mapIndex is the plain index: a Go map.
+type mapIndex[K, V comparable] map[K]V
+
+func newMapIndex[K, V comparable](n int) index[K, V] { return mapIndex[K, V](make(map[K]V, n)) }
+
+func (x mapIndex[K, V]) get(k K) (V, bool) { v, ok := x[k]; return v, ok }
+func (x mapIndex[K, V]) set(k K, v V)      { x[k] = v }
+func (x mapIndex[K, V]) del(k K)           { delete(x, k) }
+func (x mapIndex[K, V]) len() int          { return len(x) }
+func (x mapIndex[K, V]) all(yield func(K, V) bool) {
+	for k, v := range x {
+		if !yield(k, v) {
+			return
+		}
+	}
 }
 
 // load replaces the mirror with the map's contents. The entries are
@@ -90,13 +122,13 @@ func (o *mirror[E, K, V]) index() {
 	if o.entries != nil {
 		return
 	}
-	o.entries = make(map[K]V, len(o.loaded))
+	o.entries = o.newIndex(len(o.loaded))
 	for _, e := range o.loaded {
 		k, v := o.split(e)
-		o.entries[k] = v
+		o.entries.set(k, v)
 	}
 	o.loaded = nil
-	o.m.SetEntries(len(o.entries)) // a dump may repeat a key
+	o.m.SetEntries(o.entries.len()) // a dump may repeat a key
 }
 
 // apply writes the entries that differ, in order, then deletes the keys
@@ -107,30 +139,30 @@ func (o *mirror[E, K, V]) apply(writes []E, deletes []K) (written, deleted int, 
 	o.index()
 	ws, copied := changedOnly(writes, o.ws, func(e E) bool {
 		k, v := o.split(e)
-		cur, ok := o.entries[k]
+		cur, ok := o.entries.get(k)
 		return !ok || cur != v
 	})
 	ds := o.ds[:0]
 	defer func() {
 		o.ws, o.ds = scratch(o.ws, ws, copied, ds)
 		if o.entries != nil { // nil after a reload: load has set the count
-			o.m.SetEntries(len(o.entries))
+			o.m.SetEntries(o.entries.len())
 		}
 	}()
 	if len(ws) > 0 {
 		if err := o.m.Update(ws); err != nil {
 			return 0, 0, reloadAfter(err, o.load)
 		}
-		if len(o.entries) == 0 && len(ws) >= reserveMin {
-			o.entries = make(map[K]V, len(ws)) // sized at once, not grown by doubling
+		if o.entries.len() == 0 && len(ws) >= reserveMin {
+			o.entries = o.newIndex(len(ws)) // sized at once, not grown by doubling
 		}
 		for _, e := range ws {
 			k, v := o.split(e)
-			o.entries[k] = v
+			o.entries.set(k, v)
 		}
 	}
 	for _, k := range deletes {
-		if _, ok := o.entries[k]; ok {
+		if _, ok := o.entries.get(k); ok {
 			ds = append(ds, k)
 		}
 	}
@@ -139,7 +171,7 @@ func (o *mirror[E, K, V]) apply(writes []E, deletes []K) (written, deleted int, 
 			return len(ws), 0, reloadAfter(err, o.load)
 		}
 		for _, k := range ds {
-			delete(o.entries, k)
+			o.entries.del(k)
 		}
 	}
 	return len(ws), len(ds), nil
@@ -160,8 +192,8 @@ func (o *mirror[E, K, V]) dump() []E {
 	if o.entries == nil {
 		return o.loaded
 	}
-	out := make([]E, 0, len(o.entries))
-	for k, v := range o.entries {
+	out := make([]E, 0, o.entries.len())
+	for k, v := range o.entries.all {
 		out = append(out, o.join(k, v))
 	}
 	return out

@@ -1,0 +1,77 @@
+package actors
+
+import "github.com/actorlb/actorlb/internal/addrkey"
+
+// backend6Index is the IPv6 backend mirror's index. An IPv6 address takes
+// 17 of a value's 24 bytes; here each value keeps it as the handle of its
+// /104 prefix in a counted table (addrkey.Prefixes104) and its last 3
+// bytes, 12 bytes in all: a node's pods share a prefix, so the table is
+// small. A value whose address gets no handle (not IPv6, or 65,536 other
+// prefixes in use) is kept whole. It behaves exactly as a map.
+type backend6Index struct {
+	small map[uint32]backend6Val
+	full  map[uint32]backendVal[addrkey.IP]
+	pre   *addrkey.Prefixes104
+}
+
+// backend6Val is a backendVal[addrkey.IP] with its address as a prefix
+// handle and the last 3 bytes.
+type backend6Val struct {
+	port    uint16
+	cluster uint16
+	proto   uint8
+	state   uint8
+	zone    uint8
+	low     [3]byte
+	h       uint16
+}
+
+func newBackend6Index(n int) index[uint32, backendVal[addrkey.IP]] {
+	return &backend6Index{
+		small: make(map[uint32]backend6Val, n),
+		full:  map[uint32]backendVal[addrkey.IP]{},
+		pre:   addrkey.NewPrefixes104(),
+	}
+}
+
+func (x *backend6Index) get(k uint32) (backendVal[addrkey.IP], bool) {
+	if s, ok := x.small[k]; ok {
+		return backendVal[addrkey.IP]{s.port, s.cluster, s.proto, s.state, s.zone, x.pre.IP(s.h, s.low)}, true
+	}
+	v, ok := x.full[k]
+	return v, ok
+}
+
+func (x *backend6Index) set(k uint32, v backendVal[addrkey.IP]) {
+	x.del(k)
+	if h, low, ok := x.pre.Acquire(v.addr); ok {
+		x.small[k] = backend6Val{v.port, v.cluster, v.proto, v.state, v.zone, low, h}
+		return
+	}
+	x.full[k] = v
+}
+
+func (x *backend6Index) del(k uint32) {
+	if s, ok := x.small[k]; ok {
+		x.pre.Release(s.h)
+		delete(x.small, k)
+		return
+	}
+	delete(x.full, k)
+}
+
+func (x *backend6Index) len() int { return len(x.small) + len(x.full) }
+
+func (x *backend6Index) all(yield func(uint32, backendVal[addrkey.IP]) bool) {
+	for k := range x.small {
+		v, _ := x.get(k)
+		if !yield(k, v) {
+			return
+		}
+	}
+	for k, v := range x.full {
+		if !yield(k, v) {
+			return
+		}
+	}
+}
