@@ -6,8 +6,8 @@ import "github.com/actorlb/actorlb/internal/addrkey"
 // 17 of a value's 24 bytes; here each value keeps it as the handle of its
 // /104 prefix in a counted table (addrkey.Prefixes104) and its last 3
 // bytes, 12 bytes in all: a node's pods share a prefix, so the table is
-// small. A value whose address gets no handle (not IPv6, or 65,536 other
-// prefixes in use) is kept whole. It behaves exactly as a map.
+// small. A value whose address gets no handle (not IPv6, or
+// addrkey.MaxPrefixes104 other prefixes in use) is kept whole. It behaves exactly as a map.
 type backend6Index struct {
 	small map[uint32]backend6Val
 	full  map[uint32]backendVal[addrkey.IP]

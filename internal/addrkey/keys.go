@@ -52,9 +52,17 @@ type BackendPacker struct{ pre learnt[prefix104] }
 type prefix104 [13]byte
 
 // MaxBackendPrefixes is how many IPv6 /104 prefixes a BackendPacker
-// learns: the 16-bit handles whose low byte is not zero. The table costs
-// about 40 bytes per prefix at most.
-const MaxBackendPrefixes = 255 * 256
+// learns: one per node's pod range for clusters of up to 8,192 nodes. The
+// table costs about 40 bytes per prefix, 330 KB when full, so that
+// backends spread over more prefixes than that (each in its own) cost
+// little more than keys kept whole. The layout has room for 65,280.
+const MaxBackendPrefixes = 8192
+
+// backendHandles is the room for handles in the packed layout: 16 bits
+// whose low byte is not zero.
+const backendHandles = 255 * 256
+
+var _ [backendHandles - MaxBackendPrefixes]struct{} // MaxBackendPrefixes fits the layout
 
 // NewBackendPacker returns a packer that has learnt no IPv6 prefix.
 func NewBackendPacker() *BackendPacker { return newBackendPacker(MaxBackendPrefixes) }

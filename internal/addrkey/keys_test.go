@@ -102,12 +102,12 @@ func randomAddr6(r interface{ IntN(int) int }, n int) netip.Addr {
 // and a full packer refuses a new prefix for good while it still packs
 // the ones it knows.
 func TestBackendPackerHandlesAndFullTable(t *testing.T) {
-	pk := NewBackendPacker()
+	pk := newBackendPacker(backendHandles) // the whole layout, beyond MaxBackendPrefixes
 	keyOf := func(i int, low byte) Backend {
 		return BackendOf(lb.L3n4Addr{Addr: netip.AddrFrom16([16]byte{0: 0xfd, 10: byte(i >> 16), 11: byte(i >> 8), 12: byte(i), 15: low}), Port: 443, Protocol: lb.UDP})
 	}
-	seen := make(map[uint64]int, MaxBackendPrefixes)
-	for i := range MaxBackendPrefixes {
+	seen := make(map[uint64]int, backendHandles)
+	for i := range backendHandles {
 		k := keyOf(i, byte(i))
 		p, ok := pk.Learn(k)
 		require.True(t, ok, "prefix %d", i)
@@ -117,8 +117,8 @@ func TestBackendPackerHandlesAndFullTable(t *testing.T) {
 		require.False(t, dup, "prefix %d packs like prefix %d", i, seen[p])
 		seen[p] = i
 	}
-	require.Equal(t, MaxBackendPrefixes, pk.Prefixes())
-	extra := keyOf(MaxBackendPrefixes, 7)
+	require.Equal(t, backendHandles, pk.Prefixes())
+	extra := keyOf(backendHandles, 7)
 	_, ok := pk.Learn(extra)
 	require.False(t, ok, "a full packer learns no more")
 	_, ok = pk.Pack(extra)

@@ -18,8 +18,10 @@ type prefixUse struct {
 	refs uint32
 }
 
-// MaxPrefixes104 is how many prefixes a Prefixes104 holds at once.
-const MaxPrefixes104 = 1 << 16
+// MaxPrefixes104 is how many prefixes a Prefixes104 holds at once: a
+// full table costs about 400 KB, so that addresses spread over more
+// prefixes (each in its own) cost little more than kept whole.
+const MaxPrefixes104 = 8192
 
 // NewPrefixes104 returns an empty table.
 func NewPrefixes104() *Prefixes104 { return newPrefixes104(MaxPrefixes104) }

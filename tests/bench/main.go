@@ -453,11 +453,16 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 
 	// The memory figure again for IPv6 services and backends (their keys
 	// do not pack).
-	v6, err := retainedV6(ctx, root+"/v6", sizes, bulkN, callers, log)
+	v6, err := retainedV6(ctx, root+"/v6", sizes, bulkN, callers, false, log)
 	if err != nil {
 		return err
 	}
 	res.add("memory-10k-x10", "retained_bytes_per_service_ipv6", v6, "bytes")
+	v6spread, err := retainedV6(ctx, root+"/v6spread", sizes, bulkN, callers, true, log)
+	if err != nil {
+		return err
+	}
+	res.add("memory-10k-x10", "retained_bytes_per_service_ipv6_spread", v6spread, "bytes")
 
 	// Upstream-comparable: insert then delete single-backend services.
 	return insertDelete(res, root+"/insert", sizes, insertN, callers, batch, log)
@@ -555,13 +560,24 @@ func bulkServices(n, k int) []*lb.Service {
 // retainedV6 is the heap retained per service by n IPv6 services of 10
 // IPv6 backends, upserted one call each (as for memory-10k-x10) on a fresh
 // engine.
-func retainedV6(ctx context.Context, dir string, sizes maps.Sizes, n, callers int, log *logrus.Logger) (float64, error) {
+// With spread, every backend address is in a /104 prefix of its own and
+// every frontend in a /96 of its own (the indexes' learnt prefixes do not
+// help: the worst case); else backends share a /104 and frontends a /96,
+// as a node's pods and a service range do.
+func retainedV6(ctx context.Context, dir string, sizes maps.Sizes, n, callers int, spread bool, log *logrus.Logger) (float64, error) {
 	svcs := bulkServices(n, 10)
 	for _, s := range svcs {
-		s.Frontend.Addr = netip.AddrFrom16([16]byte{0: 0xfd, 1: 0x96, 12: s.Frontend.Addr.As4()[2], 13: s.Frontend.Addr.As4()[3]})
+		f := s.Frontend.Addr.As4()
+		s.Frontend.Addr = netip.AddrFrom16([16]byte{0: 0xfd, 1: 0x96, 12: f[2], 13: f[3]})
+		if spread {
+			s.Frontend.Addr = netip.AddrFrom16([16]byte{0: 0xfd, 1: 0x96, 10: f[2], 11: f[3]})
+		}
 		for i := range s.Backends {
 			a := s.Backends[i].Addr.As4()
 			s.Backends[i].Addr = netip.AddrFrom16([16]byte{0: 0xfd, 1: 0x01, 12: a[0], 13: a[1], 14: a[2], 15: a[3]})
+			if spread {
+				s.Backends[i].Addr = netip.AddrFrom16([16]byte{0: 0xfd, 1: 0x01, 9: a[0], 10: a[1], 11: a[2], 12: a[3]})
+			}
 		}
 	}
 	e, err := actorlb.New(ctx, actorlb.Config{BPFRoot: dir, MaxEntries: sizes, Logger: log, ReconcileInterval: noReconcile})
@@ -574,7 +590,7 @@ func retainedV6(ctx context.Context, dir string, sizes maps.Sizes, n, callers in
 		return 0, err
 	}
 	retained := retainedPer(before, n)
-	if heapProfileV6 != "" {
+	if heapProfileV6 != "" && !spread {
 		if err := writeHeapProfile(heapProfileV6); err != nil {
 			e.Close()
 			return 0, err
