@@ -327,9 +327,12 @@ func (c *Core) sync(m *messages.Sync) {
 	}
 	w := newWaiter(m, waitSync, len(m.Desired)+len(stale)+len(revs))
 	c.answerIfDone(w)
-	c.startUpserts(m.Desired, w, nil) // validated above
+	lane := newLane(len(m.Desired) + len(stale))
+	c.startUpserts(m.Desired, w, lane, nil) // validated above
 	for _, fe := range stale {
-		c.run(c.deleteOp([]deleteItem{{fe: fe, as: m.Source, to: w}}))
+		o := c.deleteOp([]deleteItem{{fe: fe, as: m.Source, to: w}})
+		o.lane = lane
+		c.run(o)
 	}
 	for _, id := range revs {
 		c.revNATDelete(id, w)
@@ -357,7 +360,7 @@ func queuedSource(q queue, fe lb.L3n4Addr) lb.Source {
 func (c *Core) upsertBatch(m *messages.UpsertBatch) {
 	w := newWaiter(m, waitUpsertBatch, len(m.Services))
 	c.answerIfDone(w)
-	c.startUpserts(m.Services, w, func(i int, svc *lb.Service) bool {
+	c.startUpserts(m.Services, w, newLane(len(m.Services)), func(i int, svc *lb.Service) bool {
 		if err := svc.Validate(); err != nil {
 			c.upserted(w, i, messages.UpsertReply{Err: fmt.Errorf("upsert service %d of the batch: %w", i, err)})
 			return false
@@ -373,13 +376,16 @@ const reserveMin = 1024
 // startUpserts starts the upserts of svcs, in order, for waiter w (service
 // i answers in its slot i), skipping those valid refuses (nil: none). Runs
 // of new services (a frontend without a service or a queued op, no
-// frontend or backend in two of them) go as one op each; the others as
-// one op each. A run is one plan, one request per map owner and step,
-// instead of one per service: a batch or sync that creates 10,000
-// services sends tens of requests, not hundreds of thousands.
-func (c *Core) startUpserts(svcs []*lb.Service, w *waiter, valid func(int, *lb.Service) bool) {
+// frontend or backend in two of them) go as one op each, cut into chunks
+// of at most Config.BulkChunk services; the others as one op each. A run
+// is one plan, one request per map owner and step, instead of one per
+// service: a batch or sync that creates 10,000 services sends a few
+// hundred requests, not hundreds of thousands. The ops are in the bulk
+// lane (nil: one service, it begins at once).
+func (c *Core) startUpserts(svcs []*lb.Service, w *waiter, lane *bulkLane, valid func(int, *lb.Service) bool) {
 	var run []*lb.Service
 	var runIdx []int
+	var runKeys []qkey // the keys taken by the run
 	nkeys := 0
 	for _, svc := range svcs {
 		nkeys += 1 + len(svc.Backends)
@@ -392,14 +398,24 @@ func (c *Core) startUpserts(svcs []*lb.Service, w *waiter, valid func(int, *lb.S
 		c.byFE.Reserve(len(svcs))
 		c.users.Reserve(nkeys - len(svcs))
 	}
+	c.presizeQueues(nkeys)
 	var keys []qkey
+	start := func(o *op) {
+		o.lane = lane
+		c.run(o)
+	}
 	flush := func() {
 		if len(run) == 0 {
 			return
 		}
-		c.run(c.upsertOp(run, w, runIdx))
+		start(c.upsertOp(run, w, runIdx))
 		run, runIdx = nil, nil
-		clear(taken)
+		// Only the run's keys: clearing the map, sized for the whole
+		// call, would cost its capacity at every chunk.
+		for _, k := range runKeys {
+			delete(taken, k)
+		}
+		runKeys = runKeys[:0]
 	}
 	for i, svc := range svcs {
 		if valid != nil && !valid(i, svc) {
@@ -422,31 +438,42 @@ func (c *Core) startUpserts(svcs []*lb.Service, w *waiter, valid func(int, *lb.S
 			for _, k := range keys {
 				taken[k] = true
 			}
+			runKeys = append(runKeys, keys...)
 			run, runIdx = append(run, svc), append(runIdx, i)
+			if len(run) >= c.cfg.BulkChunk {
+				// A chunk: the rest of the run is the next op. The
+				// chunks share no key, and the queues of each hold it
+				// in the call's order.
+				flush()
+			}
 			continue
 		}
 		flush()
-		c.run(c.upsertOp([]*lb.Service{svc}, w, []int{i}))
+		start(c.upsertOp([]*lb.Service{svc}, w, []int{i}))
 	}
 	flush()
 }
 
 // deleteBatch deletes the services of the frontends in runs of distinct
-// frontends, each one op (a repeated frontend starts the next run, which
-// queues behind the first on that frontend, so the order holds).
+// frontends, each one op of at most Config.BulkChunk frontends (a
+// repeated frontend starts the next run, which queues behind the first on
+// that frontend, so the order holds), in the bulk lane.
 func (c *Core) deleteBatch(m *messages.DeleteBatch) {
 	w := newWaiter(m, waitDeleteBatch, len(m.Frontends))
 	c.answerIfDone(w)
+	lane := newLane(len(m.Frontends))
 	for start := 0; start < len(m.Frontends); {
 		seen := map[lb.L3n4Addr]bool{}
 		var items []deleteItem
 		end := start
-		for end < len(m.Frontends) && !seen[m.Frontends[end]] {
+		for end < len(m.Frontends) && !seen[m.Frontends[end]] && end-start < c.cfg.BulkChunk {
 			seen[m.Frontends[end]] = true
 			items = append(items, deleteItem{fe: m.Frontends[end], as: m.As, to: w, slot: end})
 			end++
 		}
-		c.run(c.deleteOp(items))
+		o := c.deleteOp(items)
+		o.lane = lane
+		c.run(o)
 		start = end
 	}
 }

@@ -37,6 +37,13 @@ type Config struct {
 	OnBackendsLeft func(service lb.ServiceID, backends []lb.L3n4Addr)
 	// Now is the clock of step timings (time.Now if nil).
 	Now func() time.Time
+	// BulkChunk is the most services (or frontends) of a large call
+	// (UpsertBatch, DeleteBatch, Sync) in one op; BulkInFlight how many
+	// such chunks may be in flight at once (the bulk budget is
+	// BulkChunk × BulkInFlight services). Chunks beyond it wait in the
+	// core, so a single-service call waits behind a bounded amount of
+	// bulk work (bulk.go). Zero means the defaults, 64 and 4.
+	BulkChunk, BulkInFlight int
 }
 
 // Core is the engine's deterministic core: the table of services, the
@@ -58,7 +65,14 @@ type Core struct {
 	queues     map[qkey]queue
 	queuesPeak int // most keys queues held since it was last made
 	reqs       pendingTable
-	inflight   int                        // ops begun and not complete
+	inflight   int // ops begun and not complete
+	// The bulk lane (bulk.go): lanes of large calls with chunks waiting
+	// for admission, in turn; the services of bulk ops begun and not
+	// complete, and the most they may hold.
+	bulkRing   []*bulkLane
+	bulkBusy   int
+	bulkBudget int
+	admitting  bool
 	outbox     [numChildren][]*pendingReq // by childIndex
 	sending    []Outgoing                 // Ready's array, reused (valid until Advance)
 	answers    []Answer                   // reused once every answer was taken
@@ -102,7 +116,14 @@ func New(cfg Config) *Core {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.BulkChunk <= 0 {
+		cfg.BulkChunk = defaultBulkChunk
+	}
+	if cfg.BulkInFlight <= 0 {
+		cfg.BulkInFlight = defaultBulkInFlight
+	}
 	return &Core{
+		bulkBudget: cfg.BulkChunk * cfg.BulkInFlight,
 		cfg:        cfg,
 		log:        cfg.Log,
 		now:        cfg.Now,
