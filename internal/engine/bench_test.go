@@ -3,7 +3,6 @@ package engine
 import (
 	"fmt"
 	"io"
-	"net/netip"
 	"testing"
 	"time"
 
@@ -119,36 +118,3 @@ func BenchmarkCoreUpsertDelete10Backends(b *testing.B) {
 	}
 }
 
-// BenchmarkCoreUpsertBatch10k measures the core's own cost of one
-// UpsertBatch creating 10,000 services of ten backends on a fresh core,
-// in chunks (the bulk lane), every child answering at once.
-func BenchmarkCoreUpsertBatch10k(b *testing.B) {
-	log := logrus.New()
-	log.SetOutput(io.Discard)
-	svcs := make([]*lb.Service, 10000)
-	for i := range svcs {
-		s := &lb.Service{Frontend: lb.Frontend{L3n4Addr: lb.L3n4Addr{Addr: netip.AddrFrom4([4]byte{10, 96, byte(i >> 8), byte(i)}), Port: 80, Protocol: lb.TCP}}}
-		for j := range 10 {
-			k := i*10 + j
-			s.Backends = append(s.Backends, lb.Backend{L3n4Addr: lb.L3n4Addr{Addr: netip.AddrFrom4([4]byte{10, byte(1 + k>>16), byte(k >> 8), byte(k)}), Port: 8080, Protocol: lb.TCP}, Weight: lb.DefaultBackendWeight})
-		}
-		svcs[i] = s
-	}
-	for _, chunk := range []int{16, 32, 64, 10000} {
-		b.Run(fmt.Sprintf("chunk=%d", chunk), func(b *testing.B) {
-			b.ReportAllocs()
-			for range b.N {
-				c := New(Config{Log: logrus.NewEntry(log), Restore: true, Now: time.Now, BulkChunk: chunk})
-				a := &autoChildren{c: c}
-				c.Step(Start{})
-				a.settle()
-				reply := make(chan messages.UpsertBatchReply, 1)
-				c.Step(&messages.UpsertBatch{Services: svcs, Reply: reply})
-				a.settle()
-				if r := <-reply; r.Results[len(svcs)-1].Err != nil {
-					b.Fatal(r.Results[len(svcs)-1].Err)
-				}
-			}
-		})
-	}
-}

@@ -33,6 +33,7 @@ func (c *Core) handleCall(call messages.Call) {
 			c.answer(m, messages.UpsertReply{Err: fmt.Errorf("upsert service: %w", err)})
 			return
 		}
+		c.interactive()
 		c.run(c.upsertOp([]*lb.Service{m.Service}, newWaiter(m, waitUpsert, 1), []int{0}))
 	case *messages.UpsertBatch:
 		c.upsertBatch(m)
@@ -42,8 +43,10 @@ func (c *Core) handleCall(call messages.Call) {
 			c.answer(m, messages.DeleteReply{Err: fmt.Errorf("delete service %d: %w", m.ID, ErrServiceNotFound)})
 			return
 		}
+		c.interactive()
 		c.run(c.deleteOp([]deleteItem{{fe: svc.Frontend(), want: m.ID, as: m.As, to: newWaiter(m, waitDelete, 1)}}))
 	case *messages.DeleteByFrontend:
+		c.interactive()
 		c.run(c.deleteOp([]deleteItem{{fe: m.Frontend, as: m.As, to: newWaiter(m, waitDelete, 1)}}))
 	case *messages.DeleteBatch:
 		c.deleteBatch(m)
@@ -360,7 +363,11 @@ func queuedSource(q queue, fe lb.L3n4Addr) lb.Source {
 func (c *Core) upsertBatch(m *messages.UpsertBatch) {
 	w := newWaiter(m, waitUpsertBatch, len(m.Services))
 	c.answerIfDone(w)
-	c.startUpserts(m.Services, w, newLane(len(m.Services)), func(i int, svc *lb.Service) bool {
+	lane := newLane(len(m.Services))
+	if lane == nil {
+		c.interactive()
+	}
+	c.startUpserts(m.Services, w, lane, func(i int, svc *lb.Service) bool {
 		if err := svc.Validate(); err != nil {
 			c.upserted(w, i, messages.UpsertReply{Err: fmt.Errorf("upsert service %d of the batch: %w", i, err)})
 			return false
@@ -376,16 +383,15 @@ const reserveMin = 1024
 // startUpserts starts the upserts of svcs, in order, for waiter w (service
 // i answers in its slot i), skipping those valid refuses (nil: none). Runs
 // of new services (a frontend without a service or a queued op, no
-// frontend or backend in two of them) go as one op each, cut into chunks
-// of at most Config.BulkChunk services; the others as one op each. A run
-// is one plan, one request per map owner and step, instead of one per
-// service: a batch or sync that creates 10,000 services sends a few
-// hundred requests, not hundreds of thousands. The ops are in the bulk
-// lane (nil: one service, it begins at once).
+// frontend or backend in two of them) go as one op each; the others as
+// one op each. A run is one plan, one request per map owner and step,
+// instead of one per service: a batch or sync that creates 10,000
+// services sends tens of requests, not hundreds of thousands. The ops are
+// in lane, the call's bulk lane (nil: one service, it begins at once),
+// where a run may be cut into chunks when it begins (bulk.go).
 func (c *Core) startUpserts(svcs []*lb.Service, w *waiter, lane *bulkLane, valid func(int, *lb.Service) bool) {
 	var run []*lb.Service
 	var runIdx []int
-	var runKeys []qkey // the keys taken by the run
 	nkeys := 0
 	for _, svc := range svcs {
 		nkeys += 1 + len(svc.Backends)
@@ -398,7 +404,6 @@ func (c *Core) startUpserts(svcs []*lb.Service, w *waiter, lane *bulkLane, valid
 		c.byFE.Reserve(len(svcs))
 		c.users.Reserve(nkeys - len(svcs))
 	}
-	c.presizeQueues(nkeys)
 	var keys []qkey
 	start := func(o *op) {
 		o.lane = lane
@@ -410,12 +415,7 @@ func (c *Core) startUpserts(svcs []*lb.Service, w *waiter, lane *bulkLane, valid
 		}
 		start(c.upsertOp(run, w, runIdx))
 		run, runIdx = nil, nil
-		// Only the run's keys: clearing the map, sized for the whole
-		// call, would cost its capacity at every chunk.
-		for _, k := range runKeys {
-			delete(taken, k)
-		}
-		runKeys = runKeys[:0]
+		clear(taken)
 	}
 	for i, svc := range svcs {
 		if valid != nil && !valid(i, svc) {
@@ -438,14 +438,7 @@ func (c *Core) startUpserts(svcs []*lb.Service, w *waiter, lane *bulkLane, valid
 			for _, k := range keys {
 				taken[k] = true
 			}
-			runKeys = append(runKeys, keys...)
 			run, runIdx = append(run, svc), append(runIdx, i)
-			if len(run) >= c.cfg.BulkChunk {
-				// A chunk: the rest of the run is the next op. The
-				// chunks share no key, and the queues of each hold it
-				// in the call's order.
-				flush()
-			}
 			continue
 		}
 		flush()
@@ -455,18 +448,21 @@ func (c *Core) startUpserts(svcs []*lb.Service, w *waiter, lane *bulkLane, valid
 }
 
 // deleteBatch deletes the services of the frontends in runs of distinct
-// frontends, each one op of at most Config.BulkChunk frontends (a
-// repeated frontend starts the next run, which queues behind the first on
-// that frontend, so the order holds), in the bulk lane.
+// frontends, each one op (a repeated frontend starts the next run, which
+// queues behind the first on that frontend, so the order holds), in the
+// call's bulk lane.
 func (c *Core) deleteBatch(m *messages.DeleteBatch) {
 	w := newWaiter(m, waitDeleteBatch, len(m.Frontends))
 	c.answerIfDone(w)
 	lane := newLane(len(m.Frontends))
+	if lane == nil {
+		c.interactive()
+	}
 	for start := 0; start < len(m.Frontends); {
 		seen := map[lb.L3n4Addr]bool{}
 		var items []deleteItem
 		end := start
-		for end < len(m.Frontends) && !seen[m.Frontends[end]] && end-start < c.cfg.BulkChunk {
+		for end < len(m.Frontends) && !seen[m.Frontends[end]] {
 			seen[m.Frontends[end]] = true
 			items = append(items, deleteItem{fe: m.Frontends[end], as: m.As, to: w, slot: end})
 			end++

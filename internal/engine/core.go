@@ -37,13 +37,13 @@ type Config struct {
 	OnBackendsLeft func(service lb.ServiceID, backends []lb.L3n4Addr)
 	// Now is the clock of step timings (time.Now if nil).
 	Now func() time.Time
-	// BulkChunk is the most services (or frontends) of a large call
-	// (UpsertBatch, DeleteBatch, Sync) in one op; BulkInFlight how many
-	// such chunks may be in flight at once (the bulk budget is
-	// BulkChunk × BulkInFlight services). Chunks beyond it wait in the
-	// core, so a single-service call waits behind a bounded amount of
-	// bulk work (bulk.go). Zero means the defaults, 64 and 4.
+	// The bulk lane (bulk.go): while a single-service call came within
+	// BulkWindow, the ops of large calls (UpsertBatch, DeleteBatch, Sync)
+	// begin in chunks of at most BulkChunk services, and only while
+	// those in flight hold fewer than BulkChunk × BulkInFlight services;
+	// the rest wait in the core. Zero means the defaults: 16, 2 and 1 s.
 	BulkChunk, BulkInFlight int
+	BulkWindow              time.Duration
 }
 
 // Core is the engine's deterministic core: the table of services, the
@@ -66,13 +66,14 @@ type Core struct {
 	queuesPeak int // most keys queues held since it was last made
 	reqs       pendingTable
 	inflight   int // ops begun and not complete
-	// The bulk lane (bulk.go): lanes of large calls with chunks waiting
-	// for admission, in turn; the services of bulk ops begun and not
-	// complete, and the most they may hold.
+	// The bulk lane (bulk.go): lanes of large calls with ops waiting for
+	// admission, in turn; the services of bulk ops begun and not
+	// complete; when the last single-service call came.
 	bulkRing   []*bulkLane
+	turns      uint64 // admissions from the bulk lanes
 	bulkBusy   int
-	bulkBudget int
 	admitting  bool
+	lastSingle time.Time
 	outbox     [numChildren][]*pendingReq // by childIndex
 	sending    []Outgoing                 // Ready's array, reused (valid until Advance)
 	answers    []Answer                   // reused once every answer was taken
@@ -122,8 +123,10 @@ func New(cfg Config) *Core {
 	if cfg.BulkInFlight <= 0 {
 		cfg.BulkInFlight = defaultBulkInFlight
 	}
+	if cfg.BulkWindow <= 0 {
+		cfg.BulkWindow = defaultBulkWindow
+	}
 	return &Core{
-		bulkBudget: cfg.BulkChunk * cfg.BulkInFlight,
 		cfg:        cfg,
 		log:        cfg.Log,
 		now:        cfg.Now,

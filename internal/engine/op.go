@@ -101,7 +101,13 @@ const queuesPresize = 1024
 // so waiting for several queues cannot deadlock.
 func (c *Core) run(o *op) {
 	o.since = c.now()
-	c.presizeQueues(len(o.keys))
+	if len(c.queues) == 0 && len(o.keys) >= queuesPresize && len(o.keys) > c.queuesPeak {
+		// A large op into empty queues (a batch on an idle engine) that
+		// the table never held as many keys for: a map of its size at
+		// once, rather than grown by doubling through every size.
+		c.queues = make(map[qkey]queue, len(o.keys))
+		c.queuesPeak = 0
+	}
 	if n := len(c.queues) + len(o.keys); n > c.queuesPeak {
 		c.queuesPeak = n
 	}
@@ -117,17 +123,6 @@ func (c *Core) run(o *op) {
 	}
 	if o.blocked == 0 {
 		c.beginOrWait(o)
-	}
-}
-
-// presizeQueues gives empty queues a map of n keys at once when n is
-// large and the table never held as many (a batch on an idle engine,
-// whose chunks will enter n keys): not grown by doubling through every
-// size.
-func (c *Core) presizeQueues(n int) {
-	if len(c.queues) == 0 && n >= queuesPresize && n > c.queuesPeak {
-		c.queues = make(map[qkey]queue, n)
-		c.queuesPeak = 0
 	}
 }
 
