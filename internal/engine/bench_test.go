@@ -117,4 +117,3 @@ func BenchmarkCoreUpsertDelete10Backends(b *testing.B) {
 		}
 	}
 }
-
