@@ -360,8 +360,12 @@ type UpsertResult struct {
 // many services this is much faster than one Upsert each. Runs of new
 // services (no backend in common) are created as one operation: an
 // invalid service or an ID the allocator refuses fails alone, but a map
-// that refuses the writes fails every service of that run and leaves the
-// maps as they were. The error is for the call as a whole (closed engine,
+// that refuses the writes fails every service of that operation and
+// leaves the maps as they were for them. While single-service calls are
+// being made (one within the last second), a run is cut into chunks of
+// 16 services, each its own operation, so that those calls do not wait
+// behind the whole batch: a refused write then fails the services of its
+// chunk only. The error is for the call as a whole (closed engine,
 // context done).
 func (e *Engine) UpsertBatch(ctx context.Context, svcs []*lb.Service) ([]UpsertResult, error) {
 	cp := make([]*lb.Service, len(svcs))
@@ -393,8 +397,9 @@ type DeleteResult struct {
 // DeleteBatch deletes the services of frontends, each as DeleteByFrontend
 // would, in order, with one result per frontend. Distinct frontends are
 // deleted as one operation (one request per actor and step for all of
-// them), so a map that refuses the writes fails every frontend of that run
-// and leaves their services in place; a frontend without a service fails
+// them; in chunks of 16 while single-service calls are being made, as for
+// UpsertBatch), so a map that refuses the writes fails every frontend of
+// that operation and leaves their services in place; a frontend without a service fails
 // alone (ErrServiceNotFound), and so does one whose service another
 // source owns (ErrFrontendOwned): the writer is lb.SourceAPI. The error is
 // for the call as a whole.
@@ -496,7 +501,9 @@ func (e *Engine) Sync(ctx context.Context, desired []*lb.Service) (SyncResult, e
 // in it and deletes every other service of src (and, for lb.SourceAPI,
 // every standalone revNAT entry), as one step with respect to other calls.
 // Services of other sources are never touched. New services are created
-// in runs, as UpsertBatch creates them. Every desired service must
+// in runs, as UpsertBatch creates them (in chunks while single-service
+// calls are being made: a map that refuses the writes fails that chunk's
+// services). Every desired service must
 // have Source src; invalid input changes nothing. The error joins those of
 // the services that failed (also in SyncResult.Failed) and of failed
 // deletes.

@@ -33,6 +33,7 @@ func (c *Core) handleCall(call messages.Call) {
 			c.answer(m, messages.UpsertReply{Err: fmt.Errorf("upsert service: %w", err)})
 			return
 		}
+		c.interactive()
 		c.run(c.upsertOp([]*lb.Service{m.Service}, newWaiter(m, waitUpsert, 1), []int{0}))
 	case *messages.UpsertBatch:
 		c.upsertBatch(m)
@@ -42,8 +43,10 @@ func (c *Core) handleCall(call messages.Call) {
 			c.answer(m, messages.DeleteReply{Err: fmt.Errorf("delete service %d: %w", m.ID, ErrServiceNotFound)})
 			return
 		}
+		c.interactive()
 		c.run(c.deleteOp([]deleteItem{{fe: svc.Frontend(), want: m.ID, as: m.As, to: newWaiter(m, waitDelete, 1)}}))
 	case *messages.DeleteByFrontend:
+		c.interactive()
 		c.run(c.deleteOp([]deleteItem{{fe: m.Frontend, as: m.As, to: newWaiter(m, waitDelete, 1)}}))
 	case *messages.DeleteBatch:
 		c.deleteBatch(m)
@@ -327,9 +330,12 @@ func (c *Core) sync(m *messages.Sync) {
 	}
 	w := newWaiter(m, waitSync, len(m.Desired)+len(stale)+len(revs))
 	c.answerIfDone(w)
-	c.startUpserts(m.Desired, w, nil) // validated above
+	lane := newLane(len(m.Desired) + len(stale))
+	c.startUpserts(m.Desired, w, lane, nil) // validated above
 	for _, fe := range stale {
-		c.run(c.deleteOp([]deleteItem{{fe: fe, as: m.Source, to: w}}))
+		o := c.deleteOp([]deleteItem{{fe: fe, as: m.Source, to: w}})
+		o.lane = lane
+		c.run(o)
 	}
 	for _, id := range revs {
 		c.revNATDelete(id, w)
@@ -357,7 +363,11 @@ func queuedSource(q queue, fe lb.L3n4Addr) lb.Source {
 func (c *Core) upsertBatch(m *messages.UpsertBatch) {
 	w := newWaiter(m, waitUpsertBatch, len(m.Services))
 	c.answerIfDone(w)
-	c.startUpserts(m.Services, w, func(i int, svc *lb.Service) bool {
+	lane := newLane(len(m.Services))
+	if lane == nil {
+		c.interactive()
+	}
+	c.startUpserts(m.Services, w, lane, func(i int, svc *lb.Service) bool {
 		if err := svc.Validate(); err != nil {
 			c.upserted(w, i, messages.UpsertReply{Err: fmt.Errorf("upsert service %d of the batch: %w", i, err)})
 			return false
@@ -376,8 +386,10 @@ const reserveMin = 1024
 // frontend or backend in two of them) go as one op each; the others as
 // one op each. A run is one plan, one request per map owner and step,
 // instead of one per service: a batch or sync that creates 10,000
-// services sends tens of requests, not hundreds of thousands.
-func (c *Core) startUpserts(svcs []*lb.Service, w *waiter, valid func(int, *lb.Service) bool) {
+// services sends tens of requests, not hundreds of thousands. The ops are
+// in lane, the call's bulk lane (nil: one service, it begins at once),
+// where a run may be cut into chunks when it begins (bulk.go).
+func (c *Core) startUpserts(svcs []*lb.Service, w *waiter, lane *bulkLane, valid func(int, *lb.Service) bool) {
 	var run []*lb.Service
 	var runIdx []int
 	nkeys := 0
@@ -393,11 +405,15 @@ func (c *Core) startUpserts(svcs []*lb.Service, w *waiter, valid func(int, *lb.S
 		c.users.Reserve(nkeys - len(svcs))
 	}
 	var keys []qkey
+	start := func(o *op) {
+		o.lane = lane
+		c.run(o)
+	}
 	flush := func() {
 		if len(run) == 0 {
 			return
 		}
-		c.run(c.upsertOp(run, w, runIdx))
+		start(c.upsertOp(run, w, runIdx))
 		run, runIdx = nil, nil
 		clear(taken)
 	}
@@ -426,17 +442,22 @@ func (c *Core) startUpserts(svcs []*lb.Service, w *waiter, valid func(int, *lb.S
 			continue
 		}
 		flush()
-		c.run(c.upsertOp([]*lb.Service{svc}, w, []int{i}))
+		start(c.upsertOp([]*lb.Service{svc}, w, []int{i}))
 	}
 	flush()
 }
 
 // deleteBatch deletes the services of the frontends in runs of distinct
 // frontends, each one op (a repeated frontend starts the next run, which
-// queues behind the first on that frontend, so the order holds).
+// queues behind the first on that frontend, so the order holds), in the
+// call's bulk lane.
 func (c *Core) deleteBatch(m *messages.DeleteBatch) {
 	w := newWaiter(m, waitDeleteBatch, len(m.Frontends))
 	c.answerIfDone(w)
+	lane := newLane(len(m.Frontends))
+	if lane == nil {
+		c.interactive()
+	}
 	for start := 0; start < len(m.Frontends); {
 		seen := map[lb.L3n4Addr]bool{}
 		var items []deleteItem
@@ -446,7 +467,9 @@ func (c *Core) deleteBatch(m *messages.DeleteBatch) {
 			items = append(items, deleteItem{fe: m.Frontends[end], as: m.As, to: w, slot: end})
 			end++
 		}
-		c.run(c.deleteOp(items))
+		o := c.deleteOp(items)
+		o.lane = lane
+		c.run(o)
 		start = end
 	}
 }

@@ -37,6 +37,13 @@ type Config struct {
 	OnBackendsLeft func(service lb.ServiceID, backends []lb.L3n4Addr)
 	// Now is the clock of step timings (time.Now if nil).
 	Now func() time.Time
+	// The bulk lane (bulk.go): while a single-service call came within
+	// BulkWindow, the ops of large calls (UpsertBatch, DeleteBatch, Sync)
+	// begin in chunks of at most BulkChunk services, and only while
+	// those in flight hold fewer than BulkChunk × BulkInFlight services;
+	// the rest wait in the core. Zero means the defaults: 16, 2 and 1 s.
+	BulkChunk, BulkInFlight int
+	BulkWindow              time.Duration
 }
 
 // Core is the engine's deterministic core: the table of services, the
@@ -58,7 +65,15 @@ type Core struct {
 	queues     map[qkey]queue
 	queuesPeak int // most keys queues held since it was last made
 	reqs       pendingTable
-	inflight   int                        // ops begun and not complete
+	inflight   int // ops begun and not complete
+	// The bulk lane (bulk.go): lanes of large calls with ops waiting for
+	// admission, in turn; the services of bulk ops begun and not
+	// complete; when the last single-service call came.
+	bulkRing   []*bulkLane
+	turns      uint64 // admissions from the bulk lanes
+	bulkBusy   int
+	admitting  bool
+	lastSingle time.Time
 	outbox     [numChildren][]*pendingReq // by childIndex
 	sending    []Outgoing                 // Ready's array, reused (valid until Advance)
 	answers    []Answer                   // reused once every answer was taken
@@ -101,6 +116,15 @@ func New(cfg Config) *Core {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.BulkChunk <= 0 {
+		cfg.BulkChunk = defaultBulkChunk
+	}
+	if cfg.BulkInFlight <= 0 {
+		cfg.BulkInFlight = defaultBulkInFlight
+	}
+	if cfg.BulkWindow <= 0 {
+		cfg.BulkWindow = defaultBulkWindow
 	}
 	return &Core{
 		cfg:        cfg,

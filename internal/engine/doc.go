@@ -48,6 +48,17 @@
 // Upserts and deletes write in make-before-break order and roll back only
 // before their commit step.
 //
+// # Bulk lane
+//
+// The ops of a call of several services (UpsertBatch, DeleteBatch, Sync)
+// wait in the core, once they head their queues, until admitted (bulk.go).
+// While a single-service call came within Config.BulkWindow, runs are cut
+// into chunks of Config.BulkChunk services when admitted, and admitted
+// only while those in flight hold fewer than BulkChunk × BulkInFlight
+// services, one call's lane in turn: a single call waits behind a bounded
+// amount of bulk work. Otherwise every op is admitted at once and whole.
+// A chunk is an op: it fails and rolls back alone.
+//
 // # Lifecycle
 //
 // A Core is NOT safe for concurrent use: one goroutine at a time calls
@@ -83,5 +94,6 @@
 // when one did: "upsert service 10.96.0.1:80/TCP: write service: ...".
 // A rollback that fails too appends "; rollback failed: ...". Restore
 // failures start with "restore: ", and every call after one fails with
-// that error. One service of a batch can fail alone: the others go on.
+// that error. One service of a batch can fail alone: the others go on;
+// a map write that fails fails the op's services (a run's, or a chunk's).
 package engine

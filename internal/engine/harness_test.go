@@ -33,12 +33,14 @@ type harness struct {
 	events   []string // OnUp, OnDown, OnRestoreFailed
 	// maglevLog is every request the Maglev owner got, printed.
 	maglevLog []string
+	// clock is the core's clock: each reading adds a microsecond.
+	clock time.Time
 }
 
 // newHarness returns a core restored from empty maps, serving.
-func newHarness(t *testing.T) *harness {
+func newHarness(t *testing.T, opts ...func(*Config)) *harness {
 	t.Helper()
-	h := newIdleHarness(t)
+	h := newIdleHarness(t, opts...)
 	h.step(Start{})
 	h.dumpEmptyMaps()
 	h.syncMaglev("maglev: sync []")
@@ -70,23 +72,27 @@ func (h *harness) syncMaglev(want string) {
 	h.reply("maglev", ok())
 }
 
-// newIdleHarness returns a core that has not started.
-func newIdleHarness(t *testing.T) *harness {
+// newIdleHarness returns a core that has not started; opts change its
+// configuration.
+func newIdleHarness(t *testing.T, opts ...func(*Config)) *harness {
 	t.Helper()
 	log := logrus.New()
 	log.SetOutput(io.Discard)
-	h := &harness{t: t, sent: map[string][]messages.Request{}}
-	clock := time.Unix(0, 0)
-	h.c = New(Config{
+	h := &harness{t: t, sent: map[string][]messages.Request{}, clock: time.Unix(0, 0)}
+	cfg := Config{
 		Log: logrus.NewEntry(log), Restore: true,
-		Now:             func() time.Time { clock = clock.Add(time.Microsecond); return clock },
+		Now:             func() time.Time { h.clock = h.clock.Add(time.Microsecond); return h.clock },
 		OnUp:            func() { h.events = append(h.events, "up") },
 		OnDown:          func() { h.events = append(h.events, "down") },
 		OnRestoreFailed: func(err error) { h.events = append(h.events, "restore failed: "+err.Error()) },
 		OnBackendsLeft: func(id lb.ServiceID, bs []lb.L3n4Addr) {
 			h.events = append(h.events, fmt.Sprintf("backends left %d: %s", id, list(bs, lb.L3n4Addr.String)))
 		},
-	})
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	h.c = New(cfg)
 	return h
 }
 

@@ -57,6 +57,11 @@ type op struct {
 	// one frontend, and ops writing one backend, apply in arrival order.
 	keys    []qkey
 	blocked int // queues where another op is ahead
+	// lane is the bulk lane of the large call the op is a chunk of (nil:
+	// it begins as soon as it heads its queues); bulk the services it
+	// counts against the bulk budget while in flight.
+	lane *bulkLane
+	bulk int
 
 	steps   []step // the plan's steps, or its rollback's once rolling
 	next    int    // index of the next step to run
@@ -117,7 +122,7 @@ func (c *Core) run(o *op) {
 		c.queues[k] = q
 	}
 	if o.blocked == 0 {
-		c.begin(o)
+		c.beginOrWait(o)
 	}
 }
 
@@ -129,6 +134,10 @@ func (c *Core) begin(o *op) {
 		o.since = c.now()
 	}
 	c.inflight++
+	if o.lane != nil {
+		o.bulk = o.weight()
+		c.bulkBusy += o.bulk
+	}
 	o.steps = o.plan.start(c, o)
 	c.advance(o)
 }
@@ -189,6 +198,7 @@ func (c *Core) complete(o *op) {
 	}
 	o.done = true
 	c.inflight--
+	c.bulkBusy -= o.bulk
 	err := o.err
 	if err != nil && o.rbErr != nil {
 		err = fmt.Errorf("%w; rollback failed: %v", err, o.rbErr)
@@ -199,12 +209,17 @@ func (c *Core) complete(o *op) {
 	}
 	if sp, ok := o.plan.(splitter); ok && o.err != nil && o.rbErr == nil {
 		if subs := sp.split(c, o.err); len(subs) > 0 {
+			for _, s := range subs {
+				s.lane = o.lane // in flight at once: they count, as o did
+			}
 			c.handOver(o, subs)
+			c.admit()
 			return
 		}
 	}
 	o.plan.finish(c, o, err)
 	c.dequeue(o)
+	c.admit()
 }
 
 // splitter is a plan of several independent items that, having failed
@@ -275,6 +290,7 @@ func (c *Core) abortAll(err error) {
 	}
 	c.reqs = pendingTable{}
 	c.queues = map[qkey]queue{}
+	c.bulkRing, c.bulkBusy = nil, 0
 	c.outbox = [numChildren][]*pendingReq{}
 }
 

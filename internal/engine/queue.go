@@ -94,7 +94,7 @@ func (c *Core) dequeue(o *op) {
 		c.queues[k] = q
 		h.blocked--
 		if h.blocked == 0 {
-			c.begin(h)
+			c.beginOrWait(h)
 		}
 	}
 }
