@@ -1,12 +1,15 @@
 package actorlb
 
 import (
+	"context"
 	"fmt"
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/actorlb/actorlb/internal/enginetest"
+	"github.com/actorlb/actorlb/internal/verify"
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/maps"
 	"github.com/stretchr/testify/require"
@@ -339,4 +342,27 @@ func TestLargeFirstBatchAndSyncCreateEveryService(t *testing.T) {
 			checkInvariants(t, e)
 		})
 	}
+}
+
+// A two-scope service and a service at its internal-scope frontend in one
+// batch are two operations, the second refused: in one they would queue
+// at the same frontend twice, and the batch would wait behind itself.
+func TestUpsertBatchOfTwoScopeServiceAndItsInternalFrontendAnswers(t *testing.T) {
+	e := newEngine(t, "", Config{})
+	two := mustService(t, "10.96.0.1:80", "10.0.1.1:8080")
+	two.Type = lb.SVCTypeNodePort
+	two.ExtTrafficPolicyLocal = true
+	internal := mustService(t, "10.96.0.1:80", "10.0.1.2:8080")
+	internal.Type = lb.SVCTypeNodePort
+	internal.Frontend.Scope = lb.ScopeInternal
+	ctx, cancel := context.WithTimeout(ctxT(t), 10*time.Second)
+	defer cancel()
+	rs, err := e.UpsertBatch(ctx, []*lb.Service{two, internal})
+	require.NoError(t, err)
+	require.NoError(t, rs[0].Err)
+	require.Error(t, rs[1].Err, "its external frontend is a two-scope service")
+	list, err := e.List(ctx)
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	require.Empty(t, verify.Check(dumpMaps(t, e)))
 }

@@ -423,6 +423,12 @@ func (c *Core) startUpserts(svcs []*lb.Service, w *waiter, lane *bulkLane, valid
 		}
 		fe := svc.Frontend.L3n4Addr
 		keys = appendOpKeys(keys[:0], fe, svc.Backends)
+		if other, ok := otherScope(svc); ok {
+			// upsertOp queues the op at the other scope's frontend too: a
+			// run with the service of that frontend would wait behind
+			// itself there.
+			keys = append(keys, feQueue(other))
+		}
 		for _, k := range keys {
 			if taken[k] { // shares a frontend or backend with the run: the run goes first
 				flush()
