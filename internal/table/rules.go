@@ -276,20 +276,38 @@ func (rb *rebuild) filterBackends() {
 	for i, fs := range rb.fam {
 		fs.ids = ids[i]
 		// A backend's identity: address, port, protocol (what BackendKey
-		// keeps), in a key without pointers.
+		// keeps), in a key without pointers; an IPv4 one (every backend
+		// of the IPv4 family, after the filter above) packs into a
+		// uint64, which the map hashes as a word.
 		type identity struct {
 			addr  [16]byte
 			port  uint16
 			proto uint8
 		}
-		byKey := make(map[identity]uint32, len(ids[i]))
+		var byKey map[identity]uint32
+		var byPacked map[uint64]uint32
+		if fs.fam == maps.IPv4 {
+			byPacked = make(map[uint64]uint32, len(ids[i]))
+		} else {
+			byKey = make(map[identity]uint32, len(ids[i]))
+		}
 		for _, id := range ids[i] { // by ID: the lowest of duplicates is kept
 			v, _ := fs.backends.get(id)
-			ik := identity{v.Address.As16(), v.Port, v.Proto}
-			kept, dup := byKey[ik]
-			if !dup {
-				byKey[ik] = id
-				continue
+			var kept uint32
+			var dup bool
+			if byPacked != nil {
+				a := v.Address.As4() // IPv4: checked by invalidBackend
+				pk := uint64(a[0])<<56 | uint64(a[1])<<48 | uint64(a[2])<<40 | uint64(a[3])<<32 | uint64(v.Port)<<8 | uint64(v.Proto)
+				if kept, dup = byPacked[pk]; !dup {
+					byPacked[pk] = id
+					continue
+				}
+			} else {
+				ik := identity{v.Address.As16(), v.Port, v.Proto}
+				if kept, dup = byKey[ik]; !dup {
+					byKey[ik] = id
+					continue
+				}
 			}
 			k := BackendKey(BackendFromValue(v))
 			rb.repair(RepairDuplicateBackend, fs.fam, 0, "", id, "backend %d duplicates backend %d (%s): deleted", id, kept, k)
