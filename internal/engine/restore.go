@@ -20,10 +20,16 @@ import (
 // installs the table and sends the allocator its snapshot: every request
 // to the allocator queues behind it, so the core serves from then on.
 
-// restorePlan is the first op: dump and rebuild.
+// restorePlan is the first op: dump and rebuild. The dumps stream into
+// the rebuild: the backend and revNAT entries load (table.Loader.Backends)
+// as soon as their three dumps are in, the service entries (Services) as
+// soon as theirs are, each while the other maps may still be read; the
+// rebuild step then loads what is left and applies the rules.
 type restorePlan struct {
 	dump     table.Dump
 	restored *table.Restored
+	loader   *table.Loader // nil when restore is off
+	got      [len(dumpChildren)]bool
 }
 
 func (c *Core) startRestore() {
@@ -43,12 +49,24 @@ var restoreSteps = []step{
 // dumpMaps asks each map owner for its entries; item is the child's index
 // in dumpChildren.
 func (p *restorePlan) dumpMaps(c *Core, o *op) {
+	if c.cfg.Restore && p.loader == nil {
+		p.loader = table.NewLoader()
+	}
 	for i, child := range dumpChildren {
 		c.request(o, child, i, p.dumped, &messages.MapDump{ReqID: c.reqID()})
 	}
 }
 
-var dumpChildren = []string{ChildService4, ChildService6, ChildBackend4, ChildBackend6, ChildRevNAT, ChildMembers, ChildAffinity, ChildSourceRange}
+var dumpChildren = [...]string{ChildService4, ChildService6, ChildBackend4, ChildBackend6, ChildRevNAT, ChildMembers, ChildAffinity, ChildSourceRange}
+
+// Indexes in dumpChildren.
+const (
+	dumpService4 = iota
+	dumpService6
+	dumpBackend4
+	dumpBackend6
+	dumpRevNAT
+)
 
 func (p *restorePlan) dumped(_ *op, i int, r any) error {
 	switch dumpChildren[i] {
@@ -70,12 +88,21 @@ func (p *restorePlan) dumped(_ *op, i int, r any) error {
 	case ChildSourceRange:
 		p.dump.SourceRanges = r.(*messages.MapDumped[maps.SourceRangeKey]).Entries
 	}
+	p.got[i] = true
+	if p.loader != nil {
+		if p.got[dumpBackend4] && p.got[dumpBackend6] && p.got[dumpRevNAT] {
+			p.loader.Backends(p.dump)
+		}
+		if p.got[dumpService4] && p.got[dumpService6] {
+			p.loader.Services(p.dump)
+		}
+	}
 	return nil
 }
 
 func (p *restorePlan) rebuild(c *Core, _ *op) {
 	if c.cfg.Restore {
-		p.restored = table.Rebuild(p.dump)
+		p.restored = p.loader.Rebuild(p.dump)
 	} else {
 		p.restored = flushAll(p.dump)
 	}

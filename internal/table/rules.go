@@ -44,38 +44,90 @@ import (
 //
 // Concurrency: Rebuild starts goroutines at two places, one at a time, and
 // returns only when they are done. At loading, the service entries load
-// (with rules 1 and 2) on a goroutine of their own while the revNAT and
-// backend entries load (with rule 4) on the caller's. At rule 5, a family
+// (with rules 1 and 2) and the revNAT and backend entries (with rule 4),
+// each on a goroutine of its own (Loader). At rule 5, a family
 // of parallelGroups frontends or more is rebuilt in two halves
 // (rebuildServices). Each goroutine has its own rebuild (repair list and
 // scratch) and writes nothing another one reads or writes; the lists are
 // joined when both are done and finish sorts them, so the output is the
 // serial one (TestRebuildInHalvesEqualsSerial).
 func Rebuild(d Dump) *Restored {
+	return NewLoader().Rebuild(d)
+}
+
+// Loader is Rebuild for a dump that comes in parts: restore streams the
+// map owners' dumps into it as they arrive, so that one part loads while
+// the maps of the other are still being read. Backends starts loading
+// the revNAT and backend entries (with rule 4), Services the service
+// entries (with rules 1 and 2), each on a goroutine of its own, as soon
+// as its entries are there, in either order; Rebuild waits for them,
+// loads what was not started (both parts at once, as Rebuild does, when
+// neither was) and applies the other rules. The result is Rebuild's on
+// the whole dump (TestLoaderInPartsEqualsRebuild): the two parts write
+// disjoint fields of the famStates (groups, MasterDeletes and SlotDeletes
+// for the services; revnat, revIDs, backends, alias, ids and
+// BackendDeletes for the backends) and repair lists of their own, joined
+// in a fixed order, and nothing reads them before Rebuild has waited. A
+// Loader is used once, by one goroutine at a time, with the same entries
+// in every call; the entries must not change until Rebuild returns. A
+// Loader dropped before Rebuild lets its goroutines finish on their own.
+type Loader struct {
+	rb, svcs           *rebuild
+	backends, services chan struct{} // closed when the part is loaded; nil until started
+}
+
+// NewLoader returns a Loader with nothing loaded.
+func NewLoader() *Loader {
 	rb := &rebuild{out: &Restored{}}
 	for i, f := range families {
 		rb.fam[i] = &famState{fam: f, fixes: rb.out.Fixes(f)}
 	}
-	// Parallel: the service entries load on another goroutine, with rules 1
-	// and 2, while the revNAT and backend entries load here, with rule 4.
-	// They share nothing but the repair list, which each fills on its own
-	// and which is joined in the serial order, and the famStates, of which
-	// they write disjoint fields (groups, MasterDeletes and SlotDeletes
-	// there; revnat, revIDs, backends, alias, ids and BackendDeletes here).
-	svcs := &rebuild{out: &Restored{}, fam: rb.fam}
+	return &Loader{rb: rb, svcs: &rebuild{out: &Restored{}, fam: rb.fam}}
+}
+
+// Backends starts loading d's revNAT and backend entries of both families
+// and applying rule 4, unless started already. It reads nothing else of d.
+func (l *Loader) Backends(d Dump) {
+	if l.backends != nil {
+		return
+	}
 	done := make(chan struct{})
+	l.backends = done
 	go func() {
 		defer close(done)
-		svcs.loadServices(d)
-		svcs.pairScopes()
-		svcs.deleteSlotsWithoutMaster() // rule 1
-		svcs.removeInvalidFrontends()   // rule 2
+		l.rb.loadRevNAT(d)
+		l.rb.loadBackends(d)
+		l.rb.filterBackends() // rule 4
 	}()
-	rb.loadRevNAT(d)
-	rb.loadBackends(d)
-	rb.filterBackends() // rule 4
-	<-done
-	rb.out.Repairs = append(rb.out.Repairs, svcs.out.Repairs...)
+}
+
+// Services starts loading d's service entries of both families and
+// applying rules 1 and 2, unless started already. It reads nothing else
+// of d.
+func (l *Loader) Services(d Dump) {
+	if l.services != nil {
+		return
+	}
+	done := make(chan struct{})
+	l.services = done
+	go func() {
+		defer close(done)
+		l.svcs.loadServices(d)
+		l.svcs.pairScopes()
+		l.svcs.deleteSlotsWithoutMaster() // rule 1
+		l.svcs.removeInvalidFrontends()   // rule 2
+	}()
+}
+
+// Rebuild loads what is not loaded yet of d and rebuilds the table from
+// it, as the package's Rebuild.
+func (l *Loader) Rebuild(d Dump) *Restored {
+	rb := l.rb
+	l.Services(d)
+	l.Backends(d)
+	<-l.services
+	<-l.backends
+	rb.out.Repairs = append(rb.out.Repairs, l.svcs.out.Repairs...)
 	rb.loadMembers(d)
 	rb.loadSourceRanges(d)
 	rb.dedupeServiceIDs() // rule 3
