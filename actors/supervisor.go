@@ -220,15 +220,15 @@ func (s *Supervisor) step(ctx actor.Context, in engine.Input) {
 	for _, a := range s.core.Answers() {
 		a.Call.Answer(a.Reply)
 	}
-	if s.up {
+	if !s.flushing && s.core.HasReady() {
+		s.flushing = true
+		ctx.Send(ctx.Self(), &flush{})
+	}
+	if s.up { // after the flush is queued: the allocator's snapshot goes first
 		s.up = false
 		for _, name := range mirrorOwners {
 			ctx.Send(s.children[name], &indexMirror{})
 		}
-	}
-	if !s.flushing && s.core.HasReady() {
-		s.flushing = true
-		ctx.Send(ctx.Self(), &flush{})
 	}
 }
 
