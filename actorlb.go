@@ -147,10 +147,23 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	if err := maglev.CheckTableSize(cfg.MaglevTableSize); err != nil {
 		return nil, fmt.Errorf("new engine: MaglevTableSize: %w", err)
 	}
+	log := logrus.NewEntry(cfg.Logger)
+	// The actor system is made while the maps open: its process registry
+	// alone is some 32k small maps, milliseconds of a restart.
+	sysc := make(chan *actor.ActorSystem, 1)
+	go func() {
+		sysc <- actor.NewActorSystem(
+			actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+				return slog.New(&logrusHandler{log: log.WithField("lib", "protoactor")})
+			}),
+			actor.WithDeadLetterRequestLogging(false),
+		)
+	}()
 	lbm, err := maps.Open(maps.Config{
 		Root: cfg.BPFRoot, MaxEntries: cfg.MaxEntries, Recreate: cfg.RecreateMaps, InMemory: cfg.InMemory, Fault: cfg.hooks.Fault,
 		MaglevTableSize: cfg.MaglevTableSize,
 	})
+	sys := <-sysc // nothing to stop: it starts no goroutine
 	if err != nil {
 		return nil, fmt.Errorf("new engine: %w", err)
 	}
@@ -158,15 +171,9 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		cfg.hooks.Maps(lbm)
 	}
 	e := &Engine{
-		cfg: cfg, log: logrus.NewEntry(cfg.Logger), maps: lbm,
+		cfg: cfg, log: log, maps: lbm, sys: sys,
 		stopped: make(chan struct{}), closed: make(chan struct{}), gate: newGate(),
 	}
-	e.sys = actor.NewActorSystem(
-		actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
-			return slog.New(&logrusHandler{log: e.log.WithField("lib", "protoactor")})
-		}),
-		actor.WithDeadLetterRequestLogging(false),
-	)
 	var onLeft func(lb.ServiceID, []lb.L3n4Addr)
 	if cfg.SocketTerminator != nil {
 		e.sockets = newSocketWorker(cfg.SocketTerminator)

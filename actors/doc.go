@@ -57,7 +57,9 @@
 // Lifecycle: the keeper spawns the supervisor; each incarnation of the
 // supervisor spawns its children, starts an empty core and restores from
 // the maps. A map owner loads its mirror from its map whenever it starts,
-// before it handles any message. When a child fails, the supervisor has
+// before it handles any message, and indexes it when the supervisor says
+// the core has restored (indexMirror) or first needs the index, whichever
+// comes first. When a child fails, the supervisor has
 // it restarted; when it stops, the supervisor spawns it again; either
 // way the core resends what the child owed (the allocator's snapshot
 // first). When the supervisor restarts, its children

@@ -30,6 +30,13 @@ type mirrorOf[E, K any] interface {
 // flushMsg tells a map owner to write what it has buffered.
 type flushMsg struct{}
 
+// indexMirror tells a map owner to index its mirror now, if it has not
+// yet (the supervisor sends it once restored: see Supervisor.step). A
+// mirror is indexed before anything that needs the index anyway (apply,
+// reconcile, a dump of an indexed mirror); this only does it ahead of the
+// first write, once the restore no longer needs the CPU.
+type indexMirror struct{}
+
 // batcher holds the write requests of a map owner until a flush message,
 // sent to self when the first one arrives, comes back: everything queued
 // in the mailbox meanwhile goes to the kernel in one batch.
@@ -154,7 +161,8 @@ func (a *mapActor[E, K]) receive(ctx actor.Context, msg any) {
 	case *messages.MapDump:
 		a.flush(ctx) // a dump sees every write queued before it
 		ctx.Respond(&messages.MapDumped[E]{ReqID: m.ReqID, Entries: a.mirror.dump()})
-		a.mirror.index() // after the answer: while the supervisor rebuilds
+	case *indexMirror:
+		a.mirror.index()
 	case *messages.MapReconcile:
 		a.flush(ctx) // the map must hold every write queued before it
 		if p, ok := a.mirror.(interface{ reconcileAll() []messages.Drift }); ok {
@@ -223,6 +231,7 @@ func (a *revNATActor) receive(ctx actor.Context, msg any) {
 	case *messages.MapDump:
 		a.flush(ctx)
 		ctx.Respond(&messages.RevNATDumped{ReqID: m.ReqID, V4: a.v4.dump(), V6: a.v6.dump()})
+	case *indexMirror:
 		a.v4.index()
 		a.v6.index()
 	case *messages.MapReconcile:

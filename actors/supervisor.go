@@ -72,6 +72,16 @@ type Supervisor struct {
 	stopping bool
 	// flushing is set while a flush message to self is in the mailbox.
 	flushing bool
+	// up is set when the core has just restored (its OnUp ran in the
+	// step): step then tells the map owners to index their mirrors.
+	up bool
+}
+
+// mirrorOwners are the children that keep a mirror of their maps, which
+// they index once the core has restored (indexMirror).
+var mirrorOwners = []string{
+	engine.ChildService4, engine.ChildService6, engine.ChildBackend4, engine.ChildBackend6,
+	engine.ChildRevNAT, engine.ChildMembers, engine.ChildAffinity, engine.ChildSourceRange,
 }
 
 // flush tells the supervisor to send the core's requests: it comes back
@@ -104,11 +114,17 @@ func NewSupervisorProducer(cfg Config) actor.Producer {
 			log:      log,
 			children: map[string]*actor.PID{},
 			restarts: restarts,
-			core: engine.New(engine.Config{
-				Log: log, Restore: cfg.Restore, MaxResends: cfg.MaxResends, Restarts: restarts,
-				OnUp: cfg.OnUp, OnDown: cfg.OnDown, OnRestoreFailed: cfg.OnRestoreFailed, OnBackendsLeft: cfg.OnBackendsLeft,
-			}),
 		}
+		onUp := func() {
+			s.up = true
+			if cfg.OnUp != nil {
+				cfg.OnUp()
+			}
+		}
+		s.core = engine.New(engine.Config{
+			Log: log, Restore: cfg.Restore, MaxResends: cfg.MaxResends, Restarts: restarts,
+			OnUp: onUp, OnDown: cfg.OnDown, OnRestoreFailed: cfg.OnRestoreFailed, OnBackendsLeft: cfg.OnBackendsLeft,
+		})
 		s.strategy = actor.NewOneForOneStrategy(cfg.MaxRestarts, cfg.RestartWindow, actor.DefaultDecider)
 		return s
 	}
@@ -195,7 +211,10 @@ func (s *Supervisor) Receive(ctx actor.Context) {
 	}
 }
 
-// step feeds the core one input and delivers what it produced.
+// step feeds the core one input and delivers what it produced. Once the
+// core has restored, the map owners index their mirrors: not while the
+// supervisor rebuilds, which needs the CPU (two cores, say, shared by the
+// rebuild's two halves and the owners), but before any write reaches them.
 func (s *Supervisor) step(ctx actor.Context, in engine.Input) {
 	s.core.Step(in)
 	for _, a := range s.core.Answers() {
@@ -204,6 +223,12 @@ func (s *Supervisor) step(ctx actor.Context, in engine.Input) {
 	if !s.flushing && s.core.HasReady() {
 		s.flushing = true
 		ctx.Send(ctx.Self(), &flush{})
+	}
+	if s.up { // after the flush is queued: the allocator's snapshot goes first
+		s.up = false
+		for _, name := range mirrorOwners {
+			ctx.Send(s.children[name], &indexMirror{})
+		}
 	}
 }
 

@@ -40,17 +40,49 @@ func (o *svcMirror) load() error {
 	return nil
 }
 
-// index builds the index from the last load, if not done yet.
+// index builds the index from the last load, if not done yet. A dump
+// comes in the kernel's hash order, the slots of one frontend scattered
+// over it: so the frontends are found first, with a small map (one entry
+// per frontend, which stays in the cache, where the index's values do
+// not) that also gives each frontend's highest slot; then every frontend's
+// slots are allocated once at their size and filled, and the index gets
+// one entry per frontend (no lookup per slot, no slice grown slot by slot).
 func (o *svcMirror) index() {
 	if o.indexed {
 		return
 	}
-	o.entries, o.indexed, o.n = packedmap.New[addrkey.ServiceKey, []slotValue](len(o.loaded)/4, addrkey.NewServiceKeyPacker()), true, 0
-	c := cursor{o: o}
-	for _, e := range o.loaded {
-		c.set(e.Key, e.Value)
+	fes := packedmap.New[addrkey.ServiceKey, int32](len(o.loaded)/8+1, addrkey.NewServiceKeyPacker())
+	var keys []addrkey.ServiceKey
+	var size []int // highest slot + 1, by frontend
+	at := make([]int32, len(o.loaded))
+	for j, e := range o.loaded {
+		fe := addrkey.ServiceKeyOf(e.Key)
+		i, ok := fes.Get(fe)
+		if !ok {
+			i = int32(len(keys))
+			fes.Set(fe, i)
+			keys, size = append(keys, fe), append(size, 0)
+		}
+		at[j] = i
+		size[i] = max(size[i], int(e.Key.Slot)+1)
 	}
-	o.loaded = nil
+	slots := make([][]slotValue, len(keys))
+	for i, n := range size {
+		slots[i] = make([]slotValue, n)
+	}
+	o.n = 0
+	for j, e := range o.loaded {
+		s := &slots[at[j]][e.Key.Slot]
+		if !s.ok {
+			o.n++
+		}
+		*s = slotValue{e.Value, true} // a dump may repeat a key: the last wins
+	}
+	o.entries = packedmap.New[addrkey.ServiceKey, []slotValue](len(keys), addrkey.NewServiceKeyPacker())
+	for i, fe := range keys {
+		o.entries.Set(fe, slots[i])
+	}
+	o.indexed, o.loaded = true, nil
 	o.m.SetEntries(o.n) // a dump may repeat a key
 }
 

@@ -20,10 +20,16 @@ import (
 // installs the table and sends the allocator its snapshot: every request
 // to the allocator queues behind it, so the core serves from then on.
 
-// restorePlan is the first op: dump and rebuild.
+// restorePlan is the first op: dump and rebuild. The dumps stream into
+// the rebuild: the backend and revNAT entries load (table.Loader.Backends)
+// as soon as their three dumps are in, the service entries (Services) as
+// soon as theirs are, each while the other maps may still be read; the
+// rebuild step then loads what is left and applies the rules.
 type restorePlan struct {
 	dump     table.Dump
 	restored *table.Restored
+	loader   *table.Loader // nil when restore is off
+	got      [len(dumpChildren)]bool
 }
 
 func (c *Core) startRestore() {
@@ -43,12 +49,24 @@ var restoreSteps = []step{
 // dumpMaps asks each map owner for its entries; item is the child's index
 // in dumpChildren.
 func (p *restorePlan) dumpMaps(c *Core, o *op) {
+	if c.cfg.Restore && p.loader == nil {
+		p.loader = table.NewLoader()
+	}
 	for i, child := range dumpChildren {
 		c.request(o, child, i, p.dumped, &messages.MapDump{ReqID: c.reqID()})
 	}
 }
 
-var dumpChildren = []string{ChildService4, ChildService6, ChildBackend4, ChildBackend6, ChildRevNAT, ChildMembers, ChildAffinity, ChildSourceRange}
+var dumpChildren = [...]string{ChildService4, ChildService6, ChildBackend4, ChildBackend6, ChildRevNAT, ChildMembers, ChildAffinity, ChildSourceRange}
+
+// Indexes in dumpChildren.
+const (
+	dumpService4 = iota
+	dumpService6
+	dumpBackend4
+	dumpBackend6
+	dumpRevNAT
+)
 
 func (p *restorePlan) dumped(_ *op, i int, r any) error {
 	switch dumpChildren[i] {
@@ -70,12 +88,21 @@ func (p *restorePlan) dumped(_ *op, i int, r any) error {
 	case ChildSourceRange:
 		p.dump.SourceRanges = r.(*messages.MapDumped[maps.SourceRangeKey]).Entries
 	}
+	p.got[i] = true
+	if p.loader != nil {
+		if p.got[dumpBackend4] && p.got[dumpBackend6] && p.got[dumpRevNAT] {
+			p.loader.Backends(p.dump)
+		}
+		if p.got[dumpService4] && p.got[dumpService6] {
+			p.loader.Services(p.dump)
+		}
+	}
 	return nil
 }
 
 func (p *restorePlan) rebuild(c *Core, _ *op) {
 	if c.cfg.Restore {
-		p.restored = table.Rebuild(p.dump)
+		p.restored = p.loader.Rebuild(p.dump)
 	} else {
 		p.restored = flushAll(p.dump)
 	}
@@ -226,10 +253,11 @@ func (fx fix) send(r *table.Restored) func(c *Core, o *op) {
 	}
 }
 
-// install makes the restored services the table and sends the allocator
-// its snapshot; the core serves without waiting for the allocator's
-// answer (every request to it queues behind the snapshot; reads are
-// answered from the table at once).
+// install makes the restored services the table. The allocator's snapshot
+// is built and sent when the op finishes, right after the gate opens
+// (finish): the core serves without waiting for the allocator's answer
+// (every request to it queues behind the snapshot; reads are answered
+// from the table at once).
 func (p *repairPlan) install(c *Core, _ *op) {
 	r := p.restored
 	if len(c.services) == 0 {
@@ -244,7 +272,6 @@ func (p *repairPlan) install(c *Core, _ *op) {
 	for _, svc := range r.Services {
 		c.put(svc)
 	}
-	c.snapshotAllocator((*Core).failServing)
 }
 
 func (p *repairPlan) rollback(*Core, *op) []step { return nil }
@@ -263,6 +290,11 @@ func (p *repairPlan) finish(c *Core, _ *op, err error) {
 		c.log.WithFields(logrus.Fields{"repairs": p.maglevRepairs, "writes": p.maglevWrites}).Warn("restore repaired the maglev tables: missing or different from their services' backends, or of no maglev service")
 	}
 	c.cfg.OnUp()
+	// The snapshot is built after the gate opens, within this step: no
+	// call reaches the core before it is queued first for the allocator,
+	// and the caller waiting on the gate need not wait for it (100k
+	// bindings for 10k services of 10 backends).
+	c.snapshotAllocator((*Core).failServing)
 	c.replayDeferred()
 }
 
@@ -308,13 +340,10 @@ func (c *Core) recordRestore(r *table.Restored) {
 		RepairsByKind: map[string]int{},
 		Writes:        r.Fixes4.Writes() + r.Fixes6.Writes() + r.Members.Writes() + len(r.SourceRanges.Writes) + len(r.SourceRanges.Deletes),
 	}
-	bes := map[lb.BackendID]bool{}
-	for _, svc := range r.Services {
-		for _, id := range svc.BackendIDs {
-			bes[id] = true
-		}
-	}
-	st.Backends = len(bes)
+	// The backends in use: install indexed each once, by key (Rebuild
+	// gives one key one ID, and one ID one key), into a table that held
+	// nothing else.
+	st.Backends = c.users.Len()
 	for _, rep := range r.Repairs {
 		st.RepairsByKind[string(rep.Kind)]++
 		c.log.WithFields(logrus.Fields{

@@ -1,6 +1,7 @@
 package table
 
 import (
+	"math/rand/v2"
 	"net/netip"
 	"testing"
 
@@ -34,8 +35,19 @@ func BenchmarkSlots(b *testing.B) {
 
 // BenchmarkRebuild rebuilds 1,000 consistent 10-backend services from a dump.
 func BenchmarkRebuild(b *testing.B) {
+	d := benchDump(benchRebuildN)
+	b.ReportAllocs()
+	for b.Loop() {
+		if r := Rebuild(d); len(r.Repairs) != 0 {
+			b.Fatalf("repairs: %v", r.Repairs[0])
+		}
+	}
+}
+
+// benchDump is the dump of n consistent 10-backend services.
+func benchDump(n int) Dump {
 	var d Dump
-	for i := range benchRebuildN {
+	for i := range n {
 		s := benchService(10)
 		s.Spec.Frontend.ID = lb.ServiceID(i + 1)
 		s.Spec.Frontend.Addr = netip.AddrFrom4([4]byte{10, 96, byte(i >> 8), byte(i)})
@@ -48,13 +60,25 @@ func BenchmarkRebuild(b *testing.B) {
 		d.Backends4 = append(d.Backends4, BackendEntries(s)...)
 		d.RevNAT4 = append(d.RevNAT4, RevNAT(s))
 	}
-	b.ReportAllocs()
-	for b.Loop() {
-		if r := Rebuild(d); len(r.Repairs) != 0 {
-			b.Fatalf("repairs: %v", r.Repairs[0])
-		}
-	}
+	return d
 }
 
 // benchRebuildN is the number of services BenchmarkRebuild rebuilds.
 var benchRebuildN = 1000
+
+// BenchmarkRebuild10kShuffled rebuilds 10,000 consistent 10-backend
+// services from a dump in a random order, as a kernel hash map's dump
+// comes (the restore-10k-x10 bench's shape).
+func BenchmarkRebuild10kShuffled(b *testing.B) {
+	d := benchDump(10000)
+	r := rand.New(rand.NewPCG(1, 2))
+	r.Shuffle(len(d.Services4), func(i, j int) { d.Services4[i], d.Services4[j] = d.Services4[j], d.Services4[i] })
+	r.Shuffle(len(d.Backends4), func(i, j int) { d.Backends4[i], d.Backends4[j] = d.Backends4[j], d.Backends4[i] })
+	r.Shuffle(len(d.RevNAT4), func(i, j int) { d.RevNAT4[i], d.RevNAT4[j] = d.RevNAT4[j], d.RevNAT4[i] })
+	b.ReportAllocs()
+	for b.Loop() {
+		if r := Rebuild(d); len(r.Repairs) != 0 || len(r.Services) != 10000 {
+			b.Fatalf("repairs: %d, services %d", len(r.Repairs), len(r.Services))
+		}
+	}
+}

@@ -4,9 +4,12 @@
 // maps at restore, with every inconsistency repaired and reported.
 //
 // Lifecycle: functions over values; no state kept between calls and no I/O.
-// Rebuild starts goroutines of its own (at most one at a time beside the
-// caller's, at the two places its doc names: loading, and rule 5 of a large
-// family, rebuildServices) and returns only when they are done.
+// Rebuild starts goroutines of its own (at most two at a time, at the two
+// places its doc names: loading, and rule 5 of a large family,
+// rebuildServices) and returns only when they are done. A Loader is
+// Rebuild for a dump that comes in parts: its Backends and Services start
+// the two loading goroutines early, as each part's entries arrive, and
+// its Rebuild waits for them.
 //
 // Error contract: nothing here fails; problems found in dumped maps are
 // returned as Repairs together with the map writes that fix them.
@@ -24,7 +27,7 @@
 //
 // Rebuild loads the dump (load.go), then applies these rules, each to what
 // the rules before it left (rule 4 needs nothing of rules 1-3 and runs
-// beside rules 1 and 2; Rebuild shows the order). "Deleted" means a key in Fixes;
+// beside rules 1 and 2; Loader.Rebuild shows the order). "Deleted" means a key in Fixes;
 // "dropped" means a slot left out of the rebuilt service, whose slots are
 // then rewritten compacted. Each rule names the RepairKinds it emits and
 // the Fixes lists it fills, with the list's place in the fix order below.

@@ -58,8 +58,12 @@ func (g *group) id() uint16 { return g.master.RevNATIndex }
 
 // sortSlots orders the slots by number and keeps the least value of a
 // repeated one (most groups have a few dozen slots: an insertion sort).
+// The common case, slots 1..n in any order, is put in place directly.
 func (g *group) sortSlots() {
 	ns, vs := g.slotNs, g.slotVs
+	if placeSlots(ns, vs) {
+		return
+	}
 	if len(ns) > 32 { // a large service: sort pairs
 		type pair struct {
 			n uint16
@@ -96,8 +100,35 @@ func (g *group) sortSlots() {
 	g.slotNs, g.slotVs = ns[:w], vs[:w]
 }
 
+// placeSlots puts ns (and vs along) in order if they are exactly the
+// numbers 1..len(ns) (up to 64), and reports whether it did.
+func placeSlots(ns []uint16, vs []maps.ServiceValue) bool {
+	n := len(ns)
+	if n > 64 {
+		return false
+	}
+	var seen uint64
+	for _, s := range ns {
+		if s == 0 || int(s) > n || seen&(1<<(s-1)) != 0 {
+			return false
+		}
+		seen |= 1 << (s - 1)
+	}
+	var tmp [64]maps.ServiceValue
+	copy(tmp[:n], vs)
+	var tn [64]uint16
+	copy(tn[:n], ns)
+	for i := range n {
+		ns[tn[i]-1], vs[tn[i]-1] = tn[i], tmp[i]
+	}
+	return true
+}
+
 // slot returns the value of slot n, if the map has it.
 func (g *group) slot(n uint16) (maps.ServiceValue, bool) {
+	if i := int(n) - 1; i >= 0 && i < len(g.slotNs) && g.slotNs[i] == n { // slots 1..n: at n-1
+		return g.slotVs[i], true
+	}
 	if i, ok := slices.BinarySearch(g.slotNs, n); ok {
 		return g.slotVs[i], true
 	}
@@ -145,63 +176,127 @@ func (rb *rebuild) loadBackends(d Dump) {
 func (rb *rebuild) loadServices(d Dump) {
 	in := [2][]maps.ServiceEntry{d.Services4, d.Services6}
 	for i, fs := range rb.fam {
-		// Grouped by frontend with a map, then the groups sorted by key and
-		// each group's slots by number: cheaper than sorting every entry.
-		type feIdx struct {
-			addr        [16]byte
-			v4          bool
-			port        uint16
-			proto, scop uint8
+		fs.groups = groupServices(in[i], fs.fam == maps.IPv4)
+	}
+}
+
+// groupServices groups es by frontend (IPv4-mapped addresses unmapped
+// when unmap is set), each group's slots sorted by number, the groups by
+// key. A dump comes in the kernel's hash order, a frontend's entries
+// scattered over it, so:
+//   - the first pass finds each entry's frontend with a map (an IPv4
+//     frontend's key packs into a uint64: address, port, protocol, scope,
+//     so that the map hashes a word; other frontends use the whole key),
+//     and counts each frontend's slots, in small arrays indexed by
+//     frontend (nothing large touched per entry);
+//   - the frontends are sorted by key (packed keys as numbers, in the same
+//     order as compareKey), then the groups made in that order in one
+//     array;
+//   - the second pass copies the slots, each group's carved from one
+//     array, and each group's slots are put in order.
+func groupServices(es []maps.ServiceEntry, unmap bool) []*group {
+	type feIdx struct {
+		addr        [16]byte
+		v4          bool
+		port        uint16
+		proto, scop uint8
+	}
+	packed := make(map[uint64]int32, len(es)/8+1)
+	var whole map[feIdx]int32 // frontends that do not pack (IPv6, invalid)
+	var (
+		keys   []maps.ServiceKey // by frontend, slot 0
+		pks    []uint64          // packed keys, by frontend (0 if whole)
+		master []int32           // index in es of the master kept, or -1
+		nsl    []int32           // slots, by frontend
+	)
+	at := make([]int32, len(es)) // entry -> frontend, -1 for a master
+	for j, e := range es {
+		k := e.Key
+		if unmap {
+			k.Address = k.Address.Unmap()
 		}
-		idx := make(map[feIdx]*group, len(in[i])/4+1)
-		// Two passes: the first finds each entry's group and counts the
-		// slots, the second fills every group's slots, carved from one
-		// array (no slice grown slot by slot).
-		at := make([]*group, len(in[i]))
-		nslots := 0
-		for j, e := range in[i] {
-			k := e.Key
-			if fs.fam == maps.IPv4 {
-				k.Address = k.Address.Unmap()
+		slot := k.Slot
+		k.Slot = 0
+		var fi int32
+		var ok bool
+		var pk uint64
+		if k.Address.Is4() {
+			a := k.Address.As4()
+			pk = uint64(a[0])<<56 | uint64(a[1])<<48 | uint64(a[2])<<40 | uint64(a[3])<<32 |
+				uint64(k.Port)<<16 | uint64(k.Proto)<<8 | uint64(k.Scope)
+			if fi, ok = packed[pk]; !ok {
+				fi = int32(len(keys))
+				packed[pk] = fi
 			}
-			slot := k.Slot
-			k.Slot = 0
-			fi := feIdx{k.Address.As16(), k.Address.Is4(), k.Port, k.Proto, k.Scope}
-			g := idx[fi]
-			if g == nil {
-				g = &group{key: k, fe: FrontendFromKey(k)}
-				idx[fi] = g
-				fs.groups = append(fs.groups, g)
+		} else {
+			if whole == nil {
+				whole = make(map[feIdx]int32)
 			}
-			if slot == 0 {
-				// A repeated key (a hand-made dump) keeps its least value.
-				if !g.hasMaster || compareServiceValue(e.Value, g.master) < 0 {
-					g.hasMaster, g.master = true, e.Value
-				}
-				continue
-			}
-			at[j] = g
-			g.nslots++
-			nslots++
-		}
-		ns, vs := make([]uint16, nslots), make([]maps.ServiceValue, nslots)
-		off := 0
-		for _, g := range fs.groups {
-			n := off + g.nslots
-			g.slotNs, g.slotVs = ns[off:off:n], vs[off:off:n]
-			off = n
-		}
-		for j, g := range at {
-			if g != nil {
-				g.slotNs = append(g.slotNs, in[i][j].Key.Slot)
-				g.slotVs = append(g.slotVs, in[i][j].Value)
+			w := feIdx{k.Address.As16(), k.Address.Is4(), k.Port, k.Proto, k.Scope}
+			if fi, ok = whole[w]; !ok {
+				fi = int32(len(keys))
+				whole[w] = fi
 			}
 		}
-		slices.SortFunc(fs.groups, func(a, b *group) int { return compareKey(a.key, b.key) })
-		for _, g := range fs.groups {
-			g.sortSlots()
+		if !ok {
+			keys, pks, master, nsl = append(keys, k), append(pks, pk), append(master, -1), append(nsl, 0)
+		}
+		if slot == 0 {
+			at[j] = -1
+			// A repeated key (a hand-made dump) keeps its least value.
+			if m := master[fi]; m < 0 || compareServiceValue(e.Value, es[m].Value) < 0 {
+				master[fi] = int32(j)
+			}
+			continue
+		}
+		at[j] = fi
+		nsl[fi]++
+	}
+
+	// The frontends in key order.
+	order := make([]int32, len(keys))
+	for i := range order {
+		order[i] = int32(i)
+	}
+	if whole == nil { // every key packed: compare the numbers
+		slices.SortFunc(order, func(a, b int32) int { return cmp.Compare(pks[a], pks[b]) })
+	} else {
+		slices.SortFunc(order, func(a, b int32) int { return compareKey(keys[a], keys[b]) })
+	}
+
+	// The groups, in that order, and each frontend's slot range.
+	arena := make([]group, len(keys))
+	groups := make([]*group, len(keys))
+	off := make([]int32, len(keys)) // where frontend i's next slot goes
+	n := int32(0)
+	for gi, fi := range order {
+		g := &arena[gi]
+		groups[gi] = g
+		k := keys[fi]
+		g.key, g.fe = k, FrontendFromKey(k)
+		if m := master[fi]; m >= 0 {
+			g.hasMaster, g.master = true, es[m].Value
+		}
+		g.nslots = int(nsl[fi])
+		off[fi] = n
+		n += nsl[fi]
+	}
+	ns, vs := make([]uint16, n), make([]maps.ServiceValue, n)
+	for gi, fi := range order {
+		start := off[fi]
+		groups[gi].slotNs, groups[gi].slotVs = ns[start:start+nsl[fi]:start+nsl[fi]], vs[start:start+nsl[fi]:start+nsl[fi]]
+	}
+	for j, fi := range at {
+		if fi >= 0 {
+			o := off[fi]
+			ns[o], vs[o] = es[j].Key.Slot, es[j].Value
+			off[fi] = o + 1
 		}
 	}
+	for _, g := range groups {
+		g.sortSlots()
+	}
+	return groups
 }
 
 // pairScopes attaches each internal-scope group to the external-scope

@@ -1552,3 +1552,49 @@ func TestRebuildRepeatedKeysKeepTheLeastValue(t *testing.T) {
 	require.Equal(t, want, Rebuild(dup))
 	checkShuffled(t, r, dup, want)
 }
+
+// A dump loaded in parts (restore streams the owners' dumps into a
+// Loader as they arrive), backends or services first, rebuilds exactly
+// as the whole dump does, repairs of both parts included.
+func TestLoaderInPartsEqualsRebuild(t *testing.T) {
+	r := testutil.Rand(t)
+	d := dumpOf(consistentServices()...)
+	// Repairs in both parts: an invalid and a duplicate backend (rule 4),
+	// slots without master (rule 1), a master with rev_nat_index 0
+	// (rule 2), an orphan revNAT entry (rule 7).
+	b := d.Backends4[0]
+	b.ID = 9001
+	d.Backends4 = append(d.Backends4, b, maps.BackendEntry{ID: 9002, Value: maps.BackendValue{Address: netip.MustParseAddr("fd00::1"), Port: 80, Proto: 6}})
+	d.Services4 = append(d.Services4,
+		maps.ServiceEntry{Key: maps.ServiceKey{Address: netip.MustParseAddr("10.99.0.1"), Port: 80, Proto: 6, Slot: 1}, Value: maps.ServiceValue{BackendID: b.ID, RevNATIndex: 77}},
+		maps.ServiceEntry{Key: maps.ServiceKey{Address: netip.MustParseAddr("10.99.0.2"), Port: 80, Proto: 6}, Value: maps.ServiceValue{Count: 1}},
+		maps.ServiceEntry{Key: maps.ServiceKey{Address: netip.MustParseAddr("10.99.0.2"), Port: 80, Proto: 6, Slot: 1}, Value: maps.ServiceValue{BackendID: b.ID}},
+	)
+	d.RevNAT4 = append(d.RevNAT4, maps.RevNATEntry{ID: 4000, Value: maps.RevNATValue{Address: netip.MustParseAddr("10.99.9.9"), Port: 1}})
+	r.Shuffle(len(d.Services4), func(i, j int) { d.Services4[i], d.Services4[j] = d.Services4[j], d.Services4[i] })
+	r.Shuffle(len(d.Backends4), func(i, j int) { d.Backends4[i], d.Backends4[j] = d.Backends4[j], d.Backends4[i] })
+	want := Rebuild(cloneDump(d))
+	require.NotEmpty(t, want.Repairs)
+	for _, order := range []string{"backends first", "services first", "both", "backends only", "services only"} {
+		t.Run(order, func(t *testing.T) {
+			l := NewLoader()
+			switch order {
+			case "backends first":
+				l.Backends(d)
+				l.Services(d)
+			case "services first":
+				l.Services(d)
+				l.Backends(d)
+			case "both":
+				l.Services(d)
+				l.Backends(d)
+				l.Services(d) // a second call does nothing
+			case "backends only":
+				l.Backends(d)
+			case "services only":
+				l.Services(d)
+			}
+			require.Equal(t, want, l.Rebuild(d))
+		})
+	}
+}

@@ -44,38 +44,90 @@ import (
 //
 // Concurrency: Rebuild starts goroutines at two places, one at a time, and
 // returns only when they are done. At loading, the service entries load
-// (with rules 1 and 2) on a goroutine of their own while the revNAT and
-// backend entries load (with rule 4) on the caller's. At rule 5, a family
+// (with rules 1 and 2) and the revNAT and backend entries (with rule 4),
+// each on a goroutine of its own (Loader). At rule 5, a family
 // of parallelGroups frontends or more is rebuilt in two halves
 // (rebuildServices). Each goroutine has its own rebuild (repair list and
 // scratch) and writes nothing another one reads or writes; the lists are
 // joined when both are done and finish sorts them, so the output is the
 // serial one (TestRebuildInHalvesEqualsSerial).
 func Rebuild(d Dump) *Restored {
+	return NewLoader().Rebuild(d)
+}
+
+// Loader is Rebuild for a dump that comes in parts: restore streams the
+// map owners' dumps into it as they arrive, so that one part loads while
+// the maps of the other are still being read. Backends starts loading
+// the revNAT and backend entries (with rule 4), Services the service
+// entries (with rules 1 and 2), each on a goroutine of its own, as soon
+// as its entries are there, in either order; Rebuild waits for them,
+// loads what was not started (both parts at once, as Rebuild does, when
+// neither was) and applies the other rules. The result is Rebuild's on
+// the whole dump (TestLoaderInPartsEqualsRebuild): the two parts write
+// disjoint fields of the famStates (groups, MasterDeletes and SlotDeletes
+// for the services; revnat, revIDs, backends, alias, ids and
+// BackendDeletes for the backends) and repair lists of their own, joined
+// in a fixed order, and nothing reads them before Rebuild has waited. A
+// Loader is used once, by one goroutine at a time, with the same entries
+// in every call; the entries must not change until Rebuild returns. A
+// Loader dropped before Rebuild lets its goroutines finish on their own.
+type Loader struct {
+	rb, svcs           *rebuild
+	backends, services chan struct{} // closed when the part is loaded; nil until started
+}
+
+// NewLoader returns a Loader with nothing loaded.
+func NewLoader() *Loader {
 	rb := &rebuild{out: &Restored{}}
 	for i, f := range families {
 		rb.fam[i] = &famState{fam: f, fixes: rb.out.Fixes(f)}
 	}
-	// Parallel: the service entries load on another goroutine, with rules 1
-	// and 2, while the revNAT and backend entries load here, with rule 4.
-	// They share nothing but the repair list, which each fills on its own
-	// and which is joined in the serial order, and the famStates, of which
-	// they write disjoint fields (groups, MasterDeletes and SlotDeletes
-	// there; revnat, revIDs, backends, alias, ids and BackendDeletes here).
-	svcs := &rebuild{out: &Restored{}, fam: rb.fam}
+	return &Loader{rb: rb, svcs: &rebuild{out: &Restored{}, fam: rb.fam}}
+}
+
+// Backends starts loading d's revNAT and backend entries of both families
+// and applying rule 4, unless started already. It reads nothing else of d.
+func (l *Loader) Backends(d Dump) {
+	if l.backends != nil {
+		return
+	}
 	done := make(chan struct{})
+	l.backends = done
 	go func() {
 		defer close(done)
-		svcs.loadServices(d)
-		svcs.pairScopes()
-		svcs.deleteSlotsWithoutMaster() // rule 1
-		svcs.removeInvalidFrontends()   // rule 2
+		l.rb.loadRevNAT(d)
+		l.rb.loadBackends(d)
+		l.rb.filterBackends() // rule 4
 	}()
-	rb.loadRevNAT(d)
-	rb.loadBackends(d)
-	rb.filterBackends() // rule 4
-	<-done
-	rb.out.Repairs = append(rb.out.Repairs, svcs.out.Repairs...)
+}
+
+// Services starts loading d's service entries of both families and
+// applying rules 1 and 2, unless started already. It reads nothing else
+// of d.
+func (l *Loader) Services(d Dump) {
+	if l.services != nil {
+		return
+	}
+	done := make(chan struct{})
+	l.services = done
+	go func() {
+		defer close(done)
+		l.svcs.loadServices(d)
+		l.svcs.pairScopes()
+		l.svcs.deleteSlotsWithoutMaster() // rule 1
+		l.svcs.removeInvalidFrontends()   // rule 2
+	}()
+}
+
+// Rebuild loads what is not loaded yet of d and rebuilds the table from
+// it, as the package's Rebuild.
+func (l *Loader) Rebuild(d Dump) *Restored {
+	rb := l.rb
+	l.Services(d)
+	l.Backends(d)
+	<-l.services
+	<-l.backends
+	rb.out.Repairs = append(rb.out.Repairs, l.svcs.out.Repairs...)
 	rb.loadMembers(d)
 	rb.loadSourceRanges(d)
 	rb.dedupeServiceIDs() // rule 3
@@ -276,20 +328,38 @@ func (rb *rebuild) filterBackends() {
 	for i, fs := range rb.fam {
 		fs.ids = ids[i]
 		// A backend's identity: address, port, protocol (what BackendKey
-		// keeps), in a key without pointers.
+		// keeps), in a key without pointers; an IPv4 one (every backend
+		// of the IPv4 family, after the filter above) packs into a
+		// uint64, which the map hashes as a word.
 		type identity struct {
 			addr  [16]byte
 			port  uint16
 			proto uint8
 		}
-		byKey := make(map[identity]uint32, len(ids[i]))
+		var byKey map[identity]uint32
+		var byPacked map[uint64]uint32
+		if fs.fam == maps.IPv4 {
+			byPacked = make(map[uint64]uint32, len(ids[i]))
+		} else {
+			byKey = make(map[identity]uint32, len(ids[i]))
+		}
 		for _, id := range ids[i] { // by ID: the lowest of duplicates is kept
 			v, _ := fs.backends.get(id)
-			ik := identity{v.Address.As16(), v.Port, v.Proto}
-			kept, dup := byKey[ik]
-			if !dup {
-				byKey[ik] = id
-				continue
+			var kept uint32
+			var dup bool
+			if byPacked != nil {
+				a := v.Address.As4() // IPv4: checked by invalidBackend
+				pk := uint64(a[0])<<56 | uint64(a[1])<<48 | uint64(a[2])<<40 | uint64(a[3])<<32 | uint64(v.Port)<<8 | uint64(v.Proto)
+				if kept, dup = byPacked[pk]; !dup {
+					byPacked[pk] = id
+					continue
+				}
+			} else {
+				ik := identity{v.Address.As16(), v.Port, v.Proto}
+				if kept, dup = byKey[ik]; !dup {
+					byKey[ik] = id
+					continue
+				}
 			}
 			k := BackendKey(BackendFromValue(v))
 			rb.repair(RepairDuplicateBackend, fs.fam, 0, "", id, "backend %d duplicates backend %d (%s): deleted", id, kept, k)
