@@ -404,7 +404,7 @@ type DeleteResult struct {
 // DeleteBatch deletes the services of frontends, each as DeleteByFrontend
 // would, in order, with one result per frontend. Distinct frontends are
 // deleted as one operation (one request per actor and step for all of
-// them; in chunks of 16 while single-service calls are being made, as for
+// them; in chunks of 8 while single-service calls are being made, as for
 // UpsertBatch), so a map that refuses the writes fails every frontend of
 // that operation and leaves their services in place; a frontend without a service fails
 // alone (ErrServiceNotFound), and so does one whose service another

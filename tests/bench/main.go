@@ -266,7 +266,7 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 	// with probers probes on their own frontends and backends, all the
 	// time the batches run; their samples are pooled (a p99 of a few
 	// hundred samples, not of the ~20 one probe takes in one round).
-	var during []time.Duration
+	var during, probedWalls []time.Duration
 	for round := range probedRounds {
 		dir := fmt.Sprintf("%s/bulk-probed-%d", root, round)
 		e, err := actorlb.New(ctx, actorlb.Config{BPFRoot: dir, MaxEntries: sizes, Logger: log, ReconcileInterval: noReconcile})
@@ -274,10 +274,12 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 			return err
 		}
 		lat := startLatencyProbes(e, probers)
+		start := time.Now()
 		err = forAll(chunk(bulk, bulkBatch), callers, func(c []*lb.Service) error {
 			rs, err := e.UpsertBatch(ctx, c)
 			return firstErr(rs, err, func(r actorlb.UpsertResult) error { return r.Err })
 		})
+		probedWalls = append(probedWalls, time.Since(start))
 		during = append(during, lat.stop().samples...)
 		if cerr := e.Close(); err == nil {
 			err = cerr
@@ -295,6 +297,9 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 	res.add("upsert-latency", "p99_us_library_during_batches", probed.p(99), "us")
 	res.add("upsert-latency", "max_us_library_during_batches", probed.p(100), "us")
 	res.add("upsert-latency", "samples_library_during_batches", float64(len(probed.samples)), "count")
+	// What the probes cost the batches: they run in chunks while single
+	// calls are about.
+	res.add("bulk-10k-x10", "services_per_s_during_probes", float64(bulkN)/median(probedWalls).Seconds(), "services/s")
 
 	// Bulk again with one Upsert call per service, the latency probes
 	// running alongside; the memory, restore and step figures come from
