@@ -60,35 +60,14 @@ func TestBackendPackerPacksIPv4AndLearntIPv6Prefixes(t *testing.T) {
 		return k, a.Unmap().Is4()
 	})
 	require.Zero(t, pk.Prefixes(), "Pack learns nothing")
-	checkLearner(t, pk, 3000, func() Backend {
-		return BackendOf(lb.L3n4Addr{Addr: randomAddr6(r, 40), Port: uint16(r.IntN(70000)), Protocol: lb.L4Type(r.IntN(256))})
+	learnAll(t, pk, 3000, func() (Backend, bool) {
+		a := randomAddr6(r, 40)
+		if r.IntN(3) == 0 { // IPv4 keys share the space
+			a = netip.AddrFrom4([4]byte{byte(r.IntN(256)), byte(r.IntN(256)), 0, byte(r.IntN(256))})
+		}
+		return BackendOf(lb.L3n4Addr{Addr: a, Port: uint16(r.IntN(70000)), Protocol: lb.L4Type(r.IntN(256))}), true
 	})
 	require.Equal(t, 40, pk.Prefixes())
-}
-
-// checkLearner learns n keys made by gen (each must pack, by Learn and
-// then by Pack alike) and checks that every packed key comes back and no
-// two pack alike, IPv4 keys included.
-func checkLearner(t *testing.T, pk *BackendPacker, n int, gen func() Backend) {
-	t.Helper()
-	seen := map[uint64]Backend{}
-	r := testutil.Rand(t)
-	for i := range n {
-		k := gen()
-		if i%3 == 0 { // IPv4 keys share the space
-			k = BackendOf(lb.L3n4Addr{Addr: netip.AddrFrom4([4]byte{byte(r.IntN(256)), byte(r.IntN(256)), 0, byte(r.IntN(256))}), Port: uint16(r.IntN(70000)), Protocol: lb.L4Type(r.IntN(256))})
-		}
-		p, ok := pk.Learn(k)
-		require.True(t, ok, "%v", k)
-		again, ok := pk.Pack(k)
-		require.True(t, ok, "%v: learnt, Pack must pack it", k)
-		require.Equal(t, p, again)
-		require.Equal(t, k, pk.Unpack(p))
-		if prev, dup := seen[p]; dup {
-			require.Equal(t, prev, k, "two keys packed the same")
-		}
-		seen[p] = k
-	}
 }
 
 // randomAddr6 returns an IPv6 address in one of n /104 prefixes.
