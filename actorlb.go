@@ -370,7 +370,7 @@ type UpsertResult struct {
 // that refuses the writes fails every service of that operation and
 // leaves the maps as they were for them. While single-service calls are
 // being made (one within the last second), a run is cut into chunks of
-// 16 services, each its own operation, so that those calls do not wait
+// 8 services, each its own operation, so that those calls do not wait
 // behind the whole batch: a refused write then fails the services of its
 // chunk only. The error is for the call as a whole (closed engine,
 // context done).
