@@ -36,7 +36,7 @@ func newBackend6Index(n int) index[uint32, backendVal[addrkey.IP]] {
 
 func (x *backend6Index) get(k uint32) (backendVal[addrkey.IP], bool) {
 	if s, ok := x.small[k]; ok {
-		return backendVal[addrkey.IP]{s.port, s.cluster, s.proto, s.state, s.zone, x.pre.IP(s.h, s.low)}, true
+		return x.whole(s), true
 	}
 	v, ok := x.full[k]
 	return v, ok
@@ -63,9 +63,8 @@ func (x *backend6Index) del(k uint32) {
 func (x *backend6Index) len() int { return len(x.small) + len(x.full) }
 
 func (x *backend6Index) all(yield func(uint32, backendVal[addrkey.IP]) bool) {
-	for k := range x.small {
-		v, _ := x.get(k)
-		if !yield(k, v) {
+	for k, s := range x.small {
+		if !yield(k, x.whole(s)) {
 			return
 		}
 	}
@@ -74,4 +73,9 @@ func (x *backend6Index) all(yield func(uint32, backendVal[addrkey.IP]) bool) {
 			return
 		}
 	}
+}
+
+// whole returns the value s keeps small.
+func (x *backend6Index) whole(s backend6Val) backendVal[addrkey.IP] {
+	return backendVal[addrkey.IP]{s.port, s.cluster, s.proto, s.state, s.zone, x.pre.IP(s.h, s.low)}
 }

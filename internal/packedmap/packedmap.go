@@ -8,8 +8,8 @@ type Packer[K any] interface {
 }
 
 // Learner is a Packer that learns to pack more keys as they are set: Set
-// calls Learn for a key Pack refuses, and keeps the key packed if Learn
-// packs it. Pack (used by Get and Delete) must not learn. What a Learner
+// packs with Learn, which packs every key Pack packs, the same way, and
+// may learn to pack k itself. Pack (used by Get and Delete) must not learn. What a Learner
 // packs only grows, and a key Learn refuses once is refused for good (by
 // Pack and Learn alike): so a key set before stays where Set put it (a key
 // Set kept whole never packs later, one it packed packs the same way).
@@ -54,15 +54,13 @@ func (m *Map[K, V]) Get(k K) (V, bool) {
 // Set sets the value of k.
 func (m *Map[K, V]) Set(k K, v V) {
 	if m.pk != nil {
-		if p, ok := m.pk.Pack(k); ok {
+		pack := m.pk.Pack
+		if m.learn != nil {
+			pack = m.learn.Learn
+		}
+		if p, ok := pack(k); ok {
 			m.small[p] = v
 			return
-		}
-		if m.learn != nil {
-			if p, ok := m.learn.Learn(k); ok {
-				m.small[p] = v
-				return
-			}
 		}
 	}
 	m.full[k] = v
