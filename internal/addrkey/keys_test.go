@@ -16,17 +16,23 @@ import (
 // alike (what packedmap needs to behave as a plain map).
 func checkPacker[K comparable](t *testing.T, pk packedmap.Packer[K], n int, gen func() (K, bool)) {
 	t.Helper()
+	checkPacking(t, pk.Pack, pk.Unpack, n, gen)
+}
+
+// checkPacking is checkPacker with pack in place of the packer's Pack.
+func checkPacking[K comparable](t *testing.T, pack func(K) (uint64, bool), unpack func(uint64) K, n int, gen func() (K, bool)) {
+	t.Helper()
 	seen := map[uint64]K{}
 	packed := 0
 	for range n {
 		k, want := gen()
-		p, ok := pk.Pack(k)
+		p, ok := pack(k)
 		require.Equal(t, want, ok, "%v", k)
 		if !ok {
 			continue
 		}
 		packed++
-		require.Equal(t, k, pk.Unpack(p))
+		require.Equal(t, k, unpack(p))
 		if prev, dup := seen[p]; dup {
 			require.Equal(t, prev, k, "two keys packed the same")
 		}
@@ -209,28 +215,20 @@ func randomAddr96(r interface{ IntN(int) int }, n int) netip.Addr {
 }
 
 // learnAll learns n keys made by gen, which also says whether each
-// should pack: a packed key must pack again by Pack, come back unchanged,
-// and no two may pack alike.
+// should pack: a packed key must pack again by Pack, alike, come back
+// unchanged, and no two may pack alike.
 func learnAll[K comparable](t *testing.T, pk interface {
 	packedmap.Packer[K]
 	Learn(K) (uint64, bool)
 }, n int, gen func() (K, bool)) {
 	t.Helper()
-	seen := map[uint64]K{}
-	for range n {
-		k, want := gen()
+	checkPacking(t, func(k K) (uint64, bool) {
 		p, ok := pk.Learn(k)
-		require.Equal(t, want, ok, "%v", k)
-		if !ok {
-			continue
+		if ok {
+			again, packs := pk.Pack(k)
+			require.True(t, packs, "%v: learnt, Pack must pack it", k)
+			require.Equal(t, p, again)
 		}
-		again, ok := pk.Pack(k)
-		require.True(t, ok, "%v: learnt, Pack must pack it", k)
-		require.Equal(t, p, again)
-		require.Equal(t, k, pk.Unpack(p))
-		if prev, dup := seen[p]; dup {
-			require.Equal(t, prev, k, "two keys packed the same")
-		}
-		seen[p] = k
-	}
+		return p, ok
+	}, pk.Unpack, n, gen)
 }
