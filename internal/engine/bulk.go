@@ -185,7 +185,8 @@ func (c *Core) cut(o *op, throttled bool) *op {
 	return head
 }
 
-// itemKeys is the number of queue keys upsertOp gives spec.
+// itemKeys is the number of queue keys upsertOp gives spec
+// (appendUpsertKeys).
 func itemKeys(spec *lb.Service) int {
 	n := 1 + len(spec.Backends)
 	if _, ok := otherScope(spec); ok {

@@ -422,13 +422,10 @@ func (c *Core) startUpserts(svcs []*lb.Service, w *waiter, lane *bulkLane, valid
 			continue
 		}
 		fe := svc.Frontend.L3n4Addr
-		keys = appendOpKeys(keys[:0], fe, svc.Backends)
-		if other, ok := otherScope(svc); ok {
-			// upsertOp queues the op at the other scope's frontend too: a
-			// run with the service of that frontend would wait behind
-			// itself there.
-			keys = append(keys, feQueue(other))
-		}
+		// The queues upsertOp gives it, the other scope's frontend
+		// included: a run holding two services of one queue would wait
+		// behind itself there.
+		keys = appendUpsertKeys(keys[:0], svc)
 		for _, k := range keys {
 			if taken[k] { // shares a frontend or backend with the run: the run goes first
 				flush()

@@ -60,12 +60,21 @@ func (c *Core) upsertOp(specs []*lb.Service, to *waiter, slots []int) *op {
 	o := &op{plan: p, keys: make([]qkey, 0, n)}
 	for i, spec := range specs {
 		p.items[i] = upsertItem{spec: spec, to: to, slot: slots[i]}
-		o.keys = appendOpKeys(o.keys, spec.Frontend.L3n4Addr, spec.Backends)
-		if other, ok := otherScope(spec); ok {
-			o.keys = append(o.keys, feQueue(other))
-		}
+		o.keys = appendUpsertKeys(o.keys, spec)
 	}
 	return o
+}
+
+// appendUpsertKeys appends the queues an upsert of spec waits in: its
+// frontend, its backends and, for a service that shares its entries'
+// address with the other scope, that scope's frontend (itemKeys counts
+// them).
+func appendUpsertKeys(keys []qkey, spec *lb.Service) []qkey {
+	keys = appendOpKeys(keys, spec.Frontend.L3n4Addr, spec.Backends)
+	if other, ok := otherScope(spec); ok {
+		keys = append(keys, feQueue(other))
+	}
+	return keys
 }
 
 func (p *upsertPlan) start(c *Core, o *op) []step {
