@@ -83,6 +83,8 @@ type op struct {
 	// since is when the op entered its queues, then when its current step
 	// began (Stats: time per step).
 	since time.Time
+	// background: the core's own op (a lease), not counted in flight.
+	background bool
 }
 
 // fail records the first error of the op's current step.
@@ -133,7 +135,9 @@ func (c *Core) begin(o *op) {
 	} else {
 		o.since = c.now()
 	}
-	c.inflight++
+	if !o.background {
+		c.inflight++
+	}
 	if o.lane != nil {
 		o.bulk = o.weight()
 		c.bulkBusy += o.bulk
@@ -197,7 +201,9 @@ func (c *Core) complete(o *op) {
 		c.timeStep(o.cur, o.since)
 	}
 	o.done = true
-	c.inflight--
+	if !o.background {
+		c.inflight--
+	}
 	c.bulkBusy -= o.bulk
 	err := o.err
 	if err != nil && o.rbErr != nil {

@@ -23,6 +23,8 @@ type pendingReq struct {
 	// sent is set once the request has left the outbox: only requests a
 	// child has seen are sent again when it fails.
 	sent bool
+	// leased are the leased IDs the request names (lease.go).
+	leased leasedIDs
 }
 
 // replyErr is the fold of replies that only carry an error.
@@ -216,8 +218,9 @@ type snapshotPlan struct {
 // table (after an allocator restart, or at the end of restore).
 func (c *Core) snapshotAllocator(failed func(c *Core, err error)) {
 	svcs, bes, held := c.allocBindings()
+	lsvcs, lbes := c.leasedOut()
 	c.begin(&op{plan: &snapshotPlan{
-		msg:    &messages.AllocRestore{Services: svcs, Backends: bes, Held: held},
+		msg:    &messages.AllocRestore{Services: svcs, Backends: bes, Held: held, LeasedServices: lsvcs, LeasedBackends: lbes},
 		failed: failed,
 	}})
 }
