@@ -235,9 +235,6 @@ func serviceIDError(op string, fe lb.L3n4Addr, id lb.ServiceID, err error) error
 	return fmt.Errorf("%s service ID for %s: %w", op, fe, err)
 }
 
-// errNotLeased: a request names as leased an ID the lease does not have.
-var errNotLeased = errors.New("not leased")
-
 // maxLeased bounds each lease: a supervisor that leases without binding
 // (a bug) gets no more IDs rather than holding a whole space.
 const maxLeased = 4096
