@@ -230,19 +230,32 @@ func TestStoppedSupervisorIsRespawned(t *testing.T) {
 }
 
 // onAllocator runs hook (once) when the allocator has handled the n-th
-// message of type T, after its reply went out.
+// request of type T (bare or in a Batch), after its reply went out.
 func onAllocator[T any](n int64, hook func()) actor.ReceiverMiddleware {
 	var seen atomic.Int64
 	return func(next actor.ReceiverFunc) actor.ReceiverFunc {
 		return func(c actor.ReceiverContext, env *actor.MessageEnvelope) {
 			next(c, env)
-			if _, ok := env.Message.(T); ok && c.Self().Id == actors.SupervisorPID+"/"+engine.ChildAllocator {
-				if seen.Add(1) == n {
-					hook()
+			if c.Self().Id == actors.SupervisorPID+"/"+engine.ChildAllocator {
+				if k := countOf[T](env.Message); k > 0 {
+					if after := seen.Add(k); after >= n && after-k < n {
+						hook()
+					}
 				}
 			}
 		}
 	}
+}
+
+// countOf counts the requests of type T in msg (bare or a Batch).
+func countOf[T any](msg any) int64 {
+	var k int64
+	messages.EachRequest(msg, func(m any) {
+		if _, ok := m.(T); ok {
+			k++
+		}
+	})
+	return k
 }
 
 // idPaths are the two ways an upsert gets its IDs: asked of the
@@ -346,13 +359,13 @@ func TestAllocatorRestartBeforeReleaseKeepsSharedBackends(t *testing.T) {
 	checkInvariants(t, e)
 }
 
-// crashBeforeFirst panics in child on the first message of type T, before
-// handling it.
+// crashBeforeFirst panics in child on the first message that is or
+// holds (a Batch) a request of type T, before handling it.
 func crashBeforeFirst[T any](child string) actor.ReceiverMiddleware {
 	var fired atomic.Bool
 	return func(next actor.ReceiverFunc) actor.ReceiverFunc {
 		return func(c actor.ReceiverContext, env *actor.MessageEnvelope) {
-			if _, ok := env.Message.(T); ok && c.Self().Id == actors.SupervisorPID+"/"+child && fired.CompareAndSwap(false, true) {
+			if c.Self().Id == actors.SupervisorPID+"/"+child && countOf[T](env.Message) > 0 && fired.CompareAndSwap(false, true) {
 				panic(fmt.Sprintf("injected crash before %T", env.Message))
 			}
 			next(c, env)

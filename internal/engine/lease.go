@@ -15,6 +15,10 @@ import (
 // round trip: it takes its IDs from the lease when it begins, and the
 // AllocBind that tells the allocator travels beside its backend writes.
 //
+// The lease is first asked for by the first upsert that needs IDs, after
+// its AllocAcquire: the allocator hands out IDs in its order, so a fresh
+// engine's first service gets ID 1 and the lease the IDs after it.
+//
 // The allocator stays the owner of the ID spaces. Leased IDs are held
 // there, so it never hands them to anyone else; an ID leaves the lease
 // when a request naming it is handled (bound if the request succeeds,
@@ -45,7 +49,8 @@ type leasedIDs struct {
 }
 
 // takeService takes a service ID from the lease: want if it is leased
-// (want != 0), else any. It reports false when the lease has none to give.
+// (want != 0), else the oldest (IDs are handed out in the allocator's
+// order). It reports false when the lease has none to give.
 func (l *lease) takeService(want lb.ServiceID) (lb.ServiceID, bool) {
 	if want != 0 {
 		i := slices.Index(l.svcs, want)
@@ -55,13 +60,19 @@ func (l *lease) takeService(want lb.ServiceID) (lb.ServiceID, bool) {
 		l.svcs = slices.Delete(l.svcs, i, i+1)
 		return want, true
 	}
-	n := len(l.svcs)
-	if n == 0 {
+	if len(l.svcs) == 0 {
 		return 0, false
 	}
-	id := l.svcs[n-1]
-	l.svcs = l.svcs[:n-1]
+	id := l.svcs[0]
+	l.svcs = l.svcs[1:]
 	return id, true
+}
+
+// takeBackend takes the oldest backend ID of the lease (there is one).
+func (l *lease) takeBackend() lb.BackendID {
+	id := l.bes[0]
+	l.bes = l.bes[1:]
+	return id
 }
 
 // leasable reports whether fe may be bound to a leased ID: not a frontend
@@ -173,9 +184,7 @@ func (c *Core) leaseItem(it *upsertItem) bool {
 		u, used := c.users.Get(addrkey.BackendOf(k))
 		id := u.id
 		if !used {
-			n := len(l.bes)
-			id = l.bes[n-1]
-			l.bes = l.bes[:n-1]
+			id = l.takeBackend()
 			ids.bes = append(ids.bes, id)
 		}
 		b.BackendIDs[j] = id
