@@ -203,6 +203,16 @@ func (c *Core) requestLeased(o *op, item int, f fold, msg messages.Request, ids 
 	}
 }
 
+// lateRequest makes the request id of o late: o's steps go on without
+// its reply, up to a step that settles.
+func (c *Core) lateRequest(o *op, id uint64) {
+	if p, ok := c.reqs.get(id); ok && !p.late {
+		p.late = true
+		o.pending--
+		o.late++
+	}
+}
+
 // leasedOut returns the IDs of the lease and those leased IDs that
 // requests not yet answered name: what the allocator's snapshot holds
 // as leased.

@@ -38,7 +38,8 @@ func newLeaseHarness(t *testing.T, grantSvcs []lb.ServiceID, grantBes ...lb.Back
 }
 
 // An upsert the lease covers takes its IDs from it: no allocator round
-// trip before the writes, and the AllocBind travels beside them.
+// trip before the writes. The AllocBind travels beside the backend
+// writes, and is awaited only before the commit.
 func TestScriptLeasedUpsertWritesWithoutWaitingForTheAllocator(t *testing.T) {
 	h := newLeaseHarness(t, []lb.ServiceID{1, 2, 3, 4}, 101, 102, 103, 104, 105, 106, 107, 108)
 	h.call(upsert(svc(t, "10.96.0.1:80", "10.0.1.1:8080", "10.0.1.2:8080")))
@@ -47,10 +48,11 @@ func TestScriptLeasedUpsertWritesWithoutWaitingForTheAllocator(t *testing.T) {
 		"be4: write [101=10.0.1.1:8080 102=10.0.1.2:8080]", "revnat: write [1=10.96.0.1:80]")
 	h.reply("be4", ok())
 	h.reply("revnat", ok())
-	h.expect() // the bind is part of the step
-	h.reply("alloc", done())
 	h.expect("svc4: write [10.96.0.1:80/TCP#1 10.96.0.1:80/TCP#2 10.96.0.1:80/TCP#0]")
 	h.reply("svc4", ok())
+	h.expectAnswers() // the commit waits for the bind
+	h.reply("alloc", done())
+	h.expect()
 	h.expectAnswers("upsert: id 1 created true")
 
 	// A second service shares a backend (its ID from the table) and adds
@@ -179,9 +181,11 @@ func TestScriptAllocatorCrashKeepsTheLeaseAndTheUnansweredBindsIDsLeased(t *test
 	h.expectAnswers("upsert: id 1 created true")
 }
 
-// A bind the allocator refuses (its state and the core's disagree) fails
-// that service alone; the core does not hand those IDs out again.
-func TestScriptRefusedBindFailsItsServiceAlone(t *testing.T) {
+// A bind the allocator refuses (its state and the core's disagree: a
+// bug) fails the op, whether it comes before or after the service write:
+// the rollback takes the frontend's entries back; the core does not hand
+// those IDs out again.
+func TestScriptRefusedBindFailsTheOpAndTakesItsFrontendBack(t *testing.T) {
 	h := newLeaseHarness(t, []lb.ServiceID{1, 2, 3, 4}, 101, 102, 103, 104, 105, 106, 107, 108)
 	h.call(upsert(svc(t, "10.96.0.1:80", "10.0.1.1:8080")))
 	h.expect("alloc: bind service 10.96.0.1:80/TCP=1 backends [10.0.1.1:8080/TCP=101]",
@@ -189,9 +193,25 @@ func TestScriptRefusedBindFailsItsServiceAlone(t *testing.T) {
 	h.reply("alloc", fail(ErrServiceIDInUse))
 	h.reply("be4", ok())
 	h.reply("revnat", ok())
+	h.expect("svc4: write [] delete [10.96.0.1:80/TCP#0 10.96.0.1:80/TCP#1]")
+	h.reply("svc4", ok())
 	h.expect()
 	h.expectAnswers("upsert: error: upsert service 10.96.0.1:80/TCP: acquire IDs: service ID in use")
 	require.Equal(t, []lb.ServiceID{2, 3, 4}, h.c.lease.svcs)
 	require.Equal(t, []lb.BackendID{102, 103, 104, 105, 106, 107, 108}, h.c.lease.bes)
+	require.Len(t, h.c.services, 1)
+
+	// Refused after the service write went.
+	h.call(upsert(svc(t, "10.96.0.2:80", "10.0.1.2:8080")))
+	h.expect("alloc: bind service 10.96.0.2:80/TCP=2 backends [10.0.1.2:8080/TCP=102]",
+		"be4: write [102=10.0.1.2:8080]", "revnat: write [2=10.96.0.2:80]")
+	h.reply("be4", ok())
+	h.reply("revnat", ok())
+	h.expect("svc4: write [10.96.0.2:80/TCP#1 10.96.0.2:80/TCP#0]")
+	h.reply("svc4", ok())
+	h.reply("alloc", fail(ErrServiceIDInUse))
+	h.expect("svc4: write [] delete [10.96.0.2:80/TCP#0 10.96.0.2:80/TCP#1]")
+	h.reply("svc4", ok())
+	h.expectAnswers("upsert: error: upsert service 10.96.0.2:80/TCP: acquire IDs: service ID in use")
 	require.Len(t, h.c.services, 1)
 }

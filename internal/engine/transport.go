@@ -25,6 +25,9 @@ type pendingReq struct {
 	sent bool
 	// leased are the leased IDs the request names (lease.go).
 	leased leasedIDs
+	// late: the op does not wait for the reply before its next step, only
+	// before a step that settles (see step.settles).
+	late bool
 }
 
 // replyErr is the fold of replies that only carry an error.
@@ -73,9 +76,17 @@ func (c *Core) onReply(id uint64, reply any) {
 	}
 	c.reqs.del(id)
 	o := p.op
-	o.pending--
+	if p.late {
+		o.late--
+	} else {
+		o.pending--
+	}
 	if p.fold != nil {
-		o.fail(p.fold(o, p.item, reply))
+		if err := p.fold(o, p.item, reply); p.late {
+			o.failLate(err)
+		} else {
+			o.fail(err)
+		}
 	}
 	c.advance(o)
 }
@@ -87,8 +98,13 @@ func (c *Core) failRequest(id uint64, err error) {
 		return
 	}
 	c.reqs.del(id)
-	p.op.pending--
-	p.op.fail(err)
+	if p.late {
+		p.op.late--
+		p.op.failLate(err)
+	} else {
+		p.op.pending--
+		p.op.fail(err)
+	}
 	c.advance(p.op)
 }
 

@@ -55,9 +55,11 @@ type upsertItem struct {
 	err           error               // this service failed alone
 	// bind tells the allocator the IDs the service took from the lease
 	// (nil: asked of it with AllocAcquire), and leased are the leased
-	// ones among them (lease.go).
-	bind   *messages.AllocBind
-	leased leasedIDs
+	// ones among them (lease.go); bindSent once it went, bindFailed if
+	// the allocator refused it.
+	bind                 *messages.AllocBind
+	leased               leasedIDs
+	bindSent, bindFailed bool
 }
 
 func (c *Core) upsertOp(specs []*lb.Service, to *waiter, slots []int) *op {
@@ -107,7 +109,7 @@ var upsertSteps = []step{
 	// service still repairs maps that drifted.
 	{name: StepWriteBackends, send: on((*upsertPlan).writeBackends), retry: mapRetries},
 	{name: StepWriteService, send: on((*upsertPlan).writeService), retry: mapRetries},
-	{name: StepCommit, send: on((*upsertPlan).commit)},
+	{name: StepCommit, send: on((*upsertPlan).commit), settles: true},
 	{name: StepReleaseIDs, send: on((*upsertPlan).releaseRemoved)},
 	{name: StepDeleteBackends, send: on((*upsertPlan).deleteFreedAndStale), retry: mapRetries},
 	{name: StepReuseBackendIDs, send: on((*upsertPlan).reuse)},
@@ -221,7 +223,7 @@ func (p *upsertPlan) acquireIDs(c *Core, o *op) {
 		c.refillLease()
 		return
 	}
-	p.sendBinds(c, o)
+	p.sendBinds(c, o, false)
 	for i := range p.items {
 		it := &p.items[i]
 		if it.err != nil || it.svc == nil || it.acquired || it.bind != nil {
@@ -248,15 +250,20 @@ func (p *upsertPlan) acquireIDs(c *Core, o *op) {
 }
 
 // sendBinds sends the AllocBind of each service that took its IDs from
-// the lease and has no answer yet.
-func (p *upsertPlan) sendBinds(c *Core, o *op) {
+// the lease, once; late, they are awaited only before the commit (the
+// writes of the backends and of the service go meanwhile).
+func (p *upsertPlan) sendBinds(c *Core, o *op, late bool) {
 	for i := range p.items {
 		it := &p.items[i]
-		if it.err != nil || it.svc == nil || it.acquired || it.bind == nil {
+		if it.err != nil || it.svc == nil || it.bind == nil || it.bindSent {
 			continue
 		}
+		it.bindSent = true
 		it.bind.ReqID = c.reqID()
 		c.requestLeased(o, i, upsertBound, it.bind, it.leased)
+		if late {
+			c.lateRequest(o, it.bind.ReqID)
+		}
 	}
 }
 
@@ -281,15 +288,16 @@ func upsertAcquired(o *op, i int, reply any) error {
 }
 
 // upsertBound folds the allocator's answer to item i's AllocBind. A
-// refusal (the core's table and the allocator disagree: a bug) fails that
-// service alone; the entries it wrote with those IDs in the same step
-// stay until they are written over or reconciled.
+// refusal (the core's table and the allocator disagree: a bug) fails the
+// op: its rollback gives the service's frontend its old entries back (or
+// none); the backend and revNAT entries written with IDs the allocator
+// did not bind stay until they are written over or reconciled.
 func upsertBound(o *op, i int, reply any) error {
 	p := o.plan.(*upsertPlan)
 	it := &p.items[i]
 	if err := replyErr(o, i, reply); err != nil {
-		it.err = fmt.Errorf("%s: %w", StepAcquire, err)
-		return nil
+		it.bindFailed = true
+		return fmt.Errorf("%s: %w", StepAcquire, err)
 	}
 	p.hold(o, it)
 	return nil
@@ -336,7 +344,7 @@ func (p *upsertPlan) writeBackends(c *Core, o *op) {
 		rs = append(rs, table.SourceRanges(it.svc)...)
 	}
 	if p.bindLater {
-		p.sendBinds(c, o)
+		p.sendBinds(c, o, true)
 	}
 	c.applyBackends(o, bes, [2][]uint32{})
 	c.applyRevNAT(o, revs, [2][]uint16{})
@@ -420,8 +428,8 @@ func (p *upsertPlan) rollback(*Core, *op) []step {
 		return nil
 	}
 	some := false
-	for it := range p.live {
-		some = some || it.acquired
+	for it := range p.frontendsUndone {
+		some = some || it.acquired || it.bindFailed
 	}
 	if !some {
 		return nil // nothing was acquired, so nothing was written
@@ -443,6 +451,18 @@ var upsertRollbackSteps = []step{
 func (p *upsertPlan) undone(yield func(*upsertItem) bool) {
 	for it := range p.live {
 		if it.acquired && !yield(it) {
+			return
+		}
+	}
+}
+
+// frontendsUndone yields the services whose service entries the rollback
+// gives back: those it undoes, and those whose bind the allocator refused
+// (their service entries may have been written; their frontend is the
+// op's, but not their IDs).
+func (p *upsertPlan) frontendsUndone(yield func(*upsertItem) bool) {
+	for i := range p.items {
+		if it := &p.items[i]; it.svc != nil && (it.err == nil && it.acquired || it.bindFailed) && !yield(it) {
 			return
 		}
 	}
@@ -475,7 +495,7 @@ func (p *upsertPlan) rollbackService(c *Core, o *op) {
 	var ws [2][]maps.ServiceEntry
 	var ds [2][]maps.ServiceKey
 	var mg maglevs
-	for it := range p.undone {
+	for it := range p.frontendsUndone {
 		f := famIndex(it.svc.Family())
 		if it.old != nil {
 			mg.put(it.old, it.svc)

@@ -24,6 +24,7 @@ import (
 	"github.com/actorlb/actorlb/internal/engine"
 	"github.com/actorlb/actorlb/internal/table"
 	lb "github.com/actorlb/actorlb/loadbalancer"
+	"github.com/actorlb/actorlb/internal/enginetest"
 	"github.com/actorlb/actorlb/maps"
 	"github.com/cilium/ebpf"
 	"github.com/sirupsen/logrus"
@@ -59,6 +60,7 @@ func main() {
 	memProfile := pflag.String("memprofile", "", "write an allocation profile of the whole run to this file")
 	pflag.StringVar(&heapProfile, "heapprofile", "", "write a heap profile (in-use memory) taken where memory-10k-x10 is measured to this file")
 	pflag.StringVar(&heapProfileV6, "heapprofile-ipv6", "", "write a heap profile (in-use memory) taken where memory-10k-x10's IPv6 figure is measured to this file")
+	pflag.BoolVar(&noLease, "no-lease", false, "run the engines without the supervisor's ID lease (every upsert asks the allocator), for comparison")
 	pflag.BoolVar(&kube.run, "kube", true, "run the Kubernetes-mode scenarios (skipped with a message when the kube binaries are not built: make kube-tools)")
 	pflag.BoolVar(&kubeOnly, "kube-only", false, "run the Kubernetes-mode scenarios alone")
 	pflag.BoolVar(&packetOnly, "packet-only", false, "run the packet-datapath (XDP) scenarios alone")
@@ -192,7 +194,7 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 	stopBatched := profileTo(batchedProfile)
 	for round := range 3 {
 		dir := fmt.Sprintf("%s/bulk-%d", root, round)
-		e, err := actorlb.New(ctx, actorlb.Config{BPFRoot: dir, MaxEntries: sizes, Logger: log, ReconcileInterval: noReconcile})
+		e, err := actorlb.New(ctx, engineConfig(dir, sizes, log))
 		if err != nil {
 			return err
 		}
@@ -227,7 +229,7 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 		var allocs []float64
 		for round := range 3 {
 			dir := fmt.Sprintf("%s/one-%s-%d", root, how, round)
-			e, err := actorlb.New(ctx, actorlb.Config{BPFRoot: dir, MaxEntries: sizes, Logger: log, ReconcileInterval: noReconcile})
+			e, err := actorlb.New(ctx, engineConfig(dir, sizes, log))
 			if err != nil {
 				return err
 			}
@@ -269,7 +271,7 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 	var during, probedWalls []time.Duration
 	for round := range probedRounds {
 		dir := fmt.Sprintf("%s/bulk-probed-%d", root, round)
-		e, err := actorlb.New(ctx, actorlb.Config{BPFRoot: dir, MaxEntries: sizes, Logger: log, ReconcileInterval: noReconcile})
+		e, err := actorlb.New(ctx, engineConfig(dir, sizes, log))
 		if err != nil {
 			return err
 		}
@@ -305,7 +307,7 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 	// running alongside; the memory, restore and step figures come from
 	// this engine.
 	engRoot := root + "/engine"
-	e, err := actorlb.New(ctx, actorlb.Config{BPFRoot: engRoot, MaxEntries: sizes, Logger: log, ReconcileInterval: noReconcile})
+	e, err := actorlb.New(ctx, engineConfig(engRoot, sizes, log))
 	if err != nil {
 		return err
 	}
@@ -408,7 +410,7 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 		}
 		typed = append(typed, typedTime)
 		start = time.Now()
-		e, err = actorlb.New(ctx, actorlb.Config{BPFRoot: engRoot, MaxEntries: sizes, Logger: log, ReconcileInterval: noReconcile})
+		e, err = actorlb.New(ctx, engineConfig(engRoot, sizes, log))
 		if err != nil {
 			return err
 		}
@@ -591,7 +593,7 @@ func retainedV6(ctx context.Context, dir string, sizes maps.Sizes, n, callers in
 			}
 		}
 	}
-	e, err := actorlb.New(ctx, actorlb.Config{BPFRoot: dir, MaxEntries: sizes, Logger: log, ReconcileInterval: noReconcile})
+	e, err := actorlb.New(ctx, engineConfig(dir, sizes, log))
 	if err != nil {
 		return 0, err
 	}
@@ -905,7 +907,7 @@ func insertDelete(res *results, root string, sizes maps.Sizes, n, callers, batch
 		return err
 	}
 	fresh := func(dir string) (*actorlb.Engine, func() error, error) {
-		e, err := actorlb.New(ctx, actorlb.Config{BPFRoot: dir, MaxEntries: sizes, Logger: log, ReconcileInterval: noReconcile})
+		e, err := actorlb.New(ctx, engineConfig(dir, sizes, log))
 		if err != nil {
 			return nil, nil, err
 		}
@@ -1005,11 +1007,25 @@ func retainedPer(before uint64, n int) float64 {
 	return float64(int64(heapAfterGC())-int64(before)) / float64(n)
 }
 
-// median returns the median of ds.
 // noReconcile keeps the periodic reconcile out of the scenarios' figures
 // (its cost is measured alone: reconcile-10k-x10).
 const noReconcile = -1
 
+// noLease runs the engines without the supervisor's ID lease
+// (--no-lease: every upsert asks the allocator, for comparison).
+var noLease bool
+
+// engineConfig is the configuration of the scenarios' engines: pins under
+// dir, no periodic reconcile.
+func engineConfig(dir string, sizes maps.Sizes, log *logrus.Logger) actorlb.Config {
+	cfg := actorlb.Config{BPFRoot: dir, MaxEntries: sizes, Logger: log, ReconcileInterval: noReconcile}
+	if noLease {
+		cfg = enginetest.With(cfg, enginetest.Hooks{LeaseServices: -1, LeaseBackends: -1})
+	}
+	return cfg
+}
+
+// median returns the median of ds.
 func median(ds []time.Duration) time.Duration {
 	ds = slices.Clone(ds)
 	slices.Sort(ds)
