@@ -189,8 +189,6 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		OnUp:            e.gate.setUp,
 		OnDown:          e.gate.setDown,
 		OnRestoreFailed: e.gate.fail,
-		LeaseServices:   cfg.hooks.LeaseServices,
-		LeaseBackends:   cfg.hooks.LeaseBackends,
 	}, cfg.hooks.SupervisorMiddleware...)
 	e.keeper, err = e.sys.Root.SpawnNamed(props, actors.KeeperName)
 	if err != nil {

@@ -17,20 +17,9 @@ import (
 // allocatorActor owns the service and backend ID spaces. Its state lives
 // only in memory: after a restart it is empty until the supervisor sends
 // AllocRestore, built from the table.
-//
-// The supervisor's lease (AllocLease) is a set of free IDs per space that
-// the allocator holds for it: it binds them later (AllocBind,
-// AllocAcquire.LeasedID, AllocReserve.Leased) without asking first. A
-// leased ID leaves the lease when a request names it, bound if the request
-// succeeds and free if it fails, or when AllocUnhold names it (the
-// supervisor gives it back).
 type allocatorActor struct {
 	svc *idalloc.Allocator[lb.L3n4Addr, lb.ServiceID]
 	be  *idalloc.Allocator[addrkey.Backend, lb.BackendID]
-	// The IDs leased to the supervisor and not bound yet; svc and be hold
-	// them. A few hundred at most (see maxLeased).
-	leasedSvcs lease[lb.ServiceID]
-	leasedBes  lease[lb.BackendID]
 	// restarted is set on every incarnation but the first: the state is
 	// gone, so requests wait (in arrival order) until AllocRestore.
 	restarted bool
@@ -48,11 +37,9 @@ func newAllocatorProducer() actor.Producer {
 	var incarnations atomic.Int64
 	return func() actor.Actor {
 		return &allocatorActor{
-			svc:        newServiceIDs(0),
-			be:         newBackendIDs(0),
-			leasedSvcs: lease[lb.ServiceID]{},
-			leasedBes:  lease[lb.BackendID]{},
-			restarted:  incarnations.Add(1) > 1,
+			svc:       newServiceIDs(0),
+			be:        newBackendIDs(0),
+			restarted: incarnations.Add(1) > 1,
 		}
 	}
 }
@@ -73,22 +60,15 @@ func (a *allocatorActor) Receive(ctx actor.Context) {
 const reserveMin = 256
 
 // reserve makes room in the empty allocators for the keys that msgs
-// acquire or bind (a batch creating a cluster's services into an empty
-// engine).
+// acquire (a batch creating a cluster's services into an empty engine).
 func (a *allocatorActor) reserve(msgs []any) {
 	var svcs, bes int
 	for _, m := range msgs {
-		switch m := m.(type) {
-		case *messages.AllocAcquire:
-			if m.Service {
+		if acq, ok := m.(*messages.AllocAcquire); ok {
+			if acq.Service {
 				svcs++
 			}
-			bes += len(m.Backends)
-		case *messages.AllocBind:
-			if m.ServiceID != 0 {
-				svcs++
-			}
-			bes += len(m.Backends)
+			bes += len(acq.Backends)
 		}
 	}
 	a.svc.Reserve(svcs)
@@ -99,8 +79,7 @@ func (a *allocatorActor) reserve(msgs []any) {
 // while it waits for AllocRestore).
 func (a *allocatorActor) receive(ctx actor.Context, msg any, replies []any) []any {
 	switch msg.(type) {
-	case *messages.AllocAcquire, *messages.AllocRelease, *messages.AllocUnhold, *messages.AllocReserve, *messages.AllocDrop,
-		*messages.AllocLease, *messages.AllocBind:
+	case *messages.AllocAcquire, *messages.AllocRelease, *messages.AllocUnhold, *messages.AllocReserve, *messages.AllocDrop:
 		if a.restarted {
 			a.waiting = append(a.waiting, queued{ctx.Sender(), msg})
 			return replies
@@ -137,24 +116,21 @@ func (a *allocatorActor) handle(msg any) any {
 	case *messages.AllocRelease:
 		return a.release(m)
 	case *messages.AllocUnhold:
-		// A leased ID named here is given back: it leaves the lease.
 		for _, id := range m.ServiceIDs {
-			a.leasedSvcs.drop(id)
 			a.svc.Unhold(id)
 		}
 		for _, id := range m.BackendIDs {
-			a.leasedBes.drop(id)
 			a.be.Unhold(id)
 		}
 		return &messages.AllocDone{ReqID: m.ReqID}
 	case *messages.AllocRestore:
 		return &messages.AllocDone{ReqID: m.ReqID, Err: a.restore(m)}
 	case *messages.AllocReserve:
-		return &messages.AllocDone{ReqID: m.ReqID, Err: a.reserveID(m)}
-	case *messages.AllocLease:
-		return a.lease(m)
-	case *messages.AllocBind:
-		return &messages.AllocDone{ReqID: m.ReqID, Err: a.bind(m)}
+		err := a.svc.Restore(m.Key, m.ID)
+		if err != nil {
+			err = fmt.Errorf("%w: service ID %d: %v", engine.ErrServiceIDInUse, m.ID, err)
+		}
+		return &messages.AllocDone{ReqID: m.ReqID, Err: err}
 	case *messages.AllocDrop:
 		return &messages.AllocDone{ReqID: m.ReqID, Err: a.svc.DropReservation(m.Key)}
 	}
@@ -162,37 +138,18 @@ func (a *allocatorActor) handle(msg any) any {
 }
 
 // acquire is all or nothing: on any error, what it took is given back.
-// Its LeasedID leaves the lease either way: bound, or free on failure.
 func (a *allocatorActor) acquire(m *messages.AllocAcquire) *messages.AllocAcquired {
-	r := a.tryAcquire(m)
-	if m.LeasedID != 0 && a.leasedSvcs.drop(m.LeasedID) {
-		a.svc.Unhold(m.LeasedID) // a no-op once bound
-	}
-	return r
-}
-
-// tryAcquire takes what m asks for; on an error it gives it back.
-func (a *allocatorActor) tryAcquire(m *messages.AllocAcquire) *messages.AllocAcquired {
 	r := &messages.AllocAcquired{ReqID: m.ReqID}
-	if m.LeasedID != 0 && (!m.Service || (m.WantID != 0 && m.WantID != m.LeasedID)) {
-		r.Err = fmt.Errorf("acquire service ID for %s: leased ID %d needs Service set and WantID 0 or %d (service %t, WantID %d)",
-			m.Frontend, m.LeasedID, m.LeasedID, m.Service, m.WantID)
-		return r
-	}
 	if m.Service {
 		var err error
-		switch {
-		case m.LeasedID != 0:
-			err = bindLeased(a.svc, a.leasedSvcs, m.Frontend, m.LeasedID)
-			r.ServiceID = m.LeasedID
-		case m.WantID != 0:
+		if m.WantID != 0 {
 			_, err = a.svc.AcquireID(m.Frontend, m.WantID)
 			r.ServiceID = m.WantID
-		default:
+		} else {
 			r.ServiceID, _, err = a.svc.Acquire(m.Frontend)
 		}
 		if err != nil {
-			r.Err = serviceIDError("acquire", m.Frontend, r.ServiceID, err)
+			r.Err = serviceIDError(m, err)
 			return r
 		}
 	}
@@ -215,140 +172,20 @@ func (a *allocatorActor) tryAcquire(m *messages.AllocAcquire) *messages.AllocAcq
 	return r
 }
 
-// serviceIDError is the error of op (acquire, bind) binding fe to the
-// service ID id (0: the next free one).
-func serviceIDError(op string, fe lb.L3n4Addr, id lb.ServiceID, err error) error {
+func serviceIDError(m *messages.AllocAcquire, err error) error {
 	var conflict *idalloc.ConflictError
 	var bound *idalloc.KeyBoundError
 	switch {
 	case errors.As(err, &conflict):
-		return fmt.Errorf("%w: service ID %d is already registered to %v", engine.ErrServiceIDInUse, id, conflict.Key)
+		return fmt.Errorf("%w: service ID %d is already registered to %v", engine.ErrServiceIDInUse, m.WantID, conflict.Key)
 	case errors.As(err, &bound):
-		return fmt.Errorf("%w: frontend %s is already registered with ID %d", engine.ErrFrontendInUse, fe, bound.ID)
+		return fmt.Errorf("%w: frontend %s is already registered with ID %d", engine.ErrFrontendInUse, m.Frontend, bound.ID)
 	case errors.Is(err, idalloc.ErrIDSpaceExhausted):
-		return fmt.Errorf("%s service ID for %s: %w", op, fe, engine.ErrIDSpaceExhausted)
+		return fmt.Errorf("acquire service ID for %s: %w", m.Frontend, engine.ErrIDSpaceExhausted)
 	case errors.Is(err, idalloc.ErrIDHeld):
-		return fmt.Errorf("%w: service ID %d is still being released by its previous owner (retry)", engine.ErrServiceIDInUse, id)
-	case errors.Is(err, errNotLeased):
-		return fmt.Errorf("%s service ID %d for %s: %w", op, id, fe, err)
+		return fmt.Errorf("%w: service ID %d is still being released by its previous owner (retry)", engine.ErrServiceIDInUse, m.WantID)
 	}
-	return fmt.Errorf("%s service ID for %s: %w", op, fe, err)
-}
-
-// maxLeased bounds each lease: a supervisor that leases without binding
-// (a bug) gets no more IDs rather than holding a whole space.
-const maxLeased = 4096
-
-// lease is the set of IDs leased to the supervisor in one space.
-type lease[I idalloc.ID] map[I]struct{}
-
-// drop takes id out of the set and reports whether it was in it.
-func (l lease[I]) drop(id I) bool {
-	_, ok := l[id]
-	delete(l, id)
-	return ok
-}
-
-// take leases up to n more IDs of ids (at most maxLeased in all) and adds
-// them to l.
-func take[K comparable, I idalloc.ID](ids *idalloc.Allocator[K, I], l lease[I], n int) []I {
-	got := ids.Lease(min(n, maxLeased-len(l)))
-	for _, id := range got {
-		l[id] = struct{}{}
-	}
-	return got
-}
-
-// bindLeased binds key to id, which must be in l: it unholds id and binds
-// it. id stays in l: the caller takes it out, whatever the outcome.
-func bindLeased[K comparable, I idalloc.ID](ids *idalloc.Allocator[K, I], l lease[I], key K, id I) error {
-	if _, ok := l[id]; !ok {
-		return errNotLeased
-	}
-	ids.Unhold(id)
-	_, err := ids.AcquireID(key, id)
-	return err
-}
-
-// lease answers AllocLease: up to the IDs asked for, fewer (or none) when
-// a space runs low.
-func (a *allocatorActor) lease(m *messages.AllocLease) *messages.AllocLeased {
-	r := &messages.AllocLeased{ReqID: m.ReqID}
-	if m.Services < 0 || m.Backends < 0 {
-		r.Err = fmt.Errorf("lease: services %d, backends %d: counts must not be negative", m.Services, m.Backends)
-		return r
-	}
-	r.ServiceIDs = take(a.svc, a.leasedSvcs, m.Services)
-	r.BackendIDs = take(a.be, a.leasedBes, m.Backends)
-	return r
-}
-
-// bind answers AllocBind, all or nothing. The leased IDs it names leave
-// the lease either way: bound, or free if it fails (after what it did is
-// undone).
-func (a *allocatorActor) bind(m *messages.AllocBind) error {
-	err := a.tryBind(m)
-	if m.ServiceID != 0 && a.leasedSvcs.drop(m.ServiceID) {
-		a.svc.Unhold(m.ServiceID) // a no-op once bound
-	}
-	for _, id := range m.BackendIDs {
-		if a.leasedBes.drop(id) {
-			a.be.Unhold(id)
-		}
-	}
-	return err
-}
-
-// tryBind binds what m names; on an error it undoes what it did.
-func (a *allocatorActor) tryBind(m *messages.AllocBind) error {
-	if len(m.BackendIDs) != len(m.Backends) {
-		return fmt.Errorf("bind: %d backend IDs for %d backends", len(m.BackendIDs), len(m.Backends))
-	}
-	if m.ServiceID != 0 {
-		if err := bindLeased(a.svc, a.leasedSvcs, m.Frontend, m.ServiceID); err != nil {
-			return serviceIDError("bind", m.Frontend, m.ServiceID, err)
-		}
-	}
-	for i, k := range m.Backends {
-		if err := a.bindBackend(addrkey.BackendOf(k), m.BackendIDs[i]); err != nil {
-			for _, k := range m.Backends[:i] {
-				_, _, _ = a.be.Release(addrkey.BackendOf(k)) // each took one reference
-			}
-			if m.ServiceID != 0 {
-				_, _, _ = a.svc.Release(m.Frontend)
-			}
-			return fmt.Errorf("bind backend %s to ID %d: %w", k, m.BackendIDs[i], err)
-		}
-	}
-	return nil
-}
-
-// bindBackend takes a reference on key for id: key bound already must be
-// bound to id; key not bound is bound to id, which must be leased.
-func (a *allocatorActor) bindBackend(key addrkey.Backend, id lb.BackendID) error {
-	if got, _, ok := a.be.Lookup(key); ok {
-		if got != id {
-			return fmt.Errorf("the backend is already registered with ID %d", got)
-		}
-		_, _, err := a.be.Acquire(key)
-		return err
-	}
-	return bindLeased(a.be, a.leasedBes, key, id)
-}
-
-// reserveID answers AllocReserve. A leased ID leaves the lease first: it
-// is reserved, or free if the reservation fails.
-func (a *allocatorActor) reserveID(m *messages.AllocReserve) error {
-	if m.Leased {
-		if !a.leasedSvcs.drop(m.ID) {
-			return fmt.Errorf("reserve service ID %d for %s: %w", m.ID, m.Key, errNotLeased)
-		}
-		a.svc.Unhold(m.ID)
-	}
-	if err := a.svc.Restore(m.Key, m.ID); err != nil {
-		return fmt.Errorf("%w: service ID %d: %v", engine.ErrServiceIDInUse, m.ID, err)
-	}
-	return nil
+	return fmt.Errorf("acquire service ID for %s: %w", m.Frontend, err)
 }
 
 func (a *allocatorActor) release(m *messages.AllocRelease) *messages.AllocReleased {
@@ -392,22 +229,6 @@ func (a *allocatorActor) restore(m *messages.AllocRestore) error {
 		if err := a.be.Hold(id); err != nil {
 			errs = append(errs, fmt.Errorf("restore: hold backend ID %d: %w", id, err))
 		}
-	}
-	a.leasedSvcs, a.leasedBes = lease[lb.ServiceID]{}, lease[lb.BackendID]{}
-	errs = append(errs, restoreLease(a.svc, a.leasedSvcs, m.LeasedServices, "service"),
-		restoreLease(a.be, a.leasedBes, m.LeasedBackends, "backend"))
-	return errors.Join(errs...)
-}
-
-// restoreLease holds ids and records them in l (what: service, backend).
-func restoreLease[K comparable, I idalloc.ID](ids *idalloc.Allocator[K, I], l lease[I], leased []I, what string) error {
-	var errs []error
-	for _, id := range leased {
-		if err := ids.Hold(id); err != nil {
-			errs = append(errs, fmt.Errorf("restore: lease %s ID %d: %w", what, id, err))
-			continue
-		}
-		l[id] = struct{}{}
 	}
 	return errors.Join(errs...)
 }

@@ -47,28 +47,6 @@ type Config struct {
 	// Dispatcher runs the mailboxes of the keeper, the supervisor and the
 	// children (nil: protoactor's default, a goroutine per mailbox run).
 	Dispatcher actor.Dispatcher
-	// LeaseServices and LeaseBackends size the ID lease the supervisor
-	// keeps (engine.Config): 0 means DefaultLeaseServices and
-	// DefaultLeaseBackends, a negative value no lease.
-	LeaseServices, LeaseBackends int
-}
-
-// The default sizes of the ID lease: a burst of single upserts of
-// services of ~16 backends before the lease runs dry, refilled at half.
-const (
-	DefaultLeaseServices = 64
-	DefaultLeaseBackends = 1024
-)
-
-// leaseSize is n, or def when n is 0, or none when n is negative.
-func leaseSize(n, def int) int {
-	switch {
-	case n == 0:
-		return def
-	case n < 0:
-		return 0
-	}
-	return n
 }
 
 // dispatch is the props option of cfg's dispatcher.
@@ -146,8 +124,6 @@ func NewSupervisorProducer(cfg Config) actor.Producer {
 		s.core = engine.New(engine.Config{
 			Log: log, Restore: cfg.Restore, MaxResends: cfg.MaxResends, Restarts: restarts,
 			OnUp: onUp, OnDown: cfg.OnDown, OnRestoreFailed: cfg.OnRestoreFailed, OnBackendsLeft: cfg.OnBackendsLeft,
-			LeaseServices: leaseSize(cfg.LeaseServices, DefaultLeaseServices),
-			LeaseBackends: leaseSize(cfg.LeaseBackends, DefaultLeaseBackends),
 		})
 		s.strategy = actor.NewOneForOneStrategy(cfg.MaxRestarts, cfg.RestartWindow, actor.DefaultDecider)
 		return s

@@ -377,50 +377,13 @@ type MapReconciled struct {
 
 // AllocAcquire takes IDs: a service ID for Frontend when Service is set
 // (WantID 0 = next free), and one backend ID reference per Backends key.
-// All or nothing. LeasedID, when not 0, is a service ID of the
-// supervisor's lease the frontend is bound to instead (WantID is then 0
-// or LeasedID): it leaves the lease either way, bound if the request
-// succeeds, free if it fails.
+// All or nothing.
 type AllocAcquire struct {
 	ReqID    uint64
 	Service  bool
 	Frontend lb.L3n4Addr
 	WantID   lb.ServiceID
-	LeasedID lb.ServiceID
 	Backends []lb.L3n4Addr
-}
-
-// AllocLease asks for IDs the supervisor may hand out without asking:
-// up to Services service IDs and Backends backend IDs, taken from the
-// free ones and kept out of use (held) until bound by AllocBind,
-// AllocAcquire.LeasedID or AllocReserve.Leased. The allocator grants
-// fewer, or none, when its space runs low.
-type AllocLease struct {
-	ReqID    uint64
-	Services int
-	Backends int
-}
-
-// AllocLeased answers AllocLease with the IDs leased.
-type AllocLeased struct {
-	ReqID      uint64
-	ServiceIDs []lb.ServiceID
-	BackendIDs []lb.BackendID
-	Err        error
-}
-
-// AllocBind takes what AllocAcquire would, with the IDs already chosen by
-// the supervisor: ServiceID (0: none) for Frontend, a leased ID; and one
-// reference per Backends key, BackendIDs parallel to it: a key already
-// bound must be bound to that ID, a key not bound is bound to that ID,
-// which must be leased. All or nothing; the leased IDs it names leave the
-// lease either way (free if it fails). Answered by AllocDone.
-type AllocBind struct {
-	ReqID      uint64
-	Frontend   lb.L3n4Addr
-	ServiceID  lb.ServiceID
-	Backends   []lb.L3n4Addr
-	BackendIDs []lb.BackendID
 }
 
 // AllocAcquired answers AllocAcquire; BackendIDs is parallel to Backends.
@@ -454,8 +417,7 @@ type AllocUnhold struct {
 	BackendIDs []lb.BackendID
 }
 
-// AllocDone answers AllocUnhold, AllocRestore, AllocReserve, AllocDrop
-// and AllocBind.
+// AllocDone answers AllocUnhold and AllocRestore.
 type AllocDone struct {
 	ReqID uint64
 	Err   error
@@ -476,20 +438,14 @@ type AllocRestore struct {
 	// Held backend IDs are free but not reusable yet (their entries are
 	// being deleted).
 	Held []lb.BackendID
-	// The IDs leased to the supervisor and not yet bound (AllocLease).
-	LeasedServices []lb.ServiceID
-	LeasedBackends []lb.BackendID
 }
 
 // AllocReserve reserves ID for Key without claiming it (standalone revNAT
-// entries); AllocDrop frees such a reservation. Leased says ID is one of
-// the supervisor's lease: it leaves the lease either way (free if the
-// reservation fails).
+// entries); AllocDrop frees such a reservation.
 type AllocReserve struct {
-	ReqID  uint64
-	Key    lb.L3n4Addr
-	ID     lb.ServiceID
-	Leased bool
+	ReqID uint64
+	Key   lb.L3n4Addr
+	ID    lb.ServiceID
 }
 
 // AllocDrop frees the unclaimed reservation of Key.
@@ -605,12 +561,6 @@ func (m *AllocReserve) RequestID() uint64 { return m.ReqID }
 // RequestID returns the ID the reply echoes.
 func (m *AllocDrop) RequestID() uint64 { return m.ReqID }
 
-// RequestID returns the ID the reply echoes.
-func (m *AllocLease) RequestID() uint64 { return m.ReqID }
-
-// RequestID returns the ID the reply echoes.
-func (m *AllocBind) RequestID() uint64 { return m.ReqID }
-
 // ReplyID returns the ID of the request answered.
 func (m *MapApplied) ReplyID() uint64 { return m.ReqID }
 
@@ -628,9 +578,6 @@ func (m *AllocReleased) ReplyID() uint64 { return m.ReqID }
 
 // ReplyID returns the ID of the request answered.
 func (m *AllocDone) ReplyID() uint64 { return m.ReqID }
-
-// ReplyID returns the ID of the request answered.
-func (m *AllocLeased) ReplyID() uint64 { return m.ReqID }
 
 // Answer sends r (an UpsertReply).
 func (m *Upsert) Answer(r any) { m.Reply <- r.(UpsertReply) }

@@ -44,11 +44,6 @@ type Config struct {
 	// the rest wait in the core. Zero means the defaults: 8, 1 and 1 s.
 	BulkChunk, BulkInFlight int
 	BulkWindow              time.Duration
-	// The ID lease (lease.go): the core keeps up to LeaseServices service
-	// IDs and LeaseBackends backend IDs granted by the allocator in
-	// advance, so that an upsert they cover does not wait for the
-	// allocator. Zero: no lease, every ID is asked for.
-	LeaseServices, LeaseBackends int
 }
 
 // Core is the engine's deterministic core: the table of services, the
@@ -66,7 +61,6 @@ type Core struct {
 	users      packedmap.Map[addrkey.Backend, users]    // backend -> services using it (IPv4 and learnt-prefix IPv6 keys packed)
 	shared     map[addrkey.Backend][]lb.ServiceID       // users beyond the first, of shared backends
 	standalone map[lb.ServiceID]lb.L3n4Addr             // revNAT entries without a service
-	lease      lease                                    // IDs the allocator granted in advance
 
 	queues     map[qkey]queue
 	queuesPeak int // most keys queues held since it was last made

@@ -27,14 +27,9 @@
 //     table, and not yet given back (op.svcHolds, op.beHolds), and the
 //     freed backend IDs the allocator keeps out of use until their
 //     entries are deleted (op.freed).
-//   - snapshot: the allocator's whole state computed from the table, the
-//     holds and the lease (allocBindings, leasedOut), sent after an
-//     allocator crash and at the end of restore ahead of every queued
-//     allocator request.
-//   - lease: free IDs the allocator granted the core in advance and
-//     keeps out of use (lease.go, Config.LeaseServices/LeaseBackends);
-//     an upsert they cover binds them (AllocBind) beside its backend
-//     writes instead of waiting for an AllocAcquire.
+//   - snapshot: the allocator's whole state computed from the table and
+//     the holds (allocBindings), sent after an allocator crash and at the
+//     end of restore ahead of every queued allocator request.
 //   - restore: two ops, restorePlan (dump the map owners' mirrors,
 //     table.Rebuild) then repairPlan (repairs in the fix order of
 //     internal/table, install the table, allocator snapshot).

@@ -224,12 +224,10 @@ func deleteFE(t *testing.T, fe string) *messages.DeleteByFrontend {
 func ok() func(messages.Request) any {
 	return func(r messages.Request) any {
 		switch r.(type) {
-		case *messages.AllocUnhold, *messages.AllocRestore, *messages.AllocReserve, *messages.AllocDrop, *messages.AllocBind:
+		case *messages.AllocUnhold, *messages.AllocRestore, *messages.AllocReserve, *messages.AllocDrop:
 			return &messages.AllocDone{ReqID: r.RequestID()}
 		case *messages.AllocRelease:
 			return &messages.AllocReleased{ReqID: r.RequestID()}
-		case *messages.AllocLease:
-			return &messages.AllocLeased{ReqID: r.RequestID()}
 		case *messages.MaglevApply:
 			return &messages.MaglevApplied{ReqID: r.RequestID()}
 		}
@@ -247,10 +245,8 @@ func fail(err error) func(messages.Request) any {
 			return &messages.AllocAcquired{ReqID: r.RequestID(), Err: err}
 		case *messages.AllocRelease:
 			return &messages.AllocReleased{ReqID: r.RequestID(), Err: err}
-		case *messages.AllocUnhold, *messages.AllocRestore, *messages.AllocReserve, *messages.AllocDrop, *messages.AllocBind:
+		case *messages.AllocUnhold, *messages.AllocRestore, *messages.AllocReserve, *messages.AllocDrop:
 			return &messages.AllocDone{ReqID: r.RequestID(), Err: err}
-		case *messages.AllocLease:
-			return &messages.AllocLeased{ReqID: r.RequestID(), Err: err}
 		case *messages.MaglevApply:
 			return &messages.MaglevApplied{ReqID: r.RequestID(), Err: err}
 		}
@@ -261,13 +257,6 @@ func fail(err error) func(messages.Request) any {
 func acquired(svcID lb.ServiceID, backendIDs ...lb.BackendID) func(messages.Request) any {
 	return func(r messages.Request) any {
 		return &messages.AllocAcquired{ReqID: r.RequestID(), ServiceID: svcID, BackendIDs: backendIDs}
-	}
-}
-
-// granted answers an AllocLease with these IDs.
-func granted(svcs []lb.ServiceID, bes ...lb.BackendID) func(messages.Request) any {
-	return func(r messages.Request) any {
-		return &messages.AllocLeased{ReqID: r.RequestID(), ServiceIDs: svcs, BackendIDs: bes}
 	}
 }
 
@@ -365,23 +354,8 @@ func printRequest(r messages.Request) string {
 			if m.WantID != 0 {
 				s += fmt.Sprintf(" id %d", m.WantID)
 			}
-			if m.LeasedID != 0 {
-				s += fmt.Sprintf(" leased %d", m.LeasedID)
-			}
 		}
 		return s + " backends " + list(m.Backends, lb.L3n4Addr.String)
-	case *messages.AllocLease:
-		return fmt.Sprintf("lease services %d backends %d", m.Services, m.Backends)
-	case *messages.AllocBind:
-		s := "bind"
-		if m.ServiceID != 0 {
-			s += fmt.Sprintf(" service %s=%d", m.Frontend, m.ServiceID)
-		}
-		bs := make([]string, len(m.Backends))
-		for i, k := range m.Backends {
-			bs[i] = fmt.Sprintf("%s=%d", k, m.BackendIDs[i])
-		}
-		return s + " backends " + list(bs, func(s string) string { return s })
 	case *messages.AllocRelease:
 		return "release backends " + list(m.Backends, lb.L3n4Addr.String) + " services " + list(m.Frontends, lb.L3n4Addr.String)
 	case *messages.AllocUnhold:
@@ -391,20 +365,9 @@ func printRequest(r messages.Request) string {
 		svcs, bes := slices.Clone(m.Services), slices.Clone(m.Backends)
 		slices.SortFunc(svcs, func(a, b messages.AllocBinding) int { return int(a.ID) - int(b.ID) })
 		slices.SortFunc(bes, func(a, b messages.AllocBinding) int { return int(a.ID) - int(b.ID) })
-		s := "restore services " + list(svcs, binding) + " backends " + list(bes, binding) +
+		return "restore services " + list(svcs, binding) + " backends " + list(bes, binding) +
 			" held " + list(m.Held, func(id lb.BackendID) string { return fmt.Sprint(id) })
-		if len(m.LeasedServices)+len(m.LeasedBackends) > 0 {
-			ls, lbs := slices.Clone(m.LeasedServices), slices.Clone(m.LeasedBackends)
-			slices.Sort(ls)
-			slices.Sort(lbs)
-			s += " leased services " + list(ls, func(id lb.ServiceID) string { return fmt.Sprint(id) }) +
-				" backends " + list(lbs, func(id lb.BackendID) string { return fmt.Sprint(id) })
-		}
-		return s
 	case *messages.AllocReserve:
-		if m.Leased {
-			return fmt.Sprintf("reserve %d for %s leased", m.ID, m.Key)
-		}
 		return fmt.Sprintf("reserve %d for %s", m.ID, m.Key)
 	case *messages.AllocDrop:
 		return "drop " + m.Key.String()

@@ -33,9 +33,6 @@ type step struct {
 	// retry is how often the step runs again after a transient failure
 	// (map writes are idempotent; a full map is not transient).
 	retry int
-	// settles: the step runs only once every late request of the op is
-	// answered (as do a rollback and the op's completion).
-	settles bool
 }
 
 // mapRetries is the retry count of steps that write maps.
@@ -70,8 +67,6 @@ type op struct {
 	next    int    // index of the next step to run
 	cur     string // name of the step running
 	pending int    // requests of the current step not yet answered
-	late    int    // late requests not yet answered (pendingReq.late)
-	lateErr error  // first failure of a late request
 	stepErr error  // first error of the current step
 	tries   int    // retries of the current step
 	err     error  // the op's failure
@@ -88,8 +83,6 @@ type op struct {
 	// since is when the op entered its queues, then when its current step
 	// began (Stats: time per step).
 	since time.Time
-	// background: the core's own op (a lease), not counted in flight.
-	background bool
 }
 
 // fail records the first error of the op's current step.
@@ -97,21 +90,6 @@ func (o *op) fail(err error) {
 	if err != nil && o.stepErr == nil {
 		o.stepErr = err
 	}
-}
-
-// failLate records the first failure of a late request: the op fails
-// (it is not a failure of the step running when it came).
-func (o *op) failLate(err error) {
-	if err != nil && o.lateErr == nil {
-		o.lateErr = err
-	}
-}
-
-// awaitsLate reports whether the op must wait for its late requests
-// before it goes on: it is about to settle a failure, roll back,
-// complete, or run a step that settles.
-func (o *op) awaitsLate() bool {
-	return o.late > 0 && (o.stepErr != nil || o.err != nil || o.lateErr != nil || o.next >= len(o.steps) || o.steps[o.next].settles)
 }
 
 // queuesPresize is the number of queue keys from which an op that finds
@@ -155,9 +133,7 @@ func (c *Core) begin(o *op) {
 	} else {
 		o.since = c.now()
 	}
-	if !o.background {
-		c.inflight++
-	}
+	c.inflight++
 	if o.lane != nil {
 		o.bulk = o.weight()
 		c.bulkBusy += o.bulk
@@ -169,12 +145,6 @@ func (c *Core) begin(o *op) {
 // advance runs steps until one is waiting for replies or the op is done.
 func (c *Core) advance(o *op) {
 	for !o.done && o.pending == 0 {
-		if o.awaitsLate() {
-			return // a late reply advances it
-		}
-		if o.lateErr != nil && o.err == nil && !o.rolling {
-			o.err = o.lateErr
-		}
 		if o.stepErr != nil && c.settle(o) {
 			continue
 		}
@@ -204,7 +174,7 @@ func (c *Core) settle(o *op) bool {
 	err := o.stepErr
 	o.stepErr = nil
 	if o.next > 0 && o.next <= len(o.steps) {
-		if st := o.steps[o.next-1]; o.tries < st.retry && transient(err) && o.err == nil {
+		if st := o.steps[o.next-1]; o.tries < st.retry && transient(err) {
 			o.tries++
 			c.log.WithError(err).WithField("step", o.cur).Debug("retrying step")
 			st.send(c, o)
@@ -227,9 +197,7 @@ func (c *Core) complete(o *op) {
 		c.timeStep(o.cur, o.since)
 	}
 	o.done = true
-	if !o.background {
-		c.inflight--
-	}
+	c.inflight--
 	c.bulkBusy -= o.bulk
 	err := o.err
 	if err != nil && o.rbErr != nil {

@@ -57,13 +57,7 @@ func (p *revNATAddPlan) reserve(c *Core, o *op) {
 	if p.known {
 		return
 	}
-	m := &messages.AllocReserve{ReqID: c.reqID(), Key: p.addr, ID: p.id}
-	var ids leasedIDs
-	if _, ok := c.lease.takeService(p.id); ok {
-		// The core holds it: it comes from the lease.
-		m.Leased, ids.svcs = true, []lb.ServiceID{p.id}
-	}
-	c.requestLeased(o, 0, replyErr, m, ids)
+	c.request(o, ChildAllocator, 0, replyErr, &messages.AllocReserve{ReqID: c.reqID(), Key: p.addr, ID: p.id})
 }
 
 func (p *revNATAddPlan) write(c *Core, o *op) {

@@ -31,7 +31,6 @@ const (
 	StepRebuild            = "rebuild"
 	StepInstall            = "install"
 	StepRestoreAllocator   = "restore allocator"
-	StepLease              = "lease IDs"
 	StepReconcile          = "reconcile maps"
 	StepRollbackBackends   = "roll back: write backends and revNAT"
 	StepRollbackService    = "roll back: write service"

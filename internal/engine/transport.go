@@ -23,11 +23,6 @@ type pendingReq struct {
 	// sent is set once the request has left the outbox: only requests a
 	// child has seen are sent again when it fails.
 	sent bool
-	// leased are the leased IDs the request names (lease.go).
-	leased leasedIDs
-	// late: the op does not wait for the reply before its next step, only
-	// before a step that settles (see step.settles).
-	late bool
 }
 
 // replyErr is the fold of replies that only carry an error.
@@ -76,17 +71,9 @@ func (c *Core) onReply(id uint64, reply any) {
 	}
 	c.reqs.del(id)
 	o := p.op
-	if p.late {
-		o.late--
-	} else {
-		o.pending--
-	}
+	o.pending--
 	if p.fold != nil {
-		if err := p.fold(o, p.item, reply); p.late {
-			o.failLate(err)
-		} else {
-			o.fail(err)
-		}
+		o.fail(p.fold(o, p.item, reply))
 	}
 	c.advance(o)
 }
@@ -98,13 +85,8 @@ func (c *Core) failRequest(id uint64, err error) {
 		return
 	}
 	c.reqs.del(id)
-	if p.late {
-		p.op.late--
-		p.op.failLate(err)
-	} else {
-		p.op.pending--
-		p.op.fail(err)
-	}
+	p.op.pending--
+	p.op.fail(err)
 	c.advance(p.op)
 }
 
@@ -234,9 +216,8 @@ type snapshotPlan struct {
 // table (after an allocator restart, or at the end of restore).
 func (c *Core) snapshotAllocator(failed func(c *Core, err error)) {
 	svcs, bes, held := c.allocBindings()
-	lsvcs, lbes := c.leasedOut()
 	c.begin(&op{plan: &snapshotPlan{
-		msg:    &messages.AllocRestore{Services: svcs, Backends: bes, Held: held, LeasedServices: lsvcs, LeasedBackends: lbes},
+		msg:    &messages.AllocRestore{Services: svcs, Backends: bes, Held: held},
 		failed: failed,
 	}})
 }

@@ -28,10 +28,6 @@ type upsertPlan struct {
 	// new services and backend IDs asked of the allocator (to size the
 	// op's holds once)
 	asked, askedBackends int
-	// bindLater: every service that needs IDs took them from the lease,
-	// so their AllocBinds go with the backend writes, and the op does not
-	// wait for the allocator before writing.
-	bindLater bool
 	releaser
 }
 
@@ -53,13 +49,6 @@ type upsertItem struct {
 	maxInner      int                 // the same at the internal scope (two scopes)
 	acquired      bool                // holds its IDs (or needed none)
 	err           error               // this service failed alone
-	// bind tells the allocator the IDs the service took from the lease
-	// (nil: asked of it with AllocAcquire), and leased are the leased
-	// ones among them (lease.go); bindSent once it went, bindFailed if
-	// the allocator refused it.
-	bind                 *messages.AllocBind
-	leased               leasedIDs
-	bindSent, bindFailed bool
 }
 
 func (c *Core) upsertOp(specs []*lb.Service, to *waiter, slots []int) *op {
@@ -109,7 +98,7 @@ var upsertSteps = []step{
 	// service still repairs maps that drifted.
 	{name: StepWriteBackends, send: on((*upsertPlan).writeBackends), retry: mapRetries},
 	{name: StepWriteService, send: on((*upsertPlan).writeService), retry: mapRetries},
-	{name: StepCommit, send: on((*upsertPlan).commit), settles: true},
+	{name: StepCommit, send: on((*upsertPlan).commit)},
 	{name: StepReleaseIDs, send: on((*upsertPlan).releaseRemoved)},
 	{name: StepDeleteBackends, send: on((*upsertPlan).deleteFreedAndStale), retry: mapRetries},
 	{name: StepReuseBackendIDs, send: on((*upsertPlan).reuse)},
@@ -197,15 +186,7 @@ func (p *upsertPlan) live(yield func(*upsertItem) bool) {
 	}
 }
 
-// acquireIDs gives the services that need IDs theirs: from the lease, in
-// order, while it covers them (lease.go); the rest are asked of the
-// allocator. When the lease covered them all, their AllocBinds wait for
-// the next step (bindLater); otherwise they go now, before the
-// AllocAcquires (the leased services all come before the first that is
-// asked: leasing stops there).
 func (p *upsertPlan) acquireIDs(c *Core, o *op) {
-	leasing := c.cfg.LeaseServices > 0 || c.cfg.LeaseBackends > 0
-	p.bindLater = leasing
 	for i := range p.items {
 		it := &p.items[i]
 		if it.err != nil || it.svc == nil || it.acquired {
@@ -215,59 +196,13 @@ func (p *upsertPlan) acquireIDs(c *Core, o *op) {
 			p.asked++
 		}
 		p.askedBackends += len(it.acquire)
-		if p.bindLater && !c.leaseItem(it) {
-			p.bindLater = false
-		}
-	}
-	if p.bindLater {
-		c.refillLease()
-		return
-	}
-	p.sendBinds(c, o, false)
-	for i := range p.items {
-		it := &p.items[i]
-		if it.err != nil || it.svc == nil || it.acquired || it.bind != nil {
-			continue
-		}
-		msg := &messages.AllocAcquire{
+		c.request(o, ChildAllocator, i, upsertAcquired, &messages.AllocAcquire{
 			ReqID: c.reqID(), Service: it.old == nil, Frontend: it.svc.Frontend(), WantID: it.spec.Frontend.ID, Backends: it.acquire,
-		}
-		var ids leasedIDs
-		if it.old == nil && leasing && leasable(msg.Frontend) {
-			// A service ID from the lease if it has one (a wanted ID that
-			// is leased must come from it): the allocator's space is not
-			// short of IDs the core holds.
-			if id, ok := c.lease.takeService(msg.WantID); ok {
-				msg.LeasedID = id
-				ids.svcs = []lb.ServiceID{id}
-			}
-		}
-		c.requestLeased(o, i, upsertAcquired, msg, ids)
-	}
-	if leasing {
-		c.refillLease()
+		})
 	}
 }
 
-// sendBinds sends the AllocBind of each service that took its IDs from
-// the lease, once; late, they are awaited only before the commit (the
-// writes of the backends and of the service go meanwhile).
-func (p *upsertPlan) sendBinds(c *Core, o *op, late bool) {
-	for i := range p.items {
-		it := &p.items[i]
-		if it.err != nil || it.svc == nil || it.bind == nil || it.bindSent {
-			continue
-		}
-		it.bindSent = true
-		it.bind.ReqID = c.reqID()
-		c.requestLeased(o, i, upsertBound, it.bind, it.leased)
-		if late {
-			c.lateRequest(o, it.bind.ReqID)
-		}
-	}
-}
-
-// upsertAcquired folds the allocator's answer for item i. A refusal fails
+// acquiredIDs folds the allocator's answer for item i. A refusal fails
 // that service alone: the allocator took nothing for it.
 func upsertAcquired(o *op, i int, reply any) error {
 	p := o.plan.(*upsertPlan)
@@ -277,46 +212,20 @@ func upsertAcquired(o *op, i int, reply any) error {
 		it.err = fmt.Errorf("%s: %w", StepAcquire, rep.Err)
 		return nil
 	}
-	if it.old == nil {
-		it.svc.Spec.Frontend.ID = rep.ServiceID
-	}
-	for j, bi := range it.acquireIdx {
-		it.svc.BackendIDs[bi] = rep.BackendIDs[j]
-	}
-	p.hold(o, it)
-	return nil
-}
-
-// upsertBound folds the allocator's answer to item i's AllocBind. A
-// refusal (the core's table and the allocator disagree: a bug) fails the
-// op: its rollback gives the service's frontend its old entries back (or
-// none); the backend and revNAT entries written with IDs the allocator
-// did not bind stay until they are written over or reconciled.
-func upsertBound(o *op, i int, reply any) error {
-	p := o.plan.(*upsertPlan)
-	it := &p.items[i]
-	if err := replyErr(o, i, reply); err != nil {
-		it.bindFailed = true
-		return fmt.Errorf("%s: %w", StepAcquire, err)
-	}
-	p.hold(o, it)
-	return nil
-}
-
-// hold records that it holds its IDs: they count as the op's in the
-// allocator's snapshot until the commit.
-func (p *upsertPlan) hold(o *op, it *upsertItem) {
 	it.acquired = true
 	if o.svcHolds == nil && o.beHolds == nil {
 		o.svcHolds = make([]messages.AllocBinding, 0, p.asked)
 		o.beHolds = make([]messages.AllocBinding, 0, p.askedBackends)
 	}
 	if it.old == nil {
-		o.svcHolds = append(o.svcHolds, messages.AllocBinding{Key: it.svc.Frontend(), ID: uint64(it.svc.ID()), Refs: 1})
+		it.svc.Spec.Frontend.ID = rep.ServiceID
+		o.svcHolds = append(o.svcHolds, messages.AllocBinding{Key: it.svc.Frontend(), ID: uint64(rep.ServiceID), Refs: 1})
 	}
 	for j, bi := range it.acquireIdx {
-		o.beHolds = append(o.beHolds, messages.AllocBinding{Key: it.acquire[j], ID: uint64(it.svc.BackendIDs[bi]), Refs: 1})
+		it.svc.BackendIDs[bi] = rep.BackendIDs[j]
+		o.beHolds = append(o.beHolds, messages.AllocBinding{Key: it.acquire[j], ID: uint64(rep.BackendIDs[j]), Refs: 1})
 	}
+	return nil
 }
 
 // The write steps size their buffers before filling them: a batch of
@@ -342,9 +251,6 @@ func (p *upsertPlan) writeBackends(c *Core, o *op) {
 		ms = append(ms, table.MemberEntries(it.svc)...)
 		as = append(as, table.AffinityMatches(it.svc)...)
 		rs = append(rs, table.SourceRanges(it.svc)...)
-	}
-	if p.bindLater {
-		p.sendBinds(c, o, true)
 	}
 	c.applyBackends(o, bes, [2][]uint32{})
 	c.applyRevNAT(o, revs, [2][]uint16{})
@@ -428,8 +334,8 @@ func (p *upsertPlan) rollback(*Core, *op) []step {
 		return nil
 	}
 	some := false
-	for it := range p.frontendsUndone {
-		some = some || it.acquired || it.bindFailed
+	for it := range p.live {
+		some = some || it.acquired
 	}
 	if !some {
 		return nil // nothing was acquired, so nothing was written
@@ -451,18 +357,6 @@ var upsertRollbackSteps = []step{
 func (p *upsertPlan) undone(yield func(*upsertItem) bool) {
 	for it := range p.live {
 		if it.acquired && !yield(it) {
-			return
-		}
-	}
-}
-
-// frontendsUndone yields the services whose service entries the rollback
-// gives back: those it undoes, and those whose bind the allocator refused
-// (their service entries may have been written; their frontend is the
-// op's, but not their IDs).
-func (p *upsertPlan) frontendsUndone(yield func(*upsertItem) bool) {
-	for i := range p.items {
-		if it := &p.items[i]; it.svc != nil && (it.err == nil && it.acquired || it.bindFailed) && !yield(it) {
 			return
 		}
 	}
@@ -495,7 +389,7 @@ func (p *upsertPlan) rollbackService(c *Core, o *op) {
 	var ws [2][]maps.ServiceEntry
 	var ds [2][]maps.ServiceKey
 	var mg maglevs
-	for it := range p.frontendsUndone {
+	for it := range p.undone {
 		f := famIndex(it.svc.Family())
 		if it.old != nil {
 			mg.put(it.old, it.svc)

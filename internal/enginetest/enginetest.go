@@ -21,9 +21,6 @@ type Hooks struct {
 	// (a datapath-like reader, lookups, counters). Never write them: their
 	// owners' copies would no longer match.
 	Maps func(*maps.LBMaps)
-	// LeaseServices and LeaseBackends size the supervisor's ID lease
-	// (actors.Config): 0 the defaults, negative no lease.
-	LeaseServices, LeaseBackends int
 }
 
 // field returns where the hooks of cfg (a pointer to an actorlb.Config)

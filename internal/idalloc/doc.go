@@ -18,22 +18,17 @@
 //	free ──Restore──▶ reserved (refs 0) ──Acquire/AcquireID same key──▶ bound
 //	reserved ──DropReservation──▶ free
 //	free ──Hold──▶ held ──Unhold──▶ free
-//	free ──Lease──▶ held ──Unhold──▶ free (then AcquireID binds it)
 //
 // A reserved ID belongs to its key: a fresh Acquire for another key never
 // gets it. A held ID belongs to nobody but is not handed out either; the
 // owner holds an ID while the map entries of its previous owner are being
 // deleted, so an ID is never given to a new key while a map still has
-// entries for the old one. Lease holds free IDs too, for an owner that
-// binds them to keys later: they stay out of Acquire's reach until then.
-// Zero is never handed out.
+// entries for the old one. Zero is never handed out.
 //
 // Acquire searches for a free ID from a cursor that moves forward past every
-// ID it (or Lease) hands out and rolls over from max to 1, so a freed ID is
-// reused as late as possible. The search is bounded by the size of the
-// space, and a full space (bound + reserved + held = max) fails in O(1).
-// Lease never leaves fewer than max/4 IDs free: near exhaustion, the IDs
-// left are Acquire's.
+// ID it hands out and rolls over from max to 1, so a freed ID is reused as
+// late as possible. The search is bounded by the size of the space, and a
+// full space (bound + reserved + held = max) fails in O(1).
 //
 // # Memory
 //

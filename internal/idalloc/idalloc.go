@@ -243,46 +243,6 @@ func (a *Allocator[K, I]) Hold(id I) error {
 	return nil
 }
 
-// Lease hands out up to n free IDs for the caller to bind later (with
-// AcquireID, after Unhold) and holds them until then: neither Acquire nor
-// AcquireID nor Restore hands a leased ID out, and Unhold frees it. Like
-// Acquire it takes the free IDs at or after the cursor (rolling over from
-// max to 1) and moves the cursor past them.
-//
-// Lease keeps a quarter of the space for Acquire: it never leaves fewer
-// than max/4 IDs free, so it returns fewer than n IDs, or none, when the
-// space runs low. n <= 0 returns none. The search visits at most max IDs.
-func (a *Allocator[K, I]) Lease(n int) []I {
-	if n <= 0 {
-		return nil
-	}
-	free := uint64(a.max) - a.unavailable()
-	keep := uint64(a.max) / 4
-	if free <= keep {
-		return nil
-	}
-	k := min(uint64(n), free-keep)
-	out := make([]I, 0, k)
-	id := a.cursor
-	for range uint64(a.max) {
-		if uint64(len(out)) == k {
-			break
-		}
-		if !a.taken(id) {
-			out = append(out, id)
-			a.cursor = a.next(id)
-		}
-		id = a.next(id)
-	}
-	if len(out) > 0 && a.held == nil {
-		a.held = make(map[I]struct{}, len(out))
-	}
-	for _, id := range out {
-		a.held[id] = struct{}{}
-	}
-	return out
-}
-
 // Unhold makes a held ID free again. Unholding an ID that is not held is a
 // no-op.
 func (a *Allocator[K, I]) Unhold(id I) {

@@ -37,14 +37,12 @@ func tcp(s string) addr {
 
 // op is one step of a scripted test against an Allocator[string, uint16].
 type op struct {
-	do   string // acquire, acquireID, release, restore, drop, hold, unhold, lease
+	do   string // acquire, acquireID, release, restore, drop, hold, unhold
 	key  string
-	id   uint16   // requested id (acquireID, restore, hold, unhold)
-	want uint16   // returned id (acquire, release)
-	n    int      // IDs asked for (lease)
-	ids  []uint16 // returned ids (lease)
-	flag bool     // created (acquire, acquireID) or freed (release)
-	err  error    // sentinel the error must match; nil: no error
+	id   uint16 // requested id (acquireID, restore, hold, unhold)
+	want uint16 // returned id (acquire, release)
+	flag bool   // created (acquire, acquireID) or freed (release)
+	err  error  // sentinel the error must match; nil: no error
 }
 
 func acq(key string, want uint16, created bool) op {
@@ -65,10 +63,9 @@ func restore(key string, id uint16) op { return op{do: "restore", key: key, id: 
 func restoreErr(key string, id uint16, err error) op {
 	return op{do: "restore", key: key, id: id, err: err}
 }
-func drop(key string, err error) op  { return op{do: "drop", key: key, err: err} }
-func hold(id uint16, err error) op   { return op{do: "hold", id: id, err: err} }
-func unhold(id uint16) op            { return op{do: "unhold", id: id} }
-func lease(n int, want ...uint16) op { return op{do: "lease", n: n, ids: want} }
+func drop(key string, err error) op { return op{do: "drop", key: key, err: err} }
+func hold(id uint16, err error) op  { return op{do: "hold", id: id, err: err} }
+func unhold(id uint16) op           { return op{do: "unhold", id: id} }
 
 func run(t *testing.T, a *idalloc.Allocator[string, uint16], ops []op) {
 	t.Helper()
@@ -93,15 +90,6 @@ func run(t *testing.T, a *idalloc.Allocator[string, uint16], ops []op) {
 			err = a.Hold(o.id)
 		case "unhold":
 			a.Unhold(o.id)
-		case "lease":
-			got := a.Lease(o.n)
-			require.Equal(t, len(o.ids), len(got), "step %d: lease(%d) = %v, want %v", i, o.n, got, o.ids)
-			for _, id := range got {
-				require.True(t, a.Held(id), "step %d: leased id %d is not held", i, id)
-			}
-			if len(o.ids) > 0 {
-				require.Equal(t, o.ids, got, "step %d: lease(%d)", i, o.n)
-			}
 		default:
 			t.Fatalf("step %d: unknown op %q", i, o.do)
 		}
@@ -332,74 +320,12 @@ func TestScripts(t *testing.T) {
 			},
 		},
 		{
-			name: "leased ids are held: acquire skips them, unhold then acquireID binds",
-			max:  8,
-			ops: []op{
-				acq("a", 1, true),
-				lease(2, 2, 3),
-				acq("b", 4, true), // the cursor moved past the lease
-				acqIDErr("c", 2, idalloc.ErrIDHeld),
-				restoreErr("c", 3, idalloc.ErrIDHeld),
-				hold(2, nil), // already held: a no-op
-				unhold(2),
-				acqID("c", 2, true),
-				rel("c", 2, true),
-				acq("d", 5, true),
-			},
-		},
-		{
-			name: "lease keeps max/4 free for acquire",
-			max:  8, // keeps 2
-			ops: []op{
-				lease(10, 1, 2, 3, 4, 5, 6),
-				lease(1),
-				acq("a", 7, true), acq("b", 8, true),
-				acqErr("c", idalloc.ErrIDSpaceExhausted),
-				unhold(3), unhold(4), unhold(5),
-				lease(5, 3), // 3 free: one may go
-				acq("c", 4, true),
-			},
-		},
-		{
-			name: "lease wraps around and skips bound, reserved and held ids",
-			max:  16, // keeps 4
-			ops: []op{
-				acq("a", 1, true), acq("b", 2, true), acq("c", 3, true), acq("d", 4, true),
-				acq("e", 5, true), acq("f", 6, true), acq("g", 7, true), acq("h", 8, true),
-				acq("i", 9, true), acq("j", 10, true), acq("k", 11, true), acq("l", 12, true),
-				rel("a", 1, true), rel("b", 2, true), rel("c", 3, true), rel("d", 4, true),
-				rel("e", 5, true), rel("f", 6, true), rel("g", 7, true), rel("h", 8, true),
-				restore("r", 3), hold(15, nil),
-				lease(4, 13, 14, 16, 1),
-				lease(3, 2, 4), // 6 free: two may go
-				lease(1),
-				acq("z", 5, true),
-			},
-		},
-		{
-			name: "lease of nothing",
-			max:  4,
-			ops: []op{
-				lease(0), lease(-1),
-				acq("a", 1, true), // the cursor did not move
-			},
-		},
-		{
-			name: "lease from a small or empty space",
-			max:  3, // keeps 0
-			ops: []op{
-				lease(5, 1, 2, 3),
-				acqErr("a", idalloc.ErrIDSpaceExhausted),
-			},
-		},
-		{
 			name: "empty space",
 			max:  0,
 			ops: []op{
 				acqErr("a", idalloc.ErrIDSpaceExhausted),
 				acqIDErr("a", 1, idalloc.ErrIDOutOfRange),
 				restoreErr("a", 1, idalloc.ErrIDOutOfRange),
-				lease(1),
 			},
 		},
 	}
@@ -510,33 +436,6 @@ func TestUint32Boundary(t *testing.T) {
 	_, err = b.AcquireID("top", math.MaxUint64)
 	require.NoError(t, err)
 	mustAcquire(t, b, "one", uint64(1))
-}
-
-// TestLeaseWholeSpaces leases from the largest spaces: the quarter kept
-// for Acquire is computed without overflowing the ID type.
-func TestLeaseWholeSpaces(t *testing.T) {
-	a := idalloc.New[int, uint16](math.MaxUint16)
-	got := a.Lease(1 << 20)
-	require.Len(t, got, math.MaxUint16-math.MaxUint16/4, "keeps 16383 of 65535 free")
-	for i, id := range got {
-		require.Equal(t, uint16(i+1), id)
-		require.True(t, a.Held(id))
-	}
-	assert.Empty(t, a.Lease(1))
-	mustAcquire(t, a, 1, uint16(len(got)+1))
-	a.Unhold(7)
-	_, err := a.AcquireID(2, 7)
-	require.NoError(t, err)
-	checkInvariants(t, a)
-
-	type backendID uint32
-	b := idalloc.New[string, backendID](math.MaxUint32)
-	require.Equal(t, []backendID{1, 2, 3}, b.Lease(3))
-	mustAcquire(t, b, "x", backendID(4))
-
-	c := idalloc.New[string, uint64](math.MaxUint64)
-	require.Equal(t, []uint64{1, 2}, c.Lease(2))
-	mustAcquire(t, c, "x", uint64(3))
 }
 
 // TestExhaustionLargeSpaceIsFast fills a 2^16 space of 32-bit IDs with

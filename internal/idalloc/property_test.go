@@ -141,30 +141,6 @@ func (m *model) unhold(id int) {
 	}
 }
 
-// lease takes up to n free IDs from the cursor, leaving max/4 free.
-func (m *model) lease(n int) []int {
-	free := 0
-	for id := 1; id <= m.max; id++ {
-		if m.owner[id] == "" && !m.held[id] {
-			free++
-		}
-	}
-	var out []int
-	for i := 0; i < m.max && len(out) < n && free-len(out) > m.max/4; i++ {
-		id := (m.cursor-1+i)%m.max + 1
-		if m.owner[id] == "" && !m.held[id] {
-			out = append(out, id)
-		}
-	}
-	for _, id := range out {
-		m.held[id] = true
-	}
-	if len(out) > 0 {
-		m.cursor = out[len(out)-1]%m.max + 1
-	}
-	return out
-}
-
 func (m *model) bindings() []idalloc.Binding[string, uint16] {
 	var out []idalloc.Binding[string, uint16]
 	for id := 1; id <= m.max; id++ {
@@ -224,9 +200,6 @@ func TestAgainstModel(t *testing.T) {
 			a = idalloc.NewCompact[string, uint16](uint16(max), 0, shortKeys{})
 		}
 		m := newModel(max)
-		// leased are the IDs Lease handed out and nobody unheld since:
-		// no key may own one.
-		leased := map[int]bool{}
 		key := func() string { return keys[rng.IntN(len(keys))] }
 		id := func() int { return rng.IntN(max + 2) } // includes 0 and max+1
 
@@ -264,27 +237,15 @@ func TestAgainstModel(t *testing.T) {
 				k := key()
 				what = "DropReservation(" + k + ")"
 				sameErr(t, m.drop(k), a.DropReservation(k), step, what)
-			case r < 90:
+			case r < 93:
 				i := id()
 				what = "Hold(" + strconv.Itoa(i) + ")"
 				sameErr(t, m.hold(i), a.Hold(uint16(i)), step, what)
-			case r < 94:
-				n := rng.IntN(max/2 + 2)
-				what = "Lease(" + strconv.Itoa(n) + ")"
-				want := m.lease(n)
-				got := a.Lease(n)
-				require.Len(t, got, len(want), "step %d: %s = %v, want %v", step, what, got, want)
-				for j, g := range got {
-					require.Equal(t, want[j], int(g), "step %d: %s = %v, want %v", step, what, got, want)
-					leased[want[j]] = true
-				}
-				outcomes["lease of "+strconv.Itoa(min(len(got), 3))]++
 			default:
 				i := id()
 				what = "Unhold(" + strconv.Itoa(i) + ")"
 				m.unhold(i)
 				a.Unhold(uint16(i))
-				delete(leased, i)
 			}
 
 			want := m.bindings()
@@ -294,11 +255,6 @@ func TestAgainstModel(t *testing.T) {
 			requireBindings(t, unclaimed, a.Unclaimed(), "round %d step %d: unclaimed after %s", round, step, what)
 			for i := 1; i <= max; i++ {
 				require.Equal(t, m.held[i], a.Held(uint16(i)), "held %d", i)
-			}
-			for i := range leased {
-				_, ok := a.LookupID(uint16(i))
-				require.False(t, ok, "step %d: leased id %d has an owner after %s", step, i, what)
-				require.True(t, a.Held(uint16(i)), "step %d: leased id %d not held after %s", step, i, what)
 			}
 			checkInvariants(t, a)
 		}

@@ -22,7 +22,6 @@ import (
 	"github.com/actorlb/actorlb/api"
 	"github.com/actorlb/actorlb/internal/bpffs"
 	"github.com/actorlb/actorlb/internal/engine"
-	"github.com/actorlb/actorlb/internal/enginetest"
 	"github.com/actorlb/actorlb/internal/table"
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/maps"
@@ -60,7 +59,6 @@ func main() {
 	memProfile := pflag.String("memprofile", "", "write an allocation profile of the whole run to this file")
 	pflag.StringVar(&heapProfile, "heapprofile", "", "write a heap profile (in-use memory) taken where memory-10k-x10 is measured to this file")
 	pflag.StringVar(&heapProfileV6, "heapprofile-ipv6", "", "write a heap profile (in-use memory) taken where memory-10k-x10's IPv6 figure is measured to this file")
-	pflag.BoolVar(&noLease, "no-lease", false, "run the engines without the supervisor's ID lease (every upsert asks the allocator), for comparison")
 	pflag.BoolVar(&kube.run, "kube", true, "run the Kubernetes-mode scenarios (skipped with a message when the kube binaries are not built: make kube-tools)")
 	pflag.BoolVar(&kubeOnly, "kube-only", false, "run the Kubernetes-mode scenarios alone")
 	pflag.BoolVar(&packetOnly, "packet-only", false, "run the packet-datapath (XDP) scenarios alone")
@@ -1011,18 +1009,10 @@ func retainedPer(before uint64, n int) float64 {
 // (its cost is measured alone: reconcile-10k-x10).
 const noReconcile = -1
 
-// noLease runs the engines without the supervisor's ID lease
-// (--no-lease: every upsert asks the allocator, for comparison).
-var noLease bool
-
 // engineConfig is the configuration of the scenarios' engines: pins under
 // dir, no periodic reconcile.
 func engineConfig(dir string, sizes maps.Sizes, log *logrus.Logger) actorlb.Config {
-	cfg := actorlb.Config{BPFRoot: dir, MaxEntries: sizes, Logger: log, ReconcileInterval: noReconcile}
-	if noLease {
-		cfg = enginetest.With(cfg, enginetest.Hooks{LeaseServices: -1, LeaseBackends: -1})
-	}
-	return cfg
+	return actorlb.Config{BPFRoot: dir, MaxEntries: sizes, Logger: log, ReconcileInterval: noReconcile}
 }
 
 // median returns the median of ds.
