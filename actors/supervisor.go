@@ -70,8 +70,9 @@ type Supervisor struct {
 	core     *engine.Core
 	restarts map[string]int
 	stopping bool
-	// flushing is set while a flush message to self is in the mailbox.
-	flushing bool
+	// flushing is set while a flush message to self is in the mailbox;
+	// takingIn while a takeIn message is.
+	flushing, takingIn bool
 	// up is set when the core has just restored (its OnUp ran in the
 	// step): step then tells the map owners to index their mirrors.
 	up bool
@@ -89,6 +90,11 @@ var mirrorOwners = []string{
 // queued, so that the requests of all the operations they advance go to
 // each child in one Batch.
 type flush struct{}
+
+// takeIn tells the supervisor to have its core take in the next chunk of
+// a large call (engine.TakeIn): it comes back after the messages that
+// came meanwhile, so that single calls go between the chunks.
+type takeIn struct{}
 
 // NewSupervisorProducer returns the producer of the supervisor actor: each
 // incarnation starts with an empty core and restores from the maps.
@@ -200,6 +206,9 @@ func (s *Supervisor) Receive(ctx actor.Context) {
 		}
 	case *childFailed:
 		s.step(ctx, engine.ChildFailed{Child: m.child, Failed: m.failed})
+	case *takeIn:
+		s.takingIn = false
+		s.step(ctx, engine.TakeIn{})
 	case *flush:
 		s.flushing = false
 		for _, out := range s.core.Ready().Requests {
@@ -223,6 +232,10 @@ func (s *Supervisor) step(ctx actor.Context, in engine.Input) {
 	if !s.flushing && s.core.HasReady() {
 		s.flushing = true
 		ctx.Send(ctx.Self(), &flush{})
+	}
+	if !s.takingIn && s.core.HasIntake() { // after the flush: this chunk's requests go first
+		s.takingIn = true
+		ctx.Send(ctx.Self(), &takeIn{})
 	}
 	if s.up { // after the flush is queued: the allocator's snapshot goes first
 		s.up = false

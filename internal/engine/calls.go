@@ -269,7 +269,7 @@ func (c *Core) stats() messages.StatsReply {
 	}
 	return messages.StatsReply{
 		Services: len(c.services), Backends: c.users.Len(), RevNAT: len(c.services) + len(c.standalone),
-		ActorRestarts: restarts, Restore: c.restore, Ready: c.ready, OpsInFlight: c.inflight, RequestsResent: c.resent,
+		ActorRestarts: restarts, Restore: c.restore, Ready: c.ready, OpsInFlight: c.inflight + len(c.intake), RequestsResent: c.resent,
 		RequestsSent: c.requestsSent, ChildMessages: c.childMessages, Steps: steps,
 	}
 }
@@ -331,7 +331,7 @@ func (c *Core) sync(m *messages.Sync) {
 	w := newWaiter(m, waitSync, len(m.Desired)+len(stale)+len(revs))
 	c.answerIfDone(w)
 	lane := newLane(len(m.Desired) + len(stale))
-	c.startUpserts(m.Desired, w, lane, nil) // validated above
+	c.startUpserts(m.Desired, 0, w, lane, nil) // validated above
 	for _, fe := range stale {
 		o := c.deleteOp([]deleteItem{{fe: fe, as: m.Source, to: w}})
 		o.lane = lane
@@ -367,13 +367,21 @@ func (c *Core) upsertBatch(m *messages.UpsertBatch) {
 	if lane == nil {
 		c.interactive()
 	}
-	c.startUpserts(m.Services, w, lane, func(i int, svc *lb.Service) bool {
+	valid := func(i int, svc *lb.Service) bool {
 		if err := svc.Validate(); err != nil {
 			c.upserted(w, i, messages.UpsertReply{Err: fmt.Errorf("upsert service %d of the batch: %w", i, err)})
 			return false
 		}
 		return true
-	})
+	}
+	if lane != nil && c.throttled() && len(m.Services) > intakeChunk {
+		// Single calls are about: the call is taken in a chunk at a
+		// time (intake.go), so that they do not wait behind all of it.
+		c.intake = append(c.intake, &intakeCall{svcs: m.Services, w: w, lane: lane, valid: valid})
+		c.takeIn()
+		return
+	}
+	c.startUpserts(m.Services, 0, w, lane, valid)
 }
 
 // reserveMin is the number of services from which startUpserts sizes the
@@ -389,7 +397,9 @@ const reserveMin = 1024
 // services sends tens of requests, not hundreds of thousands. The ops are
 // in lane, the call's bulk lane (nil: one service, it begins at once),
 // where a run may be cut into chunks when it begins (bulk.go).
-func (c *Core) startUpserts(svcs []*lb.Service, w *waiter, lane *bulkLane, valid func(int, *lb.Service) bool) {
+//
+// base is the index in the call of svcs[0] (a call taken in by chunks).
+func (c *Core) startUpserts(svcs []*lb.Service, base int, w *waiter, lane *bulkLane, valid func(int, *lb.Service) bool) {
 	var run []*lb.Service
 	var runIdx []int
 	nkeys := 0
@@ -418,6 +428,7 @@ func (c *Core) startUpserts(svcs []*lb.Service, w *waiter, lane *bulkLane, valid
 		clear(taken)
 	}
 	for i, svc := range svcs {
+		i += base
 		if valid != nil && !valid(i, svc) {
 			continue
 		}

@@ -74,6 +74,7 @@ type Core struct {
 	bulkBusy   int
 	admitting  bool
 	lastSingle time.Time
+	intake     []*intakeCall              // large calls being taken in, oldest first (intake.go)
 	outbox     [numChildren][]*pendingReq // by childIndex
 	sending    []Outgoing                 // Ready's array, reused (valid until Advance)
 	answers    []Answer                   // reused once every answer was taken
@@ -139,7 +140,8 @@ func New(cfg Config) *Core {
 }
 
 // Input is what Step takes: Start, Stop, a messages.Call, a
-// messages.Reply (or messages.Replies), ChildFailed or ChildStopped.
+// messages.Reply (or messages.Replies), ChildFailed, ChildStopped or
+// TakeIn.
 type Input any
 
 // Start begins the restore from the children's maps.
@@ -195,7 +197,10 @@ func (c *Core) Step(in Input) {
 	case Stop:
 		c.stopping = true
 		c.cfg.OnDown()
+		c.abortIntake(m.Err)
 		c.abortAll(m.Err)
+	case TakeIn:
+		c.takeIn()
 	case ChildFailed:
 		c.onChildFailed(m)
 	case ChildStopped:

@@ -59,6 +59,11 @@
 // amount of bulk work. Otherwise every op is admitted at once and whole.
 // A chunk is an op: it fails and rolls back alone.
 //
+// The supervisor's own work is bounded too (intake.go): while the lane is
+// throttled, a large UpsertBatch is taken in 16 services per Step (TakeIn
+// steps the rest), so a single call waits behind one such chunk of
+// validation and queueing, not behind a whole call's.
+//
 // # Lifecycle
 //
 // A Core is NOT safe for concurrent use: one goroutine at a time calls
@@ -67,7 +72,10 @@
 // order. The contract with the caller:
 //
 //  1. Step one input at a time: Start, Stop, a messages.Call, a
-//     messages.Reply or *messages.Replies, ChildFailed, ChildStopped.
+//     messages.Reply or *messages.Replies, ChildFailed, ChildStopped,
+//     TakeIn. While HasIntake reports calls being taken in, step TakeIn
+//     after the inputs that came meanwhile (the actor sends itself a
+//     message for it, as it does for Ready).
 //  2. After each Step, deliver every Answer from Answers at once
 //     (Call.Answer), before the next Step, which reuses their array.
 //  3. When HasReady reports requests, call Ready, possibly after several

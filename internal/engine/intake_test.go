@@ -1,0 +1,64 @@
+package engine
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// queuedFrontends counts the frontends of net 10.96.<net>.* in the core's
+// queues (batchOf's services taken in).
+func queuedFrontends(h *harness, net byte) int {
+	n := 0
+	for k := range h.c.queues {
+		if !k.backend && k.Addr().As4()[2] == net {
+			n++
+		}
+	}
+	return n
+}
+
+// While single calls are about, a large UpsertBatch is taken in
+// intakeChunk services per Step: the rest waits for TakeIn, which the
+// actor steps after the messages that came meanwhile. A single Upsert
+// stepped in between goes out at once.
+func TestScriptLargeBatchIsTakenInAChunkPerStepWhileSingleCallsAreAbout(t *testing.T) {
+	h := newHarness(t, bulkChunks)
+	create(t, h, svc(t, "10.96.9.1:80", "10.0.9.1:8080"), 1, 1) // a single call: throttled
+	h.call(batchOf(t, 1, intakeChunk+4))
+	require.True(t, h.c.HasIntake())
+	require.Equal(t, intakeChunk, queuedFrontends(h, 1))
+	h.expect(acquireLine(1, 1), acquireLine(1, 2)) // the lane's first chunk
+	h.call(upsert(svc(t, "10.96.9.2:80", "10.0.9.2:8080")))
+	h.expect("alloc: acquire service 10.96.9.2:80/TCP backends [10.0.9.2:8080/TCP]")
+	h.step(TakeIn{})
+	require.False(t, h.c.HasIntake())
+	require.Equal(t, intakeChunk+4, queuedFrontends(h, 1))
+	h.step(TakeIn{}) // a stale TakeIn does nothing
+	require.Equal(t, intakeChunk+4, queuedFrontends(h, 1))
+}
+
+// With no single call about, a large batch is taken in whole.
+func TestScriptLargeBatchIsTakenInWholeWithNoSingleCallAbout(t *testing.T) {
+	h := newHarness(t)
+	h.call(batchOf(t, 1, intakeChunk+4))
+	require.False(t, h.c.HasIntake())
+	require.Equal(t, intakeChunk+4, queuedFrontends(h, 1))
+}
+
+// A core that stops while a batch is being taken in answers every one of
+// its services: those queued and those not yet taken in.
+func TestScriptStopAnswersTheServicesNotYetTakenIn(t *testing.T) {
+	h := newHarness(t, bulkChunks)
+	create(t, h, svc(t, "10.96.9.1:80", "10.0.9.1:8080"), 1, 1)
+	m := batchOf(t, 1, intakeChunk+4)
+	h.call(m)
+	require.True(t, h.c.HasIntake())
+	errGone := errors.New("engine gone")
+	h.step(Stop{Err: errGone})
+	require.False(t, h.c.HasIntake())
+	require.Len(t, h.answered, 1, "the batch is answered once")
+	require.Equal(t, intakeChunk+4, strings.Count(h.answered[0], "engine gone"), h.answered[0])
+}
