@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"fmt"
+
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/messages"
 )
@@ -57,11 +59,12 @@ func (c *Core) takeIn() {
 	}
 }
 
-// abortIntake answers the services not yet taken in with err.
+// abortIntake answers the services not yet taken in with err, in the
+// words upsertPlan.answer gives those aborted in their queues.
 func (c *Core) abortIntake(err error) {
 	for _, ic := range c.intake {
 		for i := ic.next; i < len(ic.svcs); i++ {
-			c.upserted(ic.w, i, messages.UpsertReply{Err: err})
+			c.upserted(ic.w, i, messages.UpsertReply{Err: fmt.Errorf("upsert service %s: %w", ic.svcs[i].Frontend.L3n4Addr, err)})
 		}
 	}
 	c.intake = nil
