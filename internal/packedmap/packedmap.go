@@ -9,10 +9,11 @@ type Packer[K any] interface {
 
 // Learner is a Packer that learns to pack more keys as they are set: Set
 // packs with Learn, which packs every key Pack packs, the same way, and
-// may learn to pack k itself. Pack (used by Get and Delete) must not learn. What a Learner
-// packs only grows, and a key Learn refuses once is refused for good (by
-// Pack and Learn alike): so a key set before stays where Set put it (a key
-// Set kept whole never packs later, one it packed packs the same way).
+// may learn to pack k itself. Pack (used by Get and Delete) must not
+// learn. What a Learner packs only grows, and a key Learn refuses once is
+// refused for good (by Pack and Learn alike): so a key set before stays
+// where Set put it (a key Set kept whole never packs later, one it packed
+// packs the same way).
 type Learner[K any] interface {
 	Packer[K]
 	Learn(key K) (packed uint64, ok bool)
