@@ -274,12 +274,17 @@ func (c *Core) stats() messages.StatsReply {
 	}
 }
 
-// sync validates the whole desired set, then, in this one Step, queues an
-// upsert for each desired service and a delete for every other frontend
-// known or in flight, and for every standalone revNAT entry. Calls that
-// arrive later are queued behind these, so nothing they add is deleted by
-// this sync.
+// sync validates the whole desired set and finds what is stale (every
+// other frontend of the source, known or in flight, and for the API every
+// standalone revNAT entry), then queues an upsert for each desired service
+// and a delete for each stale one: in this one Step, or, while single
+// calls are about, the upserts a chunk per Step and the deletes after the
+// last chunk (intake.go). The calls still being taken in when it comes
+// are taken in first, so that what it finds stale is what every call
+// before it left. Nothing a call that arrives later adds is deleted by
+// this sync: it is not among the stale frontends.
 func (c *Core) sync(m *messages.Sync) {
+	c.drainIntake() // what is stale depends on every call before this one
 	desired := map[lb.L3n4Addr]int{}
 	ids := map[lb.ServiceID]int{}
 	for i, svc := range m.Desired {
@@ -331,15 +336,32 @@ func (c *Core) sync(m *messages.Sync) {
 	w := newWaiter(m, waitSync, len(m.Desired)+len(stale)+len(revs))
 	c.answerIfDone(w)
 	lane := newLane(len(m.Desired) + len(stale))
+	deletes := func() {
+		for _, fe := range stale {
+			o := c.deleteOp([]deleteItem{{fe: fe, as: m.Source, to: w}})
+			o.lane = lane
+			c.run(o)
+		}
+		for _, id := range revs {
+			c.revNATDelete(id, w)
+		}
+	}
+	if lane != nil && c.throttled() && len(m.Desired) > intakeChunk {
+		// Single calls are about: the upserts are taken in a chunk at a
+		// time (intake.go), the deletes after them.
+		c.intake = append(c.intake, &intakeCall{svcs: m.Desired, w: w, lane: lane, then: deletes, abort: func(err error) {
+			for _, fe := range stale {
+				c.deleted(w, 0, messages.DeleteReply{Err: fmt.Errorf("delete service %s: %w", fe, err)})
+			}
+			for range revs {
+				c.revNATDone(w, err)
+			}
+		}})
+		c.takeIn()
+		return
+	}
 	c.startUpserts(m.Desired, 0, w, lane, nil) // validated above
-	for _, fe := range stale {
-		o := c.deleteOp([]deleteItem{{fe: fe, as: m.Source, to: w}})
-		o.lane = lane
-		c.run(o)
-	}
-	for _, id := range revs {
-		c.revNATDelete(id, w)
-	}
+	deletes()
 }
 
 // queuedSource is the source of the last upsert queued on fe (a frontend

@@ -60,9 +60,11 @@
 // A chunk is an op: it fails and rolls back alone.
 //
 // The supervisor's own work is bounded too (intake.go): while the lane is
-// throttled, a large UpsertBatch is taken in 16 services per Step (TakeIn
-// steps the rest), so a single call waits behind one such chunk of
-// validation and queueing, not behind a whole call's.
+// throttled, a large UpsertBatch or Sync is taken in 16 services per Step
+// (TakeIn steps the rest; a Sync's deletes start after its last chunk),
+// so a single call waits behind one such chunk of validation and
+// queueing, not behind a whole call's. A Sync takes in the calls still
+// being taken in before it finds what is stale.
 //
 // # Lifecycle
 //

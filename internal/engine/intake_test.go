@@ -2,6 +2,8 @@ package engine
 
 import (
 	"errors"
+	lb "github.com/actorlb/actorlb/loadbalancer"
+	"github.com/actorlb/actorlb/messages"
 	"strings"
 	"testing"
 
@@ -61,4 +63,73 @@ func TestScriptStopAnswersTheServicesNotYetTakenIn(t *testing.T) {
 	require.False(t, h.c.HasIntake())
 	require.Len(t, h.answered, 1, "the batch is answered once")
 	require.Equal(t, intakeChunk+4, strings.Count(h.answered[0], "engine gone"), h.answered[0])
+}
+
+// syncOf returns a Sync of source API with the services of m.
+func syncOf(m *messages.UpsertBatch) *messages.Sync {
+	return &messages.Sync{Source: lb.SourceAPI, Desired: m.Services, Reply: make(chan messages.SyncReply, 1)}
+}
+
+// queuedDeletes counts the delete ops queued on frontends of net
+// 10.96.<net>.*.
+func queuedDeletes(h *harness, net byte) int {
+	n := 0
+	for k, q := range h.c.queues {
+		if k.backend || k.Addr().As4()[2] != net {
+			continue
+		}
+		for o := range q.all {
+			if _, ok := o.plan.(*deletePlan); ok {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// While single calls are about, a large Sync is taken in like a large
+// batch, a chunk of its services per Step; the deletes of the frontends
+// it finds stale when it comes start after its last chunk.
+func TestScriptLargeSyncIsTakenInAChunkPerStepAndDeletesWhatIsStaleAfterIt(t *testing.T) {
+	h := newHarness(t, bulkChunks)
+	create(t, h, svc(t, "10.96.9.1:80", "10.0.9.1:8080"), 1, 1) // a single call: throttled; stale for the sync
+	h.call(syncOf(batchOf(t, 1, intakeChunk+4)))
+	require.True(t, h.c.HasIntake())
+	require.Equal(t, intakeChunk, queuedFrontends(h, 1))
+	require.Zero(t, queuedDeletes(h, 9), "the stale frontend waits for the last chunk")
+	h.expect(acquireLine(1, 1), acquireLine(1, 2)) // the lane's first chunk
+	h.step(TakeIn{})
+	require.False(t, h.c.HasIntake())
+	require.Equal(t, intakeChunk+4, queuedFrontends(h, 1))
+	require.Equal(t, 1, queuedDeletes(h, 9))
+}
+
+// A Sync finds stale what every call before it left: the calls still
+// being taken in when it comes are taken in whole first, so the services
+// of a batch that came before it, of its source and not desired, are
+// deleted, all of them.
+func TestScriptSyncTakesInTheCallsBeforeItFirst(t *testing.T) {
+	h := newHarness(t, bulkChunks)
+	create(t, h, svc(t, "10.96.9.1:80", "10.0.9.1:8080"), 1, 1) // throttled
+	h.call(batchOf(t, 1, intakeChunk+4))
+	require.True(t, h.c.HasIntake())
+	h.call(syncOf(batchOf(t, 2, 1)))
+	require.False(t, h.c.HasIntake())
+	require.Equal(t, intakeChunk+4, queuedFrontends(h, 1))
+	require.Equal(t, intakeChunk+4, queuedDeletes(h, 1), "every service of the batch is stale")
+	require.Equal(t, 1, queuedDeletes(h, 9))
+}
+
+// A core that stops while a Sync is being taken in answers it once, with
+// the error for each of its services and for each stale frontend.
+func TestScriptStopAnswersASyncBeingTakenInOnce(t *testing.T) {
+	h := newHarness(t, bulkChunks)
+	create(t, h, svc(t, "10.96.9.1:80", "10.0.9.1:8080"), 1, 1)
+	h.call(syncOf(batchOf(t, 1, intakeChunk+4)))
+	require.True(t, h.c.HasIntake())
+	h.step(Stop{Err: errors.New("engine gone")})
+	require.False(t, h.c.HasIntake())
+	require.Len(t, h.answered, 1, "the sync is answered once")
+	require.Equal(t, intakeChunk+4+1, strings.Count(h.answered[0], "engine gone"), h.answered[0])
+	require.Contains(t, h.answered[0], "delete service 10.96.9.1:80/TCP: engine gone")
 }

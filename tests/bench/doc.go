@@ -7,7 +7,9 @@
 // Scenarios: bulk-10k-x10 (10,000 services of 10 backends by 8 callers,
 // through UpsertBatch, then again with one Upsert each while the latency
 // probes run: upsert-latency; the *_during_batches rows pool the samples
-// of four probe loops beside the batched bulk, on three fresh engines),
+// of four probe loops beside the batched bulk, on three fresh engines, the
+// *_during_sync rows those of the same probes beside one SyncSource of the
+// whole set, a Kubernetes resync),
 // memory-10k-x10 (heap retained by the
 // single-call engine), restore-10k-x10 (three warm restarts on its maps,
 // against a raw and a typed dump, with the phases of each restore),

@@ -301,6 +301,46 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 	// calls are about.
 	res.add("bulk-10k-x10", "services_per_s_during_probes", float64(bulkN)/median(probedWalls).Seconds(), "services/s")
 
+	// Once more as one SyncSource of the whole set (a Kubernetes resync),
+	// with the probes beside it: how long a single Upsert waits behind one
+	// large call. The services are the Kubernetes source's, so that the
+	// sync leaves the probes' own (the API's) alone.
+	k8sBulk := make([]*lb.Service, len(bulk))
+	for i, s := range bulk {
+		k8sBulk[i] = s.DeepCopy()
+		k8sBulk[i].Source = lb.SourceKubernetes
+	}
+	var duringSync, syncWalls []time.Duration
+	for round := range probedRounds {
+		dir := fmt.Sprintf("%s/sync-probed-%d", root, round)
+		e, err := actorlb.New(ctx, engineConfig(dir, sizes, log))
+		if err != nil {
+			return err
+		}
+		lat := startLatencyProbes(e, probers)
+		time.Sleep(5 * time.Millisecond) // the probes are about when the sync comes
+		start := time.Now()
+		_, err = e.SyncSource(ctx, lb.SourceKubernetes, k8sBulk)
+		syncWalls = append(syncWalls, time.Since(start))
+		duringSync = append(duringSync, lat.stop().samples...)
+		if cerr := e.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+		if err := maps.Remove(dir); err != nil {
+			return err
+		}
+	}
+	slices.Sort(duringSync)
+	probedSync := &latencyProbe{samples: duringSync}
+	res.add("upsert-latency", "p50_us_library_during_sync", probedSync.p(50), "us")
+	res.add("upsert-latency", "p99_us_library_during_sync", probedSync.p(99), "us")
+	res.add("upsert-latency", "max_us_library_during_sync", probedSync.p(100), "us")
+	res.add("upsert-latency", "samples_library_during_sync", float64(len(probedSync.samples)), "count")
+	res.add("bulk-10k-x10", "services_per_s_sync_during_probes", float64(bulkN)/median(syncWalls).Seconds(), "services/s")
+
 	// Bulk again with one Upsert call per service, the latency probes
 	// running alongside; the memory, restore and step figures come from
 	// this engine.
