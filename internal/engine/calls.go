@@ -349,15 +349,14 @@ func (c *Core) sync(m *messages.Sync) {
 	if lane != nil && c.throttled() && len(m.Desired) > intakeChunk {
 		// Single calls are about: the upserts are taken in a chunk at a
 		// time (intake.go), the deletes after them.
-		c.intake = append(c.intake, &intakeCall{svcs: m.Desired, w: w, lane: lane, then: deletes, abort: func(err error) {
+		c.takeInUpserts(m.Desired, w, lane, nil, deletes, func(err error) {
 			for _, fe := range stale {
 				c.deleted(w, 0, messages.DeleteReply{Err: fmt.Errorf("delete service %s: %w", fe, err)})
 			}
 			for range revs {
 				c.revNATDone(w, err)
 			}
-		}})
-		c.takeIn()
+		})
 		return
 	}
 	c.startUpserts(m.Desired, 0, w, lane, nil) // validated above
@@ -399,8 +398,7 @@ func (c *Core) upsertBatch(m *messages.UpsertBatch) {
 	if lane != nil && c.throttled() && len(m.Services) > intakeChunk {
 		// Single calls are about: the call is taken in a chunk at a
 		// time (intake.go), so that they do not wait behind all of it.
-		c.intake = append(c.intake, &intakeCall{svcs: m.Services, w: w, lane: lane, valid: valid})
-		c.takeIn()
+		c.takeInUpserts(m.Services, w, lane, valid, nil, nil)
 		return
 	}
 	c.startUpserts(m.Services, 0, w, lane, valid)
@@ -486,7 +484,8 @@ func (c *Core) startUpserts(svcs []*lb.Service, base int, w *waiter, lane *bulkL
 // deleteBatch deletes the services of the frontends in runs of distinct
 // frontends, each one op (a repeated frontend starts the next run, which
 // queues behind the first on that frontend, so the order holds), in the
-// call's bulk lane.
+// call's bulk lane: in this one Step, or, while single calls are about, a
+// chunk per Step (intake.go).
 func (c *Core) deleteBatch(m *messages.DeleteBatch) {
 	w := newWaiter(m, waitDeleteBatch, len(m.Frontends))
 	c.answerIfDone(w)
@@ -494,11 +493,32 @@ func (c *Core) deleteBatch(m *messages.DeleteBatch) {
 	if lane == nil {
 		c.interactive()
 	}
-	for start := 0; start < len(m.Frontends); {
+	if lane != nil && c.throttled() && len(m.Frontends) > intakeChunk {
+		// Single calls are about: the call is taken in a chunk at a
+		// time (intake.go), so that they do not wait behind all of it.
+		c.intake = append(c.intake, &intakeCall{
+			n:    len(m.Frontends),
+			take: func(from, to int) { c.startDeletes(m, from, to, w, lane) },
+			abort: func(from int, err error) {
+				for i := from; i < len(m.Frontends); i++ {
+					c.deleted(w, i, messages.DeleteReply{Err: fmt.Errorf("delete service %s: %w", m.Frontends[i], err)})
+				}
+			},
+		})
+		c.takeIn()
+		return
+	}
+	c.startDeletes(m, 0, len(m.Frontends), w, lane)
+}
+
+// startDeletes starts the deletes of frontends [from, to) of m for w, in
+// lane: runs of distinct frontends, each one op.
+func (c *Core) startDeletes(m *messages.DeleteBatch, from, to int, w *waiter, lane *bulkLane) {
+	for start := from; start < to; {
 		seen := map[lb.L3n4Addr]bool{}
 		var items []deleteItem
 		end := start
-		for end < len(m.Frontends) && !seen[m.Frontends[end]] {
+		for end < to && !seen[m.Frontends[end]] {
 			seen[m.Frontends[end]] = true
 			items = append(items, deleteItem{fe: m.Frontends[end], as: m.As, to: w, slot: end})
 			end++

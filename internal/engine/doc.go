@@ -60,11 +60,12 @@
 // A chunk is an op: it fails and rolls back alone.
 //
 // The supervisor's own work is bounded too (intake.go): while the lane is
-// throttled, a large UpsertBatch or Sync is taken in 16 services per Step
-// (TakeIn steps the rest; a Sync's deletes start after its last chunk),
-// so a single call waits behind one such chunk of validation and
-// queueing, not behind a whole call's. A Sync takes in the calls still
-// being taken in before it finds what is stale.
+// throttled, a large UpsertBatch, Sync or DeleteBatch is taken in 16
+// services (or frontends) per Step (TakeIn steps the rest; a Sync's
+// deletes start after its last chunk), so a single call waits behind one
+// such chunk of validation and queueing, not behind a whole call's. A
+// Sync takes in the calls still being taken in before it finds what is
+// stale.
 //
 // # Lifecycle
 //

@@ -7,10 +7,10 @@ import (
 	"github.com/actorlb/actorlb/messages"
 )
 
-// Intake: a large UpsertBatch or Sync that comes while single-service
-// calls are about (the bulk lane is throttled) is taken in intakeChunk
-// services at a time: each chunk is validated, cut into runs and put in
-// its queues in one Step, the next one in a later Step (TakeIn, which the
+// Intake: a large UpsertBatch, Sync or DeleteBatch that comes while
+// single-service calls are about (the bulk lane is throttled) is taken in
+// intakeChunk services (frontends, for a DeleteBatch) at a time: each
+// chunk is validated, cut into runs and put in its queues in one Step, the next one in a later Step (TakeIn, which the
 // actor steps when HasIntake reports work, after the messages that came
 // meanwhile). So a single call waits behind one chunk of the supervisor's
 // own work, not behind a whole call's: validating a hundred services and
@@ -34,18 +34,18 @@ import (
 // intakeChunk is the number of services of a call taken in per Step.
 const intakeChunk = 16
 
-// intakeCall is a call being taken in: svcs[next:] are still to go.
+// intakeCall is a call being taken in: its items [next, n) are still to
+// go (services of an UpsertBatch or Sync, frontends of a DeleteBatch).
 type intakeCall struct {
-	svcs  []*lb.Service
-	next  int
-	w     *waiter
-	lane  *bulkLane
-	valid func(int, *lb.Service) bool // nil: checked when the call came (a Sync)
-	// then starts what follows the last chunk (a Sync's deletes); abort
-	// answers it with an error instead, when the core stops first. Both
-	// nil for an UpsertBatch.
-	then  func()
-	abort func(error)
+	n, next int
+	// take takes in items [from, to), in order.
+	take func(from, to int)
+	// then starts what follows the last chunk (a Sync's deletes; nil:
+	// nothing).
+	then func()
+	// abort answers items [from, n), and what would have followed them,
+	// with err: the core stops first.
+	abort func(from int, err error)
 }
 
 // TakeIn tells the core to take in the next chunk of the calls it is
@@ -62,10 +62,10 @@ func (c *Core) takeIn() {
 		return
 	}
 	ic := c.intake[0]
-	end := min(ic.next+intakeChunk, len(ic.svcs))
-	c.startUpserts(ic.svcs[ic.next:end], ic.next, ic.w, ic.lane, ic.valid)
+	end := min(ic.next+intakeChunk, ic.n)
+	ic.take(ic.next, end)
 	ic.next = end
-	if ic.next == len(ic.svcs) {
+	if ic.next == ic.n {
 		c.intake[0] = nil
 		c.intake = c.intake[1:]
 		if len(c.intake) == 0 {
@@ -84,17 +84,34 @@ func (c *Core) drainIntake() {
 	}
 }
 
-// abortIntake answers the services not yet taken in with err, in the
-// words upsertPlan.answer gives those aborted in their queues, and what
+// abortIntake answers the items not yet taken in with err, and what
 // would have followed them (a Sync's deletes).
 func (c *Core) abortIntake(err error) {
 	for _, ic := range c.intake {
-		for i := ic.next; i < len(ic.svcs); i++ {
-			c.upserted(ic.w, i, messages.UpsertReply{Err: fmt.Errorf("upsert service %s: %w", ic.svcs[i].Frontend.L3n4Addr, err)})
-		}
-		if ic.abort != nil {
-			ic.abort(err)
-		}
+		ic.abort(ic.next, err)
 	}
 	c.intake = nil
+}
+
+// takeInUpserts queues the intake of the upserts of svcs for w in lane
+// (valid as for startUpserts), then (nil: nothing) after the last chunk,
+// and takes in the first chunk. Services not taken in when the core
+// stops are answered in the words upsertPlan.answer gives those aborted
+// in their queues; abortThen (nil: nothing) answers what then would have
+// started.
+func (c *Core) takeInUpserts(svcs []*lb.Service, w *waiter, lane *bulkLane, valid func(int, *lb.Service) bool, then func(), abortThen func(error)) {
+	c.intake = append(c.intake, &intakeCall{
+		n:    len(svcs),
+		take: func(from, to int) { c.startUpserts(svcs[from:to], from, w, lane, valid) },
+		then: then,
+		abort: func(from int, err error) {
+			for i := from; i < len(svcs); i++ {
+				c.upserted(w, i, messages.UpsertReply{Err: fmt.Errorf("upsert service %s: %w", svcs[i].Frontend.L3n4Addr, err)})
+			}
+			if abortThen != nil {
+				abortThen(err)
+			}
+		},
+	})
+	c.takeIn()
 }

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"errors"
+	"fmt"
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/messages"
 	"strings"
@@ -132,4 +133,49 @@ func TestScriptStopAnswersASyncBeingTakenInOnce(t *testing.T) {
 	require.Len(t, h.answered, 1, "the sync is answered once")
 	require.Equal(t, intakeChunk+4+1, strings.Count(h.answered[0], "engine gone"), h.answered[0])
 	require.Contains(t, h.answered[0], "delete service 10.96.9.1:80/TCP: engine gone")
+}
+
+// deleteBatchOf returns a DeleteBatch of frontends 10.96.<net>.i:80, for
+// i in 1..n.
+func deleteBatchOf(t *testing.T, net, n int) *messages.DeleteBatch {
+	t.Helper()
+	m := &messages.DeleteBatch{Reply: make(chan messages.DeleteBatchReply, 1)}
+	for i := 1; i <= n; i++ {
+		m.Frontends = append(m.Frontends, svc(t, fmt.Sprintf("10.96.%d.%d:80", net, i)).Frontend.L3n4Addr)
+	}
+	return m
+}
+
+// While single calls are about, a large DeleteBatch is taken in like a
+// large UpsertBatch, a chunk of its frontends per Step. (Its frontends
+// have no service: each delete is answered as soon as it is taken in.)
+func TestScriptLargeDeleteBatchIsTakenInAChunkPerStepWhileSingleCallsAreAbout(t *testing.T) {
+	h := newHarness(t, bulkChunks)
+	create(t, h, svc(t, "10.96.9.1:80", "10.0.9.1:8080"), 1, 1) // throttled
+	h.answered = nil
+	h.call(deleteBatchOf(t, 1, intakeChunk+4))
+	require.True(t, h.c.HasIntake())
+	require.Equal(t, intakeChunk, h.c.intake[0].next, "the first chunk is taken in")
+	require.Empty(t, h.answered, "the rest is not")
+	h.step(TakeIn{})
+	require.False(t, h.c.HasIntake())
+	require.Len(t, h.answered, 1)
+	require.Equal(t, intakeChunk+4, strings.Count(h.answered[0], "service not found"), h.answered[0])
+}
+
+// A core that stops while a DeleteBatch is being taken in answers it
+// once, with a result for each frontend: those taken in have theirs (no
+// service here), those not taken in the Stop's error.
+func TestScriptStopAnswersADeleteBatchBeingTakenInOnce(t *testing.T) {
+	h := newHarness(t, bulkChunks)
+	create(t, h, svc(t, "10.96.9.1:80", "10.0.9.1:8080"), 1, 1)
+	h.call(deleteBatchOf(t, 1, intakeChunk+4))
+	require.True(t, h.c.HasIntake())
+	h.step(Stop{Err: errors.New("engine gone")})
+	require.False(t, h.c.HasIntake())
+	require.Len(t, h.answered, 1, "the batch is answered once")
+	require.Equal(t, intakeChunk+4, strings.Count(h.answered[0], "delete service "), h.answered[0])
+	require.Equal(t, intakeChunk, strings.Count(h.answered[0], "service not found"), h.answered[0])
+	require.Equal(t, 4, strings.Count(h.answered[0], "engine gone"), h.answered[0])
+	require.Contains(t, h.answered[0], "delete service 10.96.1.20:80/TCP: engine gone")
 }
