@@ -266,37 +266,16 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 	// with probers probes on their own frontends and backends, all the
 	// time the batches run; their samples are pooled (a p99 of a few
 	// hundred samples, not of the ~20 one probe takes in one round).
-	var during, probedWalls []time.Duration
-	for round := range probedRounds {
-		dir := fmt.Sprintf("%s/bulk-probed-%d", root, round)
-		e, err := actorlb.New(ctx, engineConfig(dir, sizes, log))
-		if err != nil {
-			return err
-		}
-		lat := startLatencyProbes(e, probers)
-		start := time.Now()
-		err = forAll(chunk(bulk, bulkBatch), callers, func(c []*lb.Service) error {
+	during, probedWalls, err := probedRuns(ctx, root+"/bulk-probed", sizes, log, 0, func(e *actorlb.Engine) error {
+		return forAll(chunk(bulk, bulkBatch), callers, func(c []*lb.Service) error {
 			rs, err := e.UpsertBatch(ctx, c)
 			return firstErr(rs, err, func(r actorlb.UpsertResult) error { return r.Err })
 		})
-		probedWalls = append(probedWalls, time.Since(start))
-		during = append(during, lat.stop().samples...)
-		if cerr := e.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return err
-		}
-		if err := maps.Remove(dir); err != nil {
-			return err
-		}
+	})
+	if err != nil {
+		return err
 	}
-	slices.Sort(during)
-	probed := &latencyProbe{samples: during}
-	res.add("upsert-latency", "p50_us_library_during_batches", probed.p(50), "us")
-	res.add("upsert-latency", "p99_us_library_during_batches", probed.p(99), "us")
-	res.add("upsert-latency", "max_us_library_during_batches", probed.p(100), "us")
-	res.add("upsert-latency", "samples_library_during_batches", float64(len(probed.samples)), "count")
+	addProbed(res, "during_batches", during)
 	// What the probes cost the batches: they run in chunks while single
 	// calls are about.
 	res.add("bulk-10k-x10", "services_per_s_during_probes", float64(bulkN)/median(probedWalls).Seconds(), "services/s")
@@ -310,35 +289,15 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 		k8sBulk[i] = s.DeepCopy()
 		k8sBulk[i].Source = lb.SourceKubernetes
 	}
-	var duringSync, syncWalls []time.Duration
-	for round := range probedRounds {
-		dir := fmt.Sprintf("%s/sync-probed-%d", root, round)
-		e, err := actorlb.New(ctx, engineConfig(dir, sizes, log))
-		if err != nil {
-			return err
-		}
-		lat := startLatencyProbes(e, probers)
-		time.Sleep(5 * time.Millisecond) // the probes are about when the sync comes
-		start := time.Now()
-		_, err = e.SyncSource(ctx, lb.SourceKubernetes, k8sBulk)
-		syncWalls = append(syncWalls, time.Since(start))
-		duringSync = append(duringSync, lat.stop().samples...)
-		if cerr := e.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return err
-		}
-		if err := maps.Remove(dir); err != nil {
-			return err
-		}
+	// The probes start first: the sync comes while single calls are about.
+	duringSync, syncWalls, err := probedRuns(ctx, root+"/sync-probed", sizes, log, 5*time.Millisecond, func(e *actorlb.Engine) error {
+		_, err := e.SyncSource(ctx, lb.SourceKubernetes, k8sBulk)
+		return err
+	})
+	if err != nil {
+		return err
 	}
-	slices.Sort(duringSync)
-	probedSync := &latencyProbe{samples: duringSync}
-	res.add("upsert-latency", "p50_us_library_during_sync", probedSync.p(50), "us")
-	res.add("upsert-latency", "p99_us_library_during_sync", probedSync.p(99), "us")
-	res.add("upsert-latency", "max_us_library_during_sync", probedSync.p(100), "us")
-	res.add("upsert-latency", "samples_library_during_sync", float64(len(probedSync.samples)), "count")
+	addProbed(res, "during_sync", duringSync)
 	res.add("bulk-10k-x10", "services_per_s_sync_during_probes", float64(bulkN)/median(syncWalls).Seconds(), "services/s")
 
 	// Bulk again with one Upsert call per service, the latency probes
@@ -1212,4 +1171,46 @@ func startRESTProbe(c *api.Client) *latencyProbe {
 		}
 	}()
 	return p
+}
+
+// probedRuns runs work probedRounds times, each on a fresh engine with
+// maps under dir-<round>, with probers latency probes running from lead
+// before work starts until it returns. It returns the probes' samples,
+// pooled and sorted, and work's wall time in each round.
+func probedRuns(ctx context.Context, dir string, sizes maps.Sizes, log *logrus.Logger, lead time.Duration, work func(*actorlb.Engine) error) (samples, walls []time.Duration, err error) {
+	for round := range probedRounds {
+		d := fmt.Sprintf("%s-%d", dir, round)
+		e, err := actorlb.New(ctx, engineConfig(d, sizes, log))
+		if err != nil {
+			return nil, nil, err
+		}
+		lat := startLatencyProbes(e, probers)
+		time.Sleep(lead)
+		start := time.Now()
+		err = work(e)
+		walls = append(walls, time.Since(start))
+		samples = append(samples, lat.stop().samples...)
+		if cerr := e.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := maps.Remove(d); err != nil {
+			return nil, nil, err
+		}
+	}
+	slices.Sort(samples)
+	return samples, walls, nil
+}
+
+// addProbed adds the upsert-latency rows of the samples of probedRuns:
+// p50, p99 and max in microseconds, and their count, named
+// <quantity>_us_library_<suffix> and samples_library_<suffix>.
+func addProbed(res *results, suffix string, samples []time.Duration) {
+	p := &latencyProbe{samples: samples}
+	res.add("upsert-latency", "p50_us_library_"+suffix, p.p(50), "us")
+	res.add("upsert-latency", "p99_us_library_"+suffix, p.p(99), "us")
+	res.add("upsert-latency", "max_us_library_"+suffix, p.p(100), "us")
+	res.add("upsert-latency", "samples_library_"+suffix, float64(len(samples)), "count")
 }
