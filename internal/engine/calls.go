@@ -498,6 +498,7 @@ func (c *Core) deleteBatch(m *messages.DeleteBatch) {
 		// time (intake.go), so that they do not wait behind all of it.
 		c.intake = append(c.intake, &intakeCall{
 			n:    len(m.Frontends),
+			lane: lane,
 			take: func(from, to int) { c.startDeletes(m, from, to, w, lane) },
 			abort: func(from int, err error) {
 				for i := from; i < len(m.Frontends); i++ {
@@ -505,7 +506,7 @@ func (c *Core) deleteBatch(m *messages.DeleteBatch) {
 				}
 			},
 		})
-		c.takeIn()
+		c.takeInFrom(len(c.intake) - 1)
 		return
 	}
 	c.startDeletes(m, 0, len(m.Frontends), w, lane)

@@ -76,9 +76,9 @@
 //
 //  1. Step one input at a time: Start, Stop, a messages.Call, a
 //     messages.Reply or *messages.Replies, ChildFailed, ChildStopped,
-//     TakeIn. While HasIntake reports calls being taken in, step TakeIn
-//     after the inputs that came meanwhile (the actor sends itself a
-//     message for it, as it does for Ready).
+//     TakeIn. When HasIntake reports a chunk due (checked after every
+//     Step), step TakeIn after the inputs that came meanwhile (the actor
+//     sends itself a message for it, as it does for Ready).
 //  2. After each Step, deliver every Answer from Answers at once
 //     (Call.Answer), before the next Step, which reuses their array.
 //  3. When HasReady reports requests, call Ready, possibly after several

@@ -11,6 +11,10 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// wideLane admits a whole chunk of the intake at once (one in flight
+// and room for another), so that the next chunk is due at once.
+func wideLane(c *Config) { c.BulkChunk, c.BulkInFlight = intakeChunk, 2 }
+
 // queuedFrontends counts the frontends of net 10.96.<net>.* in the core's
 // queues (batchOf's services taken in).
 func queuedFrontends(h *harness, net byte) int {
@@ -28,16 +32,17 @@ func queuedFrontends(h *harness, net byte) int {
 // actor steps after the messages that came meanwhile. A single Upsert
 // stepped in between goes out at once.
 func TestScriptLargeBatchIsTakenInAChunkPerStepWhileSingleCallsAreAbout(t *testing.T) {
-	h := newHarness(t, bulkChunks)
+	h := newHarness(t, wideLane)
 	create(t, h, svc(t, "10.96.9.1:80", "10.0.9.1:8080"), 1, 1) // a single call: throttled
 	h.call(batchOf(t, 1, intakeChunk+4))
-	require.True(t, h.c.HasIntake())
+	require.NotEmpty(t, h.c.intake)
 	require.Equal(t, intakeChunk, queuedFrontends(h, 1))
-	h.expect(acquireLine(1, 1), acquireLine(1, 2)) // the lane's first chunk
+	require.True(t, h.c.HasIntake(), "the chunk is admitted whole: the next one is due")
+	h.expectAny() // the chunk's requests
 	h.call(upsert(svc(t, "10.96.9.2:80", "10.0.9.2:8080")))
 	h.expect("alloc: acquire service 10.96.9.2:80/TCP backends [10.0.9.2:8080/TCP]")
 	h.step(TakeIn{})
-	require.False(t, h.c.HasIntake())
+	require.Empty(t, h.c.intake)
 	require.Equal(t, intakeChunk+4, queuedFrontends(h, 1))
 	h.step(TakeIn{}) // a stale TakeIn does nothing
 	require.Equal(t, intakeChunk+4, queuedFrontends(h, 1))
@@ -47,7 +52,7 @@ func TestScriptLargeBatchIsTakenInAChunkPerStepWhileSingleCallsAreAbout(t *testi
 func TestScriptLargeBatchIsTakenInWholeWithNoSingleCallAbout(t *testing.T) {
 	h := newHarness(t)
 	h.call(batchOf(t, 1, intakeChunk+4))
-	require.False(t, h.c.HasIntake())
+	require.Empty(t, h.c.intake)
 	require.Equal(t, intakeChunk+4, queuedFrontends(h, 1))
 }
 
@@ -58,10 +63,10 @@ func TestScriptStopAnswersTheServicesNotYetTakenIn(t *testing.T) {
 	create(t, h, svc(t, "10.96.9.1:80", "10.0.9.1:8080"), 1, 1)
 	m := batchOf(t, 1, intakeChunk+4)
 	h.call(m)
-	require.True(t, h.c.HasIntake())
+	require.NotEmpty(t, h.c.intake)
 	errGone := errors.New("engine gone")
 	h.step(Stop{Err: errGone})
-	require.False(t, h.c.HasIntake())
+	require.Empty(t, h.c.intake)
 	require.Len(t, h.answered, 1, "the batch is answered once")
 	require.Equal(t, intakeChunk+4, strings.Count(h.answered[0], "engine gone"), h.answered[0])
 }
@@ -92,15 +97,15 @@ func queuedDeletes(h *harness, net byte) int {
 // batch, a chunk of its services per Step; the deletes of the frontends
 // it finds stale when it comes start after its last chunk.
 func TestScriptLargeSyncIsTakenInAChunkPerStepAndDeletesWhatIsStaleAfterIt(t *testing.T) {
-	h := newHarness(t, bulkChunks)
+	h := newHarness(t, wideLane)
 	create(t, h, svc(t, "10.96.9.1:80", "10.0.9.1:8080"), 1, 1) // a single call: throttled; stale for the sync
 	h.call(syncOf(batchOf(t, 1, intakeChunk+4)))
-	require.True(t, h.c.HasIntake())
+	require.NotEmpty(t, h.c.intake)
 	require.Equal(t, intakeChunk, queuedFrontends(h, 1))
 	require.Zero(t, queuedDeletes(h, 9), "the stale frontend waits for the last chunk")
-	h.expect(acquireLine(1, 1), acquireLine(1, 2)) // the lane's first chunk
+	require.True(t, h.c.HasIntake())
 	h.step(TakeIn{})
-	require.False(t, h.c.HasIntake())
+	require.Empty(t, h.c.intake)
 	require.Equal(t, intakeChunk+4, queuedFrontends(h, 1))
 	require.Equal(t, 1, queuedDeletes(h, 9))
 }
@@ -113,9 +118,9 @@ func TestScriptSyncTakesInTheCallsBeforeItFirst(t *testing.T) {
 	h := newHarness(t, bulkChunks)
 	create(t, h, svc(t, "10.96.9.1:80", "10.0.9.1:8080"), 1, 1) // throttled
 	h.call(batchOf(t, 1, intakeChunk+4))
-	require.True(t, h.c.HasIntake())
+	require.NotEmpty(t, h.c.intake)
 	h.call(syncOf(batchOf(t, 2, 1)))
-	require.False(t, h.c.HasIntake())
+	require.Empty(t, h.c.intake)
 	require.Equal(t, intakeChunk+4, queuedFrontends(h, 1))
 	require.Equal(t, intakeChunk+4, queuedDeletes(h, 1), "every service of the batch is stale")
 	require.Equal(t, 1, queuedDeletes(h, 9))
@@ -127,9 +132,9 @@ func TestScriptStopAnswersASyncBeingTakenInOnce(t *testing.T) {
 	h := newHarness(t, bulkChunks)
 	create(t, h, svc(t, "10.96.9.1:80", "10.0.9.1:8080"), 1, 1)
 	h.call(syncOf(batchOf(t, 1, intakeChunk+4)))
-	require.True(t, h.c.HasIntake())
+	require.NotEmpty(t, h.c.intake)
 	h.step(Stop{Err: errors.New("engine gone")})
-	require.False(t, h.c.HasIntake())
+	require.Empty(t, h.c.intake)
 	require.Len(t, h.answered, 1, "the sync is answered once")
 	require.Equal(t, intakeChunk+4+1, strings.Count(h.answered[0], "engine gone"), h.answered[0])
 	require.Contains(t, h.answered[0], "delete service 10.96.9.1:80/TCP: engine gone")
@@ -154,11 +159,11 @@ func TestScriptLargeDeleteBatchIsTakenInAChunkPerStepWhileSingleCallsAreAbout(t 
 	create(t, h, svc(t, "10.96.9.1:80", "10.0.9.1:8080"), 1, 1) // throttled
 	h.answered = nil
 	h.call(deleteBatchOf(t, 1, intakeChunk+4))
-	require.True(t, h.c.HasIntake())
+	require.NotEmpty(t, h.c.intake)
 	require.Equal(t, intakeChunk, h.c.intake[0].next, "the first chunk is taken in")
 	require.Empty(t, h.answered, "the rest is not")
 	h.step(TakeIn{})
-	require.False(t, h.c.HasIntake())
+	require.Empty(t, h.c.intake)
 	require.Len(t, h.answered, 1)
 	require.Equal(t, intakeChunk+4, strings.Count(h.answered[0], "service not found"), h.answered[0])
 }
@@ -170,12 +175,89 @@ func TestScriptStopAnswersADeleteBatchBeingTakenInOnce(t *testing.T) {
 	h := newHarness(t, bulkChunks)
 	create(t, h, svc(t, "10.96.9.1:80", "10.0.9.1:8080"), 1, 1)
 	h.call(deleteBatchOf(t, 1, intakeChunk+4))
-	require.True(t, h.c.HasIntake())
+	require.NotEmpty(t, h.c.intake)
 	h.step(Stop{Err: errors.New("engine gone")})
-	require.False(t, h.c.HasIntake())
+	require.Empty(t, h.c.intake)
 	require.Len(t, h.answered, 1, "the batch is answered once")
 	require.Equal(t, intakeChunk+4, strings.Count(h.answered[0], "delete service "), h.answered[0])
 	require.Equal(t, intakeChunk, strings.Count(h.answered[0], "service not found"), h.answered[0])
 	require.Equal(t, 4, strings.Count(h.answered[0], "engine gone"), h.answered[0])
 	require.Contains(t, h.answered[0], "delete service 10.96.1.20:80/TCP: engine gone")
+}
+
+// The intake keeps just ahead of admission: the next chunk of a call is
+// ready to take in (HasIntake) only when its lane has nothing left
+// waiting for admission, so the supervisor spreads a large call's work
+// over the time its chunks take to run instead of doing it all first.
+func TestScriptIntakeWaitsForItsLaneToBeAdmitted(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.BulkChunk, c.BulkInFlight = 8, 1 })
+	create(t, h, svc(t, "10.96.9.1:80", "10.0.9.1:8080"), 1, 1) // throttled
+	h.call(batchOf(t, 1, intakeChunk+4))
+	require.NotEmpty(t, h.c.intake)
+	require.False(t, h.c.HasIntake(), "half the first chunk waits for admission")
+	runAll(t, h, 100) // the chunk's two halves run in turn
+	require.True(t, h.c.HasIntake(), "nothing of the call waits: the next chunk is due")
+	h.step(TakeIn{})
+	require.Empty(t, h.c.intake)
+}
+
+// runAll sends and answers every request until the core sends none: an
+// acquire gets fresh IDs counted from first, anything else succeeds.
+func runAll(t *testing.T, h *harness, first int) {
+	t.Helper()
+	next := first
+	for range 100 {
+		h.expectAny()
+		if len(h.sentAll()) == 0 {
+			return
+		}
+		for child, q := range h.sent {
+			for _, r := range q {
+				if a, ok := r.(*messages.AllocAcquire); ok {
+					ids := make([]lb.BackendID, len(a.Backends))
+					for i := range ids {
+						ids[i] = lb.BackendID(next + i)
+					}
+					h.reply(child, acquired(lb.ServiceID(next), ids...))
+					next += len(ids) + 1
+					continue
+				}
+				h.reply(child, ok())
+			}
+		}
+	}
+	t.Fatal("the core kept sending")
+}
+
+// expectAny flushes the outbox like expect, whatever it holds.
+func (h *harness) expectAny() {
+	for _, out := range h.c.Ready().Requests {
+		messages.EachRequest(out.Msg, func(m any) { h.sent[out.Child] = append(h.sent[out.Child], m.(messages.Request)) })
+	}
+	h.c.Advance()
+}
+
+// sentAll is every request sent and not yet answered.
+func (h *harness) sentAll() []messages.Request {
+	var all []messages.Request
+	for _, q := range h.sent {
+		all = append(all, q...)
+	}
+	return all
+}
+
+// Each call being taken in keeps its own pace: a batch that comes while
+// a large one waits for admission is taken in at once, not behind the
+// rest of the first, and its chunks are admitted in turn with the first
+// one's.
+func TestScriptIntakeOfOneCallDoesNotWaitForAnother(t *testing.T) {
+	h := newHarness(t, bulkChunks)
+	create(t, h, svc(t, "10.96.9.1:80", "10.0.9.1:8080"), 1, 1) // throttled
+	h.call(batchOf(t, 1, intakeChunk+4))
+	require.False(t, h.c.HasIntake(), "the first call's chunk waits for admission")
+	h.call(batchOf(t, 2, intakeChunk+1))
+	require.Len(t, h.c.intake, 2)
+	require.Equal(t, intakeChunk, queuedFrontends(h, 1))
+	require.Equal(t, intakeChunk, queuedFrontends(h, 2), "the second call's first chunk is taken in at once")
+	require.False(t, h.c.HasIntake())
 }
