@@ -3,11 +3,11 @@ package engine
 import (
 	"errors"
 	"fmt"
-	lb "github.com/actorlb/actorlb/loadbalancer"
-	"github.com/actorlb/actorlb/messages"
 	"strings"
 	"testing"
 
+	lb "github.com/actorlb/actorlb/loadbalancer"
+	"github.com/actorlb/actorlb/messages"
 	"github.com/stretchr/testify/require"
 )
 
