@@ -35,6 +35,8 @@ type harness struct {
 	maglevLog []string
 	// clock is the core's clock: each reading adds a microsecond.
 	clock time.Time
+	// freshID is the next ID flushAnswering gives an acquire (0: 1000).
+	freshID int
 }
 
 // newHarness returns a core restored from empty maps, serving.

@@ -195,55 +195,10 @@ func TestScriptIntakeWaitsForItsLaneToBeAdmitted(t *testing.T) {
 	h.call(batchOf(t, 1, intakeChunk+4))
 	require.NotEmpty(t, h.c.intake)
 	require.False(t, h.c.HasIntake(), "half the first chunk waits for admission")
-	runAll(t, h, 100) // the chunk's two halves run in turn
+	h.flushAnswering(t) // the chunk's two halves run in turn
 	require.True(t, h.c.HasIntake(), "nothing of the call waits: the next chunk is due")
 	h.step(TakeIn{})
 	require.Empty(t, h.c.intake)
-}
-
-// runAll sends and answers every request until the core sends none: an
-// acquire gets fresh IDs counted from first, anything else succeeds.
-func runAll(t *testing.T, h *harness, first int) {
-	t.Helper()
-	next := first
-	for range 100 {
-		h.expectAny()
-		if len(h.sentAll()) == 0 {
-			return
-		}
-		for child, q := range h.sent {
-			for _, r := range q {
-				if a, ok := r.(*messages.AllocAcquire); ok {
-					ids := make([]lb.BackendID, len(a.Backends))
-					for i := range ids {
-						ids[i] = lb.BackendID(next + i)
-					}
-					h.reply(child, acquired(lb.ServiceID(next), ids...))
-					next += len(ids) + 1
-					continue
-				}
-				h.reply(child, ok())
-			}
-		}
-	}
-	t.Fatal("the core kept sending")
-}
-
-// expectAny flushes the outbox like expect, whatever it holds.
-func (h *harness) expectAny() {
-	for _, out := range h.c.Ready().Requests {
-		messages.EachRequest(out.Msg, func(m any) { h.sent[out.Child] = append(h.sent[out.Child], m.(messages.Request)) })
-	}
-	h.c.Advance()
-}
-
-// sentAll is every request sent and not yet answered.
-func (h *harness) sentAll() []messages.Request {
-	var all []messages.Request
-	for _, q := range h.sent {
-		all = append(all, q...)
-	}
-	return all
 }
 
 // Each call being taken in keeps its own pace: a batch that comes while

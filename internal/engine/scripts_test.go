@@ -134,28 +134,48 @@ func create(t *testing.T, h *harness, s *lb.Service, sid lb.ServiceID, beID lb.B
 }
 
 // flushAnswering answers every request with success until the core sends
-// nothing more.
+// nothing more: an acquire gets fresh IDs (from 1000 up, clear of the IDs
+// the scripts give by hand), anything else ok.
 func (h *harness) flushAnswering(t *testing.T) {
 	t.Helper()
 	for range 100 {
-		var n int
-		for _, out := range h.c.Ready().Requests {
-			messages.EachRequest(out.Msg, func(m any) {
-				h.sent[out.Child] = append(h.sent[out.Child], m.(messages.Request))
-				n++
-			})
-		}
-		h.c.Advance()
-		if n == 0 {
+		if h.expectAny() == 0 {
 			return
 		}
 		for child, q := range h.sent {
-			for range q {
-				h.reply(child, ok())
+			for _, r := range q {
+				a, isAcquire := r.(*messages.AllocAcquire)
+				if !isAcquire {
+					h.reply(child, ok())
+					continue
+				}
+				if h.freshID == 0 {
+					h.freshID = 1000
+				}
+				ids := make([]lb.BackendID, len(a.Backends))
+				for i := range ids {
+					ids[i] = lb.BackendID(h.freshID + i)
+				}
+				h.reply(child, acquired(lb.ServiceID(h.freshID), ids...))
+				h.freshID += len(ids) + 1
 			}
 		}
 	}
 	t.Fatal("the core kept sending")
+}
+
+// expectAny flushes the outbox like expect, whatever it holds, and
+// returns the number of requests sent.
+func (h *harness) expectAny() int {
+	n := 0
+	for _, out := range h.c.Ready().Requests {
+		messages.EachRequest(out.Msg, func(m any) {
+			h.sent[out.Child] = append(h.sent[out.Child], m.(messages.Request))
+			n++
+		})
+	}
+	h.c.Advance()
+	return n
 }
 
 // The allocator fails on the release of a backend the update removed:
