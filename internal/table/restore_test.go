@@ -1,6 +1,7 @@
 package table
 
 import (
+	"cmp"
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
@@ -1597,4 +1598,14 @@ func TestLoaderInPartsEqualsRebuild(t *testing.T) {
 			require.Equal(t, want, l.Rebuild(d))
 		})
 	}
+}
+
+// sortedKeys returns the keys of m in order.
+func sortedKeys[K cmp.Ordered, V any](m map[K]V) []K {
+	ks := make([]K, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
 }

@@ -254,24 +254,44 @@ func (rb *rebuild) remove(fs *famState, g *group, kind RepairKind, detail string
 // dedupeServiceIDs applies rule 3 over both families (one ID space): of
 // the frontends left by rules 1 and 2 that share a service ID, one is kept,
 // preferring those whose revNAT entry matches, and the others removed.
+// Most IDs have one frontend: a first pass counts them in an array over
+// the 16-bit ID space, and only the IDs with two or more are gathered,
+// in ID order.
 func (rb *rebuild) dedupeServiceIDs() {
 	type cand struct {
 		fs *famState
 		g  *group
 	}
-	byID := make(map[uint16][]cand)
+	seen := make([]uint8, 1<<16) // kept frontends by ID: 0, 1, or 2 for two or more
+	var dups []uint16
 	for _, fs := range rb.fam {
 		for _, g := range fs.groups {
-			if g.state == groupKept {
+			if g.state != groupKept {
+				continue
+			}
+			switch id := g.id(); seen[id] {
+			case 0:
+				seen[id] = 1
+			case 1:
+				seen[id] = 2
+				dups = append(dups, id)
+			}
+		}
+	}
+	if len(dups) == 0 {
+		return
+	}
+	byID := make(map[uint16][]cand, len(dups))
+	for _, fs := range rb.fam {
+		for _, g := range fs.groups {
+			if g.state == groupKept && seen[g.id()] == 2 {
 				byID[g.id()] = append(byID[g.id()], cand{fs, g})
 			}
 		}
 	}
-	for _, id := range sortedKeys(byID) {
+	slices.Sort(dups)
+	for _, id := range dups {
 		cs := byID[id]
-		if len(cs) < 2 {
-			continue
-		}
 		var matching []cand
 		for _, c := range cs {
 			if v, ok := c.fs.revnat[id]; ok && v == revNATValue(c.g.fe) {
@@ -798,14 +818,14 @@ func (rb *rebuild) deleteOrphanBackends() {
 // entry in its family's map and none in the other's; every other entry is
 // deleted.
 func (rb *rebuild) reconcileRevNAT() {
-	kept := make(map[uint16]*famState) // service ID -> family of the kept service
+	kept := make([]bool, 1<<16) // by service ID: a kept service has it
 	for _, fs := range rb.fam {
 		for _, g := range fs.groups {
 			if g.svc == nil {
 				continue
 			}
 			id := g.id()
-			kept[id] = fs
+			kept[id] = true
 			want := RevNAT(g.svc)
 			v, ok := fs.revnat[id]
 			switch {
@@ -827,7 +847,7 @@ func (rb *rebuild) reconcileRevNAT() {
 	}
 	for _, fs := range rb.fam {
 		for _, id := range fs.revIDs {
-			if kept[id] != nil {
+			if kept[id] {
 				continue // handled above
 			}
 			v := fs.revnat[id]
@@ -884,15 +904,6 @@ func (rb *rebuild) finish() {
 }
 
 // Helpers of the rules.
-
-func sortedKeys[K cmp.Ordered, V any](m map[K]V) []K {
-	ks := make([]K, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	slices.Sort(ks)
-	return ks
-}
 
 func slotKey(k maps.ServiceKey, slot uint16) maps.ServiceKey {
 	k.Slot = slot
