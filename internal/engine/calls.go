@@ -496,7 +496,7 @@ func (c *Core) deleteBatch(m *messages.DeleteBatch) {
 	if lane != nil && c.throttled() && len(m.Frontends) > intakeChunk {
 		// Single calls are about: the call is taken in a chunk at a
 		// time (intake.go), so that they do not wait behind all of it.
-		c.intake = append(c.intake, &intakeCall{
+		c.addIntake(&intakeCall{
 			n:    len(m.Frontends),
 			lane: lane,
 			take: func(from, to int) { c.startDeletes(m, from, to, w, lane) },
@@ -506,7 +506,6 @@ func (c *Core) deleteBatch(m *messages.DeleteBatch) {
 				}
 			},
 		})
-		c.takeInFrom(len(c.intake) - 1)
 		return
 	}
 	c.startDeletes(m, 0, len(m.Frontends), w, lane)

@@ -106,6 +106,14 @@ func (c *Core) takeInFrom(i int) {
 	}
 }
 
+// addIntake queues ic behind the calls being taken in and takes in its
+// first chunk at once: a call that comes while another waits for
+// admission does not wait for the rest of that one (dueIntake).
+func (c *Core) addIntake(ic *intakeCall) {
+	c.intake = append(c.intake, ic)
+	c.takeInFrom(len(c.intake) - 1)
+}
+
 // drainIntake takes in the rest of every call being taken in, in order.
 func (c *Core) drainIntake() {
 	for len(c.intake) > 0 {
@@ -129,7 +137,7 @@ func (c *Core) abortIntake(err error) {
 // in their queues; abortThen (nil: nothing) answers what then would have
 // started.
 func (c *Core) takeInUpserts(svcs []*lb.Service, w *waiter, lane *bulkLane, valid func(int, *lb.Service) bool, then func(), abortThen func(error)) {
-	c.intake = append(c.intake, &intakeCall{
+	c.addIntake(&intakeCall{
 		n:    len(svcs),
 		lane: lane,
 		take: func(from, to int) { c.startUpserts(svcs[from:to], from, w, lane, valid) },
@@ -143,5 +151,4 @@ func (c *Core) takeInUpserts(svcs []*lb.Service, w *waiter, lane *bulkLane, vali
 			}
 		},
 	})
-	c.takeInFrom(len(c.intake) - 1)
 }
