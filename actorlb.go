@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -68,6 +69,11 @@ type Config struct {
 	MaglevTableSize uint32
 	// NoRestore empties the maps at start instead of restoring from them.
 	NoRestore bool
+	// NoRestoreHeadroom turns off the heap New holds while it restores
+	// (RestoreHeadroom, 64 MiB, so that the garbage collector runs fewer
+	// cycles meanwhile). None is held with NoRestore, InMemory, or when
+	// the process has a memory limit (GOMEMLIMIT).
+	NoRestoreHeadroom bool
 	// InMemory uses in-memory maps: no kernel, no privileges (dry run).
 	InMemory bool
 	// Logger receives the engine's logs (logrus.StandardLogger if nil).
@@ -148,6 +154,7 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("new engine: MaglevTableSize: %w", err)
 	}
 	log := logrus.NewEntry(cfg.Logger)
+	headroom := restoreHeadroom(cfg)
 	// The actor system is made while the maps open: its process registry
 	// alone is some 32k small maps, milliseconds of a restart.
 	sysc := make(chan *actor.ActorSystem, 1)
@@ -200,7 +207,9 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("new engine: spawn keeper: %w", err)
 	}
 	e.sup = actor.NewPID(e.sys.Address(), actors.SupervisorPID)
-	if _, err := e.gate.wait(ctx); err != nil {
+	_, err = e.gate.wait(ctx)
+	runtime.KeepAlive(headroom) // held until the restore is done
+	if err != nil {
 		e.Close()
 		return nil, fmt.Errorf("new engine: %w", err)
 	}
