@@ -58,7 +58,7 @@ type Core struct {
 	// The table.
 	services   map[lb.ServiceID]*table.Service
 	byFE       packedmap.Map[lb.L3n4Addr, lb.ServiceID] // frontend -> service (IPv4 keys packed)
-	users      packedmap.Map[addrkey.Backend, users]    // backend -> services using it (IPv4 and learnt-prefix IPv6 keys packed)
+	users      backendIndex                             // backend -> services using it (in two halves; IPv4 and learnt-prefix IPv6 keys packed)
 	shared     map[addrkey.Backend][]lb.ServiceID       // users beyond the first, of shared backends
 	standalone map[lb.ServiceID]lb.L3n4Addr             // revNAT entries without a service
 
@@ -133,7 +133,7 @@ func New(cfg Config) *Core {
 		now:        cfg.Now,
 		services:   map[lb.ServiceID]*table.Service{},
 		byFE:       packedmap.New[lb.L3n4Addr, lb.ServiceID](0, addrkey.NewFrontendPacker()),
-		users:      packedmap.New[addrkey.Backend, users](0, addrkey.NewBackendPacker()),
+		users:      newBackendIndex(0),
 		standalone: map[lb.ServiceID]lb.L3n4Addr{},
 		queues:     map[qkey]queue{},
 	}

@@ -57,20 +57,7 @@ func (c *Core) usersOf(k addrkey.Backend) func(yield func(lb.ServiceID) bool) {
 // addUser records that service sid uses backend k, in state st with id,
 // and reports whether another service uses it too.
 func (c *Core) addUser(k addrkey.Backend, sid lb.ServiceID, st lb.BackendState, id lb.BackendID) (shared bool) {
-	u, _ := c.users.Get(k)
-	shared = u.one != 0
-	if u.one == 0 {
-		u.one = sid
-	} else {
-		if c.shared == nil {
-			c.shared = map[addrkey.Backend][]lb.ServiceID{}
-		}
-		c.shared[k] = append(c.shared[k], sid)
-		u.extra++
-	}
-	u.state, u.id = st, id
-	c.users.Set(k, u)
-	return shared
+	return addUser(c.users.of(k), &c.shared, k, sid, st, id)
 }
 
 // removeUser forgets that service sid uses backend k.

@@ -1,0 +1,110 @@
+package engine
+
+import (
+	"net/netip"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/actorlb/actorlb/internal/addrkey"
+	"github.com/actorlb/actorlb/internal/table"
+	"github.com/actorlb/actorlb/internal/testutil"
+	lb "github.com/actorlb/actorlb/loadbalancer"
+)
+
+// randomRestored returns n services of up to 12 backends drawn from a pool
+// of IPv4 and IPv6 backends (so that some are shared by several services),
+// each backend with one ID and one state, as Rebuild gives them.
+func randomRestored(t *testing.T, n int) []*table.Service {
+	t.Helper()
+	r := testutil.Rand(t)
+	type pooled struct {
+		b  lb.Backend
+		id lb.BackendID
+	}
+	pool := make([]pooled, 4*n)
+	for i := range pool {
+		var a netip.Addr
+		if r.IntN(3) == 0 {
+			var b [16]byte
+			b[0], b[1], b[2] = 0x20, 0x01, 0x0d
+			b[12], b[13], b[14], b[15] = byte(r.IntN(4)), byte(i>>16), byte(i>>8), byte(i) // a few /104 prefixes
+			a = netip.AddrFrom16(b)
+		} else {
+			a = netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})
+		}
+		st := lb.BackendStateActive
+		if r.IntN(8) == 0 {
+			st = lb.BackendStateTerminating
+		}
+		pool[i] = pooled{lb.Backend{L3n4Addr: lb.L3n4Addr{Addr: a, Port: uint16(8000 + r.IntN(3)), Protocol: lb.TCP}, State: st, Weight: lb.DefaultBackendWeight}, lb.BackendID(i + 1)}
+	}
+	svcs := make([]*table.Service, n)
+	for i := range svcs {
+		svc := &table.Service{Spec: lb.Service{Frontend: lb.Frontend{ID: lb.ServiceID(i + 1), L3n4Addr: lb.L3n4Addr{Addr: netip.AddrFrom4([4]byte{10, 96, byte(i >> 8), byte(i)}), Port: 80, Protocol: lb.TCP}}}}
+		seen := map[int]bool{}
+		for range r.IntN(13) {
+			j := r.IntN(len(pool))
+			if seen[j] {
+				continue
+			}
+			seen[j] = true
+			svc.Spec.Backends = append(svc.Spec.Backends, pool[j].b)
+			svc.BackendIDs = append(svc.BackendIDs, pool[j].id)
+		}
+		svcs[i] = svc
+	}
+	return svcs
+}
+
+// indexOf returns a core's backend index as plain maps.
+func indexOf(c *Core) (map[addrkey.Backend]users, map[addrkey.Backend][]lb.ServiceID) {
+	us := map[addrkey.Backend]users{}
+	for k, u := range c.users.All {
+		us[k] = u
+	}
+	return us, c.shared
+}
+
+func TestFillEqualsPut(t *testing.T) {
+	svcs := randomRestored(t, 3000)
+	serial := New(Config{})
+	for _, svc := range svcs {
+		serial.put(svc)
+	}
+	installed := New(Config{})
+	(&repairPlan{restored: &table.Restored{Services: svcs}}).install(installed, nil)
+
+	wantUsers, wantShared := indexOf(serial)
+	gotUsers, gotShared := indexOf(installed)
+	require.NotEmpty(t, wantShared, "the pool is small enough that some backends are shared")
+	require.Equal(t, wantUsers, gotUsers)
+	require.Equal(t, wantShared, gotShared, "the same services in the same order")
+	require.Equal(t, serial.users.Len(), installed.users.Len())
+	require.Equal(t, serial.services, installed.services)
+	for _, svc := range svcs {
+		id, ok := installed.byFE.Get(svc.Frontend())
+		require.True(t, ok)
+		require.Equal(t, svc.ID(), id)
+	}
+	// Both halves hold a share of the keys.
+	require.Greater(t, installed.users.half[0].Len(), installed.users.Len()/3)
+	require.Greater(t, installed.users.half[1].Len(), installed.users.Len()/3)
+
+	// The index filled on two goroutines is the one the engine then edits.
+	for _, svc := range svcs[:len(svcs)/2] {
+		serial.drop(svc)
+		installed.drop(svc)
+	}
+	wantUsers, wantShared = indexOf(serial)
+	gotUsers, gotShared = indexOf(installed)
+	require.Equal(t, wantUsers, gotUsers)
+	require.Equal(t, wantShared, gotShared)
+}
+
+func TestFillOfNothing(t *testing.T) {
+	c := New(Config{})
+	(&repairPlan{restored: &table.Restored{}}).install(c, nil)
+	require.Zero(t, c.users.Len())
+	require.Nil(t, c.shared)
+}
