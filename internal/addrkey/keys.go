@@ -44,8 +44,11 @@ func (k Backend) String() string { return k.L3n4().String() }
 // It learns a prefix when a key of it is set (Learn), up to
 // MaxBackendPrefixes; it never forgets one, so what it packs only grows,
 // and once full it refuses every other prefix for good (the packedmap
-// contract; those keys are kept whole). A packer belongs to one map: it is
-// not safe for concurrent use.
+// contract; those keys are kept whole). A packer belongs to one map, or to
+// maps that split one set of keys between them. It is not safe for
+// concurrent use, except that Pack, and Learn of a key whose prefix is
+// learnt or that the packer refuses for good (IPv4 keys, or a full
+// table), only read it.
 type BackendPacker struct{ pre learnt[prefix104] }
 
 // prefix104 is the first 104 bits of an IPv6 address.

@@ -14,8 +14,9 @@ import (
 
 // randomRestored returns n services of up to 12 backends drawn from a pool
 // of IPv4 and IPv6 backends (so that some are shared by several services),
-// each backend with one ID and one state, as Rebuild gives them.
-func randomRestored(t *testing.T, n int) []*table.Service {
+// each backend with one ID and one state, as Rebuild gives them. The IPv6
+// backends share a few /104 prefixes, or with spread each has its own.
+func randomRestored(t *testing.T, n int, spread bool) []*table.Service {
 	t.Helper()
 	r := testutil.Rand(t)
 	type pooled struct {
@@ -29,6 +30,9 @@ func randomRestored(t *testing.T, n int) []*table.Service {
 			var b [16]byte
 			b[0], b[1], b[2] = 0x20, 0x01, 0x0d
 			b[12], b[13], b[14], b[15] = byte(r.IntN(4)), byte(i>>16), byte(i>>8), byte(i) // a few /104 prefixes
+			if spread {
+				b[10], b[11], b[12] = byte(i>>16), byte(i>>8), byte(i)
+			}
 			a = netip.AddrFrom16(b)
 		} else {
 			a = netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})
@@ -67,12 +71,32 @@ func indexOf(c *Core) (map[addrkey.Backend]users, map[addrkey.Backend][]lb.Servi
 }
 
 func TestFillEqualsPut(t *testing.T) {
-	svcs := randomRestored(t, 3000)
+	for _, c := range []struct {
+		name     string
+		services int
+		spread   bool
+	}{
+		{"IPv6 backends in a few prefixes", 3000, false},
+		// More IPv6 prefixes than the packer learns: the keys of the others
+		// are kept whole, the same ones as put keeps.
+		{"IPv6 backends each in its own prefix", 8000, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			installed := testFillEqualsPut(t, randomRestored(t, c.services, c.spread))
+			if c.spread {
+				require.Equal(t, addrkey.MaxBackendPrefixes, installed.users.packer.Prefixes(), "the packer is full")
+			}
+		})
+	}
+}
+
+func testFillEqualsPut(t *testing.T, svcs []*table.Service) (installed *Core) {
+	t.Helper()
 	serial := New(Config{})
 	for _, svc := range svcs {
 		serial.put(svc)
 	}
-	installed := New(Config{})
+	installed = New(Config{})
 	(&repairPlan{restored: &table.Restored{Services: svcs}}).install(installed, nil)
 
 	wantUsers, wantShared := indexOf(serial)
@@ -81,6 +105,7 @@ func TestFillEqualsPut(t *testing.T) {
 	require.Equal(t, wantUsers, gotUsers)
 	require.Equal(t, wantShared, gotShared, "the same services in the same order")
 	require.Equal(t, serial.users.Len(), installed.users.Len())
+	require.Equal(t, serial.users.packer.Prefixes(), installed.users.packer.Prefixes())
 	require.Equal(t, serial.services, installed.services)
 	for _, svc := range svcs {
 		id, ok := installed.byFE.Get(svc.Frontend())
@@ -100,6 +125,7 @@ func TestFillEqualsPut(t *testing.T) {
 	gotUsers, gotShared = indexOf(installed)
 	require.Equal(t, wantUsers, gotUsers)
 	require.Equal(t, wantShared, gotShared)
+	return installed
 }
 
 func TestFillOfNothing(t *testing.T) {
