@@ -5,7 +5,10 @@
 // per-key queues, the operations in flight, the pending table of requests
 // awaiting replies and the outbox of requests not yet sent. It imports no
 // actor library and does no I/O: inputs go in through Step, and what to
-// deliver comes out of Answers and Ready.
+// deliver comes out of Answers and Ready. Its one use of other
+// goroutines is inside a step: restore's install fills the two halves of
+// the backend index on two (backendIndex.fill), and waits for both
+// before the step returns.
 //
 // # Glossary
 //
