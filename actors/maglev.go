@@ -27,11 +27,35 @@ type maglevOwner struct {
 	// scratch tables of M entries: built, read from the map, and written.
 	built, read []lb.BackendID
 	raw         []uint32
+	// req is the index of the MaglevApply being applied among those of
+	// one flush (applyAll), -1 outside; failed is, by that index, the
+	// staged tables a map flush did not add.
+	req    int
+	failed map[int]failedWrites
 }
+
+// maglevFlushEvery is the most new tables staged before the owner
+// flushes them (each holds a file descriptor until then).
+const maglevFlushEvery = 256
 
 type maglevFamily struct {
 	m      maps.MaglevMap
 	tables map[lb.ServiceID]maglevState
+	staged []stagedWrite // new tables staged in m, not yet flushed
+}
+
+// stagedWrite is a new table staged by the request of index req (-1:
+// reconcile).
+type stagedWrite struct {
+	id  lb.ServiceID
+	req int
+}
+
+// failedWrites is what a request lost to a failed flush: n tables, and
+// the flush's error.
+type failedWrites struct {
+	n   int
+	err error
 }
 
 // maglevState is what the owner keeps per table (16 bytes).
@@ -41,7 +65,7 @@ type maglevState struct {
 }
 
 func newMaglevOwner(m4, m6 maps.MaglevMap, log *logrus.Entry) *maglevOwner {
-	o := &maglevOwner{log: log}
+	o := &maglevOwner{log: log, req: -1}
 	o.fams[0].m, o.fams[1].m = m4, m6
 	return o
 }
@@ -127,13 +151,89 @@ func (o *maglevOwner) readTable(f *maglevFamily, id lb.ServiceID) (bool, error) 
 	return true, nil
 }
 
-// writeBuilt writes o.built as id's table.
+// writeBuilt writes o.built as id's table: staged, when it is new to the
+// map, for the next flush (flushAll).
 func (o *maglevOwner) writeBuilt(f *maglevFamily, id lb.ServiceID) error {
 	o.raw = growU32(o.raw, len(o.built))
 	for i, v := range o.built {
 		o.raw[i] = uint32(v)
 	}
-	return f.m.Write(uint16(id), o.raw)
+	before := f.m.Staged()
+	if err := f.m.Stage(uint16(id), o.raw); err != nil {
+		return err
+	}
+	if f.m.Staged() > before {
+		f.staged = append(f.staged, stagedWrite{id: id, req: o.req})
+	}
+	return nil
+}
+
+// flushIfMany flushes once maglevFlushEvery new tables are staged. It is
+// called between writes, once each has recorded its state.
+func (o *maglevOwner) flushIfMany() {
+	if len(o.fams[0].staged)+len(o.fams[1].staged) >= maglevFlushEvery {
+		o.flushAll()
+	}
+}
+
+// flushAll adds the staged tables of both maps to them, in one batch
+// each. A table the kernel did not add is gone: its state becomes
+// unknown (as after a failed write), and its request is told in failed.
+func (o *maglevOwner) flushAll() {
+	for i := range o.fams {
+		f := &o.fams[i]
+		staged := f.staged
+		f.staged = nil
+		notWritten, err := f.m.Flush()
+		if err == nil {
+			continue
+		}
+		lost := make(map[lb.ServiceID]bool, len(notWritten))
+		for _, id := range notWritten {
+			lost[lb.ServiceID(id)] = true
+			f.tables[lb.ServiceID(id)] = maglevState{} // as after a failed write
+		}
+		for _, w := range staged {
+			if !lost[w.id] {
+				continue
+			}
+			if o.failed == nil {
+				o.failed = map[int]failedWrites{}
+			}
+			fw := o.failed[w.req]
+			fw.n++
+			if fw.err == nil {
+				fw.err = err
+			}
+			o.failed[w.req] = fw
+		}
+		f.m.SetEntries(len(f.tables))
+	}
+}
+
+// applyAll applies reqs in order, each on its own (a failed one does not
+// stop the others), and adds the tables they staged to the maps at the
+// end: one batch per map, one RCU grace period, for all of them. A
+// request whose table a flush lost fails with the flush's error.
+func (o *maglevOwner) applyAll(reqs []*messages.MaglevApply) []*messages.MaglevApplied {
+	out := make([]*messages.MaglevApplied, len(reqs))
+	for i, r := range reqs {
+		o.req = i
+		out[i] = o.apply(r)
+	}
+	o.req = -1
+	o.flushAll()
+	for i, fw := range o.failed {
+		if i < 0 || i >= len(out) {
+			continue
+		}
+		out[i].Written -= fw.n
+		if out[i].Err == nil {
+			out[i].Err = fw.err
+		}
+	}
+	o.failed = nil
+	return out
 }
 
 func growU32(s []uint32, n int) []uint32 {
@@ -240,6 +340,7 @@ func (o *maglevOwner) apply(r *messages.MaglevApply) *messages.MaglevApplied {
 				rep.Repairs++
 			}
 		}
+		o.flushIfMany()
 	}
 	dels := [2][]lb.ServiceID{r.Deletes4, r.Deletes6}
 	if r.Sync {
@@ -294,8 +395,18 @@ func (o *maglevOwner) reconcile(tables []messages.MaglevTable) []messages.Drift 
 	return out
 }
 
-func (o *maglevOwner) reconcileFamily(f *maglevFamily, inputs map[lb.ServiceID][]maglev.Backend) messages.Drift {
-	d := messages.Drift{Map: f.m.Name()}
+func (o *maglevOwner) reconcileFamily(f *maglevFamily, inputs map[lb.ServiceID][]maglev.Backend) (d messages.Drift) {
+	d = messages.Drift{Map: f.m.Name()}
+	defer func() {
+		// The tables it wrote new join the maps in one batch.
+		o.flushAll()
+		if fw, ok := o.failed[-1]; ok {
+			delete(o.failed, -1)
+			if d.Err == nil {
+				d.Err = fw.err
+			}
+		}
+	}()
 	st, err := f.m.CheckPin()
 	if err != nil {
 		d.Err = err
@@ -359,6 +470,7 @@ func (o *maglevOwner) reconcileFamily(f *maglevFamily, inputs map[lb.ServiceID][
 		} else {
 			d.Changed++
 		}
+		o.flushIfMany()
 	}
 	if len(extra) > 0 {
 		n, err := o.remove(f, extra, true)
@@ -407,14 +519,19 @@ func (a *maglevActor) receive(ctx actor.Context, msg any) {
 	}
 }
 
-// flush applies the buffered requests in order, each on its own (every
-// table is its own write): a failed one does not stop the others.
+// flush applies the buffered requests in order, each on its own (a
+// failed one does not stop the others), their new tables added to the
+// maps together at the end (applyAll).
 func (a *maglevActor) flush(ctx actor.Context) {
 	buf := a.batch.buf
 	a.batch.buf = nil
-	replies := make([]any, len(buf))
+	reqs := make([]*messages.MaglevApply, len(buf))
 	for i, p := range buf {
-		replies[i] = a.owner.apply(p.req)
+		reqs[i] = p.req
+	}
+	replies := make([]any, len(buf))
+	for i, r := range a.owner.applyAll(reqs) {
+		replies[i] = r
 	}
 	a.batch.reply(ctx, buf, replies)
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/actorlb/actorlb/internal/maglev"
+	"github.com/actorlb/actorlb/internal/testutil"
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/maps"
 	"github.com/actorlb/actorlb/messages"
@@ -87,13 +88,13 @@ func built(t *testing.T, in messages.MaglevTable) []uint32 {
 func TestMaglevOwnerWritesOnlyChangedTables(t *testing.T) {
 	f := newOwnerFixture(t)
 	a := inputs(7, maps.IPv4, "10.0.1.1:80", "10.0.1.2:80")
-	rep := f.o.apply(&messages.MaglevApply{Writes: []messages.MaglevTable{a}})
+	rep := f.apply(&messages.MaglevApply{Writes: []messages.MaglevTable{a}})
 	require.NoError(t, rep.Err)
 	require.Equal(t, 1, rep.Written)
 	require.Equal(t, built(t, a), f.table(t, maps.IPv4, 7))
 	f.counts()
 
-	rep = f.o.apply(&messages.MaglevApply{Writes: []messages.MaglevTable{a}})
+	rep = f.apply(&messages.MaglevApply{Writes: []messages.MaglevTable{a}})
 	require.Equal(t, &messages.MaglevApplied{}, rep)
 	w, r := f.counts()
 	require.Zero(t, w)
@@ -101,24 +102,24 @@ func TestMaglevOwnerWritesOnlyChangedTables(t *testing.T) {
 
 	zero := a
 	zero.Backends = append(append([]maglev.Backend(nil), a.Backends...), maglev.Backend{Addr: lb.L3n4Addr{Addr: a.Backends[0].Addr.Addr, Port: 81}, ID: 9})
-	rep = f.o.apply(&messages.MaglevApply{Writes: []messages.MaglevTable{zero}})
+	rep = f.apply(&messages.MaglevApply{Writes: []messages.MaglevTable{zero}})
 	require.Zero(t, rep.Written, "a backend of weight 0 changes no entry")
 	w, _ = f.counts()
 	require.Zero(t, w)
 
 	b := inputs(7, maps.IPv4, "10.0.1.1:80", "10.0.1.3:80")
-	rep = f.o.apply(&messages.MaglevApply{Writes: []messages.MaglevTable{b}, Deletes6: []lb.ServiceID{7}})
+	rep = f.apply(&messages.MaglevApply{Writes: []messages.MaglevTable{b}, Deletes6: []lb.ServiceID{7}})
 	require.Equal(t, 1, rep.Written)
 	require.Zero(t, rep.Deleted, "lb6_maglev has no table 7")
 	require.Equal(t, built(t, b), f.table(t, maps.IPv4, 7))
 	require.Equal(t, 1, f.lbm.Maglev4.Entries())
 
-	rep = f.o.apply(&messages.MaglevApply{Deletes4: []lb.ServiceID{7}})
+	rep = f.apply(&messages.MaglevApply{Deletes4: []lb.ServiceID{7}})
 	require.Equal(t, 1, rep.Deleted)
 	require.Nil(t, f.table(t, maps.IPv4, 7))
 	require.Zero(t, f.lbm.Maglev4.Entries())
 
-	rep = f.o.apply(&messages.MaglevApply{Writes: []messages.MaglevTable{{ID: 8, Family: maps.IPv4, Backends: []maglev.Backend{{ID: 1, Weight: 1}}}}})
+	rep = f.apply(&messages.MaglevApply{Writes: []messages.MaglevTable{{ID: 8, Family: maps.IPv4, Backends: []maglev.Backend{{ID: 1, Weight: 1}}}}})
 	require.ErrorIs(t, rep.Err, maglev.ErrInvalidBackend, "a backend without address")
 }
 
@@ -129,13 +130,13 @@ func TestMaglevOwnerChecksWhatItDidNotWrite(t *testing.T) {
 	f := newOwnerFixture(t)
 	a := inputs(7, maps.IPv4, "10.0.1.1:80", "10.0.1.2:80")
 	b := inputs(8, maps.IPv6, "[fd00::1]:80")
-	require.NoError(t, f.o.apply(&messages.MaglevApply{Writes: []messages.MaglevTable{a, b}}).Err)
+	require.NoError(t, f.apply(&messages.MaglevApply{Writes: []messages.MaglevTable{a, b}}).Err)
 	require.NoError(t, f.lbm.Maglev4.Write(9, make([]uint32, ownerM))) // a stray table
 
 	f.o = newMaglevOwner(f.lbm.Maglev4, f.lbm.Maglev6, nil) // restarted
 	require.NoError(t, f.o.load())
 	f.counts()
-	rep := f.o.apply(&messages.MaglevApply{Writes: []messages.MaglevTable{a}})
+	rep := f.apply(&messages.MaglevApply{Writes: []messages.MaglevTable{a}})
 	require.Zero(t, rep.Written)
 	w, r := f.counts()
 	require.Zero(t, w)
@@ -143,7 +144,7 @@ func TestMaglevOwnerChecksWhatItDidNotWrite(t *testing.T) {
 
 	bad := make([]uint32, ownerM)
 	require.NoError(t, f.lbm.Maglev6.Write(8, bad))
-	rep = f.o.apply(&messages.MaglevApply{Writes: []messages.MaglevTable{a, b}, Sync: true})
+	rep = f.apply(&messages.MaglevApply{Writes: []messages.MaglevTable{a, b}, Sync: true})
 	require.NoError(t, rep.Err)
 	require.Equal(t, &messages.MaglevApplied{Written: 1, Deleted: 1, Repairs: 2}, rep, "table 8 rewritten, stray 9 deleted")
 	require.Equal(t, built(t, b), f.table(t, maps.IPv6, 8))
@@ -159,7 +160,7 @@ func TestMaglevOwnerReconcile(t *testing.T) {
 	a := inputs(7, maps.IPv4, "10.0.1.1:80", "10.0.1.2:80")
 	c := inputs(5, maps.IPv4, "10.0.1.4:80")
 	b := inputs(8, maps.IPv6, "[fd00::1]:80")
-	require.NoError(t, f.o.apply(&messages.MaglevApply{Writes: []messages.MaglevTable{a, b, c}}).Err)
+	require.NoError(t, f.apply(&messages.MaglevApply{Writes: []messages.MaglevTable{a, b, c}}).Err)
 	none := f.o.reconcile([]messages.MaglevTable{a, b, c})
 	require.Equal(t, []messages.Drift{{Map: maps.Maglev4Name}, {Map: maps.Maglev6Name}}, none)
 
@@ -206,4 +207,64 @@ func TestMaglevOwnerMemoryPerService(t *testing.T) {
 	t.Logf("maglev owner state: %.1f bytes per maglev service (%d services; a table would be %d bytes at M=%d)", per, n, 4*maglev.DefaultTableSize, maglev.DefaultTableSize)
 	require.Less(t, per, 100.0)
 	runtime.KeepAlive(tables)
+}
+
+// apply applies r as the actor does (applyAll: the tables staged new join
+// the maps at the end).
+func (f *ownerFixture) apply(r *messages.MaglevApply) *messages.MaglevApplied {
+	return f.o.applyAll([]*messages.MaglevApply{r})[0]
+}
+
+// The tables a flush lost fail only the requests that wrote them: of
+// three requests in one flush into a map of three tables, the one whose
+// new table the kernel refused fails with ErrMapFull (its written count
+// taken back, the table's state unknown), the others succeed. A request
+// of more new tables than maglevFlushEvery is written whole (flushed on
+// the way).
+func TestMaglevOwnerFailsOnlyTheRequestsAFlushLost(t *testing.T) {
+	lbm, err := maps.Open(maps.Config{Root: testutil.PinDir(t), MaglevTableSize: ownerM, MaxEntries: maps.Sizes{RevNAT: 3}})
+	require.NoError(t, err)
+	t.Cleanup(func() { lbm.Close() })
+	o := newMaglevOwner(lbm.Maglev4, lbm.Maglev6, nil)
+	require.NoError(t, o.load())
+	be := "10.0.0.1:80/TCP"
+	reps := o.applyAll([]*messages.MaglevApply{
+		{Writes: []messages.MaglevTable{inputs(1, maps.IPv4, be), inputs(2, maps.IPv4, be)}},
+		{Writes: []messages.MaglevTable{inputs(3, maps.IPv4, be), inputs(9, maps.IPv6, "[2001:db8::1]:80/TCP")}},
+		{Writes: []messages.MaglevTable{inputs(4, maps.IPv4, be)}},
+	})
+	require.NoError(t, reps[0].Err)
+	require.Equal(t, 2, reps[0].Written)
+	require.NoError(t, reps[1].Err)
+	require.Equal(t, 2, reps[1].Written)
+	require.ErrorIs(t, reps[2].Err, maps.ErrMapFull)
+	require.Equal(t, 0, reps[2].Written)
+	require.Equal(t, maglevState{}, o.fams[0].tables[4], "lost: unknown, as after a failed write")
+	for _, f := range o.fams {
+		require.Equal(t, 0, f.m.Staged())
+		require.Empty(t, f.staged)
+	}
+	ids, err := lbm.Maglev4.IDs()
+	require.NoError(t, err)
+	require.ElementsMatch(t, []uint16{1, 2, 3}, ids)
+	ids, err = lbm.Maglev6.IDs()
+	require.NoError(t, err)
+	require.Equal(t, []uint16{9}, ids)
+
+	big, err := maps.Open(maps.Config{Root: testutil.PinDir(t), MaglevTableSize: ownerM, MaxEntries: maps.Sizes{RevNAT: 1024}})
+	require.NoError(t, err)
+	t.Cleanup(func() { big.Close() })
+	o = newMaglevOwner(big.Maglev4, big.Maglev6, nil)
+	require.NoError(t, o.load())
+	var many messages.MaglevApply
+	for id := range lb.ServiceID(maglevFlushEvery + 44) {
+		many.Writes = append(many.Writes, inputs(id+1, maps.IPv4, be))
+	}
+	rep := o.applyAll([]*messages.MaglevApply{&many})[0]
+	require.NoError(t, rep.Err)
+	require.Equal(t, maglevFlushEvery+44, rep.Written)
+	ids, err = big.Maglev4.IDs()
+	require.NoError(t, err)
+	require.Len(t, ids, maglevFlushEvery+44)
+	require.Equal(t, 0, big.Maglev4.Staged())
 }

@@ -9,7 +9,10 @@
 // lb6_maglev (maglev.go: hashes of maps keyed by service ID whose inner
 // array holds one table of M backend IDs; MaglevMap writes, reads and
 // deletes whole tables, with the same kernel, in-memory and fault-injecting
-// behaviour), and the source-range maps lb4_source_range and
+// behaviour; new tables are staged and join the outer map in one batch at
+// Flush, deletes go in one batch, because the kernel waits for an RCU
+// grace period after each update or delete of a map of maps from user
+// space), and the source-range maps lb4_source_range and
 // lb6_source_range (srcrange.go: BPF_MAP_TYPE_LPM_TRIE with
 // BPF_F_NO_PREALLOC, keys {prefixlen = 32 + bits, service ID, pad,
 // address}, value 1; a SourceRangeMap's entries are its keys, dumped in

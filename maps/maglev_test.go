@@ -2,6 +2,7 @@ package maps
 
 import (
 	"encoding/binary"
+	"errors"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -97,6 +98,102 @@ func TestMaglevMapWriteReadDelete(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, []uint16{10}, ids)
 			require.Equal(t, Counters{Updated: 4, Deleted: 2}, m.Counters(), "tables written (the full and refused ones too) and deleted")
+		})
+	}
+}
+
+// A table new to the map waits, staged, for Flush, which adds every one
+// staged since in one batch: until then the owner's Read, IDs and Delete
+// see it and the outer map (what the datapath reads) does not. A table
+// the map holds is written in place at once. A flush into a full map adds
+// the tables up to the first refused and gives back the others; a delete
+// of several tables, some missing, removes the others.
+func TestMaglevStagedTablesJoinTheMapAtFlush(t *testing.T) {
+	for _, inMemory := range []bool{false, true} {
+		t.Run(map[bool]string{false: "kernel", true: "memory"}[inMemory], func(t *testing.T) {
+			lb := openTest(t, Config{InMemory: inMemory, MaglevTableSize: testMaglevM, MaxEntries: Sizes{RevNAT: 4}})
+			m := lb.Maglev4
+			// inOuter reports whether the outer map holds id's table, and
+			// that it is want (kernel only: the memory map has no datapath).
+			inOuter := func(id uint16, want []uint32) bool {
+				t.Helper()
+				if inMemory {
+					return true
+				}
+				var inner *ebpf.Map
+				err := m.(*ebpfMaglev).outer.Lookup(MarshalRevNATKey(id), &inner)
+				if errors.Is(err, ebpf.ErrKeyNotExist) {
+					return false
+				}
+				require.NoError(t, err)
+				defer inner.Close()
+				got := make([]uint32, testMaglevM)
+				require.NoError(t, inner.Lookup(uint32(0), got))
+				require.Equal(t, want, got, "table %d in the outer map", id)
+				return true
+			}
+			read := func(id uint16) []uint32 {
+				t.Helper()
+				buf := make([]uint32, testMaglevM)
+				ok, err := m.Read(id, buf)
+				require.NoError(t, err)
+				if !ok {
+					return nil
+				}
+				return buf
+			}
+			ids := func() []uint16 {
+				t.Helper()
+				out, err := m.IDs()
+				require.NoError(t, err)
+				slices.Sort(out)
+				return out
+			}
+
+			require.NoError(t, m.Write(1, maglevTable(1)))
+			require.NoError(t, m.Stage(1, maglevTable(10)))
+			require.Equal(t, 0, m.Staged(), "a table the map holds is not staged")
+			require.True(t, inOuter(1, maglevTable(10)), "written in place at once")
+
+			for id := uint16(2); id <= 4; id++ {
+				require.NoError(t, m.Stage(id, maglevTable(uint32(id))))
+			}
+			require.NoError(t, m.Stage(3, maglevTable(30)))
+			require.Equal(t, 3, m.Staged(), "a staged table written again stays one")
+			require.Equal(t, []uint16{1, 2, 3, 4}, ids())
+			require.Equal(t, maglevTable(30), read(3))
+			if !inMemory {
+				require.False(t, inOuter(2, nil), "not in the outer map before Flush")
+			}
+			require.NoError(t, m.Delete([]uint16{4}))
+			require.Equal(t, 2, m.Staged())
+			require.Nil(t, read(4))
+
+			notWritten, err := m.Flush()
+			require.NoError(t, err)
+			require.Empty(t, notWritten)
+			require.Equal(t, 0, m.Staged())
+			require.True(t, inOuter(2, maglevTable(2)))
+			require.True(t, inOuter(3, maglevTable(30)))
+			require.Equal(t, []uint16{1, 2, 3}, ids())
+
+			for id := uint16(5); id <= 7; id++ {
+				require.NoError(t, m.Stage(id, maglevTable(uint32(id))))
+			}
+			notWritten, err = m.Flush()
+			require.ErrorIs(t, err, ErrMapFull)
+			require.ErrorContains(t, err, "table of service 6")
+			require.Equal(t, []uint16{6, 7}, notWritten)
+			require.Equal(t, []uint16{1, 2, 3, 5}, ids())
+			require.True(t, inOuter(5, maglevTable(5)))
+			require.Nil(t, read(6))
+
+			require.NoError(t, m.Delete([]uint16{1, 42, 2, 43, 5}))
+			require.Equal(t, []uint16{3}, ids())
+			if !inMemory {
+				require.False(t, inOuter(1, nil))
+				require.False(t, inOuter(5, nil))
+			}
 		})
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"io"
 	"net/netip"
 	"testing"
 	"time"
@@ -161,6 +162,25 @@ func TestMaglevScenariosReportTheTargets(t *testing.T) {
 	}
 	require.Less(t, got["maglev-16381-x1000 removal_changed_besides_own_pct_max"], 1.0)
 	require.Equal(t, 0.1, got["maglev-16381-x1000 removal_own_share_pct"])
+}
+
+// The maglev service scenario (at a small scale) reports its rows, each
+// positive, from an engine on real maps.
+func TestMaglevServiceScenariosReportEveryRow(t *testing.T) {
+	root := testutil.PinDir(t)
+	res := results{rows: []Row{}}
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	require.NoError(t, maglevServiceScenarios(&res, root, 200, 8, log))
+	got := map[string]float64{}
+	for _, r := range res.rows {
+		got[r.Scenario+" "+r.Metric] = r.Value
+	}
+	for _, metric := range []string{"create_services_per_s", "create_cpu_us_per_service", "delete_services_per_s", "delete_cpu_us_per_service",
+		"create_services_per_s_single_calls", "create_cpu_us_per_service_single_calls"} {
+		require.Positive(t, got["maglev-services-200-x10 "+metric], metric)
+	}
+	require.Len(t, res.rows, 6)
 }
 
 // The packet datapath's scenarios (at a small scale) report every row the

@@ -1,14 +1,19 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"runtime"
 	"slices"
 	"time"
 
+	"github.com/sirupsen/logrus"
+
+	"github.com/actorlb/actorlb"
 	"github.com/actorlb/actorlb/internal/maglev"
 	lb "github.com/actorlb/actorlb/loadbalancer"
+	"github.com/actorlb/actorlb/maps"
 )
 
 // maglevScenarios measures the Maglev tables (internal/maglev) against
@@ -73,5 +78,78 @@ func maglevScenarios(res *results) error {
 	res.add(scen, "removal_changed_besides_own_pct_median", 100*extras[len(extras)/2], "%")
 	res.add(scen, "removal_changed_besides_own_pct_max", 100*extras[len(extras)-1], "%")
 	res.add(scen, "removal_own_share_pct", 100.0/float64(len(bs)), "%")
+	return nil
+}
+
+// maglevServiceScenarios measures maglev services through the engine:
+// n services of ten backends each created on a fresh engine
+// (default table size), by callers goroutines in UpsertBatch calls of 100
+// and then in one Upsert each, and deleted in DeleteBatch calls of 100;
+// rates and process CPU per service. A maglev service's table is an inner
+// map of the outer lb4_maglev, whose every update or delete from user space
+// makes the kernel wait for an RCU grace period: the owner adds the new
+// tables of a flush in one batch.
+func maglevServiceScenarios(res *results, root string, n, callers int, log *logrus.Logger) error {
+	scen := fmt.Sprintf("maglev-services-%d-x10", n)
+	svcs := bulkServices(n, 10)
+	for _, s := range svcs {
+		s.LBAlgorithm = lb.LBAlgMaglev
+	}
+	fes := make([]lb.L3n4Addr, len(svcs))
+	for i, s := range svcs {
+		fes[i] = s.Frontend.L3n4Addr
+	}
+	ctx := context.Background()
+	sizes := maps.Sizes{Services: 1 << 16, Backends: 1 << 16, RevNAT: 1 << 13}
+	for _, how := range []string{"batched", "single_calls"} {
+		dir := fmt.Sprintf("%s/maglev-%s", root, how)
+		e, err := actorlb.New(ctx, engineConfig(dir, sizes, log))
+		if err != nil {
+			return err
+		}
+		cpu0, start := cpuTime(), time.Now()
+		if how == "batched" {
+			err = forAll(chunk(svcs, 100), callers, func(c []*lb.Service) error {
+				rs, err := e.UpsertBatch(ctx, c)
+				return firstErr(rs, err, func(r actorlb.UpsertResult) error { return r.Err })
+			})
+		} else {
+			err = forAll(svcs, callers, func(s *lb.Service) error {
+				_, _, err := e.Upsert(ctx, s)
+				return err
+			})
+		}
+		wall, cpu := time.Since(start), cpuTime()-cpu0
+		if err != nil {
+			e.Close()
+			return fmt.Errorf("%s: create: %w", scen, err)
+		}
+		suffix := ""
+		if how != "batched" {
+			suffix = "_" + how
+		}
+		res.add(scen, "create_services_per_s"+suffix, float64(len(svcs))/wall.Seconds(), "services/s")
+		res.add(scen, "create_cpu_us_per_service"+suffix, float64(cpu.Microseconds())/float64(len(svcs)), "us")
+		if how == "batched" {
+			cpu0, start = cpuTime(), time.Now()
+			err = forAll(chunk(fes, 100), callers, func(c []lb.L3n4Addr) error {
+				rs, err := e.DeleteBatch(ctx, c)
+				return firstErr(rs, err, func(r actorlb.DeleteResult) error { return r.Err })
+			})
+			wall, cpu = time.Since(start), cpuTime()-cpu0
+			if err != nil {
+				e.Close()
+				return fmt.Errorf("%s: delete: %w", scen, err)
+			}
+			res.add(scen, "delete_services_per_s", float64(len(svcs))/wall.Seconds(), "services/s")
+			res.add(scen, "delete_cpu_us_per_service", float64(cpu.Microseconds())/float64(len(svcs)), "us")
+		}
+		if err := e.Close(); err != nil {
+			return err
+		}
+		if err := maps.Remove(dir); err != nil {
+			return err
+		}
+	}
 	return nil
 }

@@ -62,6 +62,7 @@ func main() {
 	pflag.BoolVar(&kube.run, "kube", true, "run the Kubernetes-mode scenarios (skipped with a message when the kube binaries are not built: make kube-tools)")
 	pflag.BoolVar(&kubeOnly, "kube-only", false, "run the Kubernetes-mode scenarios alone")
 	pflag.BoolVar(&packetOnly, "packet-only", false, "run the packet-datapath (XDP) scenarios alone")
+	pflag.BoolVar(&maglevOnly, "maglev-only", false, "run the Maglev scenarios (tables, and maglev services through the engine) alone")
 	pflag.IntVar(&kube.changes, "kube-changes", 200, "single changes timed at each load level of the latency scenario")
 	pflag.IntSliceVar(&kube.loads, "kube-loads", []int{20, 1000}, "services loaded in the apiserver at each level of the latency scenario (growing)")
 	pflag.IntVar(&kube.syncServices, "kube-sync-services", 10000, "services present when the agent of the initial-sync scenario starts")
@@ -140,13 +141,25 @@ func run(out string, bulkN, insertN, callers, batch int) error {
 		}
 		kube.run = false
 	}
+	if maglevOnly {
+		kube.run = false
+	}
 	if !kubeOnly && !packetOnly {
-		if err := engineScenarios(&res, root, bulkN, insertN, callers, batch); err != nil {
-			return err
+		if !maglevOnly {
+			if err := engineScenarios(&res, root, bulkN, insertN, callers, batch); err != nil {
+				return err
+			}
 		}
 		if err := maglevScenarios(&res); err != nil {
 			return err
 		}
+		log := logrus.New()
+		log.SetLevel(logrus.WarnLevel)
+		if err := maglevServiceScenarios(&res, root, 2000, callers, log); err != nil {
+			return err
+		}
+	}
+	if !kubeOnly && !packetOnly && !maglevOnly {
 		if err := packetScenarios(&res, root, fullPacketScale); err != nil {
 			return fmt.Errorf("packet datapath: %w", err)
 		}
@@ -504,6 +517,9 @@ func writeHeapProfile(file string) error {
 }
 
 var bulkProfile, batchedProfile, insertProfile, restoreProfile string
+
+// maglevOnly runs the Maglev scenarios alone (--maglev-only).
+var maglevOnly bool
 
 // profileBulk starts the CPU profile of --cpuprofile-bulk; the returned
 // function stops it.
