@@ -69,7 +69,8 @@ $(KUBE_BIN)/etcd: $(call kube_tool_srcs,etcd)
 # engine's scenarios, then the Kubernetes-mode ones against the real etcd
 # and kube-apiserver of kube-tools (about 5 minutes; skipped with a message
 # when the binaries are missing). BENCH_FLAGS go to the harness, e.g.
-# BENCH_FLAGS=--kube=false or --kube-only (go run ./tests/bench --help).
+# BENCH_FLAGS=--kube=false, --kube-only, --packet-only or --maglev-only
+# (go run ./tests/bench --help).
 BENCH_FLAGS ?=
 bench: build kube-tools
 	$(GO) test -run '^$$' -bench . -benchmem ./maps ./internal/... ./tests/datapath
