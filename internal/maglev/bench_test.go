@@ -14,7 +14,7 @@ func BenchmarkBuild(b *testing.B) {
 	for _, tc := range []struct {
 		m uint32
 		n int
-	}{{DefaultTableSize, 100}, {DefaultTableSize, 1000}, {MaxTableSize, 1000}, {MaxTableSize, 10000}} {
+	}{{DefaultTableSize, 10}, {DefaultTableSize, 100}, {DefaultTableSize, 1000}, {MaxTableSize, 1000}, {MaxTableSize, 10000}} {
 		bs := backends(tc.n, 1)
 		b.Run(fmt.Sprintf("M=%d/N=%d", tc.m, tc.n), func(b *testing.B) {
 			b.ReportAllocs()
