@@ -327,6 +327,10 @@ func (s *ebpfMaglev) Flush() ([]uint16, error) {
 			st.m.Close() // the outer map holds those it took
 		}
 	}()
+	if err := s.check(OpUpdate, len(staged)); err != nil {
+		// An injected fault: the batch fails whole, before the kernel.
+		return stagedIDs(staged), fmt.Errorf("write %s table of service %d: %w", s.mapName, staged[0].id, err)
+	}
 	keys := make([][RevNATKeySize]byte, len(staged))
 	fds := make([]uint32, len(staged))
 	for i, st := range staged {
@@ -346,15 +350,20 @@ func (s *ebpfMaglev) Flush() ([]uint16, error) {
 		return nil, nil
 	}
 	n = min(max(n, 0), len(staged)-1)
-	notWritten := make([]uint16, 0, len(staged)-n)
-	for _, st := range staged[n:] {
-		notWritten = append(notWritten, st.id)
-	}
+	notWritten := stagedIDs(staged[n:])
 	if errors.Is(err, unix.E2BIG) {
 		return notWritten, fmt.Errorf("write %s table of service %d: %w (all its %d entries are in use: raise its size, agent --map-max, library Config.MaxEntries)",
 			s.mapName, staged[n].id, ErrMapFull, s.max)
 	}
 	return notWritten, fmt.Errorf("write %s table of service %d: %w", s.mapName, staged[n].id, err)
+}
+
+func stagedIDs(staged []stagedTable) []uint16 {
+	out := make([]uint16, len(staged))
+	for i, st := range staged {
+		out[i] = st.id
+	}
+	return out
 }
 
 func (s *ebpfMaglev) Delete(ids []uint16) error {
@@ -657,6 +666,16 @@ func (s *memMaglev) Flush() ([]uint16, error) {
 	defer s.mu.Unlock()
 	staged := s.staged
 	s.staged = nil
+	if len(staged) == 0 {
+		return nil, nil
+	}
+	if err := s.check(OpUpdate, len(staged)); err != nil {
+		// An injected fault: the batch fails whole.
+		for _, id := range staged {
+			delete(s.tables, id)
+		}
+		return staged, fmt.Errorf("write %s table of service %d: %w", s.mapName, staged[0], err)
+	}
 	held := len(s.tables) - len(staged)
 	for i, id := range staged {
 		if held >= s.max {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
 	"testing"
 
 	"github.com/actorlb/actorlb/internal/testutil"
@@ -194,6 +195,45 @@ func TestMaglevStagedTablesJoinTheMapAtFlush(t *testing.T) {
 				require.False(t, inOuter(1, nil))
 				require.False(t, inOuter(5, nil))
 			}
+		})
+	}
+}
+
+// A fault injected into a flush fails it whole: every staged table is
+// given back and none is in the map; the next flush adds what is staged
+// then.
+func TestMaglevFlushFaultGivesBackEveryStagedTable(t *testing.T) {
+	for _, inMemory := range []bool{false, true} {
+		t.Run(map[bool]string{false: "kernel", true: "memory"}[inMemory], func(t *testing.T) {
+			var failFlush atomic.Bool
+			failFlush.Store(true)
+			lb := openTest(t, Config{InMemory: inMemory, MaglevTableSize: testMaglevM, Fault: func(name string, op Op, _ uint64, entries int) error {
+				if name == Maglev4Name && op == OpUpdate && entries > 1 && failFlush.Load() {
+					return errors.New("injected")
+				}
+				return nil
+			}})
+			m := lb.Maglev4
+			require.NoError(t, m.Stage(1, maglevTable(1)))
+			require.NoError(t, m.Stage(2, maglevTable(2)))
+			notWritten, err := m.Flush()
+			require.ErrorContains(t, err, "injected")
+			require.Equal(t, []uint16{1, 2}, notWritten)
+			ids, err := m.IDs()
+			require.NoError(t, err)
+			require.Empty(t, ids)
+			require.Equal(t, 0, m.Staged())
+
+			failFlush.Store(false)
+			require.NoError(t, m.Stage(2, maglevTable(2)))
+			require.NoError(t, m.Stage(3, maglevTable(3)))
+			notWritten, err = m.Flush()
+			require.NoError(t, err)
+			require.Empty(t, notWritten)
+			ids, err = m.IDs()
+			require.NoError(t, err)
+			slices.Sort(ids)
+			require.Equal(t, []uint16{2, 3}, ids)
 		})
 	}
 }
