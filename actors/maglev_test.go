@@ -1,7 +1,9 @@
 package actors
 
 import (
+	"fmt"
 	"runtime"
+	"slices"
 	"sync/atomic"
 	"testing"
 
@@ -267,4 +269,61 @@ func TestMaglevOwnerFailsOnlyTheRequestsAFlushLost(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, ids, maglevFlushEvery+44)
 	require.Equal(t, 0, big.Maglev4.Staged())
+}
+
+// A flush of many writes builds their tables ahead on two goroutines and
+// writes the tables put would have built: every table in the maps is the
+// one of its latest inputs (an ID written twice in one request, some
+// inputs unchanged since the last flush, both families, more writes than
+// a chunk), with Sync too; a write whose backends are invalid fails its
+// request with the same error as when built by put, after the writes
+// before it.
+func TestMaglevOwnerBuildsAheadTheTablesPutWouldBuild(t *testing.T) {
+	f := newOwnerFixture(t)
+	var first, second messages.MaglevApply
+	want := map[lb.ServiceID]messages.MaglevTable{}
+	for i := range 3*prebuildChunk + 5 {
+		id := lb.ServiceID(1 + i%(2*prebuildChunk+3)) // some IDs twice
+		fam := maps.IPv4
+		be := fmt.Sprintf("10.0.%d.%d:80", i%7, 1+i%5)
+		if id%3 == 0 {
+			fam, be = maps.IPv6, fmt.Sprintf("[2001:db8::%x]:80", 1+i%5)
+		}
+		in := inputs(id, fam, be, "10.9.9.9:80")
+		if fam == maps.IPv6 {
+			in = inputs(id, fam, be, "[2001:db8::99]:80")
+		}
+		first.Writes = append(first.Writes, in)
+		want[id] = in
+	}
+	rep := f.apply(&first)
+	require.NoError(t, rep.Err)
+	for id, in := range want {
+		require.Equal(t, built(t, in), f.table(t, in.Family, id), "service %d", id)
+	}
+	// Again, half unchanged, half with a backend more, then Sync.
+	for i, in := range first.Writes {
+		if i%2 == 0 {
+			in.Backends = append(slices.Clone(in.Backends), inputs(in.ID, in.Family, map[maps.Family]string{maps.IPv4: "10.8.8.8:80", maps.IPv6: "[2001:db8::88]:80"}[in.Family]).Backends[0])
+			in.Backends[len(in.Backends)-1].ID = 77
+		}
+		second.Writes = append(second.Writes, in)
+		want[in.ID] = in
+	}
+	require.NoError(t, f.apply(&second).Err)
+	second.Sync = true
+	require.NoError(t, f.apply(&second).Err)
+	for id, in := range want {
+		require.Equal(t, built(t, in), f.table(t, in.Family, id), "service %d", id)
+	}
+
+	bad := inputs(500, maps.IPv4, "10.7.7.7:80", "10.7.7.7:80") // one backend twice
+	ok1, ok2 := inputs(501, maps.IPv4, "10.7.7.1:80"), inputs(502, maps.IPv4, "10.7.7.2:80")
+	serial := newOwnerFixture(t).apply(&messages.MaglevApply{Writes: []messages.MaglevTable{bad}})
+	require.Error(t, serial.Err)
+	rep = f.apply(&messages.MaglevApply{Writes: []messages.MaglevTable{ok1, bad, ok2}})
+	require.Equal(t, serial.Err.Error(), rep.Err.Error())
+	require.Equal(t, 1, rep.Written)
+	require.Equal(t, built(t, ok1), f.table(t, maps.IPv4, 501))
+	require.Nil(t, f.table(t, maps.IPv4, 502), "not reached")
 }

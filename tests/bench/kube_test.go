@@ -177,10 +177,10 @@ func TestMaglevServiceScenariosReportEveryRow(t *testing.T) {
 		got[r.Scenario+" "+r.Metric] = r.Value
 	}
 	for _, metric := range []string{"create_services_per_s", "create_cpu_us_per_service", "delete_services_per_s", "delete_cpu_us_per_service",
-		"create_services_per_s_single_calls", "create_cpu_us_per_service_single_calls"} {
+		"create_services_per_s_single_calls", "create_cpu_us_per_service_single_calls", "restore_ready_ms", "restore_cpu_ms"} {
 		require.Positive(t, got["maglev-services-200-x10 "+metric], metric)
 	}
-	require.Len(t, res.rows, 6)
+	require.Len(t, res.rows, 8)
 }
 
 // The packet datapath's scenarios (at a small scale) report every row the

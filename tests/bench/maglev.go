@@ -84,8 +84,9 @@ func maglevScenarios(res *results) error {
 // maglevServiceScenarios measures maglev services through the engine:
 // n services of ten backends each created on a fresh engine
 // (default table size), by callers goroutines in UpsertBatch calls of 100
-// and then in one Upsert each, and deleted in DeleteBatch calls of 100;
-// rates and process CPU per service. A maglev service's table is an inner
+// and then in one Upsert each, restarted (warm: the restore reads and
+// checks every table), and deleted in DeleteBatch calls of 100; rates and
+// process CPU per service, the restart's ready time and CPU. A maglev service's table is an inner
 // map of the outer lb4_maglev, whose every update or delete from user space
 // makes the kernel wait for an RCU grace period: the owner adds the new
 // tables of a flush in one batch.
@@ -131,6 +132,19 @@ func maglevServiceScenarios(res *results, root string, n, callers int, log *logr
 		res.add(scen, "create_services_per_s"+suffix, float64(len(svcs))/wall.Seconds(), "services/s")
 		res.add(scen, "create_cpu_us_per_service"+suffix, float64(cpu.Microseconds())/float64(len(svcs)), "us")
 		if how == "batched" {
+			// A warm restart: ready once every table was read, built
+			// again and compared.
+			if err := e.Close(); err != nil {
+				return err
+			}
+			cpu0, start = cpuTime(), time.Now()
+			e, err = actorlb.New(ctx, engineConfig(dir, sizes, log))
+			wall, cpu = time.Since(start), cpuTime()-cpu0
+			if err != nil {
+				return fmt.Errorf("%s: restore: %w", scen, err)
+			}
+			res.add(scen, "restore_ready_ms", float64(wall.Microseconds())/1000, "ms")
+			res.add(scen, "restore_cpu_ms", float64(cpu.Microseconds())/1000, "ms")
 			cpu0, start = cpuTime(), time.Now()
 			err = forAll(chunk(fes, 100), callers, func(c []lb.L3n4Addr) error {
 				rs, err := e.DeleteBatch(ctx, c)
