@@ -31,8 +31,9 @@
 //   - The Maglev owner (maglev.go, maglev) owns lb4_maglev and lb6_maglev.
 //     The core sends it each maglev service's inputs (backends, IDs,
 //     weights); it builds the table (internal/maglev) off the supervisor's
-//     path and writes it only when an entry changed; the new tables of
-//     one flush join the maps in one batch (applyAll). It keeps per table
+//     path (two or more of a flush ahead on two goroutines, prebuild)
+//     and writes it only when an entry changed; the new tables of one
+//     flush join the maps in one batch (applyAll). It keeps per table
 //     two digests, not the table (maglevOwner, a pure core over
 //     maps.MaglevMap), and reads a table from the map when it does not know
 //     what the map holds.
