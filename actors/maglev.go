@@ -102,6 +102,12 @@ func (o *maglevOwner) fam(f maps.Family) *maglevFamily {
 func (o *maglevOwner) load() error {
 	for i := range o.fams {
 		f := &o.fams[i]
+		// Tables an earlier incarnation staged and did not flush (it
+		// failed in between) join the map first, as writes done before
+		// the crash: the map is the one place they are known.
+		if _, err := f.m.Flush(); err != nil && o.log != nil {
+			o.log.WithError(err).Warn("maglev: tables staged before a restart not added (the restore or a resent request writes them again)")
+		}
 		ids, err := f.m.IDs()
 		if err != nil {
 			return err

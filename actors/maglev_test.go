@@ -327,3 +327,35 @@ func TestMaglevOwnerBuildsAheadTheTablesPutWouldBuild(t *testing.T) {
 	require.Equal(t, built(t, ok1), f.table(t, maps.IPv4, 501))
 	require.Nil(t, f.table(t, maps.IPv4, 502), "not reached")
 }
+
+// A table an incarnation staged and did not flush (it failed between the
+// two) joins the map when the next incarnation loads: a write done before
+// the crash, in the outer map and listed, its content unknown.
+func TestMaglevOwnerLoadFlushesWhatAFailedIncarnationStaged(t *testing.T) {
+	root := testutil.PinDir(t)
+	lbm, err := maps.Open(maps.Config{Root: root, MaglevTableSize: ownerM})
+	require.NoError(t, err)
+	t.Cleanup(func() { lbm.Close() })
+	o := newMaglevOwner(lbm.Maglev4, lbm.Maglev6, nil)
+	require.NoError(t, o.load())
+	in := inputs(9, maps.IPv4, "10.0.0.1:80/TCP")
+	require.NoError(t, o.build(ownerM, in.Backends))
+	require.NoError(t, o.writeBuilt(&o.fams[0], 9)) // staged; the incarnation dies here
+	require.Equal(t, 1, lbm.Maglev4.Staged())
+
+	o = newMaglevOwner(lbm.Maglev4, lbm.Maglev6, nil)
+	require.NoError(t, o.load())
+	require.Equal(t, 0, lbm.Maglev4.Staged())
+	require.Equal(t, maglevState{}, o.fams[0].tables[9], "listed, content unknown")
+	pinned, err := maps.Open(maps.Config{Root: root, MaglevTableSize: ownerM})
+	require.NoError(t, err) // another opener sees only the outer map
+	t.Cleanup(func() { pinned.Close() })
+	ids, err := pinned.Maglev4.IDs()
+	require.NoError(t, err)
+	require.Equal(t, []uint16{9}, ids)
+	buf := make([]uint32, ownerM)
+	ok, err := pinned.Maglev4.Read(9, buf)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, built(t, in), buf)
+}
