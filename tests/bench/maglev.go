@@ -81,15 +81,16 @@ func maglevScenarios(res *results) error {
 	return nil
 }
 
-// maglevServiceScenarios measures maglev services through the engine:
-// n services of ten backends each created on a fresh engine
-// (default table size), by callers goroutines in UpsertBatch calls of 100
-// and then in one Upsert each, restarted (warm: the restore reads and
-// checks every table), and deleted in DeleteBatch calls of 100; rates and
-// process CPU per service, the restart's ready time and CPU. A maglev service's table is an inner
-// map of the outer lb4_maglev, whose every update or delete from user space
-// makes the kernel wait for an RCU grace period: the owner adds the new
-// tables of a flush in one batch.
+// maglevServiceScenarios measures maglev services through the engine (the
+// default table size, kernel maps): n services of ten backends created on
+// a fresh engine by callers goroutines in UpsertBatch calls of 100, the
+// engine restarted (warm: the restore reads every table, builds it again
+// and compares), the services deleted in DeleteBatch calls of 100; then
+// created again on a fresh engine in one Upsert each. Rates and process
+// CPU per service, the restart's ready time and CPU. A maglev service's
+// table is an inner map of the outer lb4_maglev, whose every update or
+// delete from user space makes the kernel wait for an RCU grace period:
+// the owner adds the new tables of a flush in one batch.
 func maglevServiceScenarios(res *results, root string, n, callers int, log *logrus.Logger) error {
 	scen := fmt.Sprintf("maglev-services-%d-x10", n)
 	svcs := bulkServices(n, 10)
