@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/actorlb/actorlb/maps"
@@ -43,32 +44,42 @@ func diffEntries[E, K comparable](got, want []E, key func(E) K) (writes []E, del
 // the map is what drifted.
 func reconcileMap[E, K comparable](m maps.Map[E, K], want []E, key func(E) K) messages.Drift {
 	d := messages.Drift{Map: m.Name()}
-	st, err := m.CheckPin()
-	if err != nil {
-		d.Err = err
-		return d
-	}
-	d.Pin = st
-	if st == maps.PinMissing || st == maps.PinReplaced {
-		if err := m.Repin(); err != nil {
-			d.Err = fmt.Errorf("pin %s: %w", st, err)
-		}
-	}
+	d.Pin, d.Err = checkPin(m)
 	got, err := m.Dump()
 	if err != nil {
-		d.Err = err
+		d.Err = errors.Join(d.Err, err)
 		return d
 	}
 	ws, ds, n := diffEntries(got, want, key)
 	d.Missing, d.Changed, d.Extra = n.Missing, n.Changed, n.Extra
 	if err := m.Update(ws); err != nil {
-		d.Err = err
+		d.Err = errors.Join(d.Err, err)
 		return d
 	}
 	if err := m.Delete(ds); err != nil {
-		d.Err = err
+		d.Err = errors.Join(d.Err, err)
 	}
 	return d
+}
+
+// checkPin checks a map's pin and pins the map again when the pin was
+// removed or replaced. A pin that could not be checked is not repaired
+// (its state is reported as it was last known: ok) and its error is
+// returned; the entries are reconciled all the same.
+func checkPin(m interface {
+	CheckPin() (maps.PinState, error)
+	Repin() error
+}) (maps.PinState, error) {
+	st, err := m.CheckPin()
+	if err != nil {
+		return maps.PinOK, err
+	}
+	if st == maps.PinMissing || st == maps.PinReplaced {
+		if err := m.Repin(); err != nil {
+			return st, fmt.Errorf("pin %s: %w", st, err)
+		}
+	}
+	return st, nil
 }
 
 // reconcile is reconcileMap for the mirror's map.

@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"errors"
 	"net/netip"
 	"os"
 	"slices"
@@ -107,4 +108,35 @@ func TestReconcileRepinsARemovedPin(t *testing.T) {
 	st, err := lb.Service4.CheckPin()
 	require.NoError(t, err)
 	require.Equal(t, maps.PinOK, st)
+}
+
+// unreadablePin is a map whose pin cannot be checked (the kernel refuses
+// to open it for a passing reason) and which counts the repins asked.
+type unreadablePin struct {
+	maps.Map[maps.BackendEntry, uint32]
+	repins int
+}
+
+var errPinUnreadable = errors.New("check pin: cannot allocate memory")
+
+func (u *unreadablePin) CheckPin() (maps.PinState, error) { return maps.PinOK, errPinUnreadable }
+func (u *unreadablePin) Repin() error                     { u.repins++; return nil }
+
+func TestReconcileOfAPinThatCannotBeCheckedRepairsTheEntriesButNotThePin(t *testing.T) {
+	lb := openMaps(t)
+	m := &unreadablePin{Map: lb.Backend4}
+	mr := newMirror(maps.Map[maps.BackendEntry, uint32](m), splitBackend(addrkey.IP4Of), joinBackend[addrkey.IP4])
+	require.NoError(t, mr.load())
+	_, _, err := mr.apply([]maps.BackendEntry{be(1, "10.0.0.1")}, nil)
+	require.NoError(t, err)
+	require.NoError(t, lb.Backend4.Delete([]uint32{1}))
+
+	d := mr.reconcile()
+	require.ErrorIs(t, d.Err, errPinUnreadable)
+	require.Equal(t, maps.PinOK, d.Pin, "not counted as a pin repair")
+	require.Zero(t, m.repins)
+	require.Equal(t, 1, d.Missing, "the entries are reconciled all the same")
+	got, err := lb.Backend4.Dump()
+	require.NoError(t, err)
+	require.Equal(t, []maps.BackendEntry{be(1, "10.0.0.1")}, got)
 }

@@ -2,6 +2,7 @@ package actors
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"sync"
 	"unsafe"
@@ -503,20 +504,10 @@ func (o *maglevOwner) reconcileFamily(f *maglevFamily, inputs map[lb.ServiceID][
 			}
 		}
 	}()
-	st, err := f.m.CheckPin()
-	if err != nil {
-		d.Err = err
-		return d
-	}
-	d.Pin = st
-	if st == maps.PinMissing || st == maps.PinReplaced {
-		if err := f.m.Repin(); err != nil {
-			d.Err = fmt.Errorf("pin %s: %w", st, err)
-		}
-	}
+	d.Pin, d.Err = checkPin(f.m)
 	ids, err := f.m.IDs()
 	if err != nil {
-		d.Err = err
+		d.Err = errors.Join(d.Err, err)
 		return d
 	}
 	held := make(map[lb.ServiceID]bool, len(ids))
@@ -537,7 +528,7 @@ func (o *maglevOwner) reconcileFamily(f *maglevFamily, inputs map[lb.ServiceID][
 		if !missing {
 			found, err := o.readTable(f, id)
 			if err != nil {
-				d.Err = err
+				d.Err = errors.Join(d.Err, err)
 				return d
 			}
 			if found && s.in != 0 && tableDigest(o.read) == s.sum {
@@ -546,7 +537,7 @@ func (o *maglevOwner) reconcileFamily(f *maglevFamily, inputs map[lb.ServiceID][
 			missing = !found
 		}
 		if err := o.build(m, bs); err != nil {
-			d.Err = fmt.Errorf("maglev table of service %d: %w", id, err)
+			d.Err = errors.Join(d.Err, fmt.Errorf("maglev table of service %d: %w", id, err))
 			return d
 		}
 		if s.in == 0 {
@@ -558,7 +549,7 @@ func (o *maglevOwner) reconcileFamily(f *maglevFamily, inputs map[lb.ServiceID][
 			continue
 		}
 		if err := o.writeBuilt(f, id); err != nil {
-			d.Err = err
+			d.Err = errors.Join(d.Err, err)
 			return d
 		}
 		if missing {
@@ -572,7 +563,7 @@ func (o *maglevOwner) reconcileFamily(f *maglevFamily, inputs map[lb.ServiceID][
 		n, err := o.remove(f, extra, true)
 		d.Extra += n
 		if err != nil {
-			d.Err = err
+			d.Err = errors.Join(d.Err, err)
 		}
 	}
 	f.m.SetEntries(len(f.tables))

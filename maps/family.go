@@ -37,6 +37,8 @@ type Map[E, KT any] interface {
 	// CheckPin reports whether the map's pin still names this map (by
 	// kernel map ID): PinMissing or PinReplaced when someone removed or
 	// replaced it under the running agent. PinNone for in-memory maps.
+	// An error says the pin could not be checked (the kernel refused to
+	// open a pin that is there): nothing to repair, check again later.
 	CheckPin() (PinState, error)
 	// Repin pins this map at its path again, atomically replacing
 	// whatever is there (another map pinned in its place is only

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 )
 
 // PinState says what a map's pin names now.
@@ -51,12 +52,8 @@ func (s *ebpfStore[K, V]) checkPin() (PinState, error) {
 // want.
 func checkPinned(path string, want ebpf.MapID) (PinState, error) {
 	pinned, err := ebpf.LoadPinnedMap(path, &ebpf.LoadPinOptions{ReadOnly: true})
-	if errors.Is(err, os.ErrNotExist) {
-		return PinMissing, nil
-	}
 	if err != nil {
-		// Something else is pinned there (a program, say): not our map.
-		return PinReplaced, nil
+		return pinStateOfRefusedLoad(path, err)
 	}
 	defer pinned.Close()
 	id, err := mapID(pinned)
@@ -67,6 +64,30 @@ func checkPinned(path string, want ebpf.MapID) (PinState, error) {
 		return PinReplaced, nil
 	}
 	return PinOK, nil
+}
+
+// pinStateOfRefusedLoad says what is at path when it could not be opened
+// as a map (loadErr): missing only when nothing is there any more, replaced
+// only when what is there is not a map (a directory, a symlink, a pinned
+// program or link). An error the kernel gives while opening a pin that is
+// there (no memory, no descriptor left, a descriptor closed under the
+// open) is returned: it is not drift, and repairing it would count a
+// repair nobody needed.
+func pinStateOfRefusedLoad(path string, loadErr error) (PinState, error) {
+	fi, err := os.Lstat(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return PinMissing, nil
+	case err != nil:
+		return PinOK, fmt.Errorf("check pin %s: %w", path, err)
+	case !fi.Mode().IsRegular():
+		return PinReplaced, nil
+	}
+	var errno unix.Errno
+	if errors.As(loadErr, &errno) {
+		return PinOK, fmt.Errorf("check pin %s: %w", path, loadErr)
+	}
+	return PinReplaced, nil // cilium/ebpf: "<path> is not a Map"
 }
 
 // repin pins the map at its path again, replacing whatever is there in

@@ -1,9 +1,11 @@
 package maps
 
 import (
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 
 	"github.com/actorlb/actorlb/internal/testutil"
@@ -152,4 +154,55 @@ func TestOpenWithAnotherSizeMigratesTheEntries(t *testing.T) {
 	got, err = lb.Backend4.Dump()
 	require.NoError(t, err)
 	require.Equal(t, es, sortBackends(got))
+}
+
+// A pin the kernel refuses to open for a passing reason (no memory, no
+// descriptor left, the descriptor closed before cilium/ebpf read its type)
+// is neither missing nor replaced: its check fails and nothing is repaired.
+// Missing needs the path gone, replaced needs something there that is not
+// a map.
+func TestPinRefusedForAPassingReasonIsNotDrift(t *testing.T) {
+	lb := openTest(t, Config{})
+	path := lb.SourceRange4.PinPath()
+	dir := filepath.Join(filepath.Dir(path), "a_directory")
+	require.NoError(t, os.Mkdir(dir, 0o700))
+	readlink := fmt.Errorf("reading fd type: %w", &os.PathError{Op: "readlink", Path: "/proc/self/fd/9", Err: syscall.ENOENT})
+	for _, tc := range []struct {
+		name    string
+		path    string
+		loadErr error
+		want    PinState
+		wantErr bool
+	}{
+		{name: "no memory", path: path, loadErr: syscall.ENOMEM, wantErr: true},
+		{name: "no descriptor left", path: path, loadErr: fmt.Errorf("open: %w", syscall.EMFILE), wantErr: true},
+		{name: "descriptor gone before its type was read", path: path, loadErr: readlink, wantErr: true},
+		{name: "nothing there", path: filepath.Join(filepath.Dir(path), "gone"), loadErr: syscall.ENOENT, want: PinMissing},
+		{name: "a directory there", path: dir, loadErr: syscall.EACCES, want: PinReplaced},
+		{name: "a program there", path: path, loadErr: fmt.Errorf("%s is not a Map", path), want: PinReplaced},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, err := pinStateOfRefusedLoad(tc.path, tc.loadErr)
+			if tc.wantErr {
+				require.ErrorIs(t, err, tc.loadErr)
+				require.ErrorContains(t, err, "check pin "+tc.path)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tc.want, st)
+		})
+	}
+	st, err := lb.SourceRange4.CheckPin()
+	require.NoError(t, err)
+	require.Equal(t, PinOK, st, "the pin itself was never touched")
+}
+
+func TestDirectoryInPlaceOfAPinIsReplaced(t *testing.T) {
+	lb := openTest(t, Config{})
+	path := lb.SourceRange6.PinPath()
+	require.NoError(t, os.Remove(path))
+	require.NoError(t, os.Mkdir(path, 0o700))
+	st, err := lb.SourceRange6.CheckPin()
+	require.NoError(t, err)
+	require.Equal(t, PinReplaced, st)
 }
