@@ -25,7 +25,6 @@ import (
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	lbmaps "github.com/actorlb/actorlb/maps"
 	"github.com/asynkron/protoactor-go/actor"
-	"github.com/sirupsen/logrus"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
@@ -137,11 +136,8 @@ func TestChaos(t *testing.T) {
 	root := testutil.PinDir(t)
 	plan := &killPlan{armed: map[string]bool{}}
 	var faultCount atomic.Int64
-	log := logrus.New()
-	log.SetLevel(logrus.ErrorLevel)
-	if lvl, err := logrus.ParseLevel(os.Getenv("CHAOS_LOG")); err == nil {
-		log.SetLevel(lvl)
-	}
+	reconciles := &reconcileLog{}
+	log := chaosLogger(reconciles)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute+time.Duration(cfg.ops)*20*time.Millisecond)
 	defer cancel()
 	e, m, err := newEngine(ctx, actorlb.Config{BPFRoot: root, Logger: log, CallTimeout: 20 * time.Second, ReconcileInterval: 50 * time.Millisecond}, enginetest.Hooks{
@@ -257,13 +253,13 @@ func TestChaos(t *testing.T) {
 	ds, err := e.Reconcile(ctx)
 	require.NoError(t, err)
 	for _, d := range ds {
-		require.Zero(t, d.Repairs(), "reconcile after chaos: %+v", d)
+		require.Zero(t, d.Repairs(), "reconcile after chaos: %+v\n%s", d, reconciles)
 	}
 	st, err := e.Stats(ctx)
 	require.NoError(t, err)
-	require.Empty(t, st.DriftRepairs, "reconciles during chaos repaired what nobody tampered with")
+	require.Empty(t, st.DriftRepairs, "reconciles during chaos repaired what nobody tampered with\n%s", reconciles)
 	require.Greater(t, st.Reconciles, uint64(1))
-	t.Logf("chaos: %d reconciles (last error: %v)", st.Reconciles, st.LastReconcileError)
+	t.Logf("chaos: %d reconciles (last error: %v); %s", st.Reconciles, st.LastReconcileError, reconciles)
 	t.Logf("chaos: %d ops, %d kills (%d stops, %d panics fired), %d map faults, %d op errors, %d reader walks, restarts %v, resent %d",
 		opCount.Load(), kills.Load(), stops.Load(), plan.fired.Load(), faultCount.Load(), errCount.Load(), reader.walks.Load(), st.ActorRestarts, st.RequestsResent)
 	require.Positive(t, plan.fired.Load()+stops.Load())
