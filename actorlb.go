@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -69,10 +68,12 @@ type Config struct {
 	MaglevTableSize uint32
 	// NoRestore empties the maps at start instead of restoring from them.
 	NoRestore bool
-	// NoRestoreHeadroom turns off the heap New holds while it restores
-	// (RestoreHeadroom, 64 MiB, so that the garbage collector runs fewer
-	// cycles meanwhile). None is held with NoRestore, InMemory, or when
-	// the process has a memory limit (GOMEMLIMIT).
+	// NoRestoreHeadroom turns off the raise of the collector's heap goal
+	// while New restores (by RestoreHeadroom, 64 MiB, through the
+	// process's GOGC percent, put back when New returns, so that the
+	// garbage collector runs fewer cycles meanwhile). There is none with
+	// NoRestore, InMemory, GOGC=off, or when the process has a memory
+	// limit (GOMEMLIMIT).
 	NoRestoreHeadroom bool
 	// InMemory uses in-memory maps: no kernel, no privileges (dry run).
 	InMemory bool
@@ -154,7 +155,8 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("new engine: MaglevTableSize: %w", err)
 	}
 	log := logrus.NewEntry(cfg.Logger)
-	headroom := restoreHeadroom(cfg)
+	putBack := raiseHeapGoal(cfg)
+	defer putBack() // the restore is done, or New failed
 	// The actor system is made while the maps open: its process registry
 	// alone is some 32k small maps, milliseconds of a restart.
 	sysc := make(chan *actor.ActorSystem, 1)
@@ -208,7 +210,6 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	}
 	e.sup = actor.NewPID(e.sys.Address(), actors.SupervisorPID)
 	_, err = e.gate.wait(ctx)
-	runtime.KeepAlive(headroom) // held until the restore is done
 	if err != nil {
 		e.Close()
 		return nil, fmt.Errorf("new engine: %w", err)

@@ -3,35 +3,113 @@ package actorlb
 import (
 	"math"
 	"runtime/debug"
+	"runtime/metrics"
+	"sync"
 )
 
-// RestoreHeadroom is the heap New holds while the engine restores from
-// the pinned maps (Config.NoRestoreHeadroom turns it off).
+// RestoreHeadroom is how far New raises the collector's heap goal while
+// the engine restores from the pinned maps (Config.NoRestoreHeadroom
+// turns it off).
 //
 // Go's collector starts a cycle each time the heap doubles from what the
 // last cycle left. A process that has just started has a few MB of heap,
 // and a restore of 10,000 services of 10 backends builds some 40 MB of
 // tables from the dumps: three or four cycles while the restore runs,
 // each marking the tables built so far, on the cores the dumps and the
-// rebuild need. A buffer of 64 MiB that nothing reads or writes, live
-// until the restore is done, moves the next cycle past the restore (the
-// README's Performance section has the figures). It holds no pointers
-// (nothing to mark) and is address space more than memory: the runtime
-// maps fresh pages for it, which stay untouched, unless it reuses pages
-// freed before (an engine made again in the same process), which it then
-// clears. It is dropped when New returns.
+// rebuild need. With the goal raised by 64 MiB (as if that much more
+// were live), the next cycle comes after the restore (the README's
+// Performance section has the figures). Nothing is allocated for it: the
+// collector's percent (GOGC) is raised for the restore and put back when
+// New returns.
 const RestoreHeadroom = 64 << 20
 
-// restoreHeadroom returns the buffer New holds while the engine restores,
-// or nil when it holds none: turned off, nothing to restore (NoRestore,
-// InMemory), or a memory limit set (GOMEMLIMIT, debug.SetMemoryLimit),
-// which the buffer would count against, making the collector run more,
-// not less.
-func restoreHeadroom(cfg Config) []byte {
+// minHeapGoalBase is the heap the percent is computed from when the last
+// cycle left less (or none ran yet): the runtime's own least goal, 4 MB
+// at GOGC=100.
+const minHeapGoalBase = 4 << 20
+
+// gcPercent is the process's collector percent while New restores. The
+// percent is the process's, so engines made at the same time share one
+// raise: the first raises it, the last puts back what was there.
+var gcPercent struct {
+	sync.Mutex
+	holders int
+	saved   int // the percent before the first holder
+	set     int // the percent the first holder set
+}
+
+// raiseHeapGoal raises the collector's heap goal by RestoreHeadroom for a
+// restore and returns what puts it back. It does nothing when turned off,
+// when there is nothing to restore (NoRestore, InMemory), when the
+// collector is off (GOGC=off), or under a memory limit (GOMEMLIMIT,
+// debug.SetMemoryLimit), which the raised goal would run into. If the
+// percent was changed by someone else meanwhile, the put back keeps
+// theirs.
+func raiseHeapGoal(cfg Config) (putBack func()) {
 	if cfg.NoRestoreHeadroom || cfg.NoRestore || cfg.InMemory || memoryLimited() {
-		return nil
+		return func() {}
 	}
-	return make([]byte, RestoreHeadroom)
+	gcPercent.Lock()
+	defer gcPercent.Unlock()
+	if gcPercent.holders == 0 {
+		old := readGCPercent()
+		if old < 0 {
+			return func() {}
+		}
+		gcPercent.saved, gcPercent.set = old, headroomPercent(old, liveHeap())
+		debug.SetGCPercent(gcPercent.set)
+	}
+	gcPercent.holders++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			gcPercent.Lock()
+			defer gcPercent.Unlock()
+			gcPercent.holders--
+			if gcPercent.holders > 0 {
+				return
+			}
+			if cur := debug.SetGCPercent(gcPercent.saved); cur != gcPercent.set {
+				debug.SetGCPercent(cur) // changed meanwhile: theirs stays
+			}
+		})
+	}
+}
+
+// headroomPercent is the collector percent whose heap goal, from a heap
+// of live bytes, is what percent old gives with RestoreHeadroom more
+// live: (live+headroom)×(1+old/100) = live×(1+p/100).
+func headroomPercent(old int, live uint64) int {
+	base := max(live, minHeapGoalBase*uint64(max(old, 1))/100, 1)
+	goal := float64(base+RestoreHeadroom) * (1 + float64(old)/100)
+	p := goal/float64(base)*100 - 100
+	if p > math.MaxInt32 {
+		return math.MaxInt32
+	}
+	return int(math.Ceil(p))
+}
+
+// readGCPercent is the collector's percent, -1 when it is off (GOGC=off).
+// (debug.SetGCPercent(-1) would read it too, but waits for a mark phase
+// under way to finish.)
+func readGCPercent() int {
+	s := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 100
+	}
+	// The runtime reports GOGC=off as its internal -1 in a uint64.
+	return int(int64(s[0].Value.Uint64()))
+}
+
+// liveHeap is the heap the last cycle marked live (0 before the first).
+func liveHeap() uint64 {
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return s[0].Value.Uint64()
 }
 
 // memoryLimited reports whether the process has a soft memory limit
