@@ -11,7 +11,8 @@
 // *_during_sync rows those of the same probes beside one SyncSource of the
 // whole set, a Kubernetes resync),
 // memory-10k-x10 (heap retained by the
-// single-call engine), restore-10k-x10 (three warm restarts on its maps,
+// single-call engine, the callers' services live before and after, so
+// that only the engine's own memory counts), restore-10k-x10 (three warm restarts on its maps,
 // against a raw and a typed dump, with the phases of each restore),
 // reconcile-10k-x10 (one drift check of the restored maps after each
 // restart, nothing to repair: wall and CPU time, against the raw dump) and
