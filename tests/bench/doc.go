@@ -12,8 +12,10 @@
 // whole set, a Kubernetes resync),
 // memory-10k-x10 (heap retained by the
 // single-call engine, the callers' services live before and after, so
-// that only the engine's own memory counts), restore-10k-x10 (three warm restarts on its maps,
-// against a raw and a typed dump, with the phases of each restore),
+// that only the engine's own memory counts), restore-10k-x10 (three warm
+// restarts on its maps, against a raw and a typed dump, with the phases
+// of each restore; then the raw dump and the restore each in a new
+// process, three times, with their page faults: *_new_process),
 // reconcile-10k-x10 (one drift check of the restored maps after each
 // restart, nothing to repair: wall and CPU time, against the raw dump) and
 // insert-50k-x1 (50,000 single-backend services inserted and deleted, in

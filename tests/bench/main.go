@@ -75,13 +75,22 @@ func main() {
 	agentHeap := pflag.String("kube-agent-heapprofile", "", "where the sync agent writes its heap profile")
 	pflag.StringVar(&kube.heapProfile, "kube-heapprofile", "", "write a heap profile of the initial-sync agent (last round), taken where its memory is measured, to this file")
 	pflag.IntVar(&kube.syncRounds, "kube-sync-rounds", 3, "agent runs of the initial-sync scenario (fresh engine and source each; medians reported)")
-	for _, f := range []string{"kube-sync-agent", "kube-agent-kubeconfig", "kube-agent-root", "kube-agent-heapprofile"} {
+	restoreChildWhat := pflag.String("restore-child", "", "run as a restore-10k-x10 child: dump or engine (the bench starts it)")
+	restoreChildRoot := pflag.String("restore-child-root", "", "the restore child's pin directory")
+	for _, f := range []string{"kube-sync-agent", "kube-agent-kubeconfig", "kube-agent-root", "kube-agent-heapprofile", "restore-child", "restore-child-root"} {
 		_ = pflag.CommandLine.MarkHidden(f)
 	}
 	pflag.Parse()
 	if *syncAgent {
 		if err := runSyncAgent(*agentKubeconfig, *agentRoot, kube.syncServices, *agentHeap); err != nil {
 			fmt.Fprintln(os.Stderr, "bench: sync agent:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if *restoreChildWhat != "" {
+		if err := runRestoreChild(*restoreChildWhat, *restoreChildRoot); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
 		}
 		return
@@ -181,7 +190,7 @@ func run(out string, bulkN, insertN, callers, batch int) error {
 // engineScenarios runs the engine's scenarios (all but the Kubernetes
 // ones) with pins under root.
 func engineScenarios(res *results, root string, bulkN, insertN, callers, batch int) error {
-	sizes := maps.Sizes{Services: 1 << 18, Backends: 1 << 18, RevNAT: 1 << 17}
+	sizes := benchSizes
 	log := logrus.New()
 	log.SetLevel(logrus.WarnLevel)
 
@@ -474,6 +483,9 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 	res.add("reconcile-10k-x10", "repairs", float64(recRepairs), "entries")
 	res.add("restore-10k-x10", "map_writes", writes, "entries")
 	res.add("restore-10k-x10", "services", float64(restored), "count")
+	if err := newProcessRestores(res, engRoot, restored, 3); err != nil {
+		return err
+	}
 	if err := maps.Remove(engRoot); err != nil {
 		return err
 	}

@@ -1,0 +1,158 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"syscall"
+	"time"
+
+	"github.com/actorlb/actorlb"
+	"github.com/actorlb/actorlb/internal/engine"
+	"github.com/actorlb/actorlb/maps"
+	"github.com/sirupsen/logrus"
+)
+
+// A restart of the agent is a new process: its heap is fresh pages the
+// kernel faults in as they are first written, where the warm restarts of
+// restore-10k-x10 reuse the pages an engine of the same process freed.
+// newProcessRestores measures both sides of the restore ratio that way:
+// the raw batched dump and the engine's restore, each in a process of its
+// own (this program run again with --restore-child), rounds times
+// alternately, the medians reported.
+
+// childReport is what a --restore-child process prints as its last line.
+type childReport struct {
+	ReadyNS  int64            `json:"ready_ns"`
+	Faults   int64            `json:"minor_faults"` // page faults while measured
+	StepsNS  map[string]int64 `json:"steps_ns,omitempty"`
+	Services int              `json:"services,omitempty"`
+}
+
+// runRestoreChild is the child: what is "dump" (the raw batched dump) or
+// "engine" (New restoring from the pins under root).
+func runRestoreChild(what, root string) error {
+	var r childReport
+	switch what {
+	case "dump":
+		f0 := minorFaults()
+		d, err := batchDumpTime(root, benchSizes)
+		r.Faults = minorFaults() - f0
+		if err != nil {
+			return err
+		}
+		r.ReadyNS = d.Nanoseconds()
+	case "engine":
+		f0 := minorFaults()
+		log := logrus.New()
+		log.SetLevel(logrus.WarnLevel)
+		ctx := context.Background()
+		start := time.Now()
+		e, err := actorlb.New(ctx, engineConfig(root, benchSizes, log))
+		if err != nil {
+			return err
+		}
+		r.ReadyNS = time.Since(start).Nanoseconds()
+		r.Faults = minorFaults() - f0
+		st, err := e.Stats(ctx)
+		if err != nil {
+			e.Close()
+			return err
+		}
+		r.StepsNS = map[string]int64{}
+		for name, t := range st.Steps {
+			r.StepsNS[name] = t.Total.Nanoseconds()
+		}
+		r.Services = st.Restore.Services
+		if err := e.Close(); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("restore child: %q is neither dump nor engine", what)
+	}
+	return json.NewEncoder(os.Stdout).Encode(r)
+}
+
+// restoreChild runs this program as a --restore-child process and returns
+// its report.
+func restoreChild(what, root string) (childReport, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return childReport{}, fmt.Errorf("restore child: %w", err)
+	}
+	var stdout bytes.Buffer
+	cmd := exec.Command(exe, "--restore-child", what, "--restore-child-root", root)
+	cmd.Stdout, cmd.Stderr = &stdout, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // no child outlives the bench
+	if err := cmd.Run(); err != nil {
+		return childReport{}, fmt.Errorf("restore child %s: %w", what, err)
+	}
+	var r childReport
+	if err := json.Unmarshal(lastLine(stdout.Bytes()), &r); err != nil {
+		return childReport{}, fmt.Errorf("restore child %s: report %q: %w", what, stdout.String(), err)
+	}
+	return r, nil
+}
+
+// newProcessRestores adds the restore-10k-x10 rows of restores in new
+// processes, on the maps pinned under root (services restored, want).
+func newProcessRestores(res *results, root string, want, rounds int) error {
+	var readies, dumps []time.Duration
+	var faults, dumpFaults []float64
+	steps := map[string][]time.Duration{}
+	for range rounds {
+		d, err := restoreChild("dump", root)
+		if err != nil {
+			return err
+		}
+		r, err := restoreChild("engine", root)
+		if err != nil {
+			return err
+		}
+		if r.Services != want {
+			return fmt.Errorf("restore child: restored %d services, want %d", r.Services, want)
+		}
+		dumps, readies = append(dumps, time.Duration(d.ReadyNS)), append(readies, time.Duration(r.ReadyNS))
+		dumpFaults, faults = append(dumpFaults, float64(d.Faults)), append(faults, float64(r.Faults))
+		for name, ns := range r.StepsNS {
+			steps[name] = append(steps[name], time.Duration(ns))
+		}
+	}
+	ready, dump := median(readies), median(dumps)
+	res.add("restore-10k-x10", "ready_ms_new_process", float64(ready.Microseconds())/1000, "ms")
+	res.add("restore-10k-x10", "batch_dump_ms_new_process", float64(dump.Microseconds())/1000, "ms")
+	res.add("restore-10k-x10", "ratio_to_batch_dump_new_process", ready.Seconds()/dump.Seconds(), "x")
+	res.add("restore-10k-x10", "page_faults_new_process", medianOf(faults), "faults")
+	res.add("restore-10k-x10", "batch_dump_page_faults_new_process", medianOf(dumpFaults), "faults")
+	for _, step := range []struct{ name, metric string }{
+		{engine.StepDumpMaps, "step_ms_dump_new_process"}, {engine.StepRebuild, "step_ms_rebuild_new_process"}, {engine.StepInstall, "step_ms_install_new_process"},
+	} {
+		if ts := steps[step.name]; len(ts) > 0 {
+			res.add("restore-10k-x10", step.metric, float64(median(ts).Microseconds())/1000, "ms")
+		}
+	}
+	return nil
+}
+
+// medianOf returns the median of xs.
+func medianOf(xs []float64) float64 {
+	xs = slices.Clone(xs)
+	slices.Sort(xs)
+	return xs[len(xs)/2]
+}
+
+// benchSizes are the map sizes of the engine scenarios.
+var benchSizes = maps.Sizes{Services: 1 << 18, Backends: 1 << 18, RevNAT: 1 << 17}
+
+// minorFaults is the process's minor page faults so far.
+func minorFaults() int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return ru.Minflt
+}
