@@ -93,23 +93,29 @@ func headroomPercent(old int, live uint64) int {
 // (debug.SetGCPercent(-1) would read it too, but waits for a mark phase
 // under way to finish.)
 func readGCPercent() int {
-	s := []metrics.Sample{{Name: "/gc/gogc:percent"}}
-	metrics.Read(s)
-	if s[0].Value.Kind() != metrics.KindUint64 {
+	p, ok := readMetric("/gc/gogc:percent")
+	if !ok {
 		return 100
 	}
 	// The runtime reports GOGC=off as its internal -1 in a uint64.
-	return int(int64(s[0].Value.Uint64()))
+	return int(int64(p))
 }
 
 // liveHeap is the heap the last cycle marked live (0 before the first).
 func liveHeap() uint64 {
-	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	live, _ := readMetric("/gc/heap/live:bytes")
+	return live
+}
+
+// readMetric reads one runtime metric of kind uint64; ok is false when
+// the runtime has no such metric.
+func readMetric(name string) (v uint64, ok bool) {
+	s := []metrics.Sample{{Name: name}}
 	metrics.Read(s)
 	if s[0].Value.Kind() != metrics.KindUint64 {
-		return 0
+		return 0, false
 	}
-	return s[0].Value.Uint64()
+	return s[0].Value.Uint64(), true
 }
 
 // memoryLimited reports whether the process has a soft memory limit

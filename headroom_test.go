@@ -3,7 +3,6 @@ package actorlb
 import (
 	"math"
 	"runtime/debug"
-	"runtime/metrics"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -28,10 +27,9 @@ func withGCPercent(t *testing.T, p int) {
 
 func heapGoal(t *testing.T) uint64 {
 	t.Helper()
-	s := []metrics.Sample{{Name: "/gc/heap/goal:bytes"}}
-	metrics.Read(s)
-	require.Equal(t, metrics.KindUint64, s[0].Value.Kind())
-	return s[0].Value.Uint64()
+	goal, ok := readMetric("/gc/heap/goal:bytes")
+	require.True(t, ok, "the runtime reports its heap goal")
+	return goal
 }
 
 func TestRestoreHeadroomRaisesTheHeapGoalUntilPutBack(t *testing.T) {
