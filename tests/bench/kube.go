@@ -4,15 +4,12 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/netip"
 	"os"
-	"os/exec"
 	"runtime/debug"
 	"slices"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/actorlb/actorlb"
@@ -468,10 +465,6 @@ func kubeSync(ctx context.Context, res *results, c *cluster.Cluster, root string
 	if err != nil {
 		return err
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		return fmt.Errorf("kube sync: %w", err)
-	}
 	var rs []syncReport
 	var agentCP []time.Duration
 	for round := range o.syncRounds {
@@ -480,19 +473,12 @@ func kubeSync(ctx context.Context, res *results, c *cluster.Cluster, root string
 		if o.heapProfile != "" && round == o.syncRounds-1 {
 			args = append(args, "--kube-agent-heapprofile", o.heapProfile)
 		}
-		var stdout bytes.Buffer
-		cmd := exec.CommandContext(ctx, exe, args...)
-		cmd.Stdout, cmd.Stderr = &stdout, os.Stderr
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // no agent outlives the bench
+		var r syncReport
 		cp1 := controlPlaneCPU(cp)
-		if err := cmd.Run(); err != nil {
+		if err := runSelf(ctx, args, &r); err != nil {
 			return fmt.Errorf("kube sync: agent: %w", err)
 		}
 		agentCP = append(agentCP, controlPlaneCPU(cp)-cp1)
-		var r syncReport
-		if err := json.Unmarshal(lastLine(stdout.Bytes()), &r); err != nil {
-			return fmt.Errorf("kube sync: agent report %q: %w", stdout.String(), err)
-		}
 		if r.Services != all {
 			return fmt.Errorf("kube sync: the agent synced %d services, want %d", r.Services, all)
 		}
@@ -504,8 +490,7 @@ func kubeSync(ctx context.Context, res *results, c *cluster.Cluster, root string
 		for i, r := range rs {
 			vs[i] = get(r)
 		}
-		slices.Sort(vs)
-		return vs[len(vs)/2]
+		return median(vs)
 	}
 	fes := float64(rs[0].Frontends)
 	syncMS := med(func(r syncReport) float64 { return r.SyncMS })

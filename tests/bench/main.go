@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -276,10 +277,9 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 				return err
 			}
 		}
-		slices.Sort(allocs)
 		res.add("bulk-10k-x10", "services_per_s_"+how, float64(bulkN)/median(walls).Seconds(), "services/s")
 		res.add("bulk-10k-x10", "cpu_us_per_service_"+how, float64(median(cpus).Microseconds())/float64(bulkN), "us")
-		res.add("bulk-10k-x10", "alloc_bytes_per_service_"+how, allocs[1], "bytes")
+		res.add("bulk-10k-x10", "alloc_bytes_per_service_"+how, median(allocs), "bytes")
 	}
 
 	// Once more with library latency probes running beside the batched
@@ -470,13 +470,7 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 	res.add("restore-10k-x10", "ratio_to_batch_dump", ready.Seconds()/dumpTime.Seconds(), "x")
 	res.add("restore-10k-x10", "typed_dump_ms", float64(median(typed).Microseconds())/1000, "ms")
 	res.add("restore-10k-x10", "ratio_to_typed_dump", ready.Seconds()/median(typed).Seconds(), "x")
-	for _, step := range []struct{ name, metric string }{
-		{engine.StepDumpMaps, "step_ms_dump"}, {engine.StepRebuild, "step_ms_rebuild"}, {engine.StepInstall, "step_ms_install"},
-	} {
-		if ts := restoreSteps[step.name]; len(ts) > 0 {
-			res.add("restore-10k-x10", step.metric, float64(median(ts).Microseconds())/1000, "ms")
-		}
-	}
+	addRestoreSteps(res, restoreSteps, "")
 	res.add("reconcile-10k-x10", "ms", float64(median(recWall).Microseconds())/1000, "ms")
 	res.add("reconcile-10k-x10", "cpu_ms", float64(median(recCPU).Microseconds())/1000, "ms")
 	res.add("reconcile-10k-x10", "ratio_to_batch_dump", median(recWall).Seconds()/dumpTime.Seconds(), "x")
@@ -989,12 +983,11 @@ func insertDelete(res *results, root string, sizes maps.Sizes, n, callers, batch
 		}
 	}
 	stopProfile()
-	slices.Sort(retained)
 	res.add("insert-50k-x1", "services_per_s", float64(n)/median(inss).Seconds(), "services/s")
 	res.add("insert-50k-x1", "batch_floor_services_per_s", float64(n)/insFloor.Seconds(), "services/s")
 	res.add("insert-50k-x1", "ratio_to_batch_floor", insFloor.Seconds()/median(inss).Seconds(), "x")
 	res.add("insert-50k-x1", "delete_services_per_s", float64(n)/median(dels).Seconds(), "services/s")
-	res.add("insert-50k-x1", "retained_bytes_per_service", retained[1], "bytes")
+	res.add("insert-50k-x1", "retained_bytes_per_service", median(retained), "bytes")
 
 	// The same, one Upsert / DeleteByFrontend call per service: three
 	// rounds on fresh engines and maps, medians reported (one pass varies
@@ -1042,17 +1035,30 @@ func retainedPer(before uint64, n int) float64 {
 // (its cost is measured alone: reconcile-10k-x10).
 const noReconcile = -1
 
+// addRestoreSteps adds the median time of each restore step in steps (by
+// step name) as restore-10k-x10's step_ms_* rows, their names ending in
+// suffix.
+func addRestoreSteps(res *results, steps map[string][]time.Duration, suffix string) {
+	for _, step := range []struct{ name, metric string }{
+		{engine.StepDumpMaps, "step_ms_dump"}, {engine.StepRebuild, "step_ms_rebuild"}, {engine.StepInstall, "step_ms_install"},
+	} {
+		if ts := steps[step.name]; len(ts) > 0 {
+			res.add("restore-10k-x10", step.metric+suffix, float64(median(ts).Microseconds())/1000, "ms")
+		}
+	}
+}
+
 // engineConfig is the configuration of the scenarios' engines: pins under
 // dir, no periodic reconcile.
 func engineConfig(dir string, sizes maps.Sizes, log *logrus.Logger) actorlb.Config {
 	return actorlb.Config{BPFRoot: dir, MaxEntries: sizes, Logger: log, ReconcileInterval: noReconcile}
 }
 
-// median returns the median of ds.
-func median(ds []time.Duration) time.Duration {
-	ds = slices.Clone(ds)
-	slices.Sort(ds)
-	return ds[len(ds)/2]
+// median returns the median of xs.
+func median[T cmp.Ordered](xs []T) T {
+	xs = slices.Clone(xs)
+	slices.Sort(xs)
+	return xs[len(xs)/2]
 }
 
 func chunk[T any](xs []T, n int) [][]T {

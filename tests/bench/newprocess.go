@@ -7,12 +7,10 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"slices"
 	"syscall"
 	"time"
 
 	"github.com/actorlb/actorlb"
-	"github.com/actorlb/actorlb/internal/engine"
 	"github.com/actorlb/actorlb/maps"
 	"github.com/sirupsen/logrus"
 )
@@ -80,22 +78,32 @@ func runRestoreChild(what, root string) error {
 // restoreChild runs this program as a --restore-child process and returns
 // its report.
 func restoreChild(what, root string) (childReport, error) {
+	var r childReport
+	if err := runSelf(context.Background(), []string{"--restore-child", what, "--restore-child-root", root}, &r); err != nil {
+		return childReport{}, fmt.Errorf("restore child %s: %w", what, err)
+	}
+	return r, nil
+}
+
+// runSelf runs this program again with args, its standard error on the
+// bench's, and decodes the last line it printed, a JSON report, into
+// report. The child is killed if the bench dies first.
+func runSelf(ctx context.Context, args []string, report any) error {
 	exe, err := os.Executable()
 	if err != nil {
-		return childReport{}, fmt.Errorf("restore child: %w", err)
+		return err
 	}
 	var stdout bytes.Buffer
-	cmd := exec.Command(exe, "--restore-child", what, "--restore-child-root", root)
+	cmd := exec.CommandContext(ctx, exe, args...)
 	cmd.Stdout, cmd.Stderr = &stdout, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // no child outlives the bench
 	if err := cmd.Run(); err != nil {
-		return childReport{}, fmt.Errorf("restore child %s: %w", what, err)
+		return err
 	}
-	var r childReport
-	if err := json.Unmarshal(lastLine(stdout.Bytes()), &r); err != nil {
-		return childReport{}, fmt.Errorf("restore child %s: report %q: %w", what, stdout.String(), err)
+	if err := json.Unmarshal(lastLine(stdout.Bytes()), report); err != nil {
+		return fmt.Errorf("report %q: %w", stdout.String(), err)
 	}
-	return r, nil
+	return nil
 }
 
 // newProcessRestores adds the restore-10k-x10 rows of restores in new
@@ -126,23 +134,10 @@ func newProcessRestores(res *results, root string, want, rounds int) error {
 	res.add("restore-10k-x10", "ready_ms_new_process", float64(ready.Microseconds())/1000, "ms")
 	res.add("restore-10k-x10", "batch_dump_ms_new_process", float64(dump.Microseconds())/1000, "ms")
 	res.add("restore-10k-x10", "ratio_to_batch_dump_new_process", ready.Seconds()/dump.Seconds(), "x")
-	res.add("restore-10k-x10", "page_faults_new_process", medianOf(faults), "faults")
-	res.add("restore-10k-x10", "batch_dump_page_faults_new_process", medianOf(dumpFaults), "faults")
-	for _, step := range []struct{ name, metric string }{
-		{engine.StepDumpMaps, "step_ms_dump_new_process"}, {engine.StepRebuild, "step_ms_rebuild_new_process"}, {engine.StepInstall, "step_ms_install_new_process"},
-	} {
-		if ts := steps[step.name]; len(ts) > 0 {
-			res.add("restore-10k-x10", step.metric, float64(median(ts).Microseconds())/1000, "ms")
-		}
-	}
+	res.add("restore-10k-x10", "page_faults_new_process", median(faults), "faults")
+	res.add("restore-10k-x10", "batch_dump_page_faults_new_process", median(dumpFaults), "faults")
+	addRestoreSteps(res, steps, "_new_process")
 	return nil
-}
-
-// medianOf returns the median of xs.
-func medianOf(xs []float64) float64 {
-	xs = slices.Clone(xs)
-	slices.Sort(xs)
-	return xs[len(xs)/2]
 }
 
 // benchSizes are the map sizes of the engine scenarios.
