@@ -140,7 +140,9 @@ func TestKubeServicesServeAsKubeProxyWould(t *testing.T) {
 		for _, be := range got.Backends {
 			require.Equal(t, be.AddrPort() == a[0].addr, be.NodeLocal, "%s", be)
 		}
-		ci := k.service(t, frontend(clusterIPs(t, s)[0], 80))
+		// The ClusterIP frontend is another frontend of the same service:
+		// the engine may commit it after the NodePort one.
+		ci := k.waitService(t, frontend(clusterIPs(t, s)[0], 80), "ClusterIP of ETP Local", func(s *lb.Service) bool { return s != nil })
 		require.NotNil(t, ci)
 		require.False(t, ci.ExtTrafficPolicyLocal, "a ClusterIP frontend has no external side")
 		// From the node, every endpoint (kube-proxy's short circuit).
