@@ -7,13 +7,26 @@ import (
 )
 
 // svcMirror is the service map owner's mirror: like mirror, but indexed by
-// frontend, each holding its slots in a slice (index = slot number). An
+// frontend, each holding its slots in one slice (index = slot number). An
 // upsert writes all the slots of one frontend, so this takes one map
 // lookup per service instead of one per slot, and a fraction of the memory
 // (no key per slot, no pointer in the key). Not safe for concurrent use.
+//
+// A frontend is kept in one of two forms, never both:
+//
+//   - compact (the table's own entries): its slots hold a backend ID and
+//     the service ID, the same for every slot, and nothing else, so a
+//     slot takes the 4 bytes of its backend ID (see words);
+//   - whole: any other entries (a slot of backend ID 0, a flag, a count,
+//     two revNAT indexes: what drift or another writer may leave), one
+//     slotValue per slot.
+//
+// A frontend goes whole on the first entry the compact form cannot hold
+// and stays whole until it has no entry left.
 type svcMirror struct {
 	m       maps.ServiceMap
-	entries packedmap.Map[addrkey.ServiceKey, []slotValue] // IPv4 frontends packed; valid once indexed
+	compact packedmap.Map[addrkey.ServiceKey, []uint32]    // IPv4 frontends packed; valid once indexed
+	whole   packedmap.Map[addrkey.ServiceKey, []slotValue] // the same
 	indexed bool
 	n       int                 // slots held, once indexed
 	loaded  []maps.ServiceEntry // the last load, until index
@@ -21,10 +34,70 @@ type svcMirror struct {
 	ds      []maps.ServiceKey
 }
 
-// slotValue is one slot of a frontend; ok is false for a hole.
+// slotValue is one slot of a whole frontend; ok is false for a hole.
 type slotValue struct {
 	v  maps.ServiceValue
 	ok bool
+}
+
+// The words of a compact frontend: the master's value in the first three,
+// then a word of flags and the slots' revNAT index, then the backend ID of
+// slot i at words[header+i-1] (0: a hole). The slice ends at the highest
+// slot held.
+const (
+	wMasterID    = 0 // master BackendID
+	wMasterCount = 1 // master Count | RevNATIndex<<16
+	wMasterFlags = 2 // master Flags | Flags2<<8 | QCount<<16
+	wInfo        = 3 // hasMaster (bit 0) | slots' RevNATIndex<<16
+	header       = 4
+	hasMaster    = 1
+)
+
+// compactSlot reports whether v, at a slot other than the master, can be
+// held by a compact frontend whose slots' revNAT index is rev (any, when
+// the frontend holds no slot yet: anyRev).
+func compactSlot(v maps.ServiceValue, rev uint16, anyRev bool) bool {
+	return v.BackendID != 0 && v.Count == 0 && v.Flags == 0 && v.Flags2 == 0 && v.QCount == 0 &&
+		(anyRev || v.RevNATIndex == rev)
+}
+
+// compactGet returns slot of a compact frontend's words w.
+func compactGet(w []uint32, slot uint16) (maps.ServiceValue, bool) {
+	if slot == 0 {
+		if w[wInfo]&hasMaster == 0 {
+			return maps.ServiceValue{}, false
+		}
+		return maps.ServiceValue{
+			BackendID: w[wMasterID], Count: uint16(w[wMasterCount]), RevNATIndex: uint16(w[wMasterCount] >> 16),
+			Flags: uint8(w[wMasterFlags]), Flags2: uint8(w[wMasterFlags] >> 8), QCount: uint16(w[wMasterFlags] >> 16),
+		}, true
+	}
+	i := header + int(slot) - 1
+	if i >= len(w) || w[i] == 0 {
+		return maps.ServiceValue{}, false
+	}
+	return maps.ServiceValue{BackendID: w[i], RevNATIndex: uint16(w[wInfo] >> 16)}, true
+}
+
+// setMaster writes the master's value into w, reporting whether it was
+// absent.
+func setMaster(w []uint32, v maps.ServiceValue) (added bool) {
+	added = w[wInfo]&hasMaster == 0
+	w[wMasterID] = v.BackendID
+	w[wMasterCount] = uint32(v.Count) | uint32(v.RevNATIndex)<<16
+	w[wMasterFlags] = uint32(v.Flags) | uint32(v.Flags2)<<8 | uint32(v.QCount)<<16
+	w[wInfo] |= hasMaster
+	return added
+}
+
+// wholeOf returns the slots of compact words w, with room for size slots.
+func wholeOf(w []uint32, size int) []slotValue {
+	n := max(size, len(w)-header+1)
+	slots := make([]slotValue, len(w)-header+1, n)
+	for s := range slots {
+		slots[s].v, slots[s].ok = compactGet(w, uint16(s))
+	}
+	return slots
 }
 
 func newSvcMirror(m maps.ServiceMap) *svcMirror { return &svcMirror{m: m} }
@@ -40,20 +113,30 @@ func (o *svcMirror) load() error {
 	return nil
 }
 
+// The forms of a frontend while index reads a dump.
+const (
+	formNone    = iota // no slot yet (the master alone is compact)
+	formCompact        // every slot so far fits the compact form
+	formWhole
+)
+
 // index builds the index from the last load, if not done yet. A dump
 // comes in the kernel's hash order, the slots of one frontend scattered
 // over it: so the frontends are found first, with a small map (one entry
 // per frontend, which stays in the cache, where the index's values do
-// not) that also gives each frontend's highest slot; then every frontend's
-// slots are allocated once at their size and filled, and the index gets
-// one entry per frontend (no lookup per slot, no slice grown slot by slot).
+// not) that also gives each frontend's highest slot and form; then every
+// frontend's slots are allocated once at their size and filled, and the
+// index gets one entry per frontend (no lookup per slot, no slice grown
+// slot by slot).
 func (o *svcMirror) index() {
 	if o.indexed {
 		return
 	}
 	fes := packedmap.New[addrkey.ServiceKey, int32](len(o.loaded)/8+1, addrkey.NewServiceKeyPacker())
 	var keys []addrkey.ServiceKey
-	var size []int // highest slot + 1, by frontend
+	var size []int   // highest slot + 1, by frontend
+	var form []uint8 // by frontend
+	var rev []uint16 // the slots' revNAT index, by compact frontend
 	at := make([]int32, len(o.loaded))
 	for j, e := range o.loaded {
 		fe := addrkey.ServiceKeyOf(e.Key)
@@ -61,98 +144,250 @@ func (o *svcMirror) index() {
 		if !ok {
 			i = int32(len(keys))
 			fes.Set(fe, i)
-			keys, size = append(keys, fe), append(size, 0)
+			keys, size, form, rev = append(keys, fe), append(size, 0), append(form, formNone), append(rev, 0)
 		}
 		at[j] = i
 		size[i] = max(size[i], int(e.Key.Slot)+1)
+		if e.Key.Slot == 0 || form[i] == formWhole {
+			continue
+		}
+		// A repeated key (the last wins) may make a frontend whole that
+		// its last values would have left compact: both forms hold the
+		// same entries.
+		switch {
+		case !compactSlot(e.Value, rev[i], form[i] == formNone):
+			form[i] = formWhole
+		case form[i] == formNone:
+			form[i], rev[i] = formCompact, e.Value.RevNATIndex
+		}
 	}
+	words := make([][]uint32, len(keys))
 	slots := make([][]slotValue, len(keys))
+	compact := 0
 	for i, n := range size {
-		slots[i] = make([]slotValue, n)
+		if form[i] == formWhole {
+			slots[i] = make([]slotValue, n)
+			continue
+		}
+		words[i] = make([]uint32, header+max(n, 1)-1)
+		words[i][wInfo] = uint32(rev[i]) << 16
+		compact++
 	}
 	o.n = 0
 	for j, e := range o.loaded {
-		s := &slots[at[j]][e.Key.Slot]
+		i := at[j]
+		if w := words[i]; w != nil {
+			if e.Key.Slot == 0 {
+				if setMaster(w, e.Value) {
+					o.n++
+				}
+				continue
+			}
+			if k := header + int(e.Key.Slot) - 1; w[k] == 0 {
+				o.n++
+				w[k] = e.Value.BackendID
+			} else {
+				w[k] = e.Value.BackendID // a dump may repeat a key: the last wins
+			}
+			continue
+		}
+		s := &slots[i][e.Key.Slot]
 		if !s.ok {
 			o.n++
 		}
-		*s = slotValue{e.Value, true} // a dump may repeat a key: the last wins
+		*s = slotValue{e.Value, true}
 	}
-	o.entries = packedmap.New[addrkey.ServiceKey, []slotValue](len(keys), addrkey.NewServiceKeyPacker())
+	o.compact = packedmap.New[addrkey.ServiceKey, []uint32](compact, addrkey.NewServiceKeyPacker())
+	o.whole = packedmap.New[addrkey.ServiceKey, []slotValue](len(keys)-compact, addrkey.NewServiceKeyPacker())
 	for i, fe := range keys {
-		o.entries.Set(fe, slots[i])
+		if words[i] != nil {
+			o.compact.Set(fe, words[i])
+		} else {
+			o.whole.Set(fe, slots[i])
+		}
 	}
 	o.indexed, o.loaded = true, nil
 	o.m.SetEntries(o.n) // a dump may repeat a key
 }
 
-// cursor caches the slots of the last frontend looked up: the entries of
-// one request come frontend by frontend.
+// cursor caches the entries of the last frontend looked up: the entries
+// of one request come frontend by frontend. At most one of w and slots is
+// set: the frontend's words if it is compact, its slots if it is whole,
+// neither if the mirror does not hold it.
 type cursor struct {
 	o     *svcMirror
 	fe    addrkey.ServiceKey
+	w     []uint32
 	slots []slotValue
 	valid bool
 }
 
-func (c *cursor) at(k maps.ServiceKey) []slotValue {
+func (c *cursor) at(k maps.ServiceKey) {
 	fe := addrkey.ServiceKeyOf(k)
-	if !c.valid || c.fe != fe {
-		slots, _ := c.o.entries.Get(fe)
-		c.fe, c.slots, c.valid = fe, slots, true
+	if c.valid && c.fe == fe {
+		return
 	}
-	return c.slots
+	c.fe, c.valid, c.w, c.slots = fe, true, nil, nil
+	if w, ok := c.o.compact.Get(fe); ok {
+		c.w = w
+		return
+	}
+	if c.o.whole.Len() > 0 {
+		c.slots, _ = c.o.whole.Get(fe)
+	}
 }
 
 func (c *cursor) get(k maps.ServiceKey) (maps.ServiceValue, bool) {
-	slots := c.at(k)
-	if int(k.Slot) < len(slots) && slots[k.Slot].ok {
-		return slots[k.Slot].v, true
+	c.at(k)
+	if c.w != nil {
+		return compactGet(c.w, k.Slot)
+	}
+	if int(k.Slot) < len(c.slots) && c.slots[k.Slot].ok {
+		return c.slots[k.Slot].v, true
 	}
 	return maps.ServiceValue{}, false
 }
 
+// fits reports whether v at slot fits the cursor's frontend compact (a
+// frontend the mirror does not hold yet included).
+func (c *cursor) fits(slot uint16, v maps.ServiceValue) bool {
+	if c.slots != nil {
+		return false
+	}
+	if slot == 0 {
+		return true
+	}
+	if c.w == nil {
+		return compactSlot(v, 0, true)
+	}
+	return compactSlot(v, uint16(c.w[wInfo]>>16), len(c.w) == header)
+}
+
 func (c *cursor) set(k maps.ServiceKey, v maps.ServiceValue) {
-	slots := c.at(k)
-	if n := int(k.Slot) + 1; n > len(slots) {
+	c.at(k)
+	if !c.fits(k.Slot, v) {
+		if c.slots == nil {
+			c.toWhole(int(k.Slot) + 1)
+		}
+		c.setWhole(k.Slot, v)
+		return
+	}
+	if c.w == nil {
+		c.w = make([]uint32, header, header+max(int(k.Slot), 1)-1)
+		c.o.compact.Set(c.fe, c.w)
+	}
+	if k.Slot == 0 {
+		if setMaster(c.w, v) {
+			c.o.n++
+		}
+		return
+	}
+	if len(c.w) == header {
+		c.w[wInfo] = c.w[wInfo]&hasMaster | uint32(v.RevNATIndex)<<16
+	}
+	i := header + int(k.Slot) - 1
+	if n := i + 1; n > len(c.w) {
+		if n <= cap(c.w) {
+			clear(c.w[len(c.w):n])
+			c.w = c.w[:n]
+		} else {
+			c.w = append(c.w, make([]uint32, n-len(c.w))...)
+		}
+		c.o.compact.Set(c.fe, c.w)
+	}
+	if c.w[i] == 0 {
+		c.o.n++
+	}
+	c.w[i] = v.BackendID
+}
+
+// toWhole makes the cursor's frontend whole (a frontend the mirror does
+// not hold yet included), with room for size slots.
+func (c *cursor) toWhole(size int) {
+	if c.w == nil {
+		c.slots = make([]slotValue, 0, size)
+	} else {
+		c.slots = wholeOf(c.w, size)
+		c.o.compact.Delete(c.fe)
+		c.w = nil
+	}
+	c.o.whole.Set(c.fe, c.slots)
+}
+
+// setWhole sets slot of the cursor's whole frontend.
+func (c *cursor) setWhole(slot uint16, v maps.ServiceValue) {
+	slots := c.slots
+	if n := int(slot) + 1; n > len(slots) {
 		if n <= cap(slots) {
 			clear(slots[len(slots):n])
 			slots = slots[:n]
 		} else {
 			slots = append(slots, make([]slotValue, n-len(slots))...)
 		}
-		c.o.entries.Set(c.fe, slots)
+		c.o.whole.Set(c.fe, slots)
 		c.slots = slots
 	}
-	if !slots[k.Slot].ok {
+	if !slots[slot].ok {
 		c.o.n++
 	}
-	slots[k.Slot] = slotValue{v, true}
+	slots[slot] = slotValue{v, true}
 }
 
 // reserve makes room, in one exact-size allocation, for the slots that
-// run (entries starting with k's frontend) writes to that frontend: slices
-// grown one slot at a time would keep up to twice the memory.
+// run (entries starting with k's frontend) writes to that frontend, in
+// the form they need: slices grown one slot at a time would keep up to
+// twice the memory.
 func (c *cursor) reserve(k maps.ServiceKey, run []maps.ServiceEntry) {
-	slots := c.at(k)
-	n := len(slots)
+	c.at(k)
+	n, fits := len(c.slots), c.slots == nil
+	rev, anyRev := uint16(0), true
+	if c.w != nil {
+		n, rev, anyRev = len(c.w)-header+1, uint16(c.w[wInfo]>>16), len(c.w) == header
+	}
 	for _, e := range run {
 		if addrkey.ServiceKeyOf(e.Key) != c.fe {
 			break
 		}
 		n = max(n, int(e.Key.Slot)+1)
+		if !fits || e.Key.Slot == 0 {
+			continue
+		}
+		switch {
+		case !compactSlot(e.Value, rev, anyRev):
+			fits = false
+		case anyRev:
+			rev, anyRev = e.Value.RevNATIndex, false
+		}
 	}
-	if n > cap(slots) {
-		grown := make([]slotValue, len(slots), n)
-		copy(grown, slots)
-		c.o.entries.Set(c.fe, grown)
+	switch {
+	case fits && c.w == nil:
+		c.w = make([]uint32, header, header+max(n, 1)-1)
+		c.o.compact.Set(c.fe, c.w)
+	case fits:
+		if need := header + n - 1; need > cap(c.w) {
+			grown := make([]uint32, len(c.w), need)
+			copy(grown, c.w)
+			c.o.compact.Set(c.fe, grown)
+			c.w = grown
+		}
+	case c.slots == nil:
+		c.toWhole(n)
+	case n > cap(c.slots):
+		grown := make([]slotValue, len(c.slots), n)
+		copy(grown, c.slots)
+		c.o.whole.Set(c.fe, grown)
 		c.slots = grown
 	}
 }
 
-// del removes slot k; a frontend without slots leaves the index.
+// del removes slot k; a frontend without entries leaves the index.
 func (c *cursor) del(k maps.ServiceKey) {
-	slots := c.at(k)
+	c.at(k)
+	if c.w != nil {
+		c.delCompact(k.Slot)
+		return
+	}
+	slots := c.slots
 	if int(k.Slot) >= len(slots) || !slots[k.Slot].ok {
 		return
 	}
@@ -164,12 +399,42 @@ func (c *cursor) del(k maps.ServiceKey) {
 	}
 	switch {
 	case n == 0:
-		c.o.entries.Delete(c.fe)
+		c.o.whole.Delete(c.fe)
 		c.slots = nil
 	case n < len(slots):
 		slots = slots[:n]
-		c.o.entries.Set(c.fe, slots)
+		c.o.whole.Set(c.fe, slots)
 		c.slots = slots
+	}
+}
+
+func (c *cursor) delCompact(slot uint16) {
+	w := c.w
+	if slot == 0 {
+		if w[wInfo]&hasMaster == 0 {
+			return
+		}
+		w[wMasterID], w[wMasterCount], w[wMasterFlags] = 0, 0, 0
+		w[wInfo] &^= hasMaster
+	} else {
+		i := header + int(slot) - 1
+		if i >= len(w) || w[i] == 0 {
+			return
+		}
+		w[i] = 0
+	}
+	c.o.n--
+	n := len(w)
+	for n > header && w[n-1] == 0 {
+		n--
+	}
+	switch {
+	case n == header && w[wInfo]&hasMaster == 0:
+		c.o.compact.Delete(c.fe)
+		c.w = nil
+	case n < len(w):
+		c.w = w[:n]
+		c.o.compact.Set(c.fe, c.w)
 	}
 }
 
@@ -194,8 +459,8 @@ func (o *svcMirror) apply(writes []maps.ServiceEntry, deletes []maps.ServiceKey)
 		if err := o.m.Update(ws); err != nil {
 			return 0, 0, reloadAfter(err, o.load)
 		}
-		if o.entries.Len() == 0 && len(ws) >= reserveMin {
-			o.entries.Reserve(frontends(ws)) // sized at once, not grown by doubling
+		if o.compact.Len() == 0 && o.whole.Len() == 0 && len(ws) >= reserveMin {
+			o.compact.Reserve(frontends(ws)) // sized at once, not grown by doubling
 		}
 		c = cursor{o: o}
 		for i, e := range ws {
@@ -229,12 +494,15 @@ func (o *svcMirror) dump() []maps.ServiceEntry {
 	if !o.indexed {
 		return o.loaded
 	}
-	n := 0
-	for _, slots := range o.entries.All {
-		n += len(slots)
+	out := make([]maps.ServiceEntry, 0, o.n)
+	for fe, w := range o.compact.All {
+		for s := range len(w) - header + 1 {
+			if v, ok := compactGet(w, uint16(s)); ok {
+				out = append(out, maps.ServiceEntry{Key: fe.Key(uint16(s)), Value: v})
+			}
+		}
 	}
-	out := make([]maps.ServiceEntry, 0, n)
-	for fe, slots := range o.entries.All {
+	for fe, slots := range o.whole.All {
 		for i, s := range slots {
 			if s.ok {
 				out = append(out, maps.ServiceEntry{Key: fe.Key(uint16(i)), Value: s.v})

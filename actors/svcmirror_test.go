@@ -7,6 +7,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/actorlb/actorlb/internal/addrkey"
 	"github.com/actorlb/actorlb/internal/testutil"
 	"github.com/actorlb/actorlb/maps"
 	"github.com/stretchr/testify/require"
@@ -82,11 +83,33 @@ func TestSvcMirrorMatchesGenericMirror(t *testing.T) {
 			key := func() maps.ServiceKey {
 				return maps.ServiceKey{Address: addrs[r.IntN(len(addrs))], Port: uint16(80 + r.IntN(2)), Slot: uint16(r.IntN(12)), Proto: 6, Scope: uint8(r.IntN(2))}
 			}
+			// Mostly what the table writes (a backend ID and the service
+			// ID), which the service mirror keeps compact; else one field
+			// that makes the frontend whole.
+			value := func() maps.ServiceValue {
+				v := maps.ServiceValue{BackendID: uint32(1 + r.IntN(3)), RevNATIndex: 1}
+				switch r.IntN(40) {
+				case 0:
+					v.BackendID = 0
+				case 1:
+					v.RevNATIndex = 2
+				case 2:
+					v.Flags = 4
+				case 3:
+					v.Flags2 = 1
+				case 4:
+					v.Count = 3
+				case 5:
+					v.QCount = 1
+				}
+				return v
+			}
+			var compactSeen, wholeSeen int
 			for range 2000 {
 				var ws []maps.ServiceEntry
 				var ds []maps.ServiceKey
 				for range r.IntN(8) {
-					ws = append(ws, maps.ServiceEntry{Key: key(), Value: maps.ServiceValue{BackendID: uint32(r.IntN(3)), RevNATIndex: 1}})
+					ws = append(ws, maps.ServiceEntry{Key: key(), Value: value()})
 				}
 				for range r.IntN(6) {
 					ds = append(ds, key())
@@ -109,12 +132,16 @@ func TestSvcMirrorMatchesGenericMirror(t *testing.T) {
 				require.Equal(t, w2, w, "written")
 				require.Equal(t, d2, d, "deleted")
 				require.Equal(t, sortedEntries(want.dump()), sortedEntries(got.dump()))
+				compactSeen += got.compact.Len()
+				wholeSeen += got.whole.Len()
 				requireEntriesReported(t, a.Services(fam))
 				requireEntriesReported(t, b.Services(fam))
 			}
 			es, err := a.Services(fam).Dump()
 			require.NoError(t, err)
 			require.Equal(t, sortedEntries(es), sortedEntries(got.dump()), "mirror equals its map")
+			require.NotZero(t, compactSeen, "frontends held compact")
+			require.NotZero(t, wholeSeen, "frontends held whole")
 		})
 	}
 	require.NotZero(t, calls)
@@ -133,4 +160,45 @@ func keysOf(es []maps.ServiceEntry) []maps.ServiceKey {
 		ks[i] = e.Key
 	}
 	return ks
+}
+
+// The entries the table writes (slots of a backend ID and the service ID)
+// are held compact, 4 bytes a slot; an entry the compact form cannot hold
+// makes its frontend whole, with every entry it had, and a frontend left
+// with no entry goes, so that it is compact again when written again.
+func TestSvcMirrorHoldsTheTablesEntriesCompact(t *testing.T) {
+	m := openMemory(t, nil).Services(maps.IPv4)
+	o := newSvcMirror(m)
+	require.NoError(t, o.load())
+	fe := maps.ServiceKey{Address: netip.MustParseAddr("10.96.0.1"), Port: 80, Proto: 6}
+	at := func(slot uint16) maps.ServiceKey { k := fe; k.Slot = slot; return k }
+	written := []maps.ServiceEntry{{Key: at(0), Value: maps.ServiceValue{Count: 3, RevNATIndex: 7, Flags: 0x40}}}
+	for s := range uint16(3) {
+		written = append(written, maps.ServiceEntry{Key: at(s + 1), Value: maps.ServiceValue{BackendID: uint32(10 + s), RevNATIndex: 7}})
+	}
+	_, _, err := o.apply(written, nil)
+	require.NoError(t, err)
+	w, ok := o.compact.Get(addrkey.ServiceKeyOf(fe))
+	require.True(t, ok, "held compact")
+	require.Len(t, w, header+3, "one word a slot after the header")
+	require.Zero(t, o.whole.Len())
+	require.Equal(t, sortedEntries(written), sortedEntries(o.dump()))
+
+	odd := maps.ServiceEntry{Key: at(5), Value: maps.ServiceValue{BackendID: 0, RevNATIndex: 7}} // drift's kind of slot
+	_, _, err = o.apply([]maps.ServiceEntry{odd}, []maps.ServiceKey{at(2)})
+	require.NoError(t, err)
+	require.Zero(t, o.compact.Len())
+	require.Equal(t, 1, o.whole.Len(), "made whole")
+	want := append(slices.Clone(written[:2]), written[3], odd)
+	require.Equal(t, sortedEntries(want), sortedEntries(o.dump()))
+	requireEntriesReported(t, m)
+
+	_, _, err = o.apply(nil, keysOf(want))
+	require.NoError(t, err)
+	require.Zero(t, o.compact.Len()+o.whole.Len(), "an empty frontend goes")
+	_, _, err = o.apply(written, nil)
+	require.NoError(t, err)
+	require.Equal(t, 1, o.compact.Len(), "compact again")
+	require.Equal(t, sortedEntries(written), sortedEntries(o.dump()))
+	requireEntriesReported(t, m)
 }
