@@ -14,12 +14,15 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 )
 
-// allocatorActor owns the service and backend ID spaces. Its state lives
-// only in memory: after a restart it is empty until the supervisor sends
+// allocatorActor owns the service and backend ID spaces. Service IDs are
+// bound to their frontends here; backend IDs are not bound to any key
+// here (the supervisor's backend index binds them), only kept in use from
+// their AllocAcquire to their AllocUnhold. Its state lives only in
+// memory: after a restart it is empty until the supervisor sends
 // AllocRestore, built from the table.
 type allocatorActor struct {
 	svc *idalloc.Allocator[lb.L3n4Addr, lb.ServiceID]
-	be  *idalloc.Allocator[addrkey.Backend, lb.BackendID]
+	be  *idalloc.Space[lb.BackendID]
 	// restarted is set on every incarnation but the first: the state is
 	// gone, so requests wait (in arrival order) until AllocRestore.
 	restarted bool
@@ -38,7 +41,7 @@ func newAllocatorProducer() actor.Producer {
 	return func() actor.Actor {
 		return &allocatorActor{
 			svc:       newServiceIDs(0),
-			be:        newBackendIDs(0),
+			be:        newBackendIDs(),
 			restarted: incarnations.Add(1) > 1,
 		}
 	}
@@ -59,20 +62,17 @@ func (a *allocatorActor) Receive(ctx actor.Context) {
 // once rather than growing it by doubling.
 const reserveMin = 256
 
-// reserve makes room in the empty allocators for the keys that msgs
-// acquire (a batch creating a cluster's services into an empty engine).
+// reserve makes room in the empty service ID allocator for the frontends
+// that msgs acquire (a batch creating a cluster's services into an empty
+// engine).
 func (a *allocatorActor) reserve(msgs []any) {
-	var svcs, bes int
+	var svcs int
 	for _, m := range msgs {
-		if acq, ok := m.(*messages.AllocAcquire); ok {
-			if acq.Service {
-				svcs++
-			}
-			bes += len(acq.Backends)
+		if acq, ok := m.(*messages.AllocAcquire); ok && acq.Service {
+			svcs++
 		}
 	}
 	a.svc.Reserve(svcs)
-	a.be.Reserve(bes)
 }
 
 // receive handles one request and appends its answer to replies (none
@@ -119,10 +119,13 @@ func (a *allocatorActor) handle(msg any) any {
 		for _, id := range m.ServiceIDs {
 			a.svc.Unhold(id)
 		}
+		var errs []error
 		for _, id := range m.BackendIDs {
-			a.be.Unhold(id)
+			if err := a.be.Free(id); err != nil {
+				errs = append(errs, fmt.Errorf("free backend ID: %w", err))
+			}
 		}
-		return &messages.AllocDone{ReqID: m.ReqID}
+		return &messages.AllocDone{ReqID: m.ReqID, Err: errors.Join(errs...)}
 	case *messages.AllocRestore:
 		return &messages.AllocDone{ReqID: m.ReqID, Err: a.restore(m)}
 	case *messages.AllocReserve:
@@ -153,22 +156,15 @@ func (a *allocatorActor) acquire(m *messages.AllocAcquire) *messages.AllocAcquir
 			return r
 		}
 	}
-	r.BackendIDs = make([]lb.BackendID, 0, len(m.Backends))
-	for _, k := range m.Backends {
-		id, _, err := a.be.Acquire(addrkey.BackendOf(k))
-		if err != nil {
-			for _, k := range m.Backends[:len(r.BackendIDs)] {
-				a.be.Release(addrkey.BackendOf(k))
-			}
-			if m.Service {
-				a.svc.Release(m.Frontend)
-			}
-			r.Err = fmt.Errorf("acquire backend ID for %s: %w", k, err)
-			r.BackendIDs = nil
-			return r
+	ids, err := a.be.Take(len(m.Backends))
+	if err != nil {
+		if m.Service {
+			a.svc.Release(m.Frontend)
 		}
-		r.BackendIDs = append(r.BackendIDs, id)
+		r.Err = fmt.Errorf("acquire backend IDs for %d new backends (%s first): %w", len(m.Backends), m.Backends[0], err)
+		return r
 	}
+	r.BackendIDs = ids
 	return r
 }
 
@@ -191,17 +187,6 @@ func serviceIDError(m *messages.AllocAcquire, err error) error {
 func (a *allocatorActor) release(m *messages.AllocRelease) *messages.AllocReleased {
 	r := &messages.AllocReleased{ReqID: m.ReqID}
 	var errs []error
-	for _, k := range m.Backends {
-		id, freed, err := a.be.Release(addrkey.BackendOf(k))
-		if err != nil {
-			errs = append(errs, fmt.Errorf("release backend %s: %w", k, err))
-			continue
-		}
-		if freed {
-			_ = a.be.Hold(id)
-			r.FreedBackends = append(r.FreedBackends, id)
-		}
-	}
 	for _, fe := range m.Frontends {
 		if _, _, err := a.svc.Release(fe); err != nil {
 			errs = append(errs, fmt.Errorf("release service %s: %w", fe, err))
@@ -213,21 +198,16 @@ func (a *allocatorActor) release(m *messages.AllocRelease) *messages.AllocReleas
 
 func (a *allocatorActor) restore(m *messages.AllocRestore) error {
 	a.svc = newServiceIDs(len(m.Services))
-	a.be = newBackendIDs(len(m.Backends))
+	a.be = newBackendIDs()
 	var errs []error
 	for _, b := range m.Services {
 		if err := bind(a.svc, b.Key, lb.ServiceID(b.ID), b.Refs); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	for _, b := range m.Backends {
-		if err := bind(a.be, addrkey.BackendOf(b.Key), lb.BackendID(b.ID), b.Refs); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	for _, id := range m.Held {
-		if err := a.be.Hold(id); err != nil {
-			errs = append(errs, fmt.Errorf("restore: hold backend ID %d: %w", id, err))
+	for _, id := range m.BackendIDs {
+		if err := a.be.Claim(id); err != nil {
+			errs = append(errs, fmt.Errorf("restore: backend ID: %w", err))
 		}
 	}
 	return errors.Join(errs...)
@@ -250,11 +230,10 @@ func bind[K comparable, I idalloc.ID](a *idalloc.Allocator[K, I], key K, id I, r
 // have their keys kept packed in 8 bytes (internal/packedmap), the others
 // whole.
 
-// newBackendIDs returns the backend ID allocator, with room for n
-// backends: IPv4 backends' keys, and IPv6 ones of learnt prefixes, are
-// kept packed in 8 bytes.
-func newBackendIDs(n int) *idalloc.Allocator[addrkey.Backend, lb.BackendID] {
-	return idalloc.NewCompact[addrkey.Backend, lb.BackendID](math.MaxUint32, n, addrkey.NewBackendPacker())
+// newBackendIDs returns the backend ID space (no keys: about one bit per
+// ID in use).
+func newBackendIDs() *idalloc.Space[lb.BackendID] {
+	return idalloc.NewSpace[lb.BackendID](math.MaxUint32)
 }
 
 // newServiceIDs returns the service ID allocator, with room for n

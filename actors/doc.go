@@ -17,8 +17,10 @@
 //     were in its mailbox: the requests of every op they advanced go to
 //     each child together (one message per child: the request itself, or
 //     a messages.Batch of several).
-//   - The allocator (allocator.go, keys.go) owns the service and backend
-//     ID spaces (internal/idalloc). Its state is only in memory: after a
+//   - The allocator (allocator.go) owns the service and backend ID
+//     spaces (internal/idalloc): service IDs bound to their frontends,
+//     backend IDs only as in use or free (the core's backend index binds
+//     them to backends). Its state is only in memory: after a
 //     restart it queues every request until the core's snapshot
 //     (messages.AllocRestore) arrives.
 //   - The map owners (mapowner.go) own one map each (svc4, svc6: the

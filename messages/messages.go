@@ -376,8 +376,11 @@ type MapReconciled struct {
 // ---- Supervisor -> allocator.
 
 // AllocAcquire takes IDs: a service ID for Frontend when Service is set
-// (WantID 0 = next free), and one backend ID reference per Backends key.
-// All or nothing.
+// (WantID 0 = next free), and one fresh backend ID per Backends key, the
+// backends new to the engine. The allocator keeps no backend key: the
+// supervisor's backend index binds each backend to its ID and counts its
+// references; the allocator keeps which backend IDs are in use. All or
+// nothing.
 type AllocAcquire struct {
 	ReqID    uint64
 	Service  bool
@@ -394,23 +397,21 @@ type AllocAcquired struct {
 	Err        error
 }
 
-// AllocRelease drops one reference per backend key, then releases the
-// service IDs of Frontends. Freed backend IDs are held until AllocUnhold.
+// AllocRelease releases the service IDs of Frontends.
 type AllocRelease struct {
 	ReqID     uint64
-	Backends  []lb.L3n4Addr
 	Frontends []lb.L3n4Addr
 }
 
-// AllocReleased answers AllocRelease with the backend IDs that became free
-// (held).
+// AllocReleased answers AllocRelease.
 type AllocReleased struct {
-	ReqID         uint64
-	FreedBackends []lb.BackendID
-	Err           error
+	ReqID uint64
+	Err   error
 }
 
-// AllocUnhold makes held IDs reusable once their map entries are gone.
+// AllocUnhold makes IDs reusable once their map entries are gone: held
+// service IDs, and backend IDs no backend is bound to any more (in use
+// until then).
 type AllocUnhold struct {
 	ReqID      uint64
 	ServiceIDs []lb.ServiceID
@@ -430,14 +431,13 @@ type AllocBinding struct {
 	Refs int // 0 = reserved, not claimed
 }
 
-// AllocRestore replaces the allocator's state with these bindings.
+// AllocRestore replaces the allocator's state with these service
+// bindings and backend IDs in use: bound to a backend, or freed and not
+// reusable yet (their entries are being deleted).
 type AllocRestore struct {
-	ReqID    uint64
-	Services []AllocBinding
-	Backends []AllocBinding
-	// Held backend IDs are free but not reusable yet (their entries are
-	// being deleted).
-	Held []lb.BackendID
+	ReqID      uint64
+	Services   []AllocBinding
+	BackendIDs []lb.BackendID
 }
 
 // AllocReserve reserves ID for Key without claiming it (standalone revNAT

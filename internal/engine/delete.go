@@ -2,7 +2,6 @@ package engine
 
 import (
 	"fmt"
-	"slices"
 
 	"github.com/actorlb/actorlb/internal/table"
 	lb "github.com/actorlb/actorlb/loadbalancer"
@@ -17,8 +16,8 @@ import (
 // rollback writes the services back.
 //
 // Steps, in make-before-break order: delete the services' masters and
-// slots; commit (they leave the table); give back their backends'
-// references; delete the backends that became free; delete the revNAT
+// slots; commit (they leave the table, and the backends no service uses
+// any more are unbound); delete those backends; delete the revNAT
 // entries; let the freed backend IDs and the service IDs be reused.
 type deletePlan struct {
 	items     []deleteItem
@@ -72,9 +71,6 @@ func (p *deletePlan) start(c *Core, _ *op) []step {
 var deleteSteps = []step{
 	{name: StepDeleteService, send: on((*deletePlan).deleteServices), retry: mapRetries},
 	{name: StepCommit, send: on((*deletePlan).commit)},
-	// One request, so that the references held are given back all at
-	// once (a restarted allocator counts o.beHolds).
-	{name: StepReleaseBackendIDs, send: on((*deletePlan).releaseBackends)},
 	{name: StepDeleteBackends, send: on((*deletePlan).deleteFreed), retry: mapRetries},
 	{name: StepDeleteRevNAT, send: on((*deletePlan).deleteRevNAT), retry: mapRetries},
 	{name: StepReleaseServiceID, send: on((*deletePlan).releaseServiceIDs)},
@@ -98,34 +94,37 @@ func (p *deletePlan) deleteServices(c *Core, o *op) {
 	c.applyServices(o, [2][]maps.ServiceEntry{}, ds)
 }
 
-// commit drops the services from the table; until released, the op holds
-// their references.
+// commit drops the services from the table; their backends that no
+// other service uses (nor an op holds) are unbound, their IDs freed. The
+// op holds the service IDs until it releases them.
 func (p *deletePlan) commit(c *Core, o *op) {
-	n := 0
-	for it := range p.live {
-		n += len(it.old.Spec.Backends)
-	}
-	o.beHolds = slices.Grow(o.beHolds, n)
 	for it := range p.live {
 		c.backendsLeft(it.old, nil)
 		c.drop(it.old)
 		o.svcHolds = append(o.svcHolds, messages.AllocBinding{Key: it.fe, ID: uint64(it.old.ID()), Refs: 1})
+	}
+	// After every drop: services of one op may share a backend, freed
+	// once.
+	var freed map[lb.BackendID]bool
+	for it := range p.live {
 		for j, b := range it.old.Spec.Backends {
-			o.beHolds = append(o.beHolds, messages.AllocBinding{Key: table.BackendKey(b), ID: uint64(it.old.BackendIDs[j]), Refs: 1})
+			if c.bound(table.BackendKey(b)) {
+				continue
+			}
+			id := it.old.BackendIDs[j]
+			if len(p.items) > 1 {
+				if freed == nil {
+					freed = map[lb.BackendID]bool{}
+				}
+				if freed[id] {
+					continue
+				}
+				freed[id] = true
+			}
+			p.free(o, it.old.Family(), id)
 		}
 	}
 	p.committed = true
-}
-
-func (p *deletePlan) releaseBackends(c *Core, o *op) {
-	keys := make([]lb.L3n4Addr, 0, len(o.beHolds))
-	for it := range p.live {
-		for _, b := range it.old.Spec.Backends {
-			keys = append(keys, table.BackendKey(b))
-		}
-		p.markV6(it.old)
-	}
-	p.release(c, o, keys, nil)
 }
 
 func (p *deletePlan) deleteRevNAT(c *Core, o *op) {

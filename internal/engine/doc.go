@@ -26,12 +26,14 @@
 //     messages.Reply, matched by request ID through the pending table.
 //   - queue: the ops waiting on one frontend or one backend (qkey).
 //   - outbox: the requests made and not yet sent, per child.
-//   - holds: IDs an op has taken from the allocator, or taken out of the
-//     table, and not yet given back (op.svcHolds, op.beHolds), and the
-//     freed backend IDs the allocator keeps out of use until their
-//     entries are deleted (op.freed).
-//   - snapshot: the allocator's whole state computed from the table and
-//     the holds (allocBindings), sent after an allocator crash and at the
+//   - holds: service IDs an op has taken from the allocator, or taken
+//     out of the table, and not yet given back (op.svcHolds); backends an
+//     upsert acquired and has not committed, held in the backend index
+//     (users.held: the index binds each backend to its ID, the allocator
+//     keeps only which backend IDs are in use); and the backend IDs an op
+//     unbound, in use until their entries are deleted (op.freed).
+//   - snapshot: the allocator's whole state computed from the table,
+//     the backend index and the holds (allocBindings), sent after an allocator crash and at the
 //     end of restore ahead of every queued allocator request.
 //   - restore: two ops, restorePlan (dump the map owners' mirrors,
 //     table.Rebuild) then repairPlan (repairs in the fix order of

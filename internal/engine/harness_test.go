@@ -46,7 +46,7 @@ func newHarness(t *testing.T, opts ...func(*Config)) *harness {
 	h.step(Start{})
 	h.dumpEmptyMaps()
 	h.syncMaglev("maglev: sync []")
-	h.expect("alloc: restore services [] backends [] held []")
+	h.expect("alloc: restore services [] backends []")
 	h.reply("alloc", done())
 	h.expectEvents("up")
 	return h
@@ -267,12 +267,6 @@ func drifted(ds ...messages.Drift) func(messages.Request) any {
 	return func(r messages.Request) any { return &messages.MapReconciled{ReqID: r.RequestID(), Maps: ds} }
 }
 
-func released(freed ...lb.BackendID) func(messages.Request) any {
-	return func(r messages.Request) any {
-		return &messages.AllocReleased{ReqID: r.RequestID(), FreedBackends: freed}
-	}
-}
-
 func dumpedServices(es ...maps.ServiceEntry) func(messages.Request) any {
 	return func(r messages.Request) any {
 		return &messages.MapDumped[maps.ServiceEntry]{ReqID: r.RequestID(), Entries: es}
@@ -359,16 +353,15 @@ func printRequest(r messages.Request) string {
 		}
 		return s + " backends " + list(m.Backends, lb.L3n4Addr.String)
 	case *messages.AllocRelease:
-		return "release backends " + list(m.Backends, lb.L3n4Addr.String) + " services " + list(m.Frontends, lb.L3n4Addr.String)
+		return "release services " + list(m.Frontends, lb.L3n4Addr.String)
 	case *messages.AllocUnhold:
 		return "unhold " + list(m.BackendIDs, func(id lb.BackendID) string { return fmt.Sprint(id) })
 	case *messages.AllocRestore:
 		binding := func(b messages.AllocBinding) string { return fmt.Sprintf("%s=%d×%d", b.Key, b.ID, b.Refs) }
-		svcs, bes := slices.Clone(m.Services), slices.Clone(m.Backends)
+		svcs, bes := slices.Clone(m.Services), slices.Clone(m.BackendIDs)
 		slices.SortFunc(svcs, func(a, b messages.AllocBinding) int { return int(a.ID) - int(b.ID) })
-		slices.SortFunc(bes, func(a, b messages.AllocBinding) int { return int(a.ID) - int(b.ID) })
-		return "restore services " + list(svcs, binding) + " backends " + list(bes, binding) +
-			" held " + list(m.Held, func(id lb.BackendID) string { return fmt.Sprint(id) })
+		slices.Sort(bes)
+		return "restore services " + list(svcs, binding) + " backends " + list(bes, func(id lb.BackendID) string { return fmt.Sprint(id) })
 	case *messages.AllocReserve:
 		return fmt.Sprintf("reserve %d for %s", m.ID, m.Key)
 	case *messages.AllocDrop:

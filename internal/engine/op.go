@@ -74,11 +74,12 @@ type op struct {
 	rbErr   error  // failures of the rollback
 	done    bool
 
-	// IDs the op has taken from the allocator and not yet given back or put
-	// in the table: counted when a restarted allocator is restored.
+	// service IDs the op has taken from the allocator and not yet given
+	// back or put in the table: counted when a restarted allocator is
+	// restored (the backends an op holds are in the backend index).
 	svcHolds []messages.AllocBinding
-	beHolds  []messages.AllocBinding
-	// freed backend IDs, held in the allocator until their entries are gone.
+	// freed backend IDs the op unbound: in use in the allocator until their
+	// entries are gone.
 	freed []uint32
 	// since is when the op entered its queues, then when its current step
 	// began (Stats: time per step).

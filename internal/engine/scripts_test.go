@@ -53,8 +53,9 @@ func TestScriptUpsertRollsBackWhenServiceWriteKeepsFailing(t *testing.T) {
 	h.reply("svc4", ok())
 	h.expect("revnat: write [] delete [1]")
 	h.reply("revnat", ok())
-	h.expect("alloc: release backends [10.0.1.1:8080/TCP] services [10.96.0.1:80/TCP]")
-	h.reply("alloc", released(1))
+	// The backend the op bound is unbound again: its ID is freed.
+	h.expect("alloc: release services [10.96.0.1:80/TCP]")
+	h.reply("alloc", ok())
 	h.expect("be4: write [] delete [1]")
 	h.reply("be4", ok())
 	h.expect("alloc: unhold [1]")
@@ -95,23 +96,22 @@ func TestScriptBatchCreatesRunAsOneOpAndAllocatorRefusalFailsOneService(t *testi
 	h.expectAnswers("upsert batch: [id 1 created true error: upsert service 10.96.0.2:80/TCP: acquire IDs: service ID in use]")
 }
 
-// Deleting a service: master first, then the table, the references, the
-// backends that became free, the revNAT entry; only then may the freed
-// backend IDs be reused, together with the service ID (issue 20: an ID
-// freed by one op is not handed out before its entry is deleted).
+// Deleting a service: master first, then the table (the backends no
+// service uses any more are unbound), the backends that became free, the
+// revNAT entry; only then may the freed backend IDs be reused, together
+// with the service ID (issue 20: an ID freed by one op is not handed out
+// before its entry is deleted).
 func TestScriptDeleteHoldsFreedIDsUntilTheirEntriesAreGone(t *testing.T) {
 	h := newHarness(t)
 	create(t, h, svc(t, "10.96.0.1:80", "10.0.1.1:8080"), 1, 1)
 	h.call(deleteFE(t, "10.96.0.1:80"))
 	h.expect("svc4: write [] delete [10.96.0.1:80/TCP#0 10.96.0.1:80/TCP#1]")
 	h.reply("svc4", ok())
-	h.expect("alloc: release backends [10.0.1.1:8080/TCP] services []")
-	h.reply("alloc", released(1))
 	h.expect("be4: write [] delete [1]")
 	h.reply("be4", ok())
 	h.expect("revnat: write [] delete [1]")
 	h.reply("revnat", ok())
-	h.expect("alloc: unhold [1]", "alloc: release backends [] services [10.96.0.1:80/TCP]")
+	h.expect("alloc: unhold [1]", "alloc: release services [10.96.0.1:80/TCP]")
 	h.reply("alloc", ok())
 	h.expectAnswers()
 	h.reply("alloc", ok())
@@ -123,8 +123,14 @@ func TestScriptDeleteHoldsFreedIDsUntilTheirEntriesAreGone(t *testing.T) {
 func create(t *testing.T, h *harness, s *lb.Service, sid lb.ServiceID, beID lb.BackendID) {
 	t.Helper()
 	h.call(upsert(s))
-	h.expect(fmt.Sprintf("alloc: acquire service %s backends %s", s.Frontend.L3n4Addr, list(s.Backends, lb.Backend.String)))
-	ids := make([]lb.BackendID, len(s.Backends))
+	var fresh []lb.Backend // the backends no other service uses: fresh IDs from beID on
+	for _, b := range s.Backends {
+		if !h.c.bound(table.BackendKey(b)) {
+			fresh = append(fresh, b)
+		}
+	}
+	h.expect(fmt.Sprintf("alloc: acquire service %s backends %s", s.Frontend.L3n4Addr, list(fresh, lb.Backend.String)))
+	ids := make([]lb.BackendID, len(fresh))
 	for i := range ids {
 		ids[i] = beID + lb.BackendID(i)
 	}
@@ -178,12 +184,12 @@ func (h *harness) expectAny() int {
 	return n
 }
 
-// The allocator fails on the release of a backend the update removed:
-// the restarted allocator gets a snapshot of the table plus what the op
-// holds (the removed backend's reference, out of the table since the
-// commit), ahead of the release sent again; so the reference is released
-// once, and the backend deleted only then.
-func TestScriptAllocatorRestartBetweenCommitAndRelease(t *testing.T) {
+// The allocator fails after an update's commit unbound a backend, before
+// its entry is deleted: the restarted allocator gets a snapshot of the
+// backend index plus the freed ID the op still holds, so that the ID is
+// not handed out again before its entry is gone; the op then lets it be
+// reused.
+func TestScriptAllocatorRestartBetweenCommitAndReuse(t *testing.T) {
 	h := newHarness(t)
 	create(t, h, svc(t, "10.96.0.1:80", "10.0.1.1:8080", "10.0.1.2:8080"), 1, 1)
 	h.call(upsert(svc(t, "10.96.0.1:80", "10.0.1.1:8080")))
@@ -192,36 +198,52 @@ func TestScriptAllocatorRestartBetweenCommitAndRelease(t *testing.T) {
 	h.reply("revnat", ok())
 	h.expect("svc4: write [10.96.0.1:80/TCP#1 10.96.0.1:80/TCP#0] delete [10.96.0.1:80/TCP#2]")
 	h.reply("svc4", ok())
-	h.expect("alloc: release backends [10.0.1.2:8080/TCP] services []")
-	h.step(ChildFailed{Child: ChildAllocator, Failed: h.lose("alloc")})
-	h.expect(
-		"alloc: restore services [10.96.0.1:80/TCP=1×1] backends [10.0.1.1:8080/TCP=1×1 10.0.1.2:8080/TCP=2×1] held []",
-		"alloc: release backends [10.0.1.2:8080/TCP] services []",
-	)
-	h.reply("alloc", ok())
-	h.reply("alloc", released(2))
 	h.expect("be4: write [] delete [2]")
+	h.step(ChildStopped{Child: ChildAllocator})
+	h.expect("alloc: restore services [10.96.0.1:80/TCP=1×1] backends [1 2]")
+	h.reply("alloc", ok())
 	h.reply("be4", ok())
 	h.expect("alloc: unhold [2]")
 	h.reply("alloc", ok())
 	h.expectAnswers("upsert: id 1 created false")
 }
 
-// A backend used by three services is restored with three references (one
-// per service): a snapshot with one would free its ID while two services
-// still use it (issue 20).
-func TestScriptAllocatorSnapshotCountsEveryUserOfASharedBackend(t *testing.T) {
+// A backend used by three services is bound once, to one ID, which the
+// allocator is asked for once; the snapshot lists it as in use, and it
+// stays bound, its entry kept, until the last service using it goes
+// (issue 20: a backend freed while services still use it).
+func TestScriptSharedBackendStaysBoundWhileAServiceUsesIt(t *testing.T) {
 	h := newHarness(t)
 	create(t, h, svc(t, "10.96.0.1:80", "10.0.1.5:8080"), 1, 1)
 	for i, fe := range []string{"10.96.0.2:80", "10.96.0.3:80"} {
 		h.call(upsert(svc(t, fe, "10.0.1.5:8080")))
-		h.expect(fmt.Sprintf("alloc: acquire service %s/TCP backends [10.0.1.5:8080/TCP]", fe))
-		h.reply("alloc", acquired(lb.ServiceID(i+2), 1)) // the same backend ID: one more reference
+		h.expect(fmt.Sprintf("alloc: acquire service %s/TCP backends []", fe)) // bound: no fresh ID
+		h.reply("alloc", acquired(lb.ServiceID(i+2)))
 		h.flushAnswering(t)
 		h.expectAnswers(fmt.Sprintf("upsert: id %d created true", i+2))
 	}
 	h.step(ChildStopped{Child: ChildAllocator})
-	h.expect("alloc: restore services [10.96.0.1:80/TCP=1×1 10.96.0.2:80/TCP=2×1 10.96.0.3:80/TCP=3×1] backends [10.0.1.5:8080/TCP=1×3] held []")
+	h.expect("alloc: restore services [10.96.0.1:80/TCP=1×1 10.96.0.2:80/TCP=2×1 10.96.0.3:80/TCP=3×1] backends [1]")
+	h.reply("alloc", ok())
+	for i, fe := range []string{"10.96.0.1:80", "10.96.0.2:80", "10.96.0.3:80"} {
+		h.call(deleteFE(t, fe))
+		h.expect(fmt.Sprintf("svc4: write [] delete [%s/TCP#0 %s/TCP#1]", fe, fe))
+		h.reply("svc4", ok())
+		if i == 2 { // the last user: the backend is unbound, deleted, its ID freed
+			h.expect("be4: write [] delete [1]")
+			h.reply("be4", ok())
+		}
+		h.expect(fmt.Sprintf("revnat: write [] delete [%d]", i+1))
+		h.reply("revnat", ok())
+		if i == 2 {
+			h.expect("alloc: unhold [1]", fmt.Sprintf("alloc: release services [%s/TCP]", fe))
+			h.reply("alloc", ok())
+		} else {
+			h.expect(fmt.Sprintf("alloc: release services [%s/TCP]", fe))
+		}
+		h.reply("alloc", ok())
+		h.expectAnswers(fmt.Sprintf("delete: id %d", i+1))
+	}
 }
 
 // The allocator fails twice in a row: the first snapshot, lost in the
@@ -236,13 +258,13 @@ func TestScriptSecondAllocatorCrashDropsTheStaleSnapshot(t *testing.T) {
 	acquire := h.lose("alloc")
 	h.step(ChildFailed{Child: ChildAllocator, Failed: acquire})
 	h.expect(
-		"alloc: restore services [10.96.0.1:80/TCP=1×1] backends [10.0.1.1:8080/TCP=1×1] held []",
+		"alloc: restore services [10.96.0.1:80/TCP=1×1] backends [1]",
 		"alloc: acquire service 10.96.0.2:80/TCP backends [10.0.1.2:8080/TCP]",
 	)
 	// It fails again, on the snapshot; the acquire is still in its mailbox
 	// (queued requests survive an allocator restart).
 	h.step(ChildFailed{Child: ChildAllocator, Failed: h.lose("alloc")})
-	h.expect("alloc: restore services [10.96.0.1:80/TCP=1×1] backends [10.0.1.1:8080/TCP=1×1] held []")
+	h.expect("alloc: restore services [10.96.0.1:80/TCP=1×1] backends [1]")
 	h.replyTo("alloc", "restore", ok()) // the fresh snapshot first
 	h.replyTo("alloc", "acquire", acquired(2, 2))
 	h.flushAnswering(t)
@@ -251,7 +273,7 @@ func TestScriptSecondAllocatorCrashDropsTheStaleSnapshot(t *testing.T) {
 	// Two crashes before the outbox is flushed: one snapshot leaves.
 	h.step(ChildFailed{Child: ChildAllocator})
 	h.step(ChildFailed{Child: ChildAllocator})
-	h.expect("alloc: restore services [10.96.0.1:80/TCP=1×1 10.96.0.2:80/TCP=2×1] backends [10.0.1.1:8080/TCP=1×1 10.0.1.2:8080/TCP=2×1] held []")
+	h.expect("alloc: restore services [10.96.0.1:80/TCP=1×1 10.96.0.2:80/TCP=2×1] backends [1 2]")
 	h.reply("alloc", ok())
 	if n := h.c.stats().OpsInFlight; n != 0 {
 		t.Fatalf("%d ops still in flight: the superseded snapshot was never answered", n)
@@ -268,8 +290,7 @@ func TestScriptFailedUpdateRestoresSharedBackendState(t *testing.T) {
 	upd := svc(t, "10.96.0.1:80", "10.0.1.2:8080", "10.0.1.1:8080")
 	upd.Backends[1].State = lb.BackendStateQuarantined
 	h.call(upsert(upd))
-	h.expect("alloc: acquire backends [10.0.1.1:8080/TCP]")
-	h.reply("alloc", acquired(0, 1))
+	// 10.0.1.1 is bound (10.96.9.9 uses it): held, no allocator request.
 	h.expect("be4: write [2=10.0.1.2:8080 1=10.0.1.1:8080(quarantined)]", "revnat: write [2=10.96.0.1:80]")
 	h.reply("be4", ok())
 	h.reply("revnat", ok())
@@ -282,8 +303,7 @@ func TestScriptFailedUpdateRestoresSharedBackendState(t *testing.T) {
 	h.reply("revnat", ok())
 	h.expect("svc4: write [10.96.0.1:80/TCP#1 10.96.0.1:80/TCP#0] delete [10.96.0.1:80/TCP#2]")
 	h.reply("svc4", ok())
-	h.expect("alloc: release backends [10.0.1.1:8080/TCP] services []")
-	h.reply("alloc", released()) // 10.96.9.9 still holds it
+	h.expect() // 10.96.9.9 still uses it: nothing to delete, nothing to free
 	h.expectAnswers("upsert: error: upsert service 10.96.0.1:80/TCP: write service: device or resource busy")
 }
 
@@ -295,8 +315,8 @@ func TestScriptSharedBackendStateReachesTheOtherService(t *testing.T) {
 	h := newHarness(t)
 	create(t, h, svc(t, "10.96.0.1:80", "10.0.1.1:8080", "10.0.1.9:8080"), 1, 1)
 	h.call(upsert(svc(t, "10.96.0.2:80", "10.0.1.9:8080")))
-	h.expect("alloc: acquire service 10.96.0.2:80/TCP backends [10.0.1.9:8080/TCP]")
-	h.reply("alloc", acquired(2, 2))
+	h.expect("alloc: acquire service 10.96.0.2:80/TCP backends []") // 10.0.1.9 is bound: ID 2
+	h.reply("alloc", acquired(2))
 	h.flushAnswering(t)
 	h.expectAnswers("upsert: id 2 created true")
 
@@ -355,7 +375,7 @@ func TestScriptCallsWaitForRestore(t *testing.T) {
 	h.syncMaglev("maglev: sync []")
 	h.expectEvents("up")
 	h.expect(
-		"alloc: restore services [] backends [] held []",
+		"alloc: restore services [] backends []",
 		"alloc: acquire service 10.96.0.1:80/TCP backends [10.0.1.1:8080/TCP]",
 	)
 }
@@ -437,8 +457,8 @@ func TestScriptBatchThatFillsAMapCreatesWhatFits(t *testing.T) {
 	h.reply("svc4", ok())
 	h.expect("revnat: write [] delete [1 2]")
 	h.reply("revnat", ok())
-	h.expect("alloc: release backends [10.0.1.1:8080/TCP 10.0.1.2:8080/TCP] services [10.96.0.1:80/TCP 10.96.0.2:80/TCP]")
-	h.reply("alloc", released(1, 2))
+	h.expect("alloc: release services [10.96.0.1:80/TCP 10.96.0.2:80/TCP]")
+	h.reply("alloc", ok())
 	h.expect("be4: write [] delete [1 2]")
 	h.reply("be4", ok())
 	h.expect("alloc: unhold [1 2]")
@@ -467,12 +487,12 @@ func TestScriptBatchThatFillsAMapCreatesWhatFits(t *testing.T) {
 		"svc4: write [] delete [10.96.0.2:80/TCP#0 10.96.0.2:80/TCP#1]")
 	h.reply("svc4", ok())
 	h.reply("svc4", ok())
-	h.expect("alloc: release backends [10.0.1.1:8080/TCP] services []", "revnat: write [] delete [2]")
+	// The delete unbinds 10.0.1.1 at its commit, the rollback 10.0.1.2.
+	h.expect("be4: write [] delete [1]", "revnat: write [] delete [2]")
 	h.reply("revnat", ok())
-	h.expect("alloc: release backends [10.0.1.2:8080/TCP] services [10.96.0.2:80/TCP]")
-	h.reply("alloc", released(1))
-	h.reply("alloc", released(2))
-	h.expect("be4: write [] delete [1]", "be4: write [] delete [2]")
+	h.expect("alloc: release services [10.96.0.2:80/TCP]")
+	h.reply("alloc", ok())
+	h.expect("be4: write [] delete [2]")
 	h.reply("be4", ok())
 	h.reply("be4", ok())
 	h.expect("alloc: unhold [2]", "revnat: write [] delete [1]")
@@ -510,8 +530,6 @@ func TestScriptBackendsLeavingAUDPServiceAreReported(t *testing.T) {
 	h.expectEvents()
 	h.reply("svc4", ok())
 	h.expectEvents("backends left 1: [10.0.1.1:53/UDP 10.0.1.2:53/UDP]")
-	h.expect("alloc: release backends [10.0.1.1:53/UDP] services []")
-	h.reply("alloc", released(1))
 	h.expect("be4: write [] delete [1]")
 	h.reply("be4", ok())
 	h.expect("alloc: unhold [1]")
@@ -597,8 +615,8 @@ func TestScriptSharedBackendLeavingIsReportedForEveryUDPService(t *testing.T) {
 			h.reply("alloc", acquired(1, 1, 2))
 			h.expect("be4: write [1=10.0.1.1:53 2=10.0.1.2:53]", "revnat: write [1=10.96.0.10:53]")
 		} else {
-			h.expect("alloc: acquire service 10.96.0.11:53/UDP backends [10.0.1.1:53/UDP 10.0.1.2:53/UDP]")
-			h.reply("alloc", acquired(2, 1, 2))
+			h.expect("alloc: acquire service 10.96.0.11:53/UDP backends []") // both bound
+			h.reply("alloc", acquired(2))
 			h.expect("be4: write [1=10.0.1.1:53 2=10.0.1.2:53]", "revnat: write [2=10.96.0.11:53]")
 		}
 		h.reply("be4", ok())

@@ -15,11 +15,9 @@ const (
 	StepWriteBackends      = "write backends and revNAT"
 	StepWriteService       = "write service"
 	StepCommit             = "commit"
-	StepReleaseIDs         = "release IDs"
 	StepDeleteBackends     = "delete backends"
 	StepReuseBackendIDs    = "reuse backend IDs"
 	StepDeleteService      = "delete service"
-	StepReleaseBackendIDs  = "release backend IDs"
 	StepDeleteRevNAT       = "delete revNAT"
 	StepReleaseServiceID   = "release service ID"
 	StepRefreshBackends    = "refresh backends and revNAT"
@@ -235,65 +233,20 @@ func slotKeys(fe lb.L3n4Addr, from, to int) []maps.ServiceKey {
 	return out
 }
 
-// releaser gives backend references back to the allocator and deletes the
-// backends that became unreferenced, then lets their IDs be reused: the
-// release steps of the upsert and delete plans and their rollbacks.
+// releaser deletes the backends that an op left unbound (no service
+// uses them, no op holds them: the backend index forgot them), then lets
+// the allocator reuse their IDs: the release steps of the upsert and
+// delete plans and their rollbacks.
 type releaser struct {
-	// v6 holds the backend IDs of IPv6 services (IDs are unique across
-	// families), to sort the freed IDs by family.
-	v6    map[lb.BackendID]bool
 	freed [2][]uint32 // freed backend IDs by family, to delete
 }
 
-// releasing is a plan with a releaser (embedded).
-type releasing interface{ releaserOf() *releaser }
-
-func (r *releaser) releaserOf() *releaser { return r }
-
-// markV6 adds the backend IDs of svc to v6 if svc is an IPv6 service.
-func (r *releaser) markV6(svc *table.Service) {
-	if svc == nil || svc.Family() != maps.IPv6 {
-		return
-	}
-	if r.v6 == nil {
-		r.v6 = map[lb.BackendID]bool{}
-	}
-	for _, b := range svc.BackendIDs {
-		r.v6[b] = true
-	}
-}
-
-// release sends the allocator the references to give back: keys, and the
-// service IDs of fes; the reply's freed IDs are held by o until reuse.
-func (r *releaser) release(c *Core, o *op, keys, fes []lb.L3n4Addr) {
-	if len(keys) == 0 && len(fes) == 0 {
-		return
-	}
-	item := 0
-	if len(fes) > 0 {
-		item = 1 // the reply also gives the op's service holds back
-	}
-	c.request(o, ChildAllocator, item, releasedRefs, &messages.AllocRelease{ReqID: c.reqID(), Backends: keys, Frontends: fes})
-}
-
-// releasedRefs folds an AllocReleased: the references it gave back are no
-// longer the op's (item 1: its service IDs neither).
-func releasedRefs(o *op, item int, reply any) error {
-	r := o.plan.(releasing).releaserOf()
-	rep := reply.(*messages.AllocReleased)
-	for _, b := range rep.FreedBackends {
-		f := 0
-		if r.v6[b] {
-			f = 1
-		}
-		r.freed[f] = append(r.freed[f], uint32(b))
-		o.freed = append(o.freed, uint32(b))
-	}
-	o.beHolds = nil
-	if item == 1 {
-		o.svcHolds = nil
-	}
-	return rep.Err
+// free records that backend ID id, of a service of family f, is unbound:
+// its entry is deleted (deleteFreed), then the ID is reused (reuse). The
+// op holds it meanwhile (o.freed: in use for a restarted allocator).
+func (r *releaser) free(o *op, f maps.Family, id lb.BackendID) {
+	r.freed[famIndex(f)] = append(r.freed[famIndex(f)], uint32(id))
+	o.freed = append(o.freed, uint32(id))
 }
 
 // deleteFreed deletes the backends the release freed.

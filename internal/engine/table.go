@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"slices"
 
 	"github.com/actorlb/actorlb/internal/addrkey"
@@ -17,15 +18,22 @@ import (
 
 // users is the set of services using one backend: the first in one, any
 // others in Core.shared (few backends are shared, and this entry is
-// kept for every backend: 12 bytes, no pointer).
+// kept for every backend: 12 bytes, no pointer). It is also the backend's
+// binding to its ID: the allocator keeps which backend IDs are in use,
+// not whose they are. A backend is bound while a service uses it or an op
+// holds it (held: an upsert acquiring it and not committed yet, then
+// rolling back); its entry goes, and its ID is freed, when neither does.
 type users struct {
-	one lb.ServiceID // 0: empty
+	one lb.ServiceID // 0: no service
 	// extra counts the other services, listed in Core.shared.
 	extra uint16
 	// state and id are the backend's, the same in every service using it
 	// (set by put; propagateStates keeps the services equal).
 	state lb.BackendState
-	id    lb.BackendID
+	// held counts the references ops hold (at most one: the ops that
+	// acquire a backend wait in its queue one after the other).
+	held uint16
+	id   lb.BackendID
 }
 
 // n is the number of services in the set.
@@ -67,8 +75,13 @@ func (c *Core) removeUser(k addrkey.Backend, sid lb.ServiceID) {
 		return
 	}
 	if u.extra == 0 {
-		if u.one == sid {
+		switch {
+		case u.one != sid:
+		case u.held == 0:
 			c.users.Delete(k)
+		default: // still bound: an op holds it
+			u.one = 0
+			c.users.Set(k, u)
 		}
 		return
 	}
@@ -121,7 +134,53 @@ func (c *Core) unindex(svc *table.Service) {
 // whether any service uses it.
 func (c *Core) backendState(k lb.L3n4Addr) (lb.BackendState, lb.BackendID, bool) {
 	u, ok := c.users.Get(addrkey.BackendOf(k))
-	return u.state, u.id, ok
+	return u.state, u.id, ok && u.one != 0
+}
+
+// hold takes a reference on backend k for an op, if k is bound (a service
+// uses it, or an op holds it), and returns its ID; a backend that is not
+// bound needs a fresh ID (bindHeld).
+func (c *Core) hold(k addrkey.Backend) (lb.BackendID, bool) {
+	u, ok := c.users.Get(k)
+	if !ok {
+		return 0, false
+	}
+	u.held++
+	c.users.Set(k, u)
+	return u.id, true
+}
+
+// bindHeld binds k, which is not bound, to the fresh ID id, with the
+// reference of the op that acquired it.
+func (c *Core) bindHeld(k addrkey.Backend, id lb.BackendID) error {
+	if u, ok := c.users.Get(k); ok {
+		return fmt.Errorf("backend %s got fresh ID %d but is bound to %d already", k.L3n4(), id, u.id)
+	}
+	c.users.Set(k, users{held: 1, id: id})
+	return nil
+}
+
+// unhold gives back a reference an op held on k. It returns k's ID and
+// true when k is left unbound (no service uses it, no op holds it): then
+// the ID is to be freed (releaser.free).
+func (c *Core) unhold(k addrkey.Backend) (lb.BackendID, bool) {
+	u, ok := c.users.Get(k)
+	if !ok || u.held == 0 {
+		return 0, false
+	}
+	u.held--
+	if u.held == 0 && u.one == 0 {
+		c.users.Delete(k)
+		return u.id, true
+	}
+	c.users.Set(k, u)
+	return 0, false
+}
+
+// bound reports whether k is bound.
+func (c *Core) bound(k lb.L3n4Addr) bool {
+	_, ok := c.users.Get(addrkey.BackendOf(k))
+	return ok
 }
 
 // commit installs svc in the table and, when it shares a backend with

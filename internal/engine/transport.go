@@ -3,7 +3,6 @@ package engine
 import (
 	"fmt"
 
-	"github.com/actorlb/actorlb/internal/addrkey"
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/messages"
 )
@@ -155,10 +154,12 @@ func (c *Core) resend(id uint64, p *pendingReq) {
 	c.enqueue(p)
 }
 
-// allocBindings computes the allocator's state from the table: one
-// reference per service using a backend (the backend index counts them),
-// standalone revNAT IDs reserved, plus what ops in flight hold.
-func (c *Core) allocBindings() (svcs, bes []messages.AllocBinding, held []lb.BackendID) {
+// allocBindings computes the allocator's state from the table: the
+// service bindings (standalone revNAT IDs reserved, and the service IDs
+// ops in flight hold) and the backend IDs in use: every backend the index
+// binds (in use by a service or held by an op) and the IDs ops freed and
+// have not let be reused yet.
+func (c *Core) allocBindings() (svcs []messages.AllocBinding, bes []lb.BackendID) {
 	svcs = make([]messages.AllocBinding, 0, len(c.services)+len(c.standalone))
 	for id, svc := range c.services {
 		svcs = append(svcs, messages.AllocBinding{Key: svc.Frontend(), ID: uint64(id), Refs: 1})
@@ -166,9 +167,11 @@ func (c *Core) allocBindings() (svcs, bes []messages.AllocBinding, held []lb.Bac
 	for id, addr := range c.standalone {
 		svcs = append(svcs, messages.AllocBinding{Key: addr, ID: uint64(id)})
 	}
-	// References held by ops in flight, by backend (few). An op that holds
-	// IDs always awaits a reply.
-	var extra map[addrkey.Backend]messages.AllocBinding
+	bes = make([]lb.BackendID, 0, c.users.Len())
+	for _, u := range c.users.All {
+		bes = append(bes, u.id)
+	}
+	// An op that holds IDs always awaits a reply.
 	seen := map[*op]bool{}
 	for _, p := range c.reqs.all {
 		if seen[p.op] {
@@ -176,32 +179,11 @@ func (c *Core) allocBindings() (svcs, bes []messages.AllocBinding, held []lb.Bac
 		}
 		seen[p.op] = true
 		svcs = append(svcs, p.op.svcHolds...)
-		for _, h := range p.op.beHolds {
-			if extra == nil {
-				extra = map[addrkey.Backend]messages.AllocBinding{}
-			}
-			k := addrkey.BackendOf(h.Key)
-			b := extra[k]
-			b.Key, b.ID, b.Refs = h.Key, h.ID, b.Refs+1
-			extra[k] = b
-		}
 		for _, id := range p.op.freed {
-			held = append(held, lb.BackendID(id))
+			bes = append(bes, lb.BackendID(id))
 		}
 	}
-	bes = make([]messages.AllocBinding, 0, c.users.Len()+len(extra))
-	for k, u := range c.users.All {
-		b := messages.AllocBinding{Key: k.L3n4(), ID: uint64(u.id), Refs: u.n()}
-		if x, ok := extra[k]; ok {
-			b.Refs += x.Refs
-			delete(extra, k)
-		}
-		bes = append(bes, b)
-	}
-	for _, x := range extra {
-		bes = append(bes, x)
-	}
-	return svcs, bes, held
+	return svcs, bes
 }
 
 // snapshotPlan sends the allocator its state, rebuilt from the table and
@@ -215,9 +197,9 @@ type snapshotPlan struct {
 // snapshotAllocator begins the op that restores the allocator from the
 // table (after an allocator restart, or at the end of restore).
 func (c *Core) snapshotAllocator(failed func(c *Core, err error)) {
-	svcs, bes, held := c.allocBindings()
+	svcs, bes := c.allocBindings()
 	c.begin(&op{plan: &snapshotPlan{
-		msg:    &messages.AllocRestore{Services: svcs, Backends: bes, Held: held},
+		msg:    &messages.AllocRestore{Services: svcs, BackendIDs: bes},
 		failed: failed,
 	}})
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/actorlb/actorlb/internal/addrkey"
 	"github.com/actorlb/actorlb/internal/table"
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/maps"
@@ -17,17 +18,17 @@ import (
 // refuses fails alone; a map write that fails fails the op, whose
 // rollback undoes what every service still in it may have written.
 //
-// Steps, in make-before-break order: acquire IDs; write backends and
+// Steps, in make-before-break order: acquire IDs (the backends bound
+// already are held at once, the others get fresh IDs); write backends and
 // revNAT; write service (slots, then the master, then stale slots); commit
-// (the table changes: past this the op no longer rolls back); give back
-// the references of backends the services no longer use, delete the
-// backends that became free, let their IDs be reused.
+// (the table changes: past this the op no longer rolls back; the backends
+// no service uses any more are unbound); delete those backends, let their
+// IDs be reused.
 type upsertPlan struct {
 	items     []upsertItem
 	committed bool
-	// new services and backend IDs asked of the allocator (to size the
-	// op's holds once)
-	asked, askedBackends int
+	// new services asked of the allocator (to size the op's holds once)
+	asked int
 	releaser
 }
 
@@ -42,6 +43,8 @@ type upsertItem struct {
 	svc           *table.Service // the service to write, IDs filled by acquire
 	acquire       []lb.L3n4Addr  // backends to acquire IDs for
 	acquireIdx    []int          // their index in svc
+	fresh         []int          // of acquire, those asked of the allocator (not bound)
+	holds         []lb.L3n4Addr  // of acquire, those the op holds a reference on
 	removed       []lb.L3n4Addr  // backends of old not in svc
 	removedIDs    []lb.BackendID
 	restoreShared []maps.BackendEntry // what gives the other services their backends' states back
@@ -99,7 +102,6 @@ var upsertSteps = []step{
 	{name: StepWriteBackends, send: on((*upsertPlan).writeBackends), retry: mapRetries},
 	{name: StepWriteService, send: on((*upsertPlan).writeService), retry: mapRetries},
 	{name: StepCommit, send: on((*upsertPlan).commit)},
-	{name: StepReleaseIDs, send: on((*upsertPlan).releaseRemoved)},
 	{name: StepDeleteBackends, send: on((*upsertPlan).deleteFreedAndStale), retry: mapRetries},
 	{name: StepReuseBackendIDs, send: on((*upsertPlan).reuse)},
 }
@@ -186,46 +188,84 @@ func (p *upsertPlan) live(yield func(*upsertItem) bool) {
 	}
 }
 
+// acquireIDs takes the backends' IDs: a backend bound already (another
+// service uses it) is held at once, so that no op frees it meanwhile; the
+// others, and a new service's ID, are asked of the allocator.
 func (p *upsertPlan) acquireIDs(c *Core, o *op) {
+	folded := func(o *op, i int, reply any) error { return p.acquired(c, o, i, reply) }
 	for i := range p.items {
 		it := &p.items[i]
 		if it.err != nil || it.svc == nil || it.acquired {
 			continue
 		}
+		var fresh []lb.L3n4Addr
+		for j, k := range it.acquire {
+			if id, ok := c.hold(addrkey.BackendOf(k)); ok {
+				it.svc.BackendIDs[it.acquireIdx[j]] = id
+				it.holds = append(it.holds, k)
+				continue
+			}
+			it.fresh = append(it.fresh, j)
+			fresh = append(fresh, k)
+		}
+		if it.old != nil && len(fresh) == 0 {
+			it.acquired = true
+			continue
+		}
 		if it.old == nil {
 			p.asked++
 		}
-		p.askedBackends += len(it.acquire)
-		c.request(o, ChildAllocator, i, upsertAcquired, &messages.AllocAcquire{
-			ReqID: c.reqID(), Service: it.old == nil, Frontend: it.svc.Frontend(), WantID: it.spec.Frontend.ID, Backends: it.acquire,
+		c.request(o, ChildAllocator, i, folded, &messages.AllocAcquire{
+			ReqID: c.reqID(), Service: it.old == nil, Frontend: it.svc.Frontend(), WantID: it.spec.Frontend.ID, Backends: fresh,
 		})
 	}
 }
 
-// acquiredIDs folds the allocator's answer for item i. A refusal fails
-// that service alone: the allocator took nothing for it.
-func upsertAcquired(o *op, i int, reply any) error {
-	p := o.plan.(*upsertPlan)
+// acquired folds the allocator's answer for item i: the fresh IDs are
+// bound to their backends at once (a restarted allocator is told they are
+// in use). A refusal fails that service alone: the allocator took
+// nothing for it, and it gives back the backends it held.
+func (p *upsertPlan) acquired(c *Core, o *op, i int, reply any) error {
 	it := &p.items[i]
 	rep := reply.(*messages.AllocAcquired)
 	if rep.Err != nil {
 		it.err = fmt.Errorf("%s: %w", StepAcquire, rep.Err)
+		p.unholdAll(c, o, it)
 		return nil
 	}
-	it.acquired = true
-	if o.svcHolds == nil && o.beHolds == nil {
-		o.svcHolds = make([]messages.AllocBinding, 0, p.asked)
-		o.beHolds = make([]messages.AllocBinding, 0, p.askedBackends)
+	if len(rep.BackendIDs) != len(it.fresh) {
+		return fmt.Errorf("%s: the allocator gave %d backend IDs for %d backends", StepAcquire, len(rep.BackendIDs), len(it.fresh))
 	}
+	it.acquired = true
 	if it.old == nil {
+		if o.svcHolds == nil {
+			o.svcHolds = make([]messages.AllocBinding, 0, p.asked)
+		}
 		it.svc.Spec.Frontend.ID = rep.ServiceID
 		o.svcHolds = append(o.svcHolds, messages.AllocBinding{Key: it.svc.Frontend(), ID: uint64(rep.ServiceID), Refs: 1})
 	}
-	for j, bi := range it.acquireIdx {
-		it.svc.BackendIDs[bi] = rep.BackendIDs[j]
-		o.beHolds = append(o.beHolds, messages.AllocBinding{Key: it.acquire[j], ID: uint64(rep.BackendIDs[j]), Refs: 1})
+	var errs []error
+	for n, j := range it.fresh {
+		k, id := it.acquire[j], rep.BackendIDs[n]
+		if err := c.bindHeld(addrkey.BackendOf(k), id); err != nil {
+			errs = append(errs, err) // a bug: the op fails, the ID stays in use
+			continue
+		}
+		it.svc.BackendIDs[it.acquireIdx[j]] = id
+		it.holds = append(it.holds, k)
 	}
-	return nil
+	return errors.Join(errs...)
+}
+
+// unholdAll gives back the references it holds; the backends left unbound
+// are freed.
+func (p *upsertPlan) unholdAll(c *Core, o *op, it *upsertItem) {
+	for _, k := range it.holds {
+		if id, unbound := c.unhold(addrkey.BackendOf(k)); unbound {
+			p.free(o, it.svc.Family(), id)
+		}
+	}
+	it.holds = nil
 }
 
 // The write steps size their buffers before filling them: a batch of
@@ -299,30 +339,24 @@ func (p *upsertPlan) deleteFreedAndStale(c *Core, o *op) {
 	c.applyRanges(o, nil, rd) // the ranges the new master no longer has
 }
 
-// commit puts the services in the table. The references of removed
-// backends leave the table now but are held by the op until it releases
-// them.
+// commit puts the services in the table: the references the op held
+// become the services' own, and the backends the services no longer use
+// (nor another service, nor an op) are unbound, their IDs freed.
 func (p *upsertPlan) commit(c *Core, o *op) {
-	o.svcHolds, o.beHolds = nil, nil
+	o.svcHolds = nil
 	for it := range p.live {
 		if it.old != nil {
 			c.backendsLeft(it.old, it.svc)
 		}
 		c.commit(it.svc)
+		p.unholdAll(c, o, it) // the service uses them now: none is unbound
 		for j, k := range it.removed {
-			o.beHolds = append(o.beHolds, messages.AllocBinding{Key: k, ID: uint64(it.removedIDs[j]), Refs: 1})
+			if !c.bound(k) {
+				p.free(o, it.svc.Family(), it.removedIDs[j])
+			}
 		}
 	}
 	p.committed = true // past the point of no return
-}
-
-func (p *upsertPlan) releaseRemoved(c *Core, o *op) {
-	var keys []lb.L3n4Addr
-	for it := range p.live {
-		keys = append(keys, it.removed...)
-		p.markV6(it.old)
-	}
-	p.release(c, o, keys, nil)
 }
 
 // rollback undoes what the services that hold their IDs may have written:
@@ -335,7 +369,7 @@ func (p *upsertPlan) rollback(*Core, *op) []step {
 	}
 	some := false
 	for it := range p.live {
-		some = some || it.acquired
+		some = some || it.acquired || len(it.holds) > 0
 	}
 	if !some {
 		return nil // nothing was acquired, so nothing was written
@@ -433,16 +467,20 @@ func (p *upsertPlan) rollbackRevNAT(c *Core, o *op) {
 	c.applyRanges(o, nil, rd) // after the old master (or none) is back
 }
 
+// rollbackRelease gives back what the services held: their backends'
+// references (those left unbound are freed, deleted next) and the IDs of
+// new services.
 func (p *upsertPlan) rollbackRelease(c *Core, o *op) {
-	var keys, fes []lb.L3n4Addr
-	for it := range p.undone {
-		keys = append(keys, it.acquire...)
-		if it.old == nil {
+	var fes []lb.L3n4Addr
+	for it := range p.live {
+		p.unholdAll(c, o, it)
+		if it.acquired && it.old == nil {
 			fes = append(fes, it.svc.Frontend())
 		}
-		p.markV6(it.svc)
 	}
-	p.release(c, o, keys, fes)
+	if len(fes) > 0 {
+		c.request(o, ChildAllocator, 0, releasedServices, &messages.AllocRelease{ReqID: c.reqID(), Frontends: fes})
+	}
 }
 
 // split runs the services of a batch op that a full map failed as one op

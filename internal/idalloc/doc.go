@@ -1,8 +1,11 @@
-// Package idalloc is the pure core of actorlb's ID allocator: it binds keys
-// (a frontend address for service IDs, a backend address for backend IDs) to
-// small unsigned IDs in [1, max], counts references per key, reserves IDs
-// restored from pinned maps at start, and holds freed IDs whose previous
-// owner still has entries in a map.
+// Package idalloc is the pure core of actorlb's ID allocator. An Allocator
+// binds keys (a frontend address, for service IDs) to small unsigned IDs
+// in [1, max], counts references per key, reserves IDs restored from
+// pinned maps at start, and holds freed IDs whose previous owner still has
+// entries in a map. A Space hands out IDs without keys and keeps only
+// which are in use, about one bit each: backend IDs, which the
+// supervisor's backend index binds to backends and frees itself once
+// their entries are gone.
 //
 // # Lifecycle: one owner
 //
