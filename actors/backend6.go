@@ -7,11 +7,19 @@ import "github.com/actorlb/actorlb/internal/addrkey"
 // /104 prefix in a counted table (addrkey.Prefixes104) and its last 3
 // bytes, 12 bytes in all: a node's pods share a prefix, so the table is
 // small. A value whose address gets no handle (not IPv6, or
-// addrkey.MaxPrefixes104 other prefixes in use) is kept whole. It behaves exactly as a map.
+// addrkey.MaxPrefixes104 other prefixes in use) is kept whole. The small
+// values are kept in pages by backend ID (pagedIndex). It behaves exactly
+// as a map.
 type backend6Index struct {
-	small map[uint32]backend6Val
+	small *pagedIndex[backend6Val]
 	full  map[uint32]backendVal[addrkey.IP]
 	pre   *addrkey.Prefixes104
+}
+
+// newBackend4Index is the IPv4 backend mirror's index: values in pages by
+// backend ID.
+func newBackend4Index(n int) index[uint32, backendVal[addrkey.IP4]] {
+	return newPagedIndex[backendVal[addrkey.IP4]](n)
 }
 
 // backend6Val is a backendVal[addrkey.IP] with its address as a prefix
@@ -28,14 +36,14 @@ type backend6Val struct {
 
 func newBackend6Index(n int) index[uint32, backendVal[addrkey.IP]] {
 	return &backend6Index{
-		small: make(map[uint32]backend6Val, n),
+		small: newPagedIndex[backend6Val](n),
 		full:  map[uint32]backendVal[addrkey.IP]{},
 		pre:   addrkey.NewPrefixes104(),
 	}
 }
 
 func (x *backend6Index) get(k uint32) (backendVal[addrkey.IP], bool) {
-	if s, ok := x.small[k]; ok {
+	if s, ok := x.small.get(k); ok {
 		return x.whole(s), true
 	}
 	v, ok := x.full[k]
@@ -45,25 +53,25 @@ func (x *backend6Index) get(k uint32) (backendVal[addrkey.IP], bool) {
 func (x *backend6Index) set(k uint32, v backendVal[addrkey.IP]) {
 	x.del(k)
 	if h, low, ok := x.pre.Acquire(v.addr); ok {
-		x.small[k] = backend6Val{v.port, v.cluster, v.proto, v.state, v.zone, low, h}
+		x.small.set(k, backend6Val{v.port, v.cluster, v.proto, v.state, v.zone, low, h})
 		return
 	}
 	x.full[k] = v
 }
 
 func (x *backend6Index) del(k uint32) {
-	if s, ok := x.small[k]; ok {
+	if s, ok := x.small.get(k); ok {
 		x.pre.Release(s.h)
-		delete(x.small, k)
+		x.small.del(k)
 		return
 	}
 	delete(x.full, k)
 }
 
-func (x *backend6Index) len() int { return len(x.small) + len(x.full) }
+func (x *backend6Index) len() int { return x.small.len() + len(x.full) }
 
 func (x *backend6Index) all(yield func(uint32, backendVal[addrkey.IP]) bool) {
-	for k, s := range x.small {
+	for k, s := range x.small.all {
 		if !yield(k, x.whole(s)) {
 			return
 		}

@@ -115,8 +115,8 @@ func newBackendMapActor(m maps.BackendMap) actor.Producer {
 	return func() actor.Actor {
 		if m.Family() == maps.IPv4 {
 			// Half the memory per backend: the IPv4 map only holds IPv4
-			// addresses.
-			return &mapActor[maps.BackendEntry, uint32]{name: m.Name(), mirror: newMirror(m, splitBackend(addrkey.IP4Of), joinBackend[addrkey.IP4])}
+			// addresses; and the values are kept in pages by backend ID.
+			return &mapActor[maps.BackendEntry, uint32]{name: m.Name(), mirror: newMirrorIndexed(m, splitBackend(addrkey.IP4Of), joinBackend[addrkey.IP4], newBackend4Index)}
 		}
 		return &mapActor[maps.BackendEntry, uint32]{name: m.Name(), mirror: newMirrorIndexed(m, splitBackend(addrkey.IPOf), joinBackend[addrkey.IP], newBackend6Index)}
 	}
