@@ -121,7 +121,7 @@ func addUser(m *packedmap.Map[addrkey.Backend, users], shared *map[addrkey.Backe
 			*shared = map[addrkey.Backend][]lb.ServiceID{}
 		}
 		(*shared)[k] = append((*shared)[k], sid)
-		u.extra++
+		u.flags |= usersShared
 	}
 	u.state, u.id = st, id
 	m.Set(k, u)

@@ -3,6 +3,7 @@ package engine
 import (
 	"net/netip"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
@@ -135,4 +136,36 @@ func TestFillOfNothing(t *testing.T) {
 	(&repairPlan{restored: &table.Restored{}}).install(c, nil)
 	require.Zero(t, c.users.Len())
 	require.Nil(t, c.shared)
+}
+
+// A backend is bound while a service uses it or an op holds it: each
+// step of an acquire, commit, update and rollback as the index sees it.
+// The entry is 8 bytes.
+func TestBackendIsBoundWhileAServiceUsesItOrAnOpHoldsIt(t *testing.T) {
+	require.Equal(t, uintptr(8), unsafe.Sizeof(users{}))
+	c := New(Config{})
+	k := addrkey.BackendOf(lb.L3n4Addr{Addr: netip.MustParseAddr("10.0.1.1"), Port: 8080, Protocol: lb.TCP})
+	_, bound, err := c.hold(k)
+	require.NoError(t, err)
+	require.False(t, bound, "not bound: a fresh ID is asked for")
+	require.NoError(t, c.bindHeld(k, 7))
+	require.Error(t, c.bindHeld(k, 8), "bound twice")
+	_, _, used := c.backendState(k.L3n4())
+	require.False(t, used, "held, used by no service")
+
+	c.addUser(k, 1, lb.BackendStateActive, 7) // the commit
+	_, unbound := c.unhold(k)
+	require.False(t, unbound, "service 1 uses it")
+	id, bound, err := c.hold(k) // service 2 acquires it
+	require.NoError(t, err)
+	require.True(t, bound)
+	require.Equal(t, lb.BackendID(7), id)
+	c.removeUser(k, 1) // service 1 drops it meanwhile
+	require.True(t, c.bound(k.L3n4()), "held by service 2's op")
+	id, unbound = c.unhold(k) // service 2's op rolls back
+	require.True(t, unbound)
+	require.Equal(t, lb.BackendID(7), id)
+	require.False(t, c.bound(k.L3n4()))
+	_, unbound = c.unhold(k)
+	require.False(t, unbound, "nothing to give back")
 }

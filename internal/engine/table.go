@@ -17,32 +17,36 @@ import (
 // refresh op queued on their own frontend).
 
 // users is the set of services using one backend: the first in one, any
-// others in Core.shared (few backends are shared, and this entry is
-// kept for every backend: 12 bytes, no pointer). It is also the backend's
+// others in Core.shared (few backends are shared, and this entry is kept
+// for every backend: 8 bytes, no pointer). It is also the backend's
 // binding to its ID: the allocator keeps which backend IDs are in use,
 // not whose they are. A backend is bound while a service uses it or an op
-// holds it (held: an upsert acquiring it and not committed yet, then
+// holds it (an upsert that acquired it and has not committed, or is
 // rolling back); its entry goes, and its ID is freed, when neither does.
 type users struct {
+	id  lb.BackendID
 	one lb.ServiceID // 0: no service
-	// extra counts the other services, listed in Core.shared.
-	extra uint16
-	// state and id are the backend's, the same in every service using it
-	// (set by put; propagateStates keeps the services equal).
+	// state is the backend's, the same in every service using it (set by
+	// put; propagateStates keeps the services equal).
 	state lb.BackendState
-	// held counts the references ops hold (at most one: the ops that
-	// acquire a backend wait in its queue one after the other).
-	held uint16
-	id   lb.BackendID
+	// flags: usersShared (other services use it too, listed in
+	// Core.shared), and the references ops hold, in units of heldUnit (at
+	// most one: the ops that acquire a backend wait in its queue one after
+	// the other).
+	flags uint8
 }
 
-// n is the number of services in the set.
-func (u users) n() int {
-	if u.one == 0 {
-		return 0
-	}
-	return 1 + int(u.extra)
-}
+const (
+	usersShared = 1
+	heldUnit    = 2
+	heldMax     = 0xff / heldUnit
+)
+
+// shared reports whether services other than one use the backend.
+func (u users) shared() bool { return u.flags&usersShared != 0 }
+
+// held returns the number of references ops hold.
+func (u users) held() int { return int(u.flags / heldUnit) }
 
 // usersOf yields the services using backend k.
 func (c *Core) usersOf(k addrkey.Backend) func(yield func(lb.ServiceID) bool) {
@@ -51,7 +55,7 @@ func (c *Core) usersOf(k addrkey.Backend) func(yield func(lb.ServiceID) bool) {
 		if u.one == 0 || !yield(u.one) {
 			return
 		}
-		if u.extra == 0 {
+		if !u.shared() {
 			return
 		}
 		for _, id := range c.shared[k] {
@@ -74,10 +78,10 @@ func (c *Core) removeUser(k addrkey.Backend, sid lb.ServiceID) {
 	if !ok {
 		return
 	}
-	if u.extra == 0 {
+	if !u.shared() {
 		switch {
 		case u.one != sid:
-		case u.held == 0:
+		case u.held() == 0:
 			c.users.Delete(k)
 		default: // still bound: an op holds it
 			u.one = 0
@@ -92,9 +96,9 @@ func (c *Core) removeUser(k addrkey.Backend, sid lb.ServiceID) {
 	} else {
 		more = slices.DeleteFunc(more, func(x lb.ServiceID) bool { return x == sid })
 	}
-	u.extra = uint16(len(more))
 	if len(more) == 0 {
 		delete(c.shared, k)
+		u.flags &^= usersShared
 	} else {
 		c.shared[k] = more
 	}
@@ -139,15 +143,19 @@ func (c *Core) backendState(k lb.L3n4Addr) (lb.BackendState, lb.BackendID, bool)
 
 // hold takes a reference on backend k for an op, if k is bound (a service
 // uses it, or an op holds it), and returns its ID; a backend that is not
-// bound needs a fresh ID (bindHeld).
-func (c *Core) hold(k addrkey.Backend) (lb.BackendID, bool) {
+// bound needs a fresh ID (bindHeld). More than heldMax references at once
+// (a bug: at most one op acquires a backend at a time) is an error.
+func (c *Core) hold(k addrkey.Backend) (lb.BackendID, bool, error) {
 	u, ok := c.users.Get(k)
 	if !ok {
-		return 0, false
+		return 0, false, nil
 	}
-	u.held++
+	if u.held() == heldMax {
+		return 0, false, fmt.Errorf("backend %s: %d ops hold it already", k.L3n4(), heldMax)
+	}
+	u.flags += heldUnit
 	c.users.Set(k, u)
-	return u.id, true
+	return u.id, true, nil
 }
 
 // bindHeld binds k, which is not bound, to the fresh ID id, with the
@@ -156,7 +164,7 @@ func (c *Core) bindHeld(k addrkey.Backend, id lb.BackendID) error {
 	if u, ok := c.users.Get(k); ok {
 		return fmt.Errorf("backend %s got fresh ID %d but is bound to %d already", k.L3n4(), id, u.id)
 	}
-	c.users.Set(k, users{held: 1, id: id})
+	c.users.Set(k, users{id: id, flags: heldUnit})
 	return nil
 }
 
@@ -165,11 +173,11 @@ func (c *Core) bindHeld(k addrkey.Backend, id lb.BackendID) error {
 // the ID is to be freed (releaser.free).
 func (c *Core) unhold(k addrkey.Backend) (lb.BackendID, bool) {
 	u, ok := c.users.Get(k)
-	if !ok || u.held == 0 {
+	if !ok || u.held() == 0 {
 		return 0, false
 	}
-	u.held--
-	if u.held == 0 && u.one == 0 {
+	u.flags -= heldUnit
+	if u.held() == 0 && u.one == 0 {
 		c.users.Delete(k)
 		return u.id, true
 	}

@@ -200,13 +200,22 @@ func (p *upsertPlan) acquireIDs(c *Core, o *op) {
 		}
 		var fresh []lb.L3n4Addr
 		for j, k := range it.acquire {
-			if id, ok := c.hold(addrkey.BackendOf(k)); ok {
+			id, ok, err := c.hold(addrkey.BackendOf(k))
+			if err != nil {
+				it.err = fmt.Errorf("%s: %w", StepAcquire, err)
+				break
+			}
+			if ok {
 				it.svc.BackendIDs[it.acquireIdx[j]] = id
 				it.holds = append(it.holds, k)
 				continue
 			}
 			it.fresh = append(it.fresh, j)
 			fresh = append(fresh, k)
+		}
+		if it.err != nil {
+			p.unholdAll(c, o, it)
+			continue
 		}
 		if it.old != nil && len(fresh) == 0 {
 			it.acquired = true
