@@ -92,7 +92,7 @@ func (x *backendIndex) fill(svcs []*table.Service) map[addrkey.Backend][]lb.Serv
 				for i, b := range svc.Spec.Backends {
 					k := addrkey.BackendOf(table.BackendKey(b))
 					if k.Half() == h {
-						addUser(m, &shared[h], k, svc.ID(), b.State, svc.BackendIDs[i])
+						addUser(m, &shared[h], k, svc.ID(), b.State, svc.BackendIDs[i], false)
 					}
 				}
 			}
@@ -110,8 +110,9 @@ func (x *backendIndex) fill(svcs []*table.Service) map[addrkey.Backend][]lb.Serv
 
 // addUser records in m (and shared, for a second user or more) that
 // service sid uses backend k, in state st with id, and reports whether
-// another service uses it too.
-func addUser(m *packedmap.Map[addrkey.Backend, users], shared *map[addrkey.Backend][]lb.ServiceID, k addrkey.Backend, sid lb.ServiceID, st lb.BackendState, id lb.BackendID) (isShared bool) {
+// another service uses it too. held: the reference an op held on k is the
+// service's now.
+func addUser(m *packedmap.Map[addrkey.Backend, users], shared *map[addrkey.Backend][]lb.ServiceID, k addrkey.Backend, sid lb.ServiceID, st lb.BackendState, id lb.BackendID, held bool) (isShared bool) {
 	u, _ := m.Get(k)
 	isShared = u.one != 0
 	if u.one == 0 {
@@ -124,6 +125,9 @@ func addUser(m *packedmap.Map[addrkey.Backend, users], shared *map[addrkey.Backe
 		u.flags |= usersShared
 	}
 	u.state, u.id = st, id
+	if held && u.held() > 0 {
+		u.flags -= heldUnit
+	}
 	m.Set(k, u)
 	return isShared
 }

@@ -97,7 +97,7 @@ func testFillEqualsPut(t *testing.T, svcs []*table.Service) (installed *Core) {
 	t.Helper()
 	serial := New(Config{})
 	for _, svc := range svcs {
-		serial.put(svc)
+		serial.put(svc, nil)
 	}
 	installed = New(Config{})
 	(&repairPlan{restored: &table.Restored{Services: svcs}}).install(installed, nil)
@@ -148,21 +148,21 @@ func TestBackendIsBoundWhileAServiceUsesItOrAnOpHoldsIt(t *testing.T) {
 	_, bound, err := c.hold(k)
 	require.NoError(t, err)
 	require.False(t, bound, "not bound: a fresh ID is asked for")
-	require.NoError(t, c.bindHeld(k, 7))
-	require.Error(t, c.bindHeld(k, 8), "bound twice")
-	_, _, used := c.backendState(k.L3n4())
-	require.False(t, used, "held, used by no service")
+	c.bindHeld(k, 7)
+	require.True(t, c.bound(k.L3n4()))
+	u, _ := c.users.Get(k)
+	require.Equal(t, users{id: 7, flags: heldUnit}, u, "held, used by no service")
 
-	c.addUser(k, 1, lb.BackendStateActive, 7) // the commit
-	_, unbound := c.unhold(k)
-	require.False(t, unbound, "service 1 uses it")
+	addUser(c.users.of(k), &c.shared, k, 1, lb.BackendStateActive, 7, true) // the commit
+	u, _ = c.users.Get(k)
+	require.Equal(t, users{id: 7, one: 1}, u, "service 1's, no longer held")
 	id, bound, err := c.hold(k) // service 2 acquires it
 	require.NoError(t, err)
 	require.True(t, bound)
 	require.Equal(t, lb.BackendID(7), id)
 	c.removeUser(k, 1) // service 1 drops it meanwhile
 	require.True(t, c.bound(k.L3n4()), "held by service 2's op")
-	id, unbound = c.unhold(k) // service 2's op rolls back
+	id, unbound := c.unhold(k) // service 2's op rolls back
 	require.True(t, unbound)
 	require.Equal(t, lb.BackendID(7), id)
 	require.False(t, c.bound(k.L3n4()))

@@ -262,7 +262,7 @@ func (p *repairPlan) install(c *Core, _ *op) {
 	r := p.restored
 	if len(c.services) != 0 { // a core restores into an empty table: not the engine's path
 		for _, svc := range r.Services {
-			c.put(svc)
+			c.put(svc, nil)
 		}
 		return
 	}

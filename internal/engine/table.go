@@ -66,12 +66,6 @@ func (c *Core) usersOf(k addrkey.Backend) func(yield func(lb.ServiceID) bool) {
 	}
 }
 
-// addUser records that service sid uses backend k, in state st with id,
-// and reports whether another service uses it too.
-func (c *Core) addUser(k addrkey.Backend, sid lb.ServiceID, st lb.BackendState, id lb.BackendID) (shared bool) {
-	return addUser(c.users.of(k), &c.shared, k, sid, st, id)
-}
-
 // removeUser forgets that service sid uses backend k.
 func (c *Core) removeUser(k addrkey.Backend, sid lb.ServiceID) {
 	u, ok := c.users.Get(k)
@@ -106,15 +100,22 @@ func (c *Core) removeUser(k addrkey.Backend, sid lb.ServiceID) {
 }
 
 // put installs svc in the table and the backend index, and reports
-// whether svc shares a backend with another service.
-func (c *Core) put(svc *table.Service) (shared bool) {
+// whether svc shares a backend with another service. The references an
+// op held on the backends at heldIdx (ascending indexes in
+// svc.Spec.Backends) become the service's: one index update per backend.
+func (c *Core) put(svc *table.Service, heldIdx []int) (shared bool) {
 	if old, ok := c.services[svc.ID()]; ok {
 		c.unindex(old)
 	}
 	c.services[svc.ID()] = svc
 	c.byFE.Set(svc.Frontend(), svc.ID())
 	for i, b := range svc.Spec.Backends {
-		if c.addUser(addrkey.BackendOf(table.BackendKey(b)), svc.ID(), b.State, svc.BackendIDs[i]) {
+		held := len(heldIdx) > 0 && heldIdx[0] == i
+		if held {
+			heldIdx = heldIdx[1:]
+		}
+		k := addrkey.BackendOf(table.BackendKey(b))
+		if addUser(c.users.of(k), &c.shared, k, svc.ID(), b.State, svc.BackendIDs[i], held) {
 			shared = true
 		}
 	}
@@ -134,13 +135,6 @@ func (c *Core) unindex(svc *table.Service) {
 	}
 }
 
-// backendState returns the current state of a backend, its ID and
-// whether any service uses it.
-func (c *Core) backendState(k lb.L3n4Addr) (lb.BackendState, lb.BackendID, bool) {
-	u, ok := c.users.Get(addrkey.BackendOf(k))
-	return u.state, u.id, ok && u.one != 0
-}
-
 // hold takes a reference on backend k for an op, if k is bound (a service
 // uses it, or an op holds it), and returns its ID; a backend that is not
 // bound needs a fresh ID (bindHeld). More than heldMax references at once
@@ -158,14 +152,11 @@ func (c *Core) hold(k addrkey.Backend) (lb.BackendID, bool, error) {
 	return u.id, true, nil
 }
 
-// bindHeld binds k, which is not bound, to the fresh ID id, with the
-// reference of the op that acquired it.
-func (c *Core) bindHeld(k addrkey.Backend, id lb.BackendID) error {
-	if u, ok := c.users.Get(k); ok {
-		return fmt.Errorf("backend %s got fresh ID %d but is bound to %d already", k.L3n4(), id, u.id)
-	}
+// bindHeld binds k to the fresh ID id, with the reference of the op that
+// acquired it. k is not bound: the op found it unbound, and another op
+// that would bind it waits in its queue.
+func (c *Core) bindHeld(k addrkey.Backend, id lb.BackendID) {
 	c.users.Set(k, users{id: id, flags: heldUnit})
-	return nil
 }
 
 // unhold gives back a reference an op held on k. It returns k's ID and
@@ -224,8 +215,8 @@ func (c *Core) backendsLeft(old, svc *table.Service) {
 	}
 }
 
-func (c *Core) commit(svc *table.Service) {
-	if c.put(svc) {
+func (c *Core) commit(svc *table.Service, heldIdx []int) {
+	if c.put(svc, heldIdx) {
 		c.propagateStates(svc)
 	}
 }
@@ -265,7 +256,7 @@ func (c *Core) propagateStates(svc *table.Service) {
 			continue
 		}
 		table.SlotOrder(next.Spec.Backends, next.BackendIDs)
-		c.put(next)
+		c.put(next, nil)
 		c.run(&op{plan: &refreshPlan{fe: next.Frontend(), before: sib}, keys: opKeys(next.Frontend(), next.Spec.Backends)})
 	}
 }

@@ -43,7 +43,7 @@ type upsertItem struct {
 	svc           *table.Service // the service to write, IDs filled by acquire
 	acquire       []lb.L3n4Addr  // backends to acquire IDs for
 	acquireIdx    []int          // their index in svc
-	fresh         []int          // of acquire, those asked of the allocator (not bound)
+	fresh         []int          // of acquire, those asked of the allocator (not bound), ascending
 	holds         []lb.L3n4Addr  // of acquire, those the op holds a reference on
 	removed       []lb.L3n4Addr  // backends of old not in svc
 	removedIDs    []lb.BackendID
@@ -145,13 +145,18 @@ func (c *Core) planUpsert(it *upsertItem) error {
 	for i, b := range bs {
 		k := table.BackendKey(b)
 		oldID, mine := oldIDs[k]
-		if it.err = c.checkSharedState(b, k, mine, it.spec.Source, &it.restoreShared); it.err != nil {
+		bound, err := c.checkSharedState(b, k, mine, it.spec.Source, &it.restoreShared)
+		if err != nil {
+			it.err = err
 			return it.err
 		}
 		if mine {
 			it.svc.BackendIDs[i] = oldID
 			delete(oldIDs, k)
 			continue
+		}
+		if !bound {
+			it.fresh = append(it.fresh, len(it.acquire))
 		}
 		it.acquire = append(it.acquire, k)
 		it.acquireIdx = append(it.acquireIdx, i)
@@ -189,8 +194,9 @@ func (p *upsertPlan) live(yield func(*upsertItem) bool) {
 }
 
 // acquireIDs takes the backends' IDs: a backend bound already (another
-// service uses it) is held at once, so that no op frees it meanwhile; the
-// others, and a new service's ID, are asked of the allocator.
+// service uses it: planUpsert saw it) is held at once, so that no op frees
+// it meanwhile; the others (it.fresh), and a new service's ID, are asked
+// of the allocator.
 func (p *upsertPlan) acquireIDs(c *Core, o *op) {
 	folded := func(o *op, i int, reply any) error { return p.acquired(c, o, i, reply) }
 	for i := range p.items {
@@ -198,20 +204,24 @@ func (p *upsertPlan) acquireIDs(c *Core, o *op) {
 		if it.err != nil || it.svc == nil || it.acquired {
 			continue
 		}
-		var fresh []lb.L3n4Addr
+		fresh := make([]lb.L3n4Addr, 0, len(it.fresh))
+		next := it.fresh
 		for j, k := range it.acquire {
+			if len(next) > 0 && next[0] == j {
+				next = next[1:]
+				fresh = append(fresh, k)
+				continue
+			}
 			id, ok, err := c.hold(addrkey.BackendOf(k))
+			if err == nil && !ok { // planned in this step: cannot happen
+				err = fmt.Errorf("backend %s was unbound since its service was planned", k)
+			}
 			if err != nil {
 				it.err = fmt.Errorf("%s: %w", StepAcquire, err)
 				break
 			}
-			if ok {
-				it.svc.BackendIDs[it.acquireIdx[j]] = id
-				it.holds = append(it.holds, k)
-				continue
-			}
-			it.fresh = append(it.fresh, j)
-			fresh = append(fresh, k)
+			it.svc.BackendIDs[it.acquireIdx[j]] = id
+			it.holds = append(it.holds, k)
 		}
 		if it.err != nil {
 			p.unholdAll(c, o, it)
@@ -253,17 +263,13 @@ func (p *upsertPlan) acquired(c *Core, o *op, i int, reply any) error {
 		it.svc.Spec.Frontend.ID = rep.ServiceID
 		o.svcHolds = append(o.svcHolds, messages.AllocBinding{Key: it.svc.Frontend(), ID: uint64(rep.ServiceID), Refs: 1})
 	}
-	var errs []error
 	for n, j := range it.fresh {
 		k, id := it.acquire[j], rep.BackendIDs[n]
-		if err := c.bindHeld(addrkey.BackendOf(k), id); err != nil {
-			errs = append(errs, err) // a bug: the op fails, the ID stays in use
-			continue
-		}
+		c.bindHeld(addrkey.BackendOf(k), id)
 		it.svc.BackendIDs[it.acquireIdx[j]] = id
 		it.holds = append(it.holds, k)
 	}
-	return errors.Join(errs...)
+	return nil
 }
 
 // unholdAll gives back the references it holds; the backends left unbound
@@ -357,8 +363,8 @@ func (p *upsertPlan) commit(c *Core, o *op) {
 		if it.old != nil {
 			c.backendsLeft(it.old, it.svc)
 		}
-		c.commit(it.svc)
-		p.unholdAll(c, o, it) // the service uses them now: none is unbound
+		c.commit(it.svc, it.acquireIdx) // the backends it held are the service's now
+		it.holds = nil
 		for j, k := range it.removed {
 			if !c.bound(k) {
 				p.free(o, it.svc.Family(), it.removedIDs[j])
@@ -595,23 +601,25 @@ func (c *Core) checkWantedID(fe lb.L3n4Addr, want lb.ServiceID) error {
 // it and k is not the service's own already (mine), the entry that gives
 // the other services theirs back is added to *restore: the backend is
 // written with the new state before the commit, so a rollback needs it.
-func (c *Core) checkSharedState(b lb.Backend, k lb.L3n4Addr, mine bool, src lb.Source, restore *[]maps.BackendEntry) error {
-	cur, id, ok := c.backendState(k)
-	if !ok {
-		return nil
+// It also reports whether k is bound (planUpsert's one look at the index).
+func (c *Core) checkSharedState(b lb.Backend, k lb.L3n4Addr, mine bool, src lb.Source, restore *[]maps.BackendEntry) (bound bool, err error) {
+	u, bound := c.users.Get(addrkey.BackendOf(k))
+	if !bound || u.one == 0 {
+		return bound, nil // no other service uses it
 	}
+	cur, id := u.state, u.id
 	// The transition rules guard the API's writes. Kubernetes is the
 	// truth about its endpoints: an address that was terminating may be
 	// ready again (a new pod on a reused IP, a hostNetwork pod rolled).
 	if err := lb.ValidateStateTransition(cur, b.State); err != nil && src != lb.SourceKubernetes {
-		return fmt.Errorf("backend %s: %w", b.AddrPort(), err)
+		return true, fmt.Errorf("backend %s: %w", b.AddrPort(), err)
 	}
 	if !mine && cur != b.State {
 		prev := b
 		prev.State = cur
 		*restore = append(*restore, table.BackendEntry(prev, id))
 	}
-	return nil
+	return true, nil
 }
 
 // newTableService returns the table's form of spec: a copy (the caller's
