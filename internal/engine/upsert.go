@@ -39,13 +39,16 @@ type upsertItem struct {
 	slot int
 
 	// What start found and planned.
-	old           *table.Service // nil: a creation
-	svc           *table.Service // the service to write, IDs filled by acquire
-	acquire       []lb.L3n4Addr  // backends to acquire IDs for
-	acquireIdx    []int          // their index in svc
-	fresh         []int          // of acquire, those asked of the allocator (not bound), ascending
-	holds         []lb.L3n4Addr  // of acquire, those the op holds a reference on
-	removed       []lb.L3n4Addr  // backends of old not in svc
+	old        *table.Service // nil: a creation
+	svc        *table.Service // the service to write, IDs filled by acquire
+	acquire    []lb.L3n4Addr  // backends to acquire IDs for
+	acquireIdx []int          // their index in svc
+	fresh      []int          // of acquire, those asked of the allocator (not bound), ascending
+	// The op holds a reference on the keys of acquire[:holding] that are
+	// not fresh, and on the fresh ones too once freshHeld (see held).
+	holding       int
+	freshHeld     bool
+	removed       []lb.L3n4Addr // backends of old not in svc
 	removedIDs    []lb.BackendID
 	restoreShared []maps.BackendEntry // what gives the other services their backends' states back
 	maxSlots      int                 // slots to clear beyond the service's own
@@ -141,7 +144,8 @@ func (c *Core) planUpsert(it *upsertItem) error {
 	}
 	bs := it.svc.Spec.Backends
 	it.acquire = make([]lb.L3n4Addr, 0, len(bs))
-	it.acquireIdx = make([]int, 0, len(bs))
+	idx := make([]int, 0, 2*len(bs)) // acquireIdx and fresh in one allocation
+	it.acquireIdx, it.fresh = idx[:0:len(bs)], idx[len(bs):len(bs):2*len(bs)]
 	for i, b := range bs {
 		k := table.BackendKey(b)
 		oldID, mine := oldIDs[k]
@@ -204,12 +208,18 @@ func (p *upsertPlan) acquireIDs(c *Core, o *op) {
 		if it.err != nil || it.svc == nil || it.acquired {
 			continue
 		}
-		fresh := make([]lb.L3n4Addr, 0, len(it.fresh))
+		fresh := it.acquire // most often all of them (a new service)
+		if len(it.fresh) < len(it.acquire) {
+			fresh = make([]lb.L3n4Addr, 0, len(it.fresh))
+		}
 		next := it.fresh
+		it.holding = len(it.acquire)
 		for j, k := range it.acquire {
 			if len(next) > 0 && next[0] == j {
 				next = next[1:]
-				fresh = append(fresh, k)
+				if len(it.fresh) < len(it.acquire) {
+					fresh = append(fresh, k)
+				}
 				continue
 			}
 			id, ok, err := c.hold(addrkey.BackendOf(k))
@@ -218,10 +228,10 @@ func (p *upsertPlan) acquireIDs(c *Core, o *op) {
 			}
 			if err != nil {
 				it.err = fmt.Errorf("%s: %w", StepAcquire, err)
+				it.holding = j
 				break
 			}
 			it.svc.BackendIDs[it.acquireIdx[j]] = id
-			it.holds = append(it.holds, k)
 		}
 		if it.err != nil {
 			p.unholdAll(c, o, it)
@@ -267,20 +277,34 @@ func (p *upsertPlan) acquired(c *Core, o *op, i int, reply any) error {
 		k, id := it.acquire[j], rep.BackendIDs[n]
 		c.bindHeld(addrkey.BackendOf(k), id)
 		it.svc.BackendIDs[it.acquireIdx[j]] = id
-		it.holds = append(it.holds, k)
 	}
+	it.freshHeld = true
 	return nil
+}
+
+// held yields the keys of acquire the op holds a reference on.
+func (it *upsertItem) held(yield func(lb.L3n4Addr) bool) {
+	next := it.fresh
+	for j, k := range it.acquire[:it.holding] {
+		fresh := len(next) > 0 && next[0] == j
+		if fresh {
+			next = next[1:]
+		}
+		if (!fresh || it.freshHeld) && !yield(k) {
+			return
+		}
+	}
 }
 
 // unholdAll gives back the references it holds; the backends left unbound
 // are freed.
 func (p *upsertPlan) unholdAll(c *Core, o *op, it *upsertItem) {
-	for _, k := range it.holds {
+	for k := range it.held {
 		if id, unbound := c.unhold(addrkey.BackendOf(k)); unbound {
 			p.free(o, it.svc.Family(), id)
 		}
 	}
-	it.holds = nil
+	it.holding, it.freshHeld = 0, false
 }
 
 // The write steps size their buffers before filling them: a batch of
@@ -364,7 +388,7 @@ func (p *upsertPlan) commit(c *Core, o *op) {
 			c.backendsLeft(it.old, it.svc)
 		}
 		c.commit(it.svc, it.acquireIdx) // the backends it held are the service's now
-		it.holds = nil
+		it.holding, it.freshHeld = 0, false
 		for j, k := range it.removed {
 			if !c.bound(k) {
 				p.free(o, it.svc.Family(), it.removedIDs[j])
@@ -384,7 +408,7 @@ func (p *upsertPlan) rollback(*Core, *op) []step {
 	}
 	some := false
 	for it := range p.live {
-		some = some || it.acquired || len(it.holds) > 0
+		some = some || it.acquired || it.holding > 0
 	}
 	if !some {
 		return nil // nothing was acquired, so nothing was written
