@@ -76,7 +76,14 @@ func compactGet(w []uint32, slot uint16) (maps.ServiceValue, bool) {
 	if i >= len(w) || w[i] == 0 {
 		return maps.ServiceValue{}, false
 	}
-	return maps.ServiceValue{BackendID: w[i], RevNATIndex: uint16(w[wInfo] >> 16)}, true
+	rev, _ := slotsRev(w)
+	return maps.ServiceValue{BackendID: w[i], RevNATIndex: rev}, true
+}
+
+// slotsRev returns the revNAT index of the slots of compact words w, and
+// whether w holds no slot yet (then a slot of any revNAT index fits).
+func slotsRev(w []uint32) (rev uint16, none bool) {
+	return uint16(w[wInfo] >> 16), len(w) == header
 }
 
 // setMaster writes the master's value into w, reporting whether it was
@@ -260,7 +267,8 @@ func (c *cursor) fits(slot uint16, v maps.ServiceValue) bool {
 	if c.w == nil {
 		return compactSlot(v, 0, true)
 	}
-	return compactSlot(v, uint16(c.w[wInfo]>>16), len(c.w) == header)
+	rev, none := slotsRev(c.w)
+	return compactSlot(v, rev, none)
 }
 
 func (c *cursor) set(k maps.ServiceKey, v maps.ServiceValue) {
@@ -342,7 +350,8 @@ func (c *cursor) reserve(k maps.ServiceKey, run []maps.ServiceEntry) {
 	n, fits := len(c.slots), c.slots == nil
 	rev, anyRev := uint16(0), true
 	if c.w != nil {
-		n, rev, anyRev = len(c.w)-header+1, uint16(c.w[wInfo]>>16), len(c.w) == header
+		n = len(c.w) - header + 1
+		rev, anyRev = slotsRev(c.w)
 	}
 	for _, e := range run {
 		if addrkey.ServiceKeyOf(e.Key) != c.fe {

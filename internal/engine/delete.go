@@ -155,13 +155,7 @@ func (p *deletePlan) releaseServiceIDs(c *Core, o *op) {
 	for it := range p.live {
 		fes = append(fes, it.fe)
 	}
-	c.request(o, ChildAllocator, 0, releasedServices, &messages.AllocRelease{ReqID: c.reqID(), Frontends: fes})
-}
-
-// releasedServices folds the release of the service IDs.
-func releasedServices(o *op, _ int, reply any) error {
-	o.svcHolds = nil
-	return reply.(*messages.AllocReleased).Err
+	c.releaseServices(o, fes)
 }
 
 // rollback writes the services back (before the commit, nothing else was

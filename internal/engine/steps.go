@@ -241,6 +241,21 @@ type releaser struct {
 	freed [2][]uint32 // freed backend IDs by family, to delete
 }
 
+// releaseServices gives the service IDs of fes back to the allocator
+// (none: no request); the op holds them until the reply.
+func (c *Core) releaseServices(o *op, fes []lb.L3n4Addr) {
+	if len(fes) == 0 {
+		return
+	}
+	c.request(o, ChildAllocator, 0, releasedServices, &messages.AllocRelease{ReqID: c.reqID(), Frontends: fes})
+}
+
+// releasedServices folds the release of the service IDs.
+func releasedServices(o *op, _ int, reply any) error {
+	o.svcHolds = nil
+	return reply.(*messages.AllocReleased).Err
+}
+
 // free records that backend ID id, of a service of family f, is unbound:
 // its entry is deleted (deleteFreed), then the ID is reused (reuse). The
 // op holds it meanwhile (o.freed: in use for a restarted allocator).

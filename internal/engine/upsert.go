@@ -208,20 +208,19 @@ func (p *upsertPlan) acquireIDs(c *Core, o *op) {
 		if it.err != nil || it.svc == nil || it.acquired {
 			continue
 		}
-		fresh := it.acquire // most often all of them (a new service)
+		fresh := it.acquire // most often all of them (a new service): no copy
 		if len(it.fresh) < len(it.acquire) {
-			fresh = make([]lb.L3n4Addr, 0, len(it.fresh))
+			fresh = make([]lb.L3n4Addr, len(it.fresh))
+			for n, j := range it.fresh {
+				fresh[n] = it.acquire[j]
+			}
 		}
-		next := it.fresh
 		it.holding = len(it.acquire)
-		for j, k := range it.acquire {
-			if len(next) > 0 && next[0] == j {
-				next = next[1:]
-				if len(it.fresh) < len(it.acquire) {
-					fresh = append(fresh, k)
-				}
+		for j, isFresh := range it.acquireFresh {
+			if isFresh {
 				continue
 			}
+			k := it.acquire[j]
 			id, ok, err := c.hold(addrkey.BackendOf(k))
 			if err == nil && !ok { // planned in this step: cannot happen
 				err = fmt.Errorf("backend %s was unbound since its service was planned", k)
@@ -282,15 +281,28 @@ func (p *upsertPlan) acquired(c *Core, o *op, i int, reply any) error {
 	return nil
 }
 
-// held yields the keys of acquire the op holds a reference on.
-func (it *upsertItem) held(yield func(lb.L3n4Addr) bool) {
-	next := it.fresh
-	for j, k := range it.acquire[:it.holding] {
+// acquireFresh yields the index of each backend of acquire, in order,
+// and whether it is fresh (in it.fresh).
+func (it *upsertItem) acquireFresh(yield func(int, bool) bool) {
+	next := it.fresh // ascending
+	for j := range it.acquire {
 		fresh := len(next) > 0 && next[0] == j
 		if fresh {
 			next = next[1:]
 		}
-		if (!fresh || it.freshHeld) && !yield(k) {
+		if !yield(j, fresh) {
+			return
+		}
+	}
+}
+
+// held yields the keys of acquire the op holds a reference on.
+func (it *upsertItem) held(yield func(lb.L3n4Addr) bool) {
+	for j, fresh := range it.acquireFresh {
+		if j >= it.holding {
+			return
+		}
+		if (!fresh || it.freshHeld) && !yield(it.acquire[j]) {
 			return
 		}
 	}
@@ -517,9 +529,7 @@ func (p *upsertPlan) rollbackRelease(c *Core, o *op) {
 			fes = append(fes, it.svc.Frontend())
 		}
 	}
-	if len(fes) > 0 {
-		c.request(o, ChildAllocator, 0, releasedServices, &messages.AllocRelease{ReqID: c.reqID(), Frontends: fes})
-	}
+	c.releaseServices(o, fes)
 }
 
 // split runs the services of a batch op that a full map failed as one op
