@@ -307,3 +307,9 @@ func (p *ServiceKeyPacker) Unpack(packed uint64) ServiceKey {
 func (k Backend) Half() int {
 	return int((k.addr[12] ^ k.addr[13] ^ k.addr[14] ^ k.addr[15] ^ byte(k.port) ^ byte(k.port>>8)) & 1)
 }
+
+// BackendFrom16 returns the key of the backend at addr (the 16-byte form:
+// IPv4 addresses mapped, as netip.Addr.As16 gives them), port and proto.
+func BackendFrom16(addr [16]byte, port uint16, proto lb.L4Type) Backend {
+	return Backend{addr: addr, port: port, proto: proto}
+}

@@ -65,7 +65,7 @@ func TestScriptSingleUpsertIsNotStuckBehindQueuedBatches(t *testing.T) {
 	require.Equal(t, []string{acquireLine(1, 3), acquireLine(1, 4), acquireLine(1, 5)}, h.drain(t))
 	h.expectAnswers("upsert batch: [id 101 created true id 103 created true]",
 		"upsert batch: [id 2 created true id 3 created true id 105 created true id 107 created true id 109 created true]")
-	if n := len(h.c.services); n != 9 {
+	if n := h.c.services.len(); n != 9 {
 		t.Fatalf("%d services in the table, want 9", n)
 	}
 }

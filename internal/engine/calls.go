@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/actorlb/actorlb/internal/table"
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/messages"
 )
@@ -38,25 +37,25 @@ func (c *Core) handleCall(call messages.Call) {
 	case *messages.UpsertBatch:
 		c.upsertBatch(m)
 	case *messages.Delete:
-		svc, ok := c.services[m.ID]
-		if !ok {
+		s := c.services.stored(m.ID)
+		if s == nil {
 			c.answer(m, messages.DeleteReply{Err: fmt.Errorf("delete service %d: %w", m.ID, ErrServiceNotFound)})
 			return
 		}
 		c.interactive()
-		c.run(c.deleteOp([]deleteItem{{fe: svc.Frontend(), want: m.ID, as: m.As, to: newWaiter(m, waitDelete, 1)}}))
+		c.run(c.deleteOp([]deleteItem{{fe: s.frontend(), want: m.ID, as: m.As, to: newWaiter(m, waitDelete, 1)}}))
 	case *messages.DeleteByFrontend:
 		c.interactive()
 		c.run(c.deleteOp([]deleteItem{{fe: m.Frontend, as: m.As, to: newWaiter(m, waitDelete, 1)}}))
 	case *messages.DeleteBatch:
 		c.deleteBatch(m)
 	case *messages.Get:
-		svc, ok := c.services[m.ID]
-		if !ok {
+		spec := c.services.spec(m.ID)
+		if spec == nil {
 			c.answer(m, messages.GetReply{Err: fmt.Errorf("get service %d: %w", m.ID, ErrServiceNotFound)})
 			return
 		}
-		c.answer(m, messages.GetReply{Service: svc.Spec.DeepCopy()})
+		c.answer(m, messages.GetReply{Service: spec})
 	case *messages.List:
 		c.answer(m, messages.ListReply{Services: c.list()})
 	case *messages.Sync:
@@ -233,22 +232,17 @@ func (c *Core) answerIfDone(w *waiter) {
 }
 
 func (c *Core) list() []*lb.Service {
-	ids := make([]lb.ServiceID, 0, len(c.services))
-	for id := range c.services {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	out := make([]*lb.Service, len(ids))
-	for i, id := range ids {
-		out[i] = c.services[id].Spec.DeepCopy()
+	out := make([]*lb.Service, 0, c.services.len())
+	for id := range c.services.all { // in ID order
+		out = append(out, c.services.spec(id))
 	}
 	return out
 }
 
 func (c *Core) revNATs() []messages.RevNAT {
 	var out []messages.RevNAT
-	for id, svc := range c.services {
-		fe := svc.Frontend()
+	for id, s := range c.services.all {
+		fe := s.frontend()
 		out = append(out, messages.RevNAT{ID: id, Address: lb.L3n4Addr{Addr: fe.Addr, Port: fe.Port}, Service: true})
 	}
 	for id, a := range c.standalone {
@@ -268,7 +262,7 @@ func (c *Core) stats() messages.StatsReply {
 		restarts[k] = v
 	}
 	return messages.StatsReply{
-		Services: len(c.services), Backends: c.users.Len(), RevNAT: len(c.services) + len(c.standalone),
+		Services: c.services.len(), Backends: c.users.Len(), RevNAT: c.services.len() + len(c.standalone),
 		ActorRestarts: restarts, Restore: c.restore, Ready: c.ready, OpsInFlight: c.inflight + len(c.intake), RequestsResent: c.resent,
 		RequestsSent: c.requestsSent, ChildMessages: c.childMessages, Steps: steps,
 	}
@@ -312,7 +306,7 @@ func (c *Core) sync(m *messages.Sync) {
 	}
 	var stale []lb.L3n4Addr
 	for fe, id := range c.byFE.All {
-		if _, ok := desired[fe]; !ok && c.services[id].Spec.Source == m.Source {
+		if _, ok := desired[fe]; !ok && c.services.stored(id).source == m.Source {
 			stale = append(stale, fe)
 		}
 	}
@@ -427,10 +421,9 @@ func (c *Core) startUpserts(svcs []*lb.Service, base int, w *waiter, lane *bulkL
 		nkeys += 1 + len(svc.Backends)
 	}
 	var taken map[qkey]bool // queue keys of the run, made for the first new service
-	if len(c.services) == 0 && len(svcs) >= reserveMin {
+	if c.services.len() == 0 && len(svcs) >= reserveMin {
 		// Many services into an empty engine (the first sync or batch):
 		// the indexes get their size at once.
-		c.services = make(map[lb.ServiceID]*table.Service, len(svcs))
 		c.byFE.Reserve(len(svcs))
 		c.users.Reserve(nkeys - len(svcs))
 	}

@@ -5,7 +5,6 @@ import (
 
 	"github.com/actorlb/actorlb/internal/addrkey"
 	"github.com/actorlb/actorlb/internal/packedmap"
-	"github.com/actorlb/actorlb/internal/table"
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/messages"
 	"github.com/sirupsen/logrus"
@@ -56,7 +55,7 @@ type Core struct {
 	now func() time.Time
 
 	// The table.
-	services   map[lb.ServiceID]*table.Service
+	services   svcTable                                 // the services by ID, compact (stored.go)
 	byFE       packedmap.Map[lb.L3n4Addr, lb.ServiceID] // frontend -> service (IPv4 keys packed)
 	users      backendIndex                             // backend -> services using it (in two halves; IPv4 and learnt-prefix IPv6 keys packed)
 	shared     map[addrkey.Backend][]lb.ServiceID       // users beyond the first, of shared backends
@@ -131,7 +130,6 @@ func New(cfg Config) *Core {
 		cfg:        cfg,
 		log:        cfg.Log,
 		now:        cfg.Now,
-		services:   map[lb.ServiceID]*table.Service{},
 		byFE:       packedmap.New[lb.L3n4Addr, lb.ServiceID](0, addrkey.NewFrontendPacker()),
 		users:      newBackendIndex(0),
 		standalone: map[lb.ServiceID]lb.L3n4Addr{},

@@ -54,11 +54,12 @@ func (p *deletePlan) start(c *Core, _ *op) []step {
 			it.err = ErrServiceNotFound
 			continue
 		}
-		if old := c.services[id]; old.Spec.Source != it.as {
+		old := c.services.get(id)
+		if old.Spec.Source != it.as {
 			it.err = ownedError(old, it.as)
 			continue
 		}
-		it.old = c.services[id]
+		it.old = old
 		live++
 	}
 	if live == 0 {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/maps"
 	"github.com/actorlb/actorlb/messages"
 )
@@ -38,8 +39,11 @@ func (p *reconcilePlan) ask(c *Core, o *op) {
 			// drifted table from the table's inputs (those it wrote it
 			// from, which it checks these are).
 			var ts []messages.MaglevTable
-			for _, svc := range c.services {
-				if t, ok := maglevTable(svc); ok {
+			for _, s := range c.services.all {
+				if s.algo != lb.LBAlgMaglev {
+					continue
+				}
+				if t, ok := maglevTable(c.services.expand(s)); ok {
 					ts = append(ts, t)
 				}
 			}

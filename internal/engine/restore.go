@@ -260,7 +260,7 @@ func (fx fix) send(r *table.Restored) func(c *Core, o *op) {
 // from the table at once).
 func (p *repairPlan) install(c *Core, _ *op) {
 	r := p.restored
-	if len(c.services) != 0 { // a core restores into an empty table: not the engine's path
+	if c.services.len() != 0 { // a core restores into an empty table: not the engine's path
 		for _, svc := range r.Services {
 			c.put(svc, nil)
 		}
@@ -270,10 +270,9 @@ func (p *repairPlan) install(c *Core, _ *op) {
 	for _, svc := range r.Services {
 		n += len(svc.BackendIDs)
 	}
-	c.services = make(map[lb.ServiceID]*table.Service, len(r.Services))
 	c.byFE = packedmap.New[lb.L3n4Addr, lb.ServiceID](len(r.Services), addrkey.NewFrontendPacker())
 	for _, svc := range r.Services {
-		c.services[svc.ID()] = svc
+		c.services.put(svc)
 		c.byFE.Set(svc.Frontend(), svc.ID())
 	}
 	// The backend index is most of the work (10 backends a service): its

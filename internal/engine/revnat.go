@@ -31,8 +31,8 @@ func (c *Core) revNATAdd(m *messages.RevNATAdd) {
 		c.answer(m, messages.RevNATReply{Err: fmt.Errorf("add revNAT %d: invalid address %q: want IP:PORT with a port between 1 and 65535", e.ID, addr.AddrPort())})
 		return
 	}
-	if svc, ok := c.services[e.ID]; ok {
-		c.answer(m, messages.RevNATReply{Err: fmt.Errorf("add revNAT %d: %w %s", e.ID, ErrRevNATOwned, svc.Frontend())})
+	if s := c.services.stored(e.ID); s != nil {
+		c.answer(m, messages.RevNATReply{Err: fmt.Errorf("add revNAT %d: %w %s", e.ID, ErrRevNATOwned, s.frontend())})
 		return
 	}
 	if cur, ok := c.standalone[e.ID]; ok && cur == addr {
@@ -84,8 +84,8 @@ type revNATDeletePlan struct {
 
 // revNATDelete deletes the standalone entry of sid; to gets the outcome.
 func (c *Core) revNATDelete(sid lb.ServiceID, to *waiter) {
-	if svc, ok := c.services[sid]; ok {
-		c.revNATDone(to, fmt.Errorf("delete revNAT %d: %w %s (delete the service)", sid, ErrRevNATOwned, svc.Frontend()))
+	if s := c.services.stored(sid); s != nil {
+		c.revNATDone(to, fmt.Errorf("delete revNAT %d: %w %s (delete the service)", sid, ErrRevNATOwned, s.frontend()))
 		return
 	}
 	addr, ok := c.standalone[sid]

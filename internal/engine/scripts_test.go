@@ -63,7 +63,7 @@ func TestScriptUpsertRollsBackWhenServiceWriteKeepsFailing(t *testing.T) {
 	h.reply("alloc", ok())
 	h.expectAnswers("upsert: error: upsert service 10.96.0.1:80/TCP: write service: device or resource busy")
 	h.call(&messages.List{Reply: make(chan messages.ListReply, 1)})
-	require0(t, len(h.c.services))
+	require0(t, h.c.services.len())
 }
 
 func require0(t *testing.T, n int) {
@@ -341,7 +341,7 @@ func TestScriptSharedBackendStateReachesTheOtherService(t *testing.T) {
 	h.reply("svc4", ok())
 	h.reply("members", ok())
 	h.expect()
-	require.Equal(t, lb.BackendStateTerminating, h.c.services[1].Spec.Backends[1].State)
+	require.Equal(t, lb.BackendStateTerminating, h.c.services.get(1).Spec.Backends[1].State)
 }
 
 // Ops on one frontend apply in arrival order: a delete that arrives while
@@ -581,7 +581,7 @@ func TestScriptLocalPolicyWritesTwoBackendSets(t *testing.T) {
 	h.expect("svc4: write [192.168.1.10:30080/TCP#1 192.168.1.10:30080/TCP#0 192.168.1.10:30080/TCP/internal#1 192.168.1.10:30080/TCP/internal#2 192.168.1.10:30080/TCP/internal#0] delete [192.168.1.10:30080/TCP#2]")
 	h.reply("svc4", ok())
 	h.expectAnswers("upsert: id 1 created true")
-	sv := h.c.services[1]
+	sv := h.c.services.get(1)
 	ext, intl := table.MasterAt(sv, lb.ScopeExternal).Value, table.MasterAt(sv, lb.ScopeInternal).Value
 	require.Equal(t, uint16(1), ext.Count, "external: the local backend")
 	require.Equal(t, uint16(2), intl.Count, "internal: every backend")
@@ -679,8 +679,8 @@ func TestScriptEachSourceChangesOnlyItsOwnServices(t *testing.T) {
 	h.reply("svc4", ok())
 	h.flushAnswering(t)
 	h.expectAnswers("sync: upserted 0 deleted 1")
-	require.Len(t, h.c.services, 1)
-	require.Equal(t, lb.SourceAPI, h.c.services[2].Spec.Source, "the API's service is left")
+	require.Equal(t, 1, h.c.services.len())
+	require.Equal(t, lb.SourceAPI, h.c.services.get(2).Spec.Source, "the API's service is left")
 
 	// A sync whose desired services are of another source changes nothing.
 	h.call(&messages.Sync{Source: lb.SourceAPI, Desired: []*lb.Service{k}, Reply: make(chan messages.SyncReply, 1)})
@@ -711,7 +711,7 @@ func TestScriptSyncCreatesNewServicesAsOneRun(t *testing.T) {
 	h.expect("svc4: write [10.96.0.1:80/TCP#1 10.96.0.1:80/TCP#0 10.96.0.2:80/TCP#1 10.96.0.2:80/TCP#0]")
 	h.reply("svc4", ok())
 	h.expectAnswers("sync: error: sync: upsert service 10.96.0.3:80/TCP: acquire IDs: service ID in use")
-	require.Len(t, h.c.services, 2)
+	require.Equal(t, 2, h.c.services.len())
 }
 
 // A terminating backend may not become active through the API (terminating
@@ -738,6 +738,6 @@ func TestScriptKubernetesMayReviveATerminatingBackend(t *testing.T) {
 		}
 		h.flushAnswering(t)
 		h.expectAnswers("upsert: id 2 created false")
-		require.Equal(t, lb.BackendStateActive, h.c.services[2].Spec.Backends[0].State)
+		require.Equal(t, lb.BackendStateActive, h.c.services.get(2).Spec.Backends[0].State)
 	}
 }

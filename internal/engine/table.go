@@ -104,10 +104,12 @@ func (c *Core) removeUser(k addrkey.Backend, sid lb.ServiceID) {
 // op held on the backends at heldIdx (ascending indexes in
 // svc.Spec.Backends) become the service's: one index update per backend.
 func (c *Core) put(svc *table.Service, heldIdx []int) (shared bool) {
-	if old, ok := c.services[svc.ID()]; ok {
-		c.unindex(old)
+	if old := c.services.stored(svc.ID()); old != nil {
+		for i := range old.backends {
+			c.removeUser(old.backends[i].key(), old.id)
+		}
 	}
-	c.services[svc.ID()] = svc
+	c.services.put(svc)
 	c.byFE.Set(svc.Frontend(), svc.ID())
 	for i, b := range svc.Spec.Backends {
 		held := len(heldIdx) > 0 && heldIdx[0] == i
@@ -124,15 +126,11 @@ func (c *Core) put(svc *table.Service, heldIdx []int) (shared bool) {
 
 // drop removes svc from the table and the backend index.
 func (c *Core) drop(svc *table.Service) {
-	c.unindex(svc)
-	delete(c.services, svc.ID())
-	c.byFE.Delete(svc.Frontend())
-}
-
-func (c *Core) unindex(svc *table.Service) {
 	for _, b := range svc.Spec.Backends {
 		c.removeUser(addrkey.BackendOf(table.BackendKey(b)), svc.ID())
 	}
+	c.services.delete(svc.ID())
+	c.byFE.Delete(svc.Frontend())
 }
 
 // hold takes a reference on backend k for an op, if k is bound (a service
@@ -243,9 +241,9 @@ func (c *Core) propagateStates(svc *table.Service) {
 		states[table.BackendKey(b)] = b.State
 	}
 	for id := range siblings {
-		sib := c.services[id]
+		sib := c.services.get(id)
 		var changed bool
-		next := &table.Service{Spec: *sib.Spec.DeepCopy(), BackendIDs: slices.Clone(sib.BackendIDs)}
+		next := c.services.get(id)
 		for i, b := range next.Spec.Backends {
 			if st, ok := states[table.BackendKey(b)]; ok && st != b.State {
 				next.Spec.Backends[i].State = st
@@ -277,7 +275,7 @@ func (p *refreshPlan) start(c *Core, _ *op) []step {
 	if !ok {
 		return nil // deleted meanwhile
 	}
-	p.svc = c.services[id]
+	p.svc = c.services.get(id)
 	return refreshSteps
 }
 

@@ -160,9 +160,9 @@ func (c *Core) resend(id uint64, p *pendingReq) {
 // binds (in use by a service or held by an op) and the IDs ops freed and
 // have not let be reused yet.
 func (c *Core) allocBindings() (svcs []messages.AllocBinding, bes []lb.BackendID) {
-	svcs = make([]messages.AllocBinding, 0, len(c.services)+len(c.standalone))
-	for id, svc := range c.services {
-		svcs = append(svcs, messages.AllocBinding{Key: svc.Frontend(), ID: uint64(id), Refs: 1})
+	svcs = make([]messages.AllocBinding, 0, c.services.len()+len(c.standalone))
+	for id, s := range c.services.all {
+		svcs = append(svcs, messages.AllocBinding{Key: s.frontend(), ID: uint64(id), Refs: 1})
 	}
 	for id, addr := range c.standalone {
 		svcs = append(svcs, messages.AllocBinding{Key: addr, ID: uint64(id)})

@@ -115,7 +115,7 @@ func (c *Core) planUpsert(it *upsertItem) error {
 	fe := it.spec.Frontend.L3n4Addr
 	want := it.spec.Frontend.ID
 	if id, ok := c.byFE.Get(fe); ok {
-		it.old = c.services[id]
+		it.old = c.services.get(id)
 		if it.old.Spec.Source != it.spec.Source {
 			it.err = ownedError(it.old, it.spec.Source)
 			return it.err
@@ -609,7 +609,7 @@ func (c *Core) checkOtherScope(spec *lb.Service) error {
 	if spec.TwoScopes() {
 		return fmt.Errorf("%w: a service with two backend sets (one traffic policy Local) uses the internal scope of %s, which is service %d", ErrFrontendInUse, spec.Frontend.L3n4Addr, id)
 	}
-	if s := c.services[id]; s != nil && s.Spec.TwoScopes() {
+	if s := c.services.stored(id); s != nil && s.twoScopes() {
 		return fmt.Errorf("%w: %s is the internal backend set of service %d (%s has two backend sets)", ErrFrontendInUse, spec.Frontend.L3n4Addr, id, other)
 	}
 	return nil
@@ -621,8 +621,8 @@ func (c *Core) checkWantedID(fe lb.L3n4Addr, want lb.ServiceID) error {
 	if want == 0 {
 		return nil
 	}
-	if other, ok := c.services[want]; ok && other.Frontend() != fe {
-		return fmt.Errorf("%w: service ID %d is already registered to %s", ErrServiceIDInUse, want, other.Frontend())
+	if other := c.services.stored(want); other != nil && other.frontend() != fe {
+		return fmt.Errorf("%w: service ID %d is already registered to %s", ErrServiceIDInUse, want, other.frontend())
 	}
 	if addr, ok := c.standalone[want]; ok {
 		return fmt.Errorf("%w: service ID %d is already registered to revNAT entry %s", ErrServiceIDInUse, want, addr.AddrPort())

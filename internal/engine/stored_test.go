@@ -1,0 +1,156 @@
+package engine
+
+import (
+	"net/netip"
+	"reflect"
+	"testing"
+	"unsafe"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/actorlb/actorlb/internal/addrkey"
+	"github.com/actorlb/actorlb/internal/table"
+	"github.com/actorlb/actorlb/internal/testutil"
+	lb "github.com/actorlb/actorlb/loadbalancer"
+)
+
+// requireEveryFieldSet fails if a field of v (a struct, followed into
+// nested structs) is its zero value: a service built with every field set
+// shows that the stored form keeps each one, and a field added to
+// lb.Service or lb.Backend later fails here until the stored form keeps
+// it too.
+func requireEveryFieldSet(t *testing.T, v reflect.Value, path string) {
+	t.Helper()
+	for i := range v.NumField() {
+		f, name := v.Field(i), path+"."+v.Type().Field(i).Name
+		if f.Kind() == reflect.Struct && f.Type() != reflect.TypeOf(netip.Addr{}) {
+			requireEveryFieldSet(t, f, name)
+			continue
+		}
+		require.False(t, f.IsZero(), "%s is not set in the test's service", name)
+	}
+}
+
+func everyFieldService() *table.Service {
+	return &table.Service{
+		Spec: lb.Service{
+			Frontend: lb.Frontend{ID: 300, L3n4Addr: lb.L3n4Addr{Addr: netip.MustParseAddr("2001:2::10"), Port: 443, Protocol: lb.TCP, Scope: lb.ScopeInternal}},
+			Backends: []lb.Backend{
+				{L3n4Addr: lb.L3n4Addr{Addr: netip.MustParseAddr("2001:2::1"), Port: 8443, Protocol: lb.TCP, Scope: lb.ScopeInternal}, Weight: 7, State: lb.BackendStateTerminating, NodeLocal: true},
+				{L3n4Addr: lb.L3n4Addr{Addr: netip.MustParseAddr("2001:2::2"), Port: 8443, Protocol: lb.TCP}, Weight: lb.DefaultBackendWeight},
+			},
+			Type:                   lb.SVCTypeLoadBalancer,
+			ExtTrafficPolicyLocal:  true,
+			IntTrafficPolicyLocal:  true,
+			SessionAffinity:        true,
+			SessionAffinityTimeout: 1 << 23,
+			LBAlgorithm:            lb.LBAlgMaglev,
+			DSR:                    true,
+			SourceRanges:           []netip.Prefix{netip.MustParsePrefix("2001:2:1::/48")},
+			SourceRangesDeny:       true,
+			Source:                 lb.SourceKubernetes,
+		},
+		BackendIDs: []lb.BackendID{70000, 5},
+	}
+}
+
+func TestStoredServiceKeepsEveryField(t *testing.T) {
+	in := everyFieldService()
+	requireEveryFieldSet(t, reflect.ValueOf(in.Spec), "Service")
+	requireEveryFieldSet(t, reflect.ValueOf(in.Spec.Backends[0]), "Backend")
+
+	v4 := &table.Service{
+		Spec: lb.Service{
+			Frontend: lb.Frontend{ID: 2, L3n4Addr: lb.L3n4Addr{Addr: netip.IPv4Unspecified(), Port: 30080, Protocol: lb.UDP}},
+			Backends: []lb.Backend{{L3n4Addr: lb.L3n4Addr{Addr: netip.MustParseAddr("198.18.0.1"), Port: 53, Protocol: lb.UDP}, Weight: lb.DefaultBackendWeight}},
+			Type:     lb.SVCTypeNodePort,
+		},
+		BackendIDs: []lb.BackendID{1},
+	}
+	var tb svcTable
+	for _, svc := range []*table.Service{in, v4} {
+		tb.put(svc)
+		got := tb.get(svc.ID())
+		require.Equal(t, svc, got)
+		require.Equal(t, &svc.Spec, tb.spec(svc.ID()))
+		require.Equal(t, svc.Frontend(), tb.stored(svc.ID()).frontend())
+		require.Equal(t, svc.Spec.TwoScopes(), tb.stored(svc.ID()).twoScopes())
+		for i, b := range svc.Spec.Backends {
+			require.Equal(t, addrkey.BackendOf(table.BackendKey(b)), tb.stored(svc.ID()).backends[i].key())
+		}
+	}
+	require.Equal(t, netip.IPv4Unspecified(), tb.get(2).Frontend().Addr, "IPv4 stays IPv4 (not its mapped IPv6 form)")
+}
+
+func TestStoredServiceIsACopy(t *testing.T) {
+	var tb svcTable
+	in := everyFieldService()
+	tb.put(in)
+	in.Spec.Backends[0].State = lb.BackendStateActive
+	in.Spec.SourceRanges[0] = netip.MustParsePrefix("2001:2:2::/48")
+	in.BackendIDs[1] = 9
+	require.Equal(t, everyFieldService(), tb.get(300), "changing what was put leaves the table as it was")
+
+	got := tb.get(300)
+	got.Spec.Backends[1].Weight = 1
+	got.Spec.SourceRanges[0] = netip.MustParsePrefix("2001:2:3::/48")
+	got.BackendIDs[0] = 1
+	require.Equal(t, everyFieldService(), tb.get(300), "changing what get returned leaves the table as it was")
+}
+
+func TestSvcTableMatchesAMap(t *testing.T) {
+	r := testutil.Rand(t)
+	var tb svcTable
+	want := map[lb.ServiceID]*table.Service{}
+	for step := range 4000 {
+		// IDs in a few runs of pages, and some anywhere.
+		id := lb.ServiceID(1 + r.IntN(700))
+		if r.IntN(10) == 0 {
+			id = lb.ServiceID(1 + r.IntN(65535))
+		}
+		switch r.IntN(3) {
+		case 0:
+			tb.delete(id)
+			delete(want, id)
+		default:
+			svc := everyFieldService()
+			svc.Spec.Frontend.ID = id
+			svc.Spec.Frontend.Port = uint16(step)
+			if r.IntN(2) == 0 {
+				svc.Spec.SourceRanges = nil
+			}
+			svc.Spec.Backends = svc.Spec.Backends[:r.IntN(3)]
+			svc.BackendIDs = svc.BackendIDs[:len(svc.Spec.Backends)]
+			if len(svc.BackendIDs) == 0 {
+				svc.Spec.Backends, svc.BackendIDs = nil, nil // what get gives back for none
+			}
+			tb.put(svc)
+			want[id] = svc
+		}
+		require.Equal(t, len(want), tb.len())
+		require.Equal(t, want[id], tb.get(id), "service %d at step %d", id, step)
+	}
+	var last lb.ServiceID
+	n := 0
+	for id, s := range tb.all {
+		require.Greater(t, id, last, "in ID order")
+		last = id
+		require.Equal(t, want[id], tb.expand(s))
+		n++
+	}
+	require.Equal(t, len(want), n)
+	for id := range want {
+		tb.delete(id)
+	}
+	require.Zero(t, tb.len())
+	require.Empty(t, tb.ranges)
+	for i, p := range tb.pages {
+		require.Nil(t, p, "page %d is freed with its last service", i)
+	}
+}
+
+func TestStoredFormIsCompact(t *testing.T) {
+	require.EqualValues(t, 28, unsafe.Sizeof(storedBackend{}))
+	require.EqualValues(t, 56, unsafe.Sizeof(storedService{}))
+	require.EqualValues(t, 14336, unsafe.Sizeof(svcPage{}), "a page is a size class of the Go heap")
+}
