@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"sort"
+	"sync"
 
 	"github.com/actorlb/actorlb/internal/addrkey"
 	"github.com/actorlb/actorlb/internal/packedmap"
@@ -270,15 +271,21 @@ func (p *repairPlan) install(c *Core, _ *op) {
 	for _, svc := range r.Services {
 		n += len(svc.BackendIDs)
 	}
-	c.byFE = packedmap.New[lb.L3n4Addr, lb.ServiceID](len(r.Services), addrkey.NewFrontendPacker())
-	for _, svc := range r.Services {
-		c.services.put(svc)
-		c.byFE.Set(svc.Frontend(), svc.ID())
-	}
 	// The backend index is most of the work (10 backends a service): its
-	// halves fill on two goroutines.
+	// halves fill on two goroutines, and the services are stored beside
+	// them on a third (they touch nothing of the index's: r.Services is
+	// only read).
 	c.users = newBackendIndex(n)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		c.byFE = packedmap.New[lb.L3n4Addr, lb.ServiceID](len(r.Services), addrkey.NewFrontendPacker())
+		for _, svc := range r.Services {
+			c.services.put(svc)
+			c.byFE.Set(svc.Frontend(), svc.ID())
+		}
+	})
 	c.shared = c.users.fill(r.Services)
+	wg.Wait()
 }
 
 func (p *repairPlan) rollback(*Core, *op) []step { return nil }
