@@ -232,9 +232,14 @@ func (c *Core) answerIfDone(w *waiter) {
 }
 
 func (c *Core) list() []*lb.Service {
-	out := make([]*lb.Service, 0, c.services.len())
-	for id := range c.services.all { // in ID order
-		out = append(out, c.services.spec(id))
+	ids := make([]lb.ServiceID, 0, c.services.len())
+	for id := range c.services.all {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	out := make([]*lb.Service, len(ids))
+	for i, id := range ids {
+		out[i] = c.services.spec(id)
 	}
 	return out
 }
@@ -424,6 +429,7 @@ func (c *Core) startUpserts(svcs []*lb.Service, base int, w *waiter, lane *bulkL
 	if c.services.len() == 0 && len(svcs) >= reserveMin {
 		// Many services into an empty engine (the first sync or batch):
 		// the indexes get their size at once.
+		c.services.reserve(len(svcs))
 		c.byFE.Reserve(len(svcs))
 		c.users.Reserve(nkeys - len(svcs))
 	}

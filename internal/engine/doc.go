@@ -1,10 +1,10 @@
 // Package engine is the deterministic core of actorlb's engine: the
 // operation logic that the supervisor actor (package actors) runs inside
-// itself. A Core owns the table of services (by ID, kept compact in
-// pages (svcTable, stored.go: an op works on a copy of its own, whole, a
-// table.Service); by frontend; the services using each backend; the
-// standalone revNAT entries), the
-// per-key queues, the operations in flight, the pending table of requests
+// itself. A Core owns the table of services (by ID, kept compact:
+// svcTable in stored.go, of which an op reads a service whole as a
+// table.Service of its own; by frontend; the services using each
+// backend; the standalone revNAT entries), the per-key queues, the
+// operations in flight, the pending table of requests
 // awaiting replies and the outbox of requests not yet sent. It imports no
 // actor library and does no I/O: inputs go in through Step, and what to
 // deliver comes out of Answers and Ready. Its one use of other

@@ -11,8 +11,8 @@ import (
 // The table keeps its services compact: a service as the ops work on it
 // (table.Service: the user's lb.Service and the backend IDs) takes about
 // 600 bytes with ten backends, in four allocations with pointers; its
-// stored form takes 56 bytes in a page of the table and 28 bytes per
-// backend in one allocation without pointers. An op reads a service
+// stored form takes 56 bytes in a chunk of the table, 8 in its ID map
+// and 28 bytes per backend in one allocation without pointers. An op reads a service
 // whole (svcTable.get: a copy of its own, which it may keep and change);
 // the table's own lookups (frontend, source, scopes, the backend keys to
 // unindex) read the stored form in place.
@@ -77,7 +77,7 @@ func addrOf(a [16]byte, v6 bool) netip.Addr {
 
 // storedService is a service as the table keeps it (see above): 56 bytes.
 // Its source ranges, which few services have, are kept beside the table
-// (svcTable.ranges). The zero value is an empty place of a page (no
+// (svcTable.ranges). The zero value is a free place of a chunk (no
 // service has ID 0).
 type storedService struct {
 	fe       [16]byte
@@ -116,37 +116,43 @@ func (s *storedService) twoScopes() bool {
 	return spec.TwoScopes()
 }
 
-// svcPageBits sizes the pages of the table: 256 services (14 KB) each.
-const svcPageBits = 8
+// svcChunkBits sizes the chunks the table keeps its services in: 256
+// services (14 KB: exactly a size class of the Go heap) each.
+const svcChunkBits = 8
 
-// svcPage is a page of the table: exactly a size class of the Go heap.
-type svcPage [1 << svcPageBits]storedService
+type svcChunk [1 << svcChunkBits]storedService
 
-// svcTable is the table's services by ID, stored compact in pages (the
-// allocator hands service IDs out in runs). A page is allocated when a
-// service of its range is put and freed when its last one is deleted.
+// svcTable is the table's services by ID, stored compact: in chunks of
+// places, with a map from service ID to place (8 bytes a service). The
+// allocator hands service IDs out from a cursor that wraps around, so the
+// IDs in use spread over the whole space with time: places are handed
+// out densely whatever the IDs (a freed place is the next one used), and
+// a service costs about 70 bytes however its ID was chosen. The chunks
+// are not given back: the table keeps the places of its largest size
+// (at most 3.5 MB, for 65,535 services), and reuses them.
 type svcTable struct {
-	pages  [(1 << 16) >> svcPageBits]*svcPage
-	counts [(1 << 16) >> svcPageBits]uint16 // services in each page
-	n      int
+	place  map[lb.ServiceID]uint32
+	chunks []*svcChunk
+	free   []uint32                        // places freed, used first (last freed first)
+	used   uint32                          // places handed out from the chunks, freed or not
 	ranges map[lb.ServiceID][]netip.Prefix // the source ranges of the services that have them
 }
 
+func (t *svcTable) at(place uint32) *storedService {
+	return &t.chunks[place>>svcChunkBits][place&(1<<svcChunkBits-1)]
+}
+
 // len returns the number of services.
-func (t *svcTable) len() int { return t.n }
+func (t *svcTable) len() int { return len(t.place) }
 
 // stored returns the stored form of service id, nil if there is none. It
 // is valid until the service is put or deleted.
 func (t *svcTable) stored(id lb.ServiceID) *storedService {
-	p := t.pages[id>>svcPageBits]
-	if p == nil {
+	p, ok := t.place[id]
+	if !ok {
 		return nil
 	}
-	s := &p[id&(1<<svcPageBits-1)]
-	if s.id == 0 {
-		return nil
-	}
-	return s
+	return t.at(p)
 }
 
 // has reports whether service id is in the table.
@@ -223,16 +229,15 @@ func (s *storedService) lbBackends() []lb.Backend {
 // with nil slices.
 func (t *svcTable) put(svc *table.Service) {
 	id := svc.ID()
-	p := t.pages[id>>svcPageBits]
-	if p == nil {
-		p = new(svcPage)
-		t.pages[id>>svcPageBits] = p
+	p, ok := t.place[id]
+	if !ok {
+		p = t.newPlace()
+		if t.place == nil {
+			t.place = map[lb.ServiceID]uint32{}
+		}
+		t.place[id] = p
 	}
-	s := &p[id&(1<<svcPageBits-1)]
-	if s.id == 0 {
-		t.counts[id>>svcPageBits]++
-		t.n++
-	}
+	s := t.at(p)
 	spec := &svc.Spec
 	fe := spec.Frontend.L3n4Addr
 	*s = storedService{
@@ -271,35 +276,47 @@ func (t *svcTable) put(svc *table.Service) {
 	}
 }
 
+// newPlace returns a place for a service: the last one freed, or the
+// next of the chunks (a chunk is added when they are full).
+func (t *svcTable) newPlace() uint32 {
+	if n := len(t.free); n > 0 {
+		p := t.free[n-1]
+		t.free = t.free[:n-1]
+		return p
+	}
+	if t.used == uint32(len(t.chunks))<<svcChunkBits {
+		t.chunks = append(t.chunks, new(svcChunk))
+	}
+	t.used++
+	return t.used - 1
+}
+
 // delete removes service id, if present.
 func (t *svcTable) delete(id lb.ServiceID) {
-	p := t.pages[id>>svcPageBits]
-	if p == nil {
+	p, ok := t.place[id]
+	if !ok {
 		return
 	}
-	s := &p[id&(1<<svcPageBits-1)]
-	if s.id == 0 {
-		return
-	}
-	*s = storedService{}
+	*t.at(p) = storedService{}
+	delete(t.place, id)
 	delete(t.ranges, id)
-	t.n--
-	if t.counts[id>>svcPageBits]--; t.counts[id>>svcPageBits] == 0 {
-		t.pages[id>>svcPageBits] = nil
+	t.free = append(t.free, p)
+}
+
+// reserve makes room for n services more (a bulk into an empty table):
+// the ID map gets its size at once.
+func (t *svcTable) reserve(n int) {
+	if len(t.place) == 0 {
+		t.place = make(map[lb.ServiceID]uint32, n)
 	}
 }
 
-// all yields the services in ID order, stored (valid until the next put
-// or delete: do not change the table while iterating).
+// all yields the services, stored, in no particular order (valid until
+// the next put or delete: do not change the table while iterating).
 func (t *svcTable) all(yield func(lb.ServiceID, *storedService) bool) {
-	for _, p := range t.pages {
-		if p == nil {
-			continue
-		}
-		for i := range p {
-			if s := &p[i]; s.id != 0 && !yield(s.id, s) {
-				return
-			}
+	for p := range t.used {
+		if s := t.at(p); s.id != 0 && !yield(s.id, s) {
+			return
 		}
 	}
 }

@@ -130,27 +130,70 @@ func TestSvcTableMatchesAMap(t *testing.T) {
 		require.Equal(t, len(want), tb.len())
 		require.Equal(t, want[id], tb.get(id), "service %d at step %d", id, step)
 	}
-	var last lb.ServiceID
-	n := 0
+	seen := map[lb.ServiceID]bool{}
 	for id, s := range tb.all {
-		require.Greater(t, id, last, "in ID order")
-		last = id
+		require.False(t, seen[id], "service %d yielded twice", id)
+		seen[id] = true
 		require.Equal(t, want[id], tb.expand(s))
-		n++
 	}
-	require.Equal(t, len(want), n)
+	require.Len(t, seen, len(want))
+	requireDensePlaces(t, &tb)
 	for id := range want {
 		tb.delete(id)
 	}
 	require.Zero(t, tb.len())
 	require.Empty(t, tb.ranges)
-	for i, p := range tb.pages {
-		require.Nil(t, p, "page %d is freed with its last service", i)
+	require.Len(t, tb.free, int(tb.used), "every place is free")
+}
+
+// requireDensePlaces checks that every place handed out is either a
+// service's (once) or free (once): the table uses no more places than
+// the most services it held.
+func requireDensePlaces(t *testing.T, tb *svcTable) {
+	t.Helper()
+	owner := map[uint32]lb.ServiceID{}
+	for id, p := range tb.place {
+		require.Less(t, p, tb.used)
+		_, dup := owner[p]
+		require.False(t, dup, "place %d of two services", p)
+		owner[p] = id
+		require.Equal(t, id, tb.at(p).id)
 	}
+	for _, p := range tb.free {
+		_, dup := owner[p]
+		require.False(t, dup, "place %d free and in use", p)
+		owner[p] = 0
+		require.Zero(t, tb.at(p).id)
+	}
+	require.Len(t, owner, int(tb.used))
+}
+
+func TestSvcTablePlacesStayDenseWhateverTheIDs(t *testing.T) {
+	var tb svcTable
+	// IDs spread over the whole space, as a wrapped allocator cursor
+	// leaves them: the places stay 0..n-1.
+	for i := range 1000 {
+		svc := everyFieldService()
+		svc.Spec.Frontend.ID = lb.ServiceID(1 + i*65)
+		tb.put(svc)
+	}
+	require.EqualValues(t, 1000, tb.used)
+	require.Len(t, tb.chunks, 4)
+	for i := range 500 {
+		tb.delete(lb.ServiceID(1 + i*130))
+	}
+	for i := range 500 {
+		svc := everyFieldService()
+		svc.Spec.Frontend.ID = lb.ServiceID(2 + i*130)
+		tb.put(svc)
+	}
+	require.EqualValues(t, 1000, tb.used, "freed places are used again")
+	require.Empty(t, tb.free)
+	requireDensePlaces(t, &tb)
 }
 
 func TestStoredFormIsCompact(t *testing.T) {
 	require.EqualValues(t, 28, unsafe.Sizeof(storedBackend{}))
 	require.EqualValues(t, 56, unsafe.Sizeof(storedService{}))
-	require.EqualValues(t, 14336, unsafe.Sizeof(svcPage{}), "a page is a size class of the Go heap")
+	require.EqualValues(t, 14336, unsafe.Sizeof(svcChunk{}), "a chunk is a size class of the Go heap")
 }
