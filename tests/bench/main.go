@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"runtime/metrics"
 	"runtime/pprof"
 	"slices"
 	"sync"
@@ -211,7 +212,7 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 	// call, three rounds on fresh engines and maps; the median is reported.
 	ctx := context.Background()
 	var bulkTimes []time.Duration
-	var bulkCPUs []time.Duration
+	var bulkCPUs, bulkGCs []time.Duration
 	stopBatched := profileTo(batchedProfile)
 	for round := range 3 {
 		dir := fmt.Sprintf("%s/bulk-%d", root, round)
@@ -219,7 +220,7 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 		if err != nil {
 			return err
 		}
-		cpu0, start := cpuTime(), time.Now()
+		cpu0, gc0, start := cpuTime(), gcCPUTime(), time.Now()
 		if err := forAll(chunk(bulk, bulkBatch), callers, func(c []*lb.Service) error {
 			rs, err := e.UpsertBatch(ctx, c)
 			return firstErr(rs, err, func(r actorlb.UpsertResult) error { return r.Err })
@@ -227,6 +228,7 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 			return err
 		}
 		bulkTimes, bulkCPUs = append(bulkTimes, time.Since(start)), append(bulkCPUs, cpuTime()-cpu0)
+		bulkGCs = append(bulkGCs, gcCPUTime()-gc0)
 		if err := e.Close(); err != nil {
 			return err
 		}
@@ -241,6 +243,7 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 	res.add("bulk-10k-x10", "ratio_to_batch_floor", batchFloor.Seconds()/batched.Seconds(), "x")
 	res.add("bulk-10k-x10", "cpu_us_per_service", float64(median(bulkCPUs).Microseconds())/float64(bulkN), "us")
 	res.add("bulk-10k-x10", "cpu_ratio_to_batch_floor", median(bulkCPUs).Seconds()/fl.batchCPU.Seconds(), "x")
+	res.add("bulk-10k-x10", "gc_cpu_us_per_service", float64(median(bulkGCs).Microseconds())/float64(bulkN), "us")
 
 	// The same services as one call, the shape of a Kubernetes initial
 	// sync: one UpsertBatch, then one SyncSource, of all of them, three
@@ -348,14 +351,14 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 		return err
 	}
 	stopProfile := profileBulk()
-	cpu0 := cpuTime()
+	cpu0, gc0 := cpuTime(), gcCPUTime()
 	var m0 runtime.MemStats
 	runtime.ReadMemStats(&m0)
 	if err := upsertAll(ctx, e, bulk, callers); err != nil {
 		return err
 	}
 	bulkTime := time.Since(start)
-	bulkCPU := cpuTime() - cpu0
+	bulkCPU, bulkGC := cpuTime()-cpu0, gcCPUTime()-gc0
 	stopProfile()
 	st1, err := e.Stats(ctx)
 	if err != nil {
@@ -374,6 +377,7 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 	res.add("bulk-10k-x10", "ratio_to_put_floor_single_calls", putFloor.Seconds()/bulkTime.Seconds(), "x")
 	res.add("bulk-10k-x10", "ratio_to_batch_floor_single_calls", batchFloor.Seconds()/bulkTime.Seconds(), "x")
 	res.add("bulk-10k-x10", "cpu_us_per_service_single_calls", float64(bulkCPU.Microseconds())/float64(bulkN), "us")
+	res.add("bulk-10k-x10", "gc_cpu_us_per_service_single_calls", float64(bulkGC.Microseconds())/float64(bulkN), "us")
 	res.add("bulk-10k-x10", "allocs_per_service", float64(m1.Mallocs-m0.Mallocs)/float64(bulkN), "allocs")
 	res.add("bulk-10k-x10", "alloc_bytes_per_service", float64(m1.TotalAlloc-m0.TotalAlloc)/float64(bulkN), "bytes")
 	res.add("bulk-10k-x10", "requests_per_child_message", float64(st1.RequestsSent-st0.RequestsSent)/float64(max(1, st1.ChildMessages-st0.ChildMessages)), "requests")
@@ -555,6 +559,18 @@ func profileTo(file string) func() {
 		pprof.StopCPUProfile()
 		f.Close()
 	}
+}
+
+// gcCPUTime is the runtime's estimate of the CPU time its collector has
+// taken so far (marking in the background and in assists, pauses): the
+// part of cpuTime the garbage collector is.
+func gcCPUTime() time.Duration {
+	s := []metrics.Sample{{Name: "/cpu/classes/gc/total:cpu-seconds"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindFloat64 {
+		return 0
+	}
+	return time.Duration(s[0].Value.Float64() * float64(time.Second))
 }
 
 // cpuTime is the user and system CPU time of the process so far.
