@@ -2,9 +2,9 @@ package engine
 
 import (
 	"fmt"
-	"github.com/actorlb/actorlb/internal/table"
 	"testing"
 
+	"github.com/actorlb/actorlb/internal/table"
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/maps"
 	"github.com/actorlb/actorlb/messages"
@@ -342,6 +342,56 @@ func TestScriptSharedBackendStateReachesTheOtherService(t *testing.T) {
 	h.reply("members", ok())
 	h.expect()
 	require.Equal(t, lb.BackendStateTerminating, h.c.services.get(1).Spec.Backends[1].State)
+}
+
+// A service sharing a backend is refreshed only when the commit changes
+// that backend's state: an update that changes another backend leaves it
+// alone, and one that changes the shared backend refreshes each sibling
+// once, even a sibling that shares two of its backends.
+func TestScriptSharedBackendRefreshesOnlySiblingsWhoseStateChanges(t *testing.T) {
+	h := newHarness(t)
+	create(t, h, svc(t, "10.96.0.1:80", "10.0.1.1:8080", "10.0.1.8:8080", "10.0.1.9:8080"), 1, 1)
+	h.call(upsert(svc(t, "10.96.0.2:80", "10.0.1.8:8080", "10.0.1.9:8080")))
+	h.expect("alloc: acquire service 10.96.0.2:80/TCP backends []")
+	h.reply("alloc", acquired(2))
+	h.flushAnswering(t)
+	h.expectAnswers("upsert: id 2 created true")
+
+	// 10.0.1.1 is the first service's alone: the second is not refreshed.
+	upd := svc(t, "10.96.0.1:80", "10.0.1.1:8080", "10.0.1.8:8080", "10.0.1.9:8080")
+	upd.Backends[0].State = lb.BackendStateTerminating
+	h.call(upsert(upd))
+	h.expect("be4: write [2=10.0.1.8:8080 3=10.0.1.9:8080 1=10.0.1.1:8080(terminating)]", "revnat: write [1=10.96.0.1:80]")
+	h.reply("be4", ok())
+	h.reply("revnat", ok())
+	h.expect("svc4: write [10.96.0.1:80/TCP#1 10.96.0.1:80/TCP#2 10.96.0.1:80/TCP#3 10.96.0.1:80/TCP#0]")
+	h.reply("svc4", ok())
+	h.expectAnswers("upsert: id 1 created false")
+	h.expect()
+
+	// Both shared backends change: one refresh of the second service.
+	upd = svc(t, "10.96.0.1:80", "10.0.1.1:8080", "10.0.1.8:8080", "10.0.1.9:8080")
+	upd.Backends[0].State = lb.BackendStateTerminating
+	upd.Backends[1].State = lb.BackendStateQuarantined
+	upd.Backends[2].State = lb.BackendStateQuarantined
+	h.call(upsert(upd))
+	h.expect("be4: write [1=10.0.1.1:8080(terminating) 2=10.0.1.8:8080(quarantined) 3=10.0.1.9:8080(quarantined)]", "revnat: write [1=10.96.0.1:80]")
+	h.reply("be4", ok())
+	h.reply("revnat", ok())
+	h.expect("svc4: write [10.96.0.1:80/TCP#1 10.96.0.1:80/TCP#2 10.96.0.1:80/TCP#3 10.96.0.1:80/TCP#0]")
+	h.reply("svc4", ok())
+	h.expectAnswers("upsert: id 1 created false")
+	// One refresh of the second service, though it shares both.
+	h.expect("be4: write [2=10.0.1.8:8080(quarantined) 3=10.0.1.9:8080(quarantined)]", "revnat: write [2=10.96.0.2:80]")
+	h.reply("be4", ok())
+	h.reply("revnat", ok())
+	h.expect("svc4: write [10.96.0.2:80/TCP#1 10.96.0.2:80/TCP#2 10.96.0.2:80/TCP#0]", "members: write [] delete [2/2 2/3 2/0]")
+	h.reply("svc4", ok())
+	h.reply("members", ok())
+	h.expect()
+	sib := h.c.services.get(2)
+	require.Equal(t, []lb.BackendState{lb.BackendStateQuarantined, lb.BackendStateQuarantined},
+		[]lb.BackendState{sib.Spec.Backends[0].State, sib.Spec.Backends[1].State})
 }
 
 // Ops on one frontend apply in arrival order: a delete that arrives while

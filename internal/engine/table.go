@@ -222,36 +222,45 @@ func (c *Core) commit(svc *table.Service, heldIdx []int) {
 // propagateStates gives every other service using a backend of svc the
 // state svc gives it, and queues a refresh of their maps.
 func (c *Core) propagateStates(svc *table.Service) {
-	var siblings map[lb.ServiceID]bool // allocated only when a backend is shared
+	var siblings []lb.ServiceID // allocated only when a backend is shared
 	for _, b := range svc.Spec.Backends {
 		for id := range c.usersOf(addrkey.BackendOf(table.BackendKey(b))) {
 			if id != svc.ID() {
-				if siblings == nil {
-					siblings = map[lb.ServiceID]bool{}
-				}
-				siblings[id] = true
+				siblings = append(siblings, id)
 			}
 		}
 	}
 	if siblings == nil {
 		return
 	}
-	states := make(map[lb.L3n4Addr]lb.BackendState, len(svc.Spec.Backends))
+	// In ID order, each once: the refresh ops run in the same order on
+	// every replay of the same steps.
+	slices.Sort(siblings)
+	siblings = slices.Compact(siblings)
+	states := make(map[addrkey.Backend]lb.BackendState, len(svc.Spec.Backends))
 	for _, b := range svc.Spec.Backends {
-		states[table.BackendKey(b)] = b.State
+		states[addrkey.BackendOf(table.BackendKey(b))] = b.State
 	}
-	for id := range siblings {
-		sib := c.services.get(id)
-		var changed bool
-		next := c.services.get(id)
-		for i, b := range next.Spec.Backends {
-			if st, ok := states[table.BackendKey(b)]; ok && st != b.State {
-				next.Spec.Backends[i].State = st
+	for _, id := range siblings {
+		// Most siblings already agree: they are read in place, and only
+		// those whose states change are copied out.
+		s := c.services.stored(id)
+		changed := false
+		for i := range s.backends {
+			if st, ok := states[s.backends[i].key()]; ok && st != s.backends[i].state {
 				changed = true
+				break
 			}
 		}
 		if !changed {
 			continue
+		}
+		sib := c.services.expand(s)
+		next := c.services.expand(s)
+		for i, b := range next.Spec.Backends {
+			if st, ok := states[addrkey.BackendOf(table.BackendKey(b))]; ok {
+				next.Spec.Backends[i].State = st
+			}
 		}
 		table.SlotOrder(next.Spec.Backends, next.BackendIDs)
 		c.put(next, nil)
