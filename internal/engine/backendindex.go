@@ -66,16 +66,11 @@ func (x *backendIndex) Reserve(n int) {
 	}
 }
 
-// fill indexes the backends of svcs, as put would one service after the
-// other, each half on a goroutine of its own (both go through svcs in
-// order and take the keys of their half), and returns the users beyond
-// the first of the shared backends (nil if none). The services must be
-// new to the index and must not change until fill returns; the result is
-// the serial one (TestFillEqualsPut).
-func (x *backendIndex) fill(svcs []*table.Service) map[addrkey.Backend][]lb.ServiceID {
-	// The packer learns the IPv6 prefixes first, in the order put would
-	// (so it packs the same keys, and refuses the same ones once full):
-	// then a Set on either goroutine only reads it.
+// learn has the packer learn the IPv6 prefixes of svcs' backends, in the
+// order put would (so that it packs the same keys, and refuses the same
+// ones once full). After it, packing a key of svcs only reads the packer,
+// so fill's goroutines (and the table's, at install) may share it.
+func (x *backendIndex) learn(svcs []*table.Service) {
 	for _, svc := range svcs {
 		for _, b := range svc.Spec.Backends {
 			if !b.Addr.Is4() {
@@ -83,6 +78,15 @@ func (x *backendIndex) fill(svcs []*table.Service) map[addrkey.Backend][]lb.Serv
 			}
 		}
 	}
+}
+
+// fill indexes the backends of svcs, as put would one service after the
+// other (learn first), each half on a goroutine of its own (both go through svcs in
+// order and take the keys of their half), and returns the users beyond
+// the first of the shared backends (nil if none). The services must be
+// new to the index and must not change until fill returns; the result is
+// the serial one (TestFillEqualsPut).
+func (x *backendIndex) fill(svcs []*table.Service) map[addrkey.Backend][]lb.ServiceID {
 	var shared [2]map[addrkey.Backend][]lb.ServiceID
 	var wg sync.WaitGroup
 	for h := range x.half {

@@ -126,7 +126,7 @@ func New(cfg Config) *Core {
 	if cfg.BulkWindow <= 0 {
 		cfg.BulkWindow = defaultBulkWindow
 	}
-	return &Core{
+	c := &Core{
 		cfg:        cfg,
 		log:        cfg.Log,
 		now:        cfg.Now,
@@ -135,6 +135,8 @@ func New(cfg Config) *Core {
 		standalone: map[lb.ServiceID]lb.L3n4Addr{},
 		queues:     map[qkey]queue{},
 	}
+	c.services.packer = c.users.packer
+	return c
 }
 
 // Input is what Step takes: Start, Stop, a messages.Call, a

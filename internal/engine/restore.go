@@ -276,6 +276,11 @@ func (p *repairPlan) install(c *Core, _ *op) {
 	// them on a third (they touch nothing of the index's: r.Services is
 	// only read).
 	c.users = newBackendIndex(n)
+	c.services.packer = c.users.packer // the table is empty: nothing was packed by the old one
+	// The packer learns every IPv6 prefix first, in the order put would
+	// (so it packs the same keys, and refuses the same ones once full):
+	// then the three goroutines only read it.
+	c.users.learn(r.Services)
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		c.byFE = packedmap.New[lb.L3n4Addr, lb.ServiceID](len(r.Services), addrkey.NewFrontendPacker())

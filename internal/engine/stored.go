@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"encoding/binary"
 	"net/netip"
 
 	"github.com/actorlb/actorlb/internal/addrkey"
@@ -12,51 +13,60 @@ import (
 // (table.Service: the user's lb.Service and the backend IDs) takes about
 // 600 bytes with ten backends, in four allocations with pointers; its
 // stored form takes 56 bytes in a chunk of the table, 8 in its ID map
-// and 28 bytes per backend in one allocation without pointers. An op reads a service
-// whole (svcTable.get: a copy of its own, which it may keep and change);
-// the table's own lookups (frontend, source, scopes, the backend keys to
-// unindex) read the stored form in place.
-
-// storedBackend is a backend of a stored service: 28 bytes, no pointer.
-type storedBackend struct {
-	addr   [16]byte // As16: IPv4 addresses mapped (flag beIPv6 tells them apart)
-	id     lb.BackendID
-	port   uint16
-	weight uint16
-	proto  lb.L4Type
-	state  lb.BackendState
-	flags  uint8 // beIPv6, beNodeLocal, beScopeInternal
-}
+// and 16 bytes per backend (28 when kept wide, below) in one allocation
+// without pointers. An op reads a service whole (svcTable.get: a copy of
+// its own, which it may keep and change); the table's own lookups
+// (frontend, source, scopes, the backend keys to unindex) read the
+// stored form in place.
+//
+// A stored service's backends are words of 4 bytes, in one of two
+// layouts (the service's svcWide flag tells which):
+//
+//   - packed, 4 words a backend: the backend's key as the backend
+//     index's packer packs it (2 words: IPv4 keys always pack, IPv6 ones
+//     whose /104 prefix the packer has learnt), the backend ID, and
+//     weight<<16 | state<<8 | flags;
+//   - wide, 7 words: the address (4 words, As16), port<<16 | protocol,
+//     the ID, and weight<<16 | state<<8 | flags.
+//
+// A service is packed when all its backends' keys pack. The packer never
+// forgets a prefix, so a packed key always unpacks.
 
 const (
-	beIPv6 = 1 << iota
-	beNodeLocal
+	packedWords = 4
+	wideWords   = 7
+)
+
+// Flags of a stored backend.
+const (
+	beNodeLocal     = 1 << iota
 	beScopeInternal // the backend's scope, meaningless but kept as given
 )
 
-func storeBackend(b lb.Backend, id lb.BackendID) storedBackend {
-	s := storedBackend{addr: b.Addr.As16(), id: id, port: b.Port, weight: b.Weight, proto: b.Protocol, state: b.State}
-	if !b.Addr.Is4() {
-		s.flags |= beIPv6
-	}
-	if b.NodeLocal {
-		s.flags |= beNodeLocal
-	}
-	if b.Scope == lb.ScopeInternal {
-		s.flags |= beScopeInternal
-	}
-	return s
+// storedBackend is a stored backend decoded (storedService.backend).
+type storedBackend struct {
+	key    addrkey.Backend
+	id     lb.BackendID
+	weight uint16
+	state  lb.BackendState
+	flags  uint8 // beNodeLocal, beScopeInternal
 }
 
-// key is the backend's key in the backend index.
-func (b *storedBackend) key() addrkey.Backend {
-	return addrkey.BackendFrom16(b.addr, b.port, b.proto)
+func backendFlags(b lb.Backend) uint8 {
+	var f uint8
+	if b.NodeLocal {
+		f |= beNodeLocal
+	}
+	if b.Scope == lb.ScopeInternal {
+		f |= beScopeInternal
+	}
+	return f
 }
 
 // backend returns the backend as the user gave it.
 func (b *storedBackend) backend() lb.Backend {
 	out := lb.Backend{
-		L3n4Addr:  lb.L3n4Addr{Addr: addrOf(b.addr, b.flags&beIPv6 != 0), Port: b.port, Protocol: b.proto},
+		L3n4Addr:  b.key.L3n4(),
 		Weight:    b.weight,
 		State:     b.state,
 		NodeLocal: b.flags&beNodeLocal != 0,
@@ -75,22 +85,51 @@ func addrOf(a [16]byte, v6 bool) netip.Addr {
 	return ip
 }
 
+// encodeBackends returns the words of backends bs with ids, packed if
+// every key packs (p learns their prefixes while it has room), and
+// whether they are wide. Nil for no backend.
+func encodeBackends(p *addrkey.BackendPacker, bs []lb.Backend, ids []lb.BackendID) (words []uint32, wide bool) {
+	if len(bs) == 0 {
+		return nil, false
+	}
+	words = make([]uint32, 0, packedWords*len(bs))
+	for i, b := range bs {
+		k, ok := p.Learn(addrkey.BackendOf(table.BackendKey(b)))
+		if !ok {
+			wide = true
+			break
+		}
+		words = append(words, uint32(k>>32), uint32(k), uint32(ids[i]), uint32(b.Weight)<<16|uint32(b.State)<<8|uint32(backendFlags(b)))
+	}
+	if !wide {
+		return words, false
+	}
+	words = make([]uint32, 0, wideWords*len(bs))
+	for i, b := range bs {
+		a := b.Addr.As16()
+		words = append(words,
+			binary.BigEndian.Uint32(a[0:]), binary.BigEndian.Uint32(a[4:]), binary.BigEndian.Uint32(a[8:]), binary.BigEndian.Uint32(a[12:]),
+			uint32(b.Port)<<16|uint32(b.Protocol)<<8, uint32(ids[i]), uint32(b.Weight)<<16|uint32(b.State)<<8|uint32(backendFlags(b)))
+	}
+	return words, true
+}
+
 // storedService is a service as the table keeps it (see above): 56 bytes.
 // Its source ranges, which few services have, are kept beside the table
 // (svcTable.ranges). The zero value is a free place of a chunk (no
 // service has ID 0).
 type storedService struct {
-	fe       [16]byte
-	port     uint16
-	id       lb.ServiceID
-	timeout  uint32 // SessionAffinityTimeout
-	proto    lb.L4Type
-	scope    lb.Scope
-	typ      lb.ServiceType
-	algo     lb.LBAlgorithm
-	source   lb.Source
-	flags    uint8 // svcIPv6 ... svcRangesDeny
-	backends []storedBackend
+	fe      [16]byte
+	port    uint16
+	id      lb.ServiceID
+	timeout uint32 // SessionAffinityTimeout
+	proto   lb.L4Type
+	scope   lb.Scope
+	typ     lb.ServiceType
+	algo    lb.LBAlgorithm
+	source  lb.Source
+	flags   uint8    // svcIPv6 ... svcWide
+	words   []uint32 // the backends (see above)
 }
 
 const (
@@ -100,7 +139,36 @@ const (
 	svcAffinity
 	svcDSR
 	svcRangesDeny
+	svcWide // the backends' words are in the wide layout
 )
+
+// nbe returns the number of backends of s.
+func (s *storedService) nbe() int {
+	if s.flags&svcWide != 0 {
+		return len(s.words) / wideWords
+	}
+	return len(s.words) / packedWords
+}
+
+// backend decodes backend i of s (p: the packer that packed it).
+func (s *storedService) backend(p *addrkey.BackendPacker, i int) storedBackend {
+	if s.flags&svcWide == 0 {
+		w := s.words[packedWords*i:][:packedWords]
+		return storedBackend{
+			key: p.Unpack(uint64(w[0])<<32 | uint64(w[1])),
+			id:  lb.BackendID(w[2]), weight: uint16(w[3] >> 16), state: lb.BackendState(w[3] >> 8), flags: uint8(w[3]),
+		}
+	}
+	w := s.words[wideWords*i:][:wideWords]
+	var a [16]byte
+	for j := range 4 {
+		binary.BigEndian.PutUint32(a[4*j:], w[j])
+	}
+	return storedBackend{
+		key: addrkey.BackendFrom16(a, uint16(w[4]>>16), lb.L4Type(w[4]>>8)),
+		id:  lb.BackendID(w[5]), weight: uint16(w[6] >> 16), state: lb.BackendState(w[6] >> 8), flags: uint8(w[6]),
+	}
+}
 
 func (s *storedService) frontend() lb.L3n4Addr {
 	return lb.L3n4Addr{Addr: addrOf(s.fe, s.flags&svcIPv6 != 0), Port: s.port, Protocol: s.proto, Scope: s.scope}
@@ -131,6 +199,7 @@ type svcChunk [1 << svcChunkBits]storedService
 // are not given back: the table keeps the places of its largest size
 // (at most 3.5 MB, for 65,535 services), and reuses them.
 type svcTable struct {
+	packer *addrkey.BackendPacker // the backend index's: one set of keys
 	place  map[lb.ServiceID]uint32
 	chunks []*svcChunk
 	free   []uint32                        // places freed, used first (last freed first)
@@ -175,7 +244,7 @@ func (t *svcTable) spec(id lb.ServiceID) *lb.Service {
 		return nil
 	}
 	spec := t.specOf(s)
-	spec.Backends = s.lbBackends()
+	spec.Backends = t.lbBackends(s)
 	return &spec
 }
 
@@ -201,25 +270,30 @@ func (t *svcTable) specOf(s *storedService) lb.Service {
 
 // expand returns s whole (a copy the caller owns).
 func (t *svcTable) expand(s *storedService) *table.Service {
+	n := s.nbe()
 	svc := &table.Service{Spec: t.specOf(s)}
-	svc.Spec.Backends = s.lbBackends()
-	if len(s.backends) > 0 {
-		svc.BackendIDs = make([]lb.BackendID, len(s.backends))
-		for i := range s.backends {
-			svc.BackendIDs[i] = s.backends[i].id
-		}
+	if n == 0 {
+		return svc
+	}
+	svc.Spec.Backends = make([]lb.Backend, n)
+	svc.BackendIDs = make([]lb.BackendID, n)
+	for i := range n {
+		b := s.backend(t.packer, i)
+		svc.Spec.Backends[i], svc.BackendIDs[i] = b.backend(), b.id
 	}
 	return svc
 }
 
 // lbBackends returns s's backends as the user gave them (nil for none).
-func (s *storedService) lbBackends() []lb.Backend {
-	if len(s.backends) == 0 {
+func (t *svcTable) lbBackends(s *storedService) []lb.Backend {
+	n := s.nbe()
+	if n == 0 {
 		return nil
 	}
-	out := make([]lb.Backend, len(s.backends))
-	for i := range s.backends {
-		out[i] = s.backends[i].backend()
+	out := make([]lb.Backend, n)
+	for i := range n {
+		b := s.backend(t.packer, i)
+		out[i] = b.backend()
 	}
 	return out
 }
@@ -259,11 +333,10 @@ func (t *svcTable) put(svc *table.Service) {
 			s.flags |= f.bit
 		}
 	}
-	if len(spec.Backends) > 0 {
-		s.backends = make([]storedBackend, len(spec.Backends))
-	}
-	for i, b := range spec.Backends {
-		s.backends[i] = storeBackend(b, svc.BackendIDs[i])
+	var wide bool
+	s.words, wide = encodeBackends(t.packer, spec.Backends, svc.BackendIDs)
+	if wide {
+		s.flags |= svcWide
 	}
 	switch {
 	case len(spec.SourceRanges) > 0:

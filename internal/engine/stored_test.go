@@ -67,7 +67,7 @@ func TestStoredServiceKeepsEveryField(t *testing.T) {
 		},
 		BackendIDs: []lb.BackendID{1},
 	}
-	var tb svcTable
+	tb := svcTable{packer: addrkey.NewBackendPacker()}
 	for _, svc := range []*table.Service{in, v4} {
 		tb.put(svc)
 		got := tb.get(svc.ID())
@@ -76,14 +76,66 @@ func TestStoredServiceKeepsEveryField(t *testing.T) {
 		require.Equal(t, svc.Frontend(), tb.stored(svc.ID()).frontend())
 		require.Equal(t, svc.Spec.TwoScopes(), tb.stored(svc.ID()).twoScopes())
 		for i, b := range svc.Spec.Backends {
-			require.Equal(t, addrkey.BackendOf(table.BackendKey(b)), tb.stored(svc.ID()).backends[i].key())
+			require.Equal(t, addrkey.BackendOf(table.BackendKey(b)), tb.stored(svc.ID()).backend(tb.packer, i).key)
 		}
 	}
 	require.Equal(t, netip.IPv4Unspecified(), tb.get(2).Frontend().Addr, "IPv4 stays IPv4 (not its mapped IPv6 form)")
 }
 
+// fullPacker returns a packer that has learnt as many IPv6 prefixes as
+// it can (none of them 2001:2::/104).
+func fullPacker(t *testing.T) *addrkey.BackendPacker {
+	t.Helper()
+	p := addrkey.NewBackendPacker()
+	for i := range addrkey.MaxBackendPrefixes {
+		a := [16]byte{0x20, 0x01, 0x0d, 0xb8, 10: byte(i >> 8), 11: byte(i), 15: 1}
+		_, ok := p.Learn(addrkey.BackendFrom16(a, 80, lb.TCP))
+		require.True(t, ok)
+	}
+	_, ok := p.Pack(addrkey.BackendOf(lb.L3n4Addr{Addr: netip.MustParseAddr("2001:2::1"), Port: 80, Protocol: lb.TCP}))
+	require.False(t, ok, "the packer is full")
+	return p
+}
+
+// A service's backends are packed in 16 bytes each while their keys pack
+// (IPv4 always, IPv6 of a learnt prefix), and kept wide in 28 otherwise:
+// either way the service comes back as it was put.
+func TestStoredBackendsArePackedOrWide(t *testing.T) {
+	v4 := everyFieldService()
+	v4.Spec.Frontend.Addr = netip.MustParseAddr("198.18.0.10")
+	v4.Spec.Backends[0].Addr = netip.MustParseAddr("198.18.1.1")
+	v4.Spec.Backends[1].Addr = netip.MustParseAddr("198.18.1.2")
+	v4.Spec.SourceRanges = []netip.Prefix{netip.MustParsePrefix("198.18.2.0/24")}
+	v4.Spec.Frontend.ID = 301
+	for _, c := range []struct {
+		name   string
+		packer *addrkey.BackendPacker
+		svc    *table.Service
+		wide   bool
+	}{
+		{"IPv6, prefix learnt", addrkey.NewBackendPacker(), everyFieldService(), false},
+		{"IPv6, packer full", fullPacker(t), everyFieldService(), true},
+		{"IPv4, packer full", fullPacker(t), v4, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			tb := svcTable{packer: c.packer}
+			tb.put(c.svc)
+			s := tb.stored(c.svc.ID())
+			require.Equal(t, c.wide, s.flags&svcWide != 0)
+			per := packedWords
+			if c.wide {
+				per = wideWords
+			}
+			require.Len(t, s.words, per*len(c.svc.Spec.Backends))
+			require.Equal(t, len(c.svc.Spec.Backends), s.nbe())
+			require.Equal(t, c.svc, tb.get(c.svc.ID()))
+			require.Equal(t, &c.svc.Spec, tb.spec(c.svc.ID()))
+		})
+	}
+}
+
 func TestStoredServiceIsACopy(t *testing.T) {
-	var tb svcTable
+	tb := svcTable{packer: addrkey.NewBackendPacker()}
 	in := everyFieldService()
 	tb.put(in)
 	in.Spec.Backends[0].State = lb.BackendStateActive
@@ -100,7 +152,7 @@ func TestStoredServiceIsACopy(t *testing.T) {
 
 func TestSvcTableMatchesAMap(t *testing.T) {
 	r := testutil.Rand(t)
-	var tb svcTable
+	tb := svcTable{packer: addrkey.NewBackendPacker()}
 	want := map[lb.ServiceID]*table.Service{}
 	for step := range 4000 {
 		// IDs in a few runs of pages, and some anywhere.
@@ -169,7 +221,7 @@ func requireDensePlaces(t *testing.T, tb *svcTable) {
 }
 
 func TestSvcTablePlacesStayDenseWhateverTheIDs(t *testing.T) {
-	var tb svcTable
+	tb := svcTable{packer: addrkey.NewBackendPacker()}
 	// IDs spread over the whole space, as a wrapped allocator cursor
 	// leaves them: the places stay 0..n-1.
 	for i := range 1000 {
@@ -193,7 +245,6 @@ func TestSvcTablePlacesStayDenseWhateverTheIDs(t *testing.T) {
 }
 
 func TestStoredFormIsCompact(t *testing.T) {
-	require.EqualValues(t, 28, unsafe.Sizeof(storedBackend{}))
 	require.EqualValues(t, 56, unsafe.Sizeof(storedService{}))
 	require.EqualValues(t, 14336, unsafe.Sizeof(svcChunk{}), "a chunk is a size class of the Go heap")
 }

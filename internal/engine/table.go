@@ -105,8 +105,8 @@ func (c *Core) removeUser(k addrkey.Backend, sid lb.ServiceID) {
 // svc.Spec.Backends) become the service's: one index update per backend.
 func (c *Core) put(svc *table.Service, heldIdx []int) (shared bool) {
 	if old := c.services.stored(svc.ID()); old != nil {
-		for i := range old.backends {
-			c.removeUser(old.backends[i].key(), old.id)
+		for i := range old.nbe() {
+			c.removeUser(old.backend(c.services.packer, i).key, old.id)
 		}
 	}
 	c.services.put(svc)
@@ -246,8 +246,9 @@ func (c *Core) propagateStates(svc *table.Service) {
 		// those whose states change are copied out.
 		s := c.services.stored(id)
 		changed := false
-		for i := range s.backends {
-			if st, ok := states[s.backends[i].key()]; ok && st != s.backends[i].state {
+		for i := range s.nbe() {
+			b := s.backend(c.services.packer, i)
+			if st, ok := states[b.key]; ok && st != b.state {
 				changed = true
 				break
 			}
