@@ -313,8 +313,3 @@ func (k Backend) Half() int {
 func BackendFrom16(addr [16]byte, port uint16, proto lb.L4Type) Backend {
 	return Backend{addr: addr, port: port, proto: proto}
 }
-
-// Parts returns what k is made of (BackendFrom16's arguments).
-func (k Backend) Parts() (addr [16]byte, port uint16, proto lb.L4Type) {
-	return k.addr, k.port, k.proto
-}

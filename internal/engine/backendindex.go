@@ -81,11 +81,11 @@ func (x *backendIndex) learn(svcs []*table.Service) {
 }
 
 // fill indexes the backends of svcs, as put would one service after the
-// other (learn first), each half on a goroutine of its own (both go through svcs in
-// order and take the keys of their half), and returns the users beyond
-// the first of the shared backends (nil if none). The services must be
-// new to the index and must not change until fill returns; the result is
-// the serial one (TestFillEqualsPut).
+// other (learn first), each half on a goroutine of its own (both go
+// through svcs in order and take the keys of their half), and returns
+// the users beyond the first of the shared backends (nil if none). The
+// services must be new to the index and must not change until fill
+// returns; the result is the serial one (TestFillEqualsPut).
 func (x *backendIndex) fill(svcs []*table.Service) map[addrkey.Backend][]lb.ServiceID {
 	var shared [2]map[addrkey.Backend][]lb.ServiceID
 	var wg sync.WaitGroup

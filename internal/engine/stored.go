@@ -63,6 +63,18 @@ func backendFlags(b lb.Backend) uint8 {
 	return f
 }
 
+// attrWord is the last word of a stored backend, in both layouts:
+// weight<<16 | state<<8 | flags.
+func attrWord(b lb.Backend) uint32 {
+	return uint32(b.Weight)<<16 | uint32(b.State)<<8 | uint32(backendFlags(b))
+}
+
+// decodeBackend returns the backend with key and id whose last word is
+// attr (attrWord).
+func decodeBackend(key addrkey.Backend, id, attr uint32) storedBackend {
+	return storedBackend{key: key, id: lb.BackendID(id), weight: uint16(attr >> 16), state: lb.BackendState(attr >> 8), flags: uint8(attr)}
+}
+
 // backend returns the backend as the user gave it.
 func (b *storedBackend) backend() lb.Backend {
 	out := lb.Backend{
@@ -99,7 +111,7 @@ func encodeBackends(p *addrkey.BackendPacker, bs []lb.Backend, ids []lb.BackendI
 			wide = true
 			break
 		}
-		words = append(words, uint32(k>>32), uint32(k), uint32(ids[i]), uint32(b.Weight)<<16|uint32(b.State)<<8|uint32(backendFlags(b)))
+		words = append(words, uint32(k>>32), uint32(k), uint32(ids[i]), attrWord(b))
 	}
 	if !wide {
 		return words, false
@@ -109,7 +121,7 @@ func encodeBackends(p *addrkey.BackendPacker, bs []lb.Backend, ids []lb.BackendI
 		a := b.Addr.As16()
 		words = append(words,
 			binary.BigEndian.Uint32(a[0:]), binary.BigEndian.Uint32(a[4:]), binary.BigEndian.Uint32(a[8:]), binary.BigEndian.Uint32(a[12:]),
-			uint32(b.Port)<<16|uint32(b.Protocol)<<8, uint32(ids[i]), uint32(b.Weight)<<16|uint32(b.State)<<8|uint32(backendFlags(b)))
+			uint32(b.Port)<<16|uint32(b.Protocol)<<8, uint32(ids[i]), attrWord(b))
 	}
 	return words, true
 }
@@ -154,20 +166,14 @@ func (s *storedService) nbe() int {
 func (s *storedService) backend(p *addrkey.BackendPacker, i int) storedBackend {
 	if s.flags&svcWide == 0 {
 		w := s.words[packedWords*i:][:packedWords]
-		return storedBackend{
-			key: p.Unpack(uint64(w[0])<<32 | uint64(w[1])),
-			id:  lb.BackendID(w[2]), weight: uint16(w[3] >> 16), state: lb.BackendState(w[3] >> 8), flags: uint8(w[3]),
-		}
+		return decodeBackend(p.Unpack(uint64(w[0])<<32|uint64(w[1])), w[2], w[3])
 	}
 	w := s.words[wideWords*i:][:wideWords]
 	var a [16]byte
 	for j := range 4 {
 		binary.BigEndian.PutUint32(a[4*j:], w[j])
 	}
-	return storedBackend{
-		key: addrkey.BackendFrom16(a, uint16(w[4]>>16), lb.L4Type(w[4]>>8)),
-		id:  lb.BackendID(w[5]), weight: uint16(w[6] >> 16), state: lb.BackendState(w[6] >> 8), flags: uint8(w[6]),
-	}
+	return decodeBackend(addrkey.BackendFrom16(a, uint16(w[4]>>16), lb.L4Type(w[4]>>8)), w[5], w[6])
 }
 
 func (s *storedService) frontend() lb.L3n4Addr {
@@ -224,9 +230,6 @@ func (t *svcTable) stored(id lb.ServiceID) *storedService {
 	return t.at(p)
 }
 
-// has reports whether service id is in the table.
-func (t *svcTable) has(id lb.ServiceID) bool { return t.stored(id) != nil }
-
 // get returns service id whole, a copy the caller owns, or nil.
 func (t *svcTable) get(id lb.ServiceID) *table.Service {
 	s := t.stored(id)
@@ -244,7 +247,7 @@ func (t *svcTable) spec(id lb.ServiceID) *lb.Service {
 		return nil
 	}
 	spec := t.specOf(s)
-	spec.Backends = t.lbBackends(s)
+	spec.Backends = t.backends(s, nil)
 	return &spec
 }
 
@@ -270,22 +273,17 @@ func (t *svcTable) specOf(s *storedService) lb.Service {
 
 // expand returns s whole (a copy the caller owns).
 func (t *svcTable) expand(s *storedService) *table.Service {
-	n := s.nbe()
 	svc := &table.Service{Spec: t.specOf(s)}
-	if n == 0 {
-		return svc
+	if n := s.nbe(); n > 0 {
+		svc.BackendIDs = make([]lb.BackendID, n)
 	}
-	svc.Spec.Backends = make([]lb.Backend, n)
-	svc.BackendIDs = make([]lb.BackendID, n)
-	for i := range n {
-		b := s.backend(t.packer, i)
-		svc.Spec.Backends[i], svc.BackendIDs[i] = b.backend(), b.id
-	}
+	svc.Spec.Backends = t.backends(s, svc.BackendIDs)
 	return svc
 }
 
-// lbBackends returns s's backends as the user gave them (nil for none).
-func (t *svcTable) lbBackends(s *storedService) []lb.Backend {
+// backends returns s's backends as the user gave them (nil for none),
+// and fills ids (nil, or one per backend) with their IDs.
+func (t *svcTable) backends(s *storedService, ids []lb.BackendID) []lb.Backend {
 	n := s.nbe()
 	if n == 0 {
 		return nil
@@ -294,6 +292,9 @@ func (t *svcTable) lbBackends(s *storedService) []lb.Backend {
 	for i := range n {
 		b := s.backend(t.packer, i)
 		out[i] = b.backend()
+		if ids != nil {
+			ids[i] = b.id
+		}
 	}
 	return out
 }
