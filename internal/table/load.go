@@ -201,13 +201,28 @@ func groupServices(es []maps.ServiceEntry, unmap bool) []*group {
 		port        uint16
 		proto, scop uint8
 	}
-	packed := make(map[uint64]int32, len(es)/8+1)
+	// Every frontend has a master, but for what a crash cut short: the
+	// masters' count sizes the arrays by frontend (grown by doubling, they
+	// would allocate about twice as much, and every fresh page costs a
+	// fault).
+	nfe := 0
+	for j := range es {
+		if es[j].Key.Slot == 0 {
+			nfe++
+		}
+	}
+	// The IPv4 family's frontends pack, the IPv6 family's do not.
+	packHint, wholeHint := nfe, 0
+	if !unmap {
+		packHint, wholeHint = 0, nfe
+	}
+	packed := make(map[uint64]int32, packHint)
 	var whole map[feIdx]int32 // frontends that do not pack (IPv6, invalid)
 	var (
-		keys   []maps.ServiceKey // by frontend, slot 0
-		pks    []uint64          // packed keys, by frontend (0 if whole)
-		master []int32           // index in es of the master kept, or -1
-		nsl    []int32           // slots, by frontend
+		keys   = make([]maps.ServiceKey, 0, nfe) // by frontend, slot 0
+		pks    = make([]uint64, 0, nfe)          // packed keys, by frontend (0 if whole)
+		master = make([]int32, 0, nfe)           // index in es of the master kept, or -1
+		nsl    = make([]int32, 0, nfe)           // slots, by frontend
 	)
 	at := make([]int32, len(es)) // entry -> frontend, -1 for a master
 	for j, e := range es {
@@ -230,7 +245,7 @@ func groupServices(es []maps.ServiceEntry, unmap bool) []*group {
 			}
 		} else {
 			if whole == nil {
-				whole = make(map[feIdx]int32)
+				whole = make(map[feIdx]int32, wholeHint)
 			}
 			w := feIdx{k.Address.As16(), k.Address.Is4(), k.Port, k.Proto, k.Scope}
 			if fi, ok = whole[w]; !ok {
@@ -307,6 +322,9 @@ func groupServices(es []maps.ServiceEntry, unmap bool) []*group {
 // frontends of their own (an internal frontend declared by itself).
 func (rb *rebuild) pairScopes() {
 	for _, fs := range rb.fam {
+		if !slices.ContainsFunc(fs.groups, func(g *group) bool { return g.key.Scope == uint8(lb.ScopeInternal) }) {
+			continue // the common case: no map of the external groups to build
+		}
 		byKey := make(map[maps.ServiceKey]*group, len(fs.groups))
 		for _, g := range fs.groups {
 			if g.key.Scope == uint8(lb.ScopeExternal) {
