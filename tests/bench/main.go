@@ -77,7 +77,7 @@ func main() {
 	agentHeap := pflag.String("kube-agent-heapprofile", "", "where the sync agent writes its heap profile")
 	pflag.StringVar(&kube.heapProfile, "kube-heapprofile", "", "write a heap profile of the initial-sync agent (last round), taken where its memory is measured, to this file")
 	pflag.IntVar(&kube.syncRounds, "kube-sync-rounds", 3, "agent runs of the initial-sync scenario (fresh engine and source each; medians reported)")
-	restoreChildWhat := pflag.String("restore-child", "", "run as a restore-10k-x10 child: dump or engine (the bench starts it)")
+	restoreChildWhat := pflag.String("restore-child", "", "run as a restore-10k-x10 child: dump, engine or engine-prefaulted (the bench starts it)")
 	restoreChildRoot := pflag.String("restore-child-root", "", "the restore child's pin directory")
 	for _, f := range []string{"kube-sync-agent", "kube-agent-kubeconfig", "kube-agent-root", "kube-agent-heapprofile", "restore-child", "restore-child-root"} {
 		_ = pflag.CommandLine.MarkHidden(f)
@@ -421,6 +421,7 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 	// small VM).
 	var readies, dumps, typed []time.Duration
 	var recWall, recCPU []time.Duration
+	var warmFaults []float64
 	recRepairs := 0
 	restoreSteps := map[string][]time.Duration{}
 	var writes float64
@@ -436,12 +437,14 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 			return err
 		}
 		typed = append(typed, typedTime)
+		f0 := minorFaults()
 		start = time.Now()
 		e, err = actorlb.New(ctx, engineConfig(engRoot, sizes, log))
 		if err != nil {
 			return err
 		}
 		ready := time.Since(start)
+		warmFaults = append(warmFaults, float64(minorFaults()-f0))
 		st, err := e.Stats(ctx)
 		if err != nil {
 			return err
@@ -474,6 +477,7 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 	res.add("restore-10k-x10", "ratio_to_batch_dump", ready.Seconds()/dumpTime.Seconds(), "x")
 	res.add("restore-10k-x10", "typed_dump_ms", float64(median(typed).Microseconds())/1000, "ms")
 	res.add("restore-10k-x10", "ratio_to_typed_dump", ready.Seconds()/median(typed).Seconds(), "x")
+	res.add("restore-10k-x10", "page_faults", median(warmFaults), "faults")
 	addRestoreSteps(res, restoreSteps, "")
 	res.add("reconcile-10k-x10", "ms", float64(median(recWall).Microseconds())/1000, "ms")
 	res.add("reconcile-10k-x10", "cpu_ms", float64(median(recCPU).Microseconds())/1000, "ms")
