@@ -75,6 +75,14 @@ type Config struct {
 	// NoRestore, InMemory, GOGC=off, or when the process has a memory
 	// limit (GOMEMLIMIT).
 	NoRestoreHeadroom bool
+	// NoRestoreHugePages turns off the transparent huge pages New asks
+	// for the heap a restore fills (internal/hugepages: where the kernel's
+	// policy is "madvise" and the heap is a new process's, New advises
+	// the heap's next RestoreHeadroom bytes with MADV_HUGEPAGE, then runs
+	// one collection, so that the restore's first writes fault 2 MiB at a
+	// time, not 4 KiB). There are none with NoRestore, InMemory, or a
+	// memory limit (GOMEMLIMIT), as for the headroom.
+	NoRestoreHugePages bool
 	// InMemory uses in-memory maps: no kernel, no privileges (dry run).
 	InMemory bool
 	// Logger receives the engine's logs (logrus.StandardLogger if nil).
@@ -155,6 +163,7 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("new engine: MaglevTableSize: %w", err)
 	}
 	log := logrus.NewEntry(cfg.Logger)
+	prepareHeapPages(cfg, log)
 	putBack := raiseHeapGoal(cfg)
 	defer putBack() // the restore is done, or New failed
 	// The actor system is made while the maps open: its process registry

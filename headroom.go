@@ -5,6 +5,9 @@ import (
 	"runtime/debug"
 	"runtime/metrics"
 	"sync"
+
+	"github.com/actorlb/actorlb/internal/hugepages"
+	"github.com/sirupsen/logrus"
 )
 
 // RestoreHeadroom is how far New raises the collector's heap goal while
@@ -121,3 +124,24 @@ func readMetric(name string) (v uint64, ok bool) {
 // memoryLimited reports whether the process has a soft memory limit
 // (debug.SetMemoryLimit with a negative value reads it).
 func memoryLimited() bool { return debug.SetMemoryLimit(-1) != math.MaxInt64 }
+
+// prepareHeapPages asks for transparent huge pages for the heap the
+// restore is about to fill (hugepages.Prepare, RestoreHeadroom bytes),
+// unless turned off (Config.NoRestoreHugePages) or there is nothing to
+// restore (NoRestore, InMemory) or the process has a memory limit. It
+// runs before the goal is raised: its collection frees the buffer it
+// advised, and the percent is then computed from the heap that
+// collection left. It returns what Prepare did, tried false when it was
+// not called.
+func prepareHeapPages(cfg Config, log *logrus.Entry) (r hugepages.Result, tried bool) {
+	if cfg.NoRestoreHugePages || cfg.NoRestore || cfg.InMemory || memoryLimited() {
+		return r, false
+	}
+	r = hugepages.Prepare(RestoreHeadroom)
+	if r.Skipped != "" {
+		log.WithField("reason", r.Skipped).Debug("restore heap: no huge pages asked for")
+	} else {
+		log.WithFields(logrus.Fields{"advised_mib": r.Advised >> 20, "took": r.Took}).Debug("restore heap: huge pages asked for")
+	}
+	return r, true
+}

@@ -5,6 +5,7 @@ import (
 	"runtime/debug"
 	"testing"
 
+	"github.com/sirupsen/logrus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -125,4 +126,35 @@ func TestHeadroomPercentGivesTheGoalOfTheHeadroomMoreLive(t *testing.T) {
 	} {
 		assert.Equal(t, c.want, headroomPercent(c.old, c.live), c.name)
 	}
+}
+
+// New asks for huge pages for the restore's heap only when there is a
+// restore, it is not turned off, and the process has no memory limit;
+// whether the kernel and the heap allow it is hugepages' to say (its
+// tests), and when they do not it says why.
+func TestRestoreHugePagesAreAskedOnlyWhenARestoreCanUseThem(t *testing.T) {
+	noMemoryLimit(t)
+	log := logrus.NewEntry(logrus.New())
+	for _, c := range []struct {
+		name string
+		cfg  Config
+		try  bool
+	}{
+		{"default", Config{}, true},
+		{"turned off", Config{NoRestoreHugePages: true}, false},
+		{"nothing restored", Config{NoRestore: true}, false},
+		{"in-memory maps", Config{InMemory: true}, false},
+	} {
+		r, tried := prepareHeapPages(c.cfg, log)
+		assert.Equal(t, c.try, tried, c.name)
+		if tried {
+			assert.True(t, (r.Advised > 0) != (r.Skipped != ""), "%s: advised %d bytes or says why not (%q)", c.name, r.Advised, r.Skipped)
+		} else {
+			assert.Zero(t, r.Advised, c.name)
+		}
+	}
+	old := debug.SetMemoryLimit(1 << 40)
+	t.Cleanup(func() { debug.SetMemoryLimit(old) })
+	_, tried := prepareHeapPages(Config{}, log)
+	assert.False(t, tried, "under a memory limit")
 }

@@ -77,7 +77,7 @@ func main() {
 	agentHeap := pflag.String("kube-agent-heapprofile", "", "where the sync agent writes its heap profile")
 	pflag.StringVar(&kube.heapProfile, "kube-heapprofile", "", "write a heap profile of the initial-sync agent (last round), taken where its memory is measured, to this file")
 	pflag.IntVar(&kube.syncRounds, "kube-sync-rounds", 3, "agent runs of the initial-sync scenario (fresh engine and source each; medians reported)")
-	restoreChildWhat := pflag.String("restore-child", "", "run as a restore-10k-x10 child: dump, engine or engine-prefaulted (the bench starts it)")
+	restoreChildWhat := pflag.String("restore-child", "", "run as a restore-10k-x10 child: dump, engine, engine-4k or engine-prefaulted (the bench starts it)")
 	restoreChildRoot := pflag.String("restore-child-root", "", "the restore child's pin directory")
 	for _, f := range []string{"kube-sync-agent", "kube-agent-kubeconfig", "kube-agent-root", "kube-agent-heapprofile", "restore-child", "restore-child-root"} {
 		_ = pflag.CommandLine.MarkHidden(f)

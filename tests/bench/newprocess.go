@@ -25,6 +25,12 @@ import (
 // alternately, the medians reported.
 
 //
+// The "engine" child restores as the agent does: where the kernel's
+// transparent huge page policy is "madvise", New asks for huge pages for
+// the heap the restore fills (internal/hugepages). The "engine-4k" child
+// restores with that turned off (Config.NoRestoreHugePages), 4 KiB pages
+// only: the two side by side, in one run, are what the huge pages save.
+//
 // The "engine-prefaulted" child is a diagnostic: before New it writes one
 // byte in every page of a prefaultBytes buffer and frees it, so that the
 // restore's heap reuses pages the kernel has already faulted in. The
@@ -78,7 +84,7 @@ func runRestoreChild(what, root string) error {
 			return err
 		}
 		r.ReadyNS = d.Nanoseconds()
-	case "engine", "engine-prefaulted":
+	case "engine", "engine-4k", "engine-prefaulted":
 		if what == "engine-prefaulted" {
 			r.FaultNS = prefault(prefaultBytes).Nanoseconds()
 		}
@@ -86,8 +92,10 @@ func runRestoreChild(what, root string) error {
 		log := logrus.New()
 		log.SetLevel(logrus.WarnLevel)
 		ctx := context.Background()
+		cfg := engineConfig(root, benchSizes, log)
+		cfg.NoRestoreHugePages = what == "engine-4k"
 		start := time.Now()
-		e, err := actorlb.New(ctx, engineConfig(root, benchSizes, log))
+		e, err := actorlb.New(ctx, cfg)
 		if err != nil {
 			return err
 		}
@@ -107,7 +115,7 @@ func runRestoreChild(what, root string) error {
 			return err
 		}
 	default:
-		return fmt.Errorf("restore child: %q is not dump, engine or engine-prefaulted", what)
+		return fmt.Errorf("restore child: %q is not dump, engine, engine-4k or engine-prefaulted", what)
 	}
 	return json.NewEncoder(os.Stdout).Encode(r)
 }
@@ -146,9 +154,9 @@ func runSelf(ctx context.Context, args []string, report any) error {
 // newProcessRestores adds the restore-10k-x10 rows of restores in new
 // processes, on the maps pinned under root (services restored, want).
 func newProcessRestores(res *results, root string, want, rounds int) error {
-	var readies, dumps, pfReadies, faultCosts []time.Duration
-	var faults, dumpFaults, pfFaults []float64
-	steps, pfSteps := map[string][]time.Duration{}, map[string][]time.Duration{}
+	var readies, dumps, pfReadies, faultCosts, smallReadies []time.Duration
+	var faults, dumpFaults, pfFaults, smallFaults []float64
+	steps, pfSteps, smallSteps := map[string][]time.Duration{}, map[string][]time.Duration{}, map[string][]time.Duration{}
 	for range rounds {
 		d, err := restoreChild("dump", root)
 		if err != nil {
@@ -165,6 +173,17 @@ func newProcessRestores(res *results, root string, want, rounds int) error {
 		dumpFaults, faults = append(dumpFaults, float64(d.Faults)), append(faults, float64(r.Faults))
 		for name, ns := range r.StepsNS {
 			steps[name] = append(steps[name], time.Duration(ns))
+		}
+		k, err := restoreChild("engine-4k", root)
+		if err != nil {
+			return err
+		}
+		if k.Services != want {
+			return fmt.Errorf("restore child (4 KiB pages): restored %d services, want %d", k.Services, want)
+		}
+		smallReadies, smallFaults = append(smallReadies, time.Duration(k.ReadyNS)), append(smallFaults, float64(k.Faults))
+		for name, ns := range k.StepsNS {
+			smallSteps[name] = append(smallSteps[name], time.Duration(ns))
 		}
 		p, err := restoreChild("engine-prefaulted", root)
 		if err != nil {
@@ -186,6 +205,12 @@ func newProcessRestores(res *results, root string, want, rounds int) error {
 	res.add("restore-10k-x10", "page_faults_new_process", median(faults), "faults")
 	res.add("restore-10k-x10", "batch_dump_page_faults_new_process", median(dumpFaults), "faults")
 	addRestoreSteps(res, steps, "_new_process")
+	// The same restore with 4 KiB pages only (Config.NoRestoreHugePages).
+	small := median(smallReadies)
+	res.add("restore-10k-x10", "ready_ms_new_process_4k_pages", float64(small.Microseconds())/1000, "ms")
+	res.add("restore-10k-x10", "ratio_to_batch_dump_new_process_4k_pages", small.Seconds()/dump.Seconds(), "x")
+	res.add("restore-10k-x10", "page_faults_new_process_4k_pages", median(smallFaults), "faults")
+	addRestoreSteps(res, smallSteps, "_new_process_4k_pages")
 	// The diagnostic: the same restore on a heap whose pages are faulted in.
 	pf := median(pfReadies)
 	res.add("restore-10k-x10", "ready_ms_new_process_prefaulted", float64(pf.Microseconds())/1000, "ms")
