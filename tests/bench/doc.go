@@ -14,8 +14,11 @@
 // single-call engine, the callers' services live before and after, so
 // that only the engine's own memory counts), restore-10k-x10 (three warm
 // restarts on its maps, against a raw and a typed dump, with the phases
-// of each restore; then the raw dump and the restore each in a new
-// process, three times, with their page faults: *_new_process),
+// and page faults of each restore; then the raw dump and the restore each
+// in a new process, three times, with their page faults: *_new_process,
+// the restore also with 4 KiB pages only, *_4k_pages, and, a diagnostic,
+// on a heap already faulted in, *_prefaulted, with the cost of one first
+// write of a fresh page),
 // reconcile-10k-x10 (one drift check of the restored maps after each
 // restart, nothing to repair: wall and CPU time, against the raw dump) and
 // insert-50k-x1 (50,000 single-backend services inserted and deleted, in
