@@ -154,70 +154,68 @@ func runSelf(ctx context.Context, args []string, report any) error {
 // newProcessRestores adds the restore-10k-x10 rows of restores in new
 // processes, on the maps pinned under root (services restored, want).
 func newProcessRestores(res *results, root string, want, rounds int) error {
-	var readies, dumps, pfReadies, faultCosts, smallReadies []time.Duration
-	var faults, dumpFaults, pfFaults, smallFaults []float64
-	steps, pfSteps, smallSteps := map[string][]time.Duration{}, map[string][]time.Duration{}, map[string][]time.Duration{}
+	var dumps []time.Duration
+	var dumpFaults []float64
+	// The engine children, each with its rows' suffix.
+	kids := []*engineRounds{
+		{what: "engine", suffix: "_new_process"},
+		{what: "engine-4k", suffix: "_new_process_4k_pages"},           // Config.NoRestoreHugePages
+		{what: "engine-prefaulted", suffix: "_new_process_prefaulted"}, // the diagnostic
+	}
 	for range rounds {
 		d, err := restoreChild("dump", root)
 		if err != nil {
 			return err
 		}
-		r, err := restoreChild("engine", root)
-		if err != nil {
-			return err
-		}
-		if r.Services != want {
-			return fmt.Errorf("restore child: restored %d services, want %d", r.Services, want)
-		}
-		dumps, readies = append(dumps, time.Duration(d.ReadyNS)), append(readies, time.Duration(r.ReadyNS))
-		dumpFaults, faults = append(dumpFaults, float64(d.Faults)), append(faults, float64(r.Faults))
-		for name, ns := range r.StepsNS {
-			steps[name] = append(steps[name], time.Duration(ns))
-		}
-		k, err := restoreChild("engine-4k", root)
-		if err != nil {
-			return err
-		}
-		if k.Services != want {
-			return fmt.Errorf("restore child (4 KiB pages): restored %d services, want %d", k.Services, want)
-		}
-		smallReadies, smallFaults = append(smallReadies, time.Duration(k.ReadyNS)), append(smallFaults, float64(k.Faults))
-		for name, ns := range k.StepsNS {
-			smallSteps[name] = append(smallSteps[name], time.Duration(ns))
-		}
-		p, err := restoreChild("engine-prefaulted", root)
-		if err != nil {
-			return err
-		}
-		if p.Services != want {
-			return fmt.Errorf("restore child (prefaulted): restored %d services, want %d", p.Services, want)
-		}
-		pfReadies, pfFaults = append(pfReadies, time.Duration(p.ReadyNS)), append(pfFaults, float64(p.Faults))
-		faultCosts = append(faultCosts, time.Duration(p.FaultNS))
-		for name, ns := range p.StepsNS {
-			pfSteps[name] = append(pfSteps[name], time.Duration(ns))
+		dumps, dumpFaults = append(dumps, time.Duration(d.ReadyNS)), append(dumpFaults, float64(d.Faults))
+		for _, k := range kids {
+			if err := k.run(root, want); err != nil {
+				return err
+			}
 		}
 	}
-	ready, dump := median(readies), median(dumps)
-	res.add("restore-10k-x10", "ready_ms_new_process", float64(ready.Microseconds())/1000, "ms")
+	dump := median(dumps)
 	res.add("restore-10k-x10", "batch_dump_ms_new_process", float64(dump.Microseconds())/1000, "ms")
-	res.add("restore-10k-x10", "ratio_to_batch_dump_new_process", ready.Seconds()/dump.Seconds(), "x")
-	res.add("restore-10k-x10", "page_faults_new_process", median(faults), "faults")
 	res.add("restore-10k-x10", "batch_dump_page_faults_new_process", median(dumpFaults), "faults")
-	addRestoreSteps(res, steps, "_new_process")
-	// The same restore with 4 KiB pages only (Config.NoRestoreHugePages).
-	small := median(smallReadies)
-	res.add("restore-10k-x10", "ready_ms_new_process_4k_pages", float64(small.Microseconds())/1000, "ms")
-	res.add("restore-10k-x10", "ratio_to_batch_dump_new_process_4k_pages", small.Seconds()/dump.Seconds(), "x")
-	res.add("restore-10k-x10", "page_faults_new_process_4k_pages", median(smallFaults), "faults")
-	addRestoreSteps(res, smallSteps, "_new_process_4k_pages")
-	// The diagnostic: the same restore on a heap whose pages are faulted in.
-	pf := median(pfReadies)
-	res.add("restore-10k-x10", "ready_ms_new_process_prefaulted", float64(pf.Microseconds())/1000, "ms")
-	res.add("restore-10k-x10", "ratio_to_batch_dump_new_process_prefaulted", pf.Seconds()/dump.Seconds(), "x")
-	res.add("restore-10k-x10", "page_faults_new_process_prefaulted", median(pfFaults), "faults")
-	res.add("restore-10k-x10", "first_write_us_per_fresh_page", float64(median(faultCosts).Nanoseconds())/1000, "us")
-	addRestoreSteps(res, pfSteps, "_new_process_prefaulted")
+	for _, k := range kids {
+		ready := median(k.readies)
+		res.add("restore-10k-x10", "ready_ms"+k.suffix, float64(ready.Microseconds())/1000, "ms")
+		res.add("restore-10k-x10", "ratio_to_batch_dump"+k.suffix, ready.Seconds()/dump.Seconds(), "x")
+		res.add("restore-10k-x10", "page_faults"+k.suffix, median(k.faults), "faults")
+		addRestoreSteps(res, k.steps, k.suffix)
+	}
+	pf := kids[2]
+	res.add("restore-10k-x10", "first_write_us_per_fresh_page", float64(median(pf.faultCosts).Nanoseconds())/1000, "us")
+	return nil
+}
+
+// engineRounds gathers the reports of one kind of engine child over the
+// rounds.
+type engineRounds struct {
+	what, suffix        string
+	readies, faultCosts []time.Duration
+	faults              []float64
+	steps               map[string][]time.Duration
+}
+
+// run runs one child and adds its report; it fails unless the child
+// restored want services.
+func (k *engineRounds) run(root string, want int) error {
+	r, err := restoreChild(k.what, root)
+	if err != nil {
+		return err
+	}
+	if r.Services != want {
+		return fmt.Errorf("restore child %s: restored %d services, want %d", k.what, r.Services, want)
+	}
+	k.readies, k.faults = append(k.readies, time.Duration(r.ReadyNS)), append(k.faults, float64(r.Faults))
+	k.faultCosts = append(k.faultCosts, time.Duration(r.FaultNS))
+	if k.steps == nil {
+		k.steps = map[string][]time.Duration{}
+	}
+	for name, ns := range r.StepsNS {
+		k.steps[name] = append(k.steps[name], time.Duration(ns))
+	}
 	return nil
 }
 
