@@ -49,7 +49,7 @@ var gcPercent struct {
 // percent was changed by someone else meanwhile, the put back keeps
 // theirs.
 func raiseHeapGoal(cfg Config) (putBack func()) {
-	if cfg.NoRestoreHeadroom || cfg.NoRestore || cfg.InMemory || memoryLimited() {
+	if cfg.NoRestoreHeadroom || !restoreHeapTunable(cfg) {
 		return func() {}
 	}
 	gcPercent.Lock()
@@ -121,6 +121,13 @@ func readMetric(name string) (v uint64, ok bool) {
 	return s[0].Value.Uint64(), true
 }
 
+// restoreHeapTunable reports whether New may tune the heap for a restore
+// (the headroom, the huge pages): there is one (not NoRestore, not
+// InMemory) and the process has no memory limit.
+func restoreHeapTunable(cfg Config) bool {
+	return !cfg.NoRestore && !cfg.InMemory && !memoryLimited()
+}
+
 // memoryLimited reports whether the process has a soft memory limit
 // (debug.SetMemoryLimit with a negative value reads it).
 func memoryLimited() bool { return debug.SetMemoryLimit(-1) != math.MaxInt64 }
@@ -134,7 +141,7 @@ func memoryLimited() bool { return debug.SetMemoryLimit(-1) != math.MaxInt64 }
 // collection left. It returns what Prepare did, tried false when it was
 // not called.
 func prepareHeapPages(cfg Config, log *logrus.Entry) (r hugepages.Result, tried bool) {
-	if cfg.NoRestoreHugePages || cfg.NoRestore || cfg.InMemory || memoryLimited() {
+	if cfg.NoRestoreHugePages || !restoreHeapTunable(cfg) {
 		return r, false
 	}
 	r = hugepages.Prepare(RestoreHeadroom)

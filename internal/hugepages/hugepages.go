@@ -64,7 +64,7 @@ func Prepare(n int) Result {
 	if thpDisabled(os.Getenv("GODEBUG")) {
 		return Result{Skipped: "GODEBUG has disablethp=1", Took: time.Since(start)}
 	}
-	r := prepare(n, Policy(), heapNow())
+	r := prepare(n, pageSize(), Policy(), heapNow())
 	r.Took = time.Since(start)
 	return r
 }
@@ -102,11 +102,11 @@ func heapNow() heap {
 	return heap{free: v[0], released: v[1], live: v[2]}
 }
 
-// skipReason is why Prepare leaves a heap h alone under policy, "" if it
-// does not.
-func skipReason(n int, policy string, h heap) string {
+// skipReason is why Prepare leaves a heap h alone under policy (huge
+// pages of page bytes), "" if it does not.
+func skipReason(n, page int, policy string, h heap) string {
 	switch {
-	case n < 2*pageSize():
+	case n < 2*page:
 		return fmt.Sprintf("%d bytes hold no aligned huge page", n)
 	case policy == "":
 		return "the kernel has no transparent huge pages"
@@ -120,11 +120,11 @@ func skipReason(n int, policy string, h heap) string {
 	return ""
 }
 
-func prepare(n int, policy string, h heap) Result {
-	if why := skipReason(n, policy, h); why != "" {
+func prepare(n, page int, policy string, h heap) Result {
+	if why := skipReason(n, page, policy, h); why != "" {
 		return Result{Skipped: why}
 	}
-	advised, err := adviseFresh(n)
+	advised, err := adviseFresh(n, page)
 	if err != nil {
 		return Result{Skipped: fmt.Sprintf("madvise: %v", err)}
 	}
@@ -132,15 +132,15 @@ func prepare(n int, policy string, h heap) Result {
 	return Result{Advised: advised}
 }
 
-// adviseFresh allocates n bytes, advises their aligned inside and lets
-// them go; it returns how many bytes were advised. The buffer is not
+// adviseFresh allocates n bytes, advises their inside aligned on huge
+// pages of page bytes and lets them go; it returns how many bytes were advised. The buffer is not
 // written (a large allocation from memory the heap has not used is not
 // cleared).
 //
 //go:noinline
-func adviseFresh(n int) (int, error) {
+func adviseFresh(n, page int) (int, error) {
 	b := make([]byte, n)
-	advised, err := advise(b)
+	advised, err := advise(b, page)
 	runtime.KeepAlive(b)
 	return advised, err
 }

@@ -22,10 +22,10 @@ func pageSize() int {
 	return 2 << 20
 }
 
-// advise asks for huge pages for the aligned inside of b and returns its
-// length.
-func advise(b []byte) (int, error) {
-	off, n := aligned(uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)), uintptr(pageSize()))
+// advise asks for huge pages for the inside of b aligned on page bytes
+// and returns its length.
+func advise(b []byte, page int) (int, error) {
+	off, n := aligned(uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)), uintptr(page))
 	if n == 0 {
 		return 0, nil
 	}

@@ -6,4 +6,4 @@ func pageSize() int { return 2 << 20 }
 
 // advise does nothing where there are no transparent huge pages (Policy
 // is "" there, so Prepare never calls it).
-func advise(b []byte) (int, error) { return 0, nil }
+func advise(b []byte, page int) (int, error) { return 0, nil }

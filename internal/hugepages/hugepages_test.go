@@ -57,7 +57,7 @@ func TestPrepareSkipsWhereItCannotPay(t *testing.T) {
 		{"much live", 64 << 20, "madvise", heap{live: 100 << 20}, "100 MiB live"},
 		{"too small", 1 << 20, "madvise", small, "no aligned huge page"},
 	} {
-		why := skipReason(c.n, c.policy, c.h)
+		why := skipReason(c.n, 2<<20, c.policy, c.h)
 		if c.skip == "" {
 			assert.Empty(t, why, c.name)
 		} else {
