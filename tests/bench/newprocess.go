@@ -23,7 +23,6 @@ import (
 // the raw batched dump and the engine's restore, each in a process of its
 // own (this program run again with --restore-child), rounds times
 // alternately, the medians reported.
-
 //
 // The "engine" child restores as the agent does: where the kernel's
 // transparent huge page policy is "madvise", New asks for huge pages for
@@ -34,10 +33,10 @@ import (
 // The "engine-prefaulted" child is a diagnostic: before New it writes one
 // byte in every page of a prefaultBytes buffer and frees it, so that the
 // restore's heap reuses pages the kernel has already faulted in. The
-// difference from the "engine" child is what the first writes of fresh
-// pages cost the restore on this machine (some 12-16 µs a page on the
-// development VM, against well under 1 µs on bare metal), not engine
-// work; the child also reports what one first write cost it.
+// difference from the "engine-4k" child is what the first writes of
+// fresh 4 KiB pages cost the restore on this machine (some 15-18 µs a
+// page on the development VM, a paravirtualised guest), not engine work;
+// the child also reports what one first write cost it.
 
 // prefaultBytes is what the engine-prefaulted child faults in and frees
 // before New: more than the 10k×10 restore allocates (some 40 MB).
@@ -157,10 +156,11 @@ func newProcessRestores(res *results, root string, want, rounds int) error {
 	var dumps []time.Duration
 	var dumpFaults []float64
 	// The engine children, each with its rows' suffix.
+	prefaulted := &engineRounds{what: "engine-prefaulted", suffix: "_new_process_prefaulted"} // the diagnostic
 	kids := []*engineRounds{
 		{what: "engine", suffix: "_new_process"},
-		{what: "engine-4k", suffix: "_new_process_4k_pages"},           // Config.NoRestoreHugePages
-		{what: "engine-prefaulted", suffix: "_new_process_prefaulted"}, // the diagnostic
+		{what: "engine-4k", suffix: "_new_process_4k_pages"}, // Config.NoRestoreHugePages
+		prefaulted,
 	}
 	for range rounds {
 		d, err := restoreChild("dump", root)
@@ -184,8 +184,7 @@ func newProcessRestores(res *results, root string, want, rounds int) error {
 		res.add("restore-10k-x10", "page_faults"+k.suffix, median(k.faults), "faults")
 		addRestoreSteps(res, k.steps, k.suffix)
 	}
-	pf := kids[2]
-	res.add("restore-10k-x10", "first_write_us_per_fresh_page", float64(median(pf.faultCosts).Nanoseconds())/1000, "us")
+	res.add("restore-10k-x10", "first_write_us_per_fresh_page", float64(median(prefaulted.faultCosts).Nanoseconds())/1000, "us")
 	return nil
 }
 
