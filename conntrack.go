@@ -54,6 +54,10 @@ type ConntrackConfig struct {
 	Timeouts ConntrackTimeouts
 	// Logger receives the GC's logs (logrus.StandardLogger if nil).
 	Logger *logrus.Logger
+	// clock replaces CLOCK_MONOTONIC (ns) for the package's tests: the
+	// monotonic clock starts at boot, so a flow an hour old cannot be
+	// written on a machine up for minutes.
+	clock func() uint64
 }
 
 // ConntrackGC garbage-collects the packet datapath's conntrack maps: one
@@ -128,7 +132,7 @@ func StartConntrackGC(ctx context.Context, cfg ConntrackConfig) (*ConntrackGC, e
 	t := cfg.Timeouts
 	s, err := conntrack.NewScanner(conntrack.Config{Root: cfg.Root, PerTick: cfg.PerTick, Timeouts: conntrack.Timeouts{
 		TCPClosing: t.TCPClosing, TCPNotReplied: t.TCPNotReplied, TCPEstablished: t.TCPEstablished, Other: t.Other,
-	}})
+	}, Clock: cfg.clock})
 	if err != nil {
 		return nil, fmt.Errorf("start conntrack GC: %w", err)
 	}

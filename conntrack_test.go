@@ -43,7 +43,7 @@ func pinCT(tb testing.TB, root string) map[string]*ebpf.Map {
 func TestConntrackGCCollectsAndReports(t *testing.T) {
 	root := testutil.PinDir(t)
 	ms := pinCT(t, root)
-	now := conntrack.Monotonic()
+	now := uint64(100 * time.Hour) // the GC's clock below: far from boot, so an hour's age fits
 	vip, backend, nat := netip.MustParseAddr("10.96.0.10"), netip.MustParseAddr("10.0.1.5"), netip.MustParseAddr("192.168.0.1")
 	for i, age := range []time.Duration{time.Second, time.Hour} {
 		fk := conntrack.Key{Src: netip.AddrFrom4([4]byte{10, 0, 0, byte(i + 1)}), Dst: vip, SrcPort: 1000, DstPort: 80, Proto: conntrack.ProtoTCP}
@@ -59,7 +59,7 @@ func TestConntrackGCCollectsAndReports(t *testing.T) {
 
 	ctx := context.Background()
 	g, err := StartConntrackGC(ctx, ConntrackConfig{Root: root, Interval: -1, Logger: quietLogger(),
-		Timeouts: ConntrackTimeouts{TCPEstablished: 30 * time.Minute}})
+		Timeouts: ConntrackTimeouts{TCPEstablished: 30 * time.Minute}, clock: func() uint64 { return now }})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, g.Close()) })
 	rep, err := g.Tick(ctx)

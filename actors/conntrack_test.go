@@ -24,18 +24,22 @@ func mustMarshal(tb testing.TB, v encoding.BinaryMarshaler) []byte {
 	return b
 }
 
+// ctNow is the scanners' clock in these tests: CLOCK_MONOTONIC starts at
+// boot, so a flow an hour old cannot be written against it on a machine
+// up for minutes.
+const ctNow = uint64(100 * time.Hour)
+
 // pinForward4 pins an lb4_ct map under root holding one DSR UDP flow per
-// age, and returns the map.
+// age (against ctNow), and returns the map.
 func pinForward4(tb testing.TB, root string, ages ...time.Duration) *ebpf.Map {
 	tb.Helper()
 	m, err := ebpf.NewMap(&ebpf.MapSpec{Name: conntrack.Forward4Name, Type: ebpf.LRUHash, KeySize: conntrack.Key4Size, ValueSize: conntrack.Entry4Size, MaxEntries: 4096})
 	require.NoError(tb, err)
 	tb.Cleanup(func() { m.Close() })
 	require.NoError(tb, m.Pin(filepath.Join(root, conntrack.Forward4Name)))
-	now := conntrack.Monotonic()
 	for i, age := range ages {
 		k := conntrack.Key{Src: netip.AddrFrom4([4]byte{10, 0, 0, byte(i + 1)}), Dst: netip.MustParseAddr("10.96.0.10"), SrcPort: 40000, DstPort: 53, Proto: conntrack.ProtoUDP}
-		e := conntrack.Entry{LastSeen: now - uint64(age), BackendID: 1, Flags: conntrack.FlagDSR, BackendAddr: netip.MustParseAddr("10.0.1.5"), BackendPort: 53}
+		e := conntrack.Entry{LastSeen: ctNow - uint64(age), BackendID: 1, Flags: conntrack.FlagDSR, BackendAddr: netip.MustParseAddr("10.0.1.5"), BackendPort: 53}
 		require.NoError(tb, m.Put(mustMarshal(tb, k), mustMarshal(tb, e)))
 	}
 	return m
@@ -75,7 +79,7 @@ func TestConntrackActorCollectsOnItsTimerAndStopsCleanly(t *testing.T) {
 		goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/actor.NewThrottleWithLogger.func1.1"))
 	root := testutil.PinDir(t)
 	m := pinForward4(t, root, time.Second, 2*time.Minute, time.Hour)
-	s, err := conntrack.NewScanner(conntrack.Config{Root: root})
+	s, err := conntrack.NewScanner(conntrack.Config{Root: root, Clock: func() uint64 { return ctNow }})
 	require.NoError(t, err)
 	log := logrus.New()
 	log.SetLevel(logrus.WarnLevel)

@@ -140,7 +140,7 @@ func TestPassKeepsExactlyTheLiveFlows(t *testing.T) {
 	for _, batch := range []bool{true, false} {
 		t.Run(fmt.Sprintf("batch=%v", batch), func(t *testing.T) {
 			c := newCTMaps(t)
-			now := Monotonic()
+			now := uint64(1_000_000) * sec // a fixed clock far from boot: an hour's age fits on a machine up for minutes
 			ago := func(d time.Duration) uint64 { return now - uint64(d) }
 			put := func(fk Key, e Entry, rk Key, v RevEntry) {
 				c.putForward(t, fk, e)
@@ -212,7 +212,7 @@ func TestScanIsBoundedPerTickAndResumes(t *testing.T) {
 	for _, batch := range []bool{true, false} {
 		t.Run(fmt.Sprintf("batch=%v", batch), func(t *testing.T) {
 			c := newCTMaps(t)
-			now := Monotonic()
+			now := uint64(1_000_000) * sec // a fixed clock far from boot: an hour's age fits on a machine up for minutes
 			for i := range n {
 				age := time.Second
 				if i%2 == 1 {
@@ -259,7 +259,8 @@ func TestScanIsBoundedPerTickAndResumes(t *testing.T) {
 // them. A map pinned with another shape is reported and left alone.
 func TestMissingMapsIdleAndIncompatibleOnesAreReported(t *testing.T) {
 	root := testutil.PinDir(t)
-	s, err := NewScanner(Config{Root: root})
+	now := uint64(1_000_000) * sec // a fixed clock far from boot: an hour's age fits on a machine up for minutes
+	s, err := NewScanner(Config{Root: root, Clock: fixedClock(now)})
 	require.NoError(t, err)
 	t.Cleanup(func() { s.Close() })
 	for range 3 {
@@ -278,7 +279,6 @@ func TestMissingMapsIdleAndIncompatibleOnesAreReported(t *testing.T) {
 	c := &ctMaps{root: root, m: map[string]*ebpf.Map{}}
 	c.create(t, Forward4Name, Key4Size, Entry4Size)
 	c.create(t, Forward6Name, Key6Size, Entry4Size) // wrong value size
-	now := Monotonic()
 	fk, e, _, _ := snat(client4, 1, vip4, ProtoUDP, FlagDSR, now-uint64(time.Hour), backend4, unspec4, 0)
 	c.putForward(t, fk, e)
 	rep, err := s.Tick()

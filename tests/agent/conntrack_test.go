@@ -32,8 +32,13 @@ func TestAgentCollectsConntrackMaps(t *testing.T) {
 	defer m.Close()
 	require.NoError(t, m.Pin(filepath.Join(root, conntrack.Forward4Name)))
 	now := conntrack.Monotonic()
+	// CLOCK_MONOTONIC starts at boot: the expired flow is as old as the
+	// machine's uptime allows, up to an hour, past the agent's default
+	// UDP timeout with room to spare.
+	expired := min(time.Hour, time.Duration(now)-time.Second)
+	require.Greater(t, expired, 2*conntrack.DefaultOther, "the machine has been up %s: too short for a flow older than the default UDP timeout", time.Duration(now))
 	keys := map[time.Duration][]byte{}
-	for i, age := range []time.Duration{time.Second, time.Hour} {
+	for i, age := range []time.Duration{time.Second, expired} {
 		k := conntrack.Key{Src: netip.AddrFrom4([4]byte{10, 0, 0, byte(i + 1)}), Dst: netip.MustParseAddr("10.96.0.10"), SrcPort: 5353, DstPort: 53, Proto: conntrack.ProtoUDP}
 		e := conntrack.Entry{LastSeen: now - uint64(age), BackendID: 1, Flags: conntrack.FlagDSR, BackendAddr: netip.MustParseAddr("10.0.1.5"), BackendPort: 53}
 		keys[age] = ctMarshal(t, k)
@@ -56,5 +61,5 @@ func TestAgentCollectsConntrackMaps(t *testing.T) {
 	require.Contains(t, metrics, `actorlb_conntrack_gc_idle 0`)
 	v := make([]byte, conntrack.Entry4Size)
 	require.NoError(t, m.Lookup(keys[time.Second], v), "the live flow stays")
-	require.ErrorIs(t, m.Lookup(keys[time.Hour], v), ebpf.ErrKeyNotExist, "the expired flow is gone")
+	require.ErrorIs(t, m.Lookup(keys[expired], v), ebpf.ErrKeyNotExist, "the expired flow is gone")
 }
