@@ -421,11 +421,15 @@ const reserveMin = 1024
 func (c *Core) startUpserts(svcs []*lb.Service, base int, w *waiter, lane *bulkLane, valid func(int, *lb.Service) bool) {
 	var run []*lb.Service
 	var runIdx []int
+	// ro is the run's op, made for its first service: each service that
+	// joins the run enters ro in its queues at once, so the queues are
+	// where a later service of the call finds that it shares a frontend
+	// or backend with the run (one lookup per key, no set of its own).
+	var ro *op
 	nkeys := 0
 	for _, svc := range svcs {
 		nkeys += 1 + len(svc.Backends)
 	}
-	var taken map[qkey]bool // queue keys of the run, made for the first new service
 	if c.services.len() == 0 && len(svcs) >= reserveMin {
 		// Many services into an empty engine (the first sync or batch):
 		// the indexes get their size at once.
@@ -433,21 +437,28 @@ func (c *Core) startUpserts(svcs []*lb.Service, base int, w *waiter, lane *bulkL
 		c.byFE.Reserve(len(svcs))
 		c.users.Reserve(nkeys - len(svcs))
 	}
+	c.presizeQueues(nkeys)
 	var keys []qkey
-	start := func(o *op) {
-		o.lane = lane
-		c.run(o)
+	var found []queue // the queues of keys, as looked up
+	lookup := func() {
+		found = found[:0]
+		for _, k := range keys {
+			found = append(found, c.queues[k])
+		}
 	}
 	flush := func() {
-		if len(run) == 0 {
+		if ro == nil {
 			return
 		}
-		start(c.upsertOp(run, w, runIdx))
-		run, runIdx = nil, nil
-		clear(taken)
+		ro.plan = newUpsertPlan(run, w, runIdx)
+		ro.lane = lane
+		c.entered(ro)
+		ro, run, runIdx = nil, nil, nil
 	}
+	left, first := nkeys, true // keys of the services not looked at yet: the first run's size
 	for i, svc := range svcs {
 		i += base
+		left -= 1 + len(svc.Backends)
 		if valid != nil && !valid(i, svc) {
 			continue
 		}
@@ -456,29 +467,43 @@ func (c *Core) startUpserts(svcs []*lb.Service, base int, w *waiter, lane *bulkL
 		// included: a run holding two services of one queue would wait
 		// behind itself there.
 		keys = appendUpsertKeys(keys[:0], svc)
-		for _, k := range keys {
-			if taken[k] { // shares a frontend or backend with the run: the run goes first
-				flush()
-				break
-			}
+		lookup()
+		if ro != nil && slices.ContainsFunc(found, func(q queue) bool { return q.last() == ro }) {
+			// Shares a frontend or backend with the run: the run goes
+			// first (and may complete at once, leaving its queues).
+			flush()
+			lookup()
 		}
 		_, exists := c.byFE.Get(fe)
-		_, queued := c.queues[feQueue(fe)] // a flushed run counts
+		queued := found[0].head != nil // keys[0] is the frontend's: a flushed run counts
 		if !exists && !queued {
-			if taken == nil {
-				taken = make(map[qkey]bool, nkeys) // at most every key of the call
+			if ro == nil {
+				n := 1 + len(svc.Backends) + left // the rest of the call, for its first run
+				if !first {
+					n = min(n, runKeysMax)
+				}
+				first = false
+				ro = &op{keys: make([]qkey, 0, n)}
 			}
-			for _, k := range keys {
-				taken[k] = true
+			for j, k := range keys {
+				c.enter(ro, k, found[j])
 			}
+			ro.keys = append(ro.keys, keys...)
 			run, runIdx = append(run, svc), append(runIdx, i)
 			continue
 		}
 		flush()
-		start(c.upsertOp([]*lb.Service{svc}, w, []int{i}))
+		o := c.upsertOp([]*lb.Service{svc}, w, []int{i})
+		o.lane = lane
+		c.run(o)
 	}
 	flush()
 }
+
+// runKeysMax bounds the queue keys a run's op makes room for at once
+// beyond the first run of a call (a call cut into many runs would
+// otherwise make room for the rest of the call each time).
+const runKeysMax = 4096
 
 // deleteBatch deletes the services of the frontends in runs of distinct
 // frontends, each one op (a repeated frontend starts the next run, which

@@ -101,26 +101,41 @@ const queuesPresize = 1024
 // one of its queues. Ops enter all their queues at once, in arrival order,
 // so waiting for several queues cannot deadlock.
 func (c *Core) run(o *op) {
-	o.since = c.now()
-	if len(c.queues) == 0 && len(o.keys) >= queuesPresize && len(o.keys) > c.queuesPeak {
-		// A large op into empty queues (a batch on an idle engine) that
-		// the table never held as many keys for: a map of its size at
-		// once, rather than grown by doubling through every size.
-		c.queues = make(map[qkey]queue, len(o.keys))
+	c.presizeQueues(len(o.keys))
+	for _, k := range o.keys {
+		c.enter(o, k, c.queues[k])
+	}
+	c.entered(o)
+}
+
+// presizeQueues gives empty queues a map for n keys at once when n is
+// large and more than the table has held: a large op into empty queues
+// (a batch on an idle engine), rather than grown by doubling through
+// every size.
+func (c *Core) presizeQueues(n int) {
+	if len(c.queues) == 0 && n >= queuesPresize && n > c.queuesPeak {
+		c.queues = make(map[qkey]queue, n)
 		c.queuesPeak = 0
 	}
-	if n := len(c.queues) + len(o.keys); n > c.queuesPeak {
-		c.queuesPeak = n
+}
+
+// enter puts o last in the queue of k, q as looked up.
+func (c *Core) enter(o *op, k qkey, q queue) {
+	if q.head != nil {
+		q.rest = append(q.rest, o)
+		o.blocked++
+	} else {
+		q.head = o
 	}
-	for _, k := range o.keys {
-		q, busy := c.queues[k]
-		if busy {
-			q.rest = append(q.rest, o)
-			o.blocked++
-		} else {
-			q.head = o
-		}
-		c.queues[k] = q
+	c.queues[k] = q
+}
+
+// entered begins o, which has entered all its queues, unless it waits in
+// one of them.
+func (c *Core) entered(o *op) {
+	o.since = c.now()
+	if n := len(c.queues); n > c.queuesPeak {
+		c.queuesPeak = n
 	}
 	if o.blocked == 0 {
 		c.beginOrWait(o)

@@ -13,8 +13,11 @@ const queuesKeep = 1 << 15
 // qkey names a queue: that of a frontend, or that of a backend (whose
 // state an op writes).
 type qkey struct {
-	addrkey.IP // no pointer: hashed as plain bytes
+	// The port first: the fields then have no padding between them (22
+	// bytes), so the key is hashed as one run of memory rather than field
+	// by field.
 	port       uint16
+	addrkey.IP // no pointer: hashed as plain bytes
 	proto      lb.L4Type
 	scope      lb.Scope
 	backend    bool
@@ -40,6 +43,14 @@ func (k qkey) l3n4() lb.L3n4Addr {
 type queue struct {
 	head *op
 	rest []*op
+}
+
+// last is the op that entered the queue last (nil: no queue).
+func (q queue) last() *op {
+	if len(q.rest) > 0 {
+		return q.rest[len(q.rest)-1]
+	}
+	return q.head
 }
 
 // all yields the ops of the queue in order.

@@ -96,6 +96,59 @@ func TestScriptBatchCreatesRunAsOneOpAndAllocatorRefusalFailsOneService(t *testi
 	h.expectAnswers("upsert batch: [id 1 created true error: upsert service 10.96.0.2:80/TCP: acquire IDs: service ID in use]")
 }
 
+// A batch whose second service shares a backend with the first: the
+// first goes alone (its run ends where the shared backend comes again),
+// the second starts the next run with the third, and that run waits in
+// the shared backend's queue until the first op is done, then finds the
+// backend bound and asks only for what is new.
+func TestScriptBatchServiceSharingABackendWithTheRunStartsTheNextRun(t *testing.T) {
+	h := newHarness(t)
+	a := svc(t, "10.96.0.1:80", "10.0.1.1:8080")
+	b := svc(t, "10.96.0.2:80", "10.0.1.1:8080", "10.0.1.2:8080")
+	c := svc(t, "10.96.0.3:80", "10.0.1.3:8080")
+	h.call(&messages.UpsertBatch{Services: []*lb.Service{a, b, c}, Reply: make(chan messages.UpsertBatchReply, 1)})
+	h.expect("alloc: acquire service 10.96.0.1:80/TCP backends [10.0.1.1:8080/TCP]")
+	h.reply("alloc", acquired(1, 1))
+	h.expect("be4: write [1=10.0.1.1:8080]", "revnat: write [1=10.96.0.1:80]")
+	h.reply("be4", ok())
+	h.reply("revnat", ok())
+	h.expect("svc4: write [10.96.0.1:80/TCP#1 10.96.0.1:80/TCP#0]")
+	h.reply("svc4", ok())
+	// The first op is done: the second run (b and c) begins.
+	h.expect(
+		"alloc: acquire service 10.96.0.2:80/TCP backends [10.0.1.2:8080/TCP]",
+		"alloc: acquire service 10.96.0.3:80/TCP backends [10.0.1.3:8080/TCP]",
+	)
+	h.reply("alloc", acquired(2, 2))
+	h.reply("alloc", acquired(3, 3))
+	h.flushAnswering(t)
+	h.expectAnswers("upsert batch: [id 1 created true id 2 created true id 3 created true]")
+	if got := len(h.c.queues); got != 0 {
+		t.Fatalf("%d queues left after every op completed", got)
+	}
+}
+
+// A batch that names one frontend twice: the second is an update queued
+// behind the run that creates it, and the service after it joins neither.
+func TestScriptBatchRepeatingAFrontendQueuesTheUpdateBehindTheRun(t *testing.T) {
+	h := newHarness(t)
+	a := svc(t, "10.96.0.1:80", "10.0.1.1:8080")
+	a2 := svc(t, "10.96.0.1:80", "10.0.1.2:8080")
+	c := svc(t, "10.96.0.3:80", "10.0.1.3:8080")
+	h.call(&messages.UpsertBatch{Services: []*lb.Service{a, a2, c}, Reply: make(chan messages.UpsertBatchReply, 1)})
+	h.expect(
+		"alloc: acquire service 10.96.0.1:80/TCP backends [10.0.1.1:8080/TCP]",
+		"alloc: acquire service 10.96.0.3:80/TCP backends [10.0.1.3:8080/TCP]",
+	)
+	h.reply("alloc", acquired(1, 1))
+	h.reply("alloc", acquired(3, 3))
+	h.flushAnswering(t)
+	h.expectAnswers("upsert batch: [id 1 created true id 1 created false id 3 created true]")
+	if got := len(h.c.queues); got != 0 {
+		t.Fatalf("%d queues left after every op completed", got)
+	}
+}
+
 // Deleting a service: master first, then the table (the backends no
 // service uses any more are unbound), the backends that became free, the
 // revNAT entry; only then may the freed backend IDs be reused, together

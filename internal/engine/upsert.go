@@ -58,17 +58,25 @@ type upsertItem struct {
 }
 
 func (c *Core) upsertOp(specs []*lb.Service, to *waiter, slots []int) *op {
-	p := &upsertPlan{items: make([]upsertItem, len(specs))}
 	n := 0
 	for _, spec := range specs {
 		n += 1 + len(spec.Backends)
 	}
-	o := &op{plan: p, keys: make([]qkey, 0, n)}
-	for i, spec := range specs {
-		p.items[i] = upsertItem{spec: spec, to: to, slot: slots[i]}
+	o := &op{plan: newUpsertPlan(specs, to, slots), keys: make([]qkey, 0, n)}
+	for _, spec := range specs {
 		o.keys = appendUpsertKeys(o.keys, spec)
 	}
 	return o
+}
+
+// newUpsertPlan is the plan of upserting specs for to, spec i answering
+// in slot slots[i].
+func newUpsertPlan(specs []*lb.Service, to *waiter, slots []int) *upsertPlan {
+	p := &upsertPlan{items: make([]upsertItem, len(specs))}
+	for i, spec := range specs {
+		p.items[i] = upsertItem{spec: spec, to: to, slot: slots[i]}
+	}
+	return p
 }
 
 // appendUpsertKeys appends the queues an upsert of spec waits in: its
