@@ -2,14 +2,17 @@
 // bench-results.json. Every machine-dependent figure is also given as a
 // ratio against a floor measured in the same run: a plain loop writing the
 // same map entries, one bpf() update per entry with pre-marshalled keys and
-// values, and the same with BatchUpdate.
+// values, and the same with BatchUpdate (three passes on fresh maps, the
+// median counting).
 //
 // Scenarios: bulk-10k-x10 (10,000 services of 10 backends by 8 callers,
 // through UpsertBatch, then again with one Upsert each while the latency
 // probes run: upsert-latency; the *_during_batches rows pool the samples
 // of four probe loops beside the batched bulk, on three fresh engines, the
 // *_during_sync rows those of the same probes beside one SyncSource of the
-// whole set, a Kubernetes resync),
+// whole set, a Kubernetes resync; the page faults of the batched rounds,
+// and the scheduler's wait, runnable goroutine for a processor, over the
+// single-call bulk: sched_wait_*),
 // memory-10k-x10 (heap retained by the
 // single-call engine, the callers' services live before and after, so
 // that only the engine's own memory counts), restore-10k-x10 (three warm
