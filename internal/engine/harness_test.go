@@ -176,6 +176,14 @@ func (h *harness) lose(child string) messages.Request {
 // them).
 func (h *harness) forget(child string) { h.sent[child] = nil }
 
+// expectQueuesEmpty fails unless every op has left its queues.
+func (h *harness) expectQueuesEmpty() {
+	h.t.Helper()
+	if got := len(h.c.queues); got != 0 {
+		h.t.Fatalf("%d queues left after every op completed", got)
+	}
+}
+
 // expectAnswers checks the answers to calls since the last check.
 func (h *harness) expectAnswers(want ...string) {
 	h.t.Helper()

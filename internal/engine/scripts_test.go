@@ -123,9 +123,7 @@ func TestScriptBatchServiceSharingABackendWithTheRunStartsTheNextRun(t *testing.
 	h.reply("alloc", acquired(3, 3))
 	h.flushAnswering(t)
 	h.expectAnswers("upsert batch: [id 1 created true id 2 created true id 3 created true]")
-	if got := len(h.c.queues); got != 0 {
-		t.Fatalf("%d queues left after every op completed", got)
-	}
+	h.expectQueuesEmpty()
 }
 
 // A batch that names one frontend twice: the second is an update queued
@@ -144,9 +142,7 @@ func TestScriptBatchRepeatingAFrontendQueuesTheUpdateBehindTheRun(t *testing.T) 
 	h.reply("alloc", acquired(3, 3))
 	h.flushAnswering(t)
 	h.expectAnswers("upsert batch: [id 1 created true id 1 created false id 3 created true]")
-	if got := len(h.c.queues); got != 0 {
-		t.Fatalf("%d queues left after every op completed", got)
-	}
+	h.expectQueuesEmpty()
 }
 
 // Deleting a service: master first, then the table (the backends no
