@@ -262,14 +262,33 @@ func countOf[T any](msg any) int64 {
 // found that Terminated can overtake that reply, so a snapshot taken on
 // Terminated missed the IDs; this test exercises the path but cannot force
 // that interleaving: the chaos suite is its regression test.)
+//
+// Three ways the allocator hands out IDs: without the lease (the second
+// AllocAcquire), the lease itself (the first AllocLease: the restored
+// allocator must hold what the supervisor leased) and a claim of leased
+// IDs (the second AllocClaim).
 func TestAllocatorStoppedAfterReplyKeepsIDsUnique(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		noLease bool
+		hook    func(stop func()) actor.ReceiverMiddleware
+	}{
+		{"acquire", true, func(stop func()) actor.ReceiverMiddleware { return onAllocator[*messages.AllocAcquire](2, stop) }},
+		{"lease", false, func(stop func()) actor.ReceiverMiddleware { return onAllocator[*messages.AllocLease](1, stop) }},
+		{"claim", false, func(stop func()) actor.ReceiverMiddleware { return onAllocator[*messages.AllocClaim](2, stop) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) { allocatorStoppedAfterReply(t, tc.noLease, tc.hook) })
+	}
+}
+
+func allocatorStoppedAfterReply(t *testing.T, noLease bool, hook func(stop func()) actor.ReceiverMiddleware) {
 	var e *Engine
 	var ready = make(chan struct{})
-	hook := onAllocator[*messages.AllocAcquire](2, func() {
+	stop := hook(func() {
 		<-ready
 		require.NoError(t, e.StopActor(engine.ChildAllocator))
 	})
-	e = newEngine(t, "", Config{hooks: enginetest.Hooks{ChildMiddleware: []actor.ReceiverMiddleware{hook}}})
+	e = newEngine(t, "", Config{hooks: enginetest.Hooks{ChildMiddleware: []actor.ReceiverMiddleware{stop}, NoIDLease: noLease}})
 	close(ready)
 	ctx := ctxT(t)
 	ids := map[lb.ServiceID]bool{}
@@ -353,11 +372,23 @@ func crashBeforeFirst[T any](child string) actor.ReceiverMiddleware {
 // the allocator back when operations ran in between; a sequential test
 // cannot make the two snapshots differ, so the suite is its regression
 // test.)
+//
+// The first crash is on the first snapshot, at start; the second on the
+// first AllocAcquire (no lease) or AllocClaim (the lease's IDs given to
+// the first service), after which the snapshot is taken with IDs in use.
 func TestAllocatorCrashingAgainOnItsRestoreHandsOutNoIDTwice(t *testing.T) {
+	t.Run("acquire", func(t *testing.T) {
+		allocatorCrashingAgain(t, true, crashBeforeFirst[*messages.AllocAcquire](engine.ChildAllocator))
+	})
+	t.Run("claim", func(t *testing.T) {
+		allocatorCrashingAgain(t, false, crashBeforeFirst[*messages.AllocClaim](engine.ChildAllocator))
+	})
+}
+
+func allocatorCrashingAgain(t *testing.T, noLease bool, crash actor.ReceiverMiddleware) {
 	e := newEngine(t, "", Config{hooks: enginetest.Hooks{ChildMiddleware: []actor.ReceiverMiddleware{
-		crashBeforeFirst[*messages.AllocAcquire](engine.ChildAllocator),
-		crashBeforeFirst[*messages.AllocRestore](engine.ChildAllocator),
-	}}})
+		crash, crashBeforeFirst[*messages.AllocRestore](engine.ChildAllocator),
+	}, NoIDLease: noLease}})
 	ctx := ctxT(t)
 	ids := map[lb.ServiceID]bool{}
 	for i := range 5 {

@@ -79,7 +79,8 @@ func (a *allocatorActor) reserve(msgs []any) {
 // while it waits for AllocRestore).
 func (a *allocatorActor) receive(ctx actor.Context, msg any, replies []any) []any {
 	switch msg.(type) {
-	case *messages.AllocAcquire, *messages.AllocRelease, *messages.AllocUnhold, *messages.AllocReserve, *messages.AllocDrop:
+	case *messages.AllocAcquire, *messages.AllocRelease, *messages.AllocUnhold, *messages.AllocReserve, *messages.AllocDrop,
+		*messages.AllocLease, *messages.AllocClaim:
 		if a.restarted {
 			a.waiting = append(a.waiting, queued{ctx.Sender(), msg})
 			return replies
@@ -136,6 +137,16 @@ func (a *allocatorActor) handle(msg any) any {
 		return &messages.AllocDone{ReqID: m.ReqID, Err: err}
 	case *messages.AllocDrop:
 		return &messages.AllocDone{ReqID: m.ReqID, Err: a.svc.DropReservation(m.Key)}
+	case *messages.AllocLease:
+		return a.lease(m)
+	case *messages.AllocClaim:
+		var errs []error
+		for _, b := range m.Bindings {
+			if err := a.svc.Claim(b.Key, lb.ServiceID(b.ID)); err != nil {
+				errs = append(errs, fmt.Errorf("claim leased service ID %d for %s: %w", b.ID, b.Key, err))
+			}
+		}
+		return &messages.AllocDone{ReqID: m.ReqID, Err: errors.Join(errs...)}
 	}
 	return nil
 }
@@ -165,6 +176,16 @@ func (a *allocatorActor) acquire(m *messages.AllocAcquire) *messages.AllocAcquir
 		return r
 	}
 	r.BackendIDs = ids
+	return r
+}
+
+// lease grants what it can: a full service ID space leases no service
+// ID, and backend IDs are leased only if all that were asked are free.
+func (a *allocatorActor) lease(m *messages.AllocLease) *messages.AllocLeased {
+	r := &messages.AllocLeased{ReqID: m.ReqID, ServiceIDs: a.svc.Lease(m.ServiceIDs)}
+	if ids, err := a.be.Take(m.BackendIDs); err == nil {
+		r.BackendIDs = ids
+	}
 	return r
 }
 
@@ -208,6 +229,11 @@ func (a *allocatorActor) restore(m *messages.AllocRestore) error {
 	for _, id := range m.BackendIDs {
 		if err := a.be.Claim(id); err != nil {
 			errs = append(errs, fmt.Errorf("restore: backend ID: %w", err))
+		}
+	}
+	for _, id := range m.Leased {
+		if err := a.svc.Hold(id); err != nil {
+			errs = append(errs, fmt.Errorf("restore: leased service ID: %w", err))
 		}
 	}
 	return errors.Join(errs...)

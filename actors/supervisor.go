@@ -47,7 +47,18 @@ type Config struct {
 	// Dispatcher runs the mailboxes of the keeper, the supervisor and the
 	// children (nil: protoactor's default, a goroutine per mailbox run).
 	Dispatcher actor.Dispatcher
+	// NoIDLease makes every new service and backend ask the allocator for
+	// its IDs (tests of that path); by default the supervisor keeps a
+	// lease of free IDs (engine.Config.LeaseServiceIDs).
+	NoIDLease bool
 }
+
+// The ID lease the supervisor keeps by default: enough for 64 new
+// services of 16 new backends between two refills.
+const (
+	leaseServiceIDs = 64
+	leaseBackendIDs = 1024
+)
 
 // dispatch is the props option of cfg's dispatcher.
 func (cfg Config) dispatch() actor.PropsOption {
@@ -127,10 +138,14 @@ func NewSupervisorProducer(cfg Config) actor.Producer {
 				cfg.OnUp()
 			}
 		}
-		s.core = engine.New(engine.Config{
+		ecfg := engine.Config{
 			Log: log, Restore: cfg.Restore, MaxResends: cfg.MaxResends, Restarts: restarts,
 			OnUp: onUp, OnDown: cfg.OnDown, OnRestoreFailed: cfg.OnRestoreFailed, OnBackendsLeft: cfg.OnBackendsLeft,
-		})
+		}
+		if !cfg.NoIDLease {
+			ecfg.LeaseServiceIDs, ecfg.LeaseBackendIDs = leaseServiceIDs, leaseBackendIDs
+		}
+		s.core = engine.New(ecfg)
 		s.strategy = actor.NewOneForOneStrategy(cfg.MaxRestarts, cfg.RestartWindow, actor.DefaultDecider)
 		return s
 	}

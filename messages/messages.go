@@ -438,6 +438,37 @@ type AllocRestore struct {
 	ReqID      uint64
 	Services   []AllocBinding
 	BackendIDs []lb.BackendID
+	// Leased are the service IDs of the supervisor's lease, not yet
+	// given to a frontend: held. (Its backend IDs are in BackendIDs.)
+	Leased []lb.ServiceID
+}
+
+// AllocLease asks for a lease of free IDs: up to ServiceIDs service IDs
+// (held for the supervisor until it claims them, AllocClaim, or gives
+// them back, AllocUnhold) and BackendIDs backend IDs (in use from then,
+// as AllocAcquire's are). The supervisor hands them out itself, so that a
+// new service does not wait for the allocator.
+type AllocLease struct {
+	ReqID      uint64
+	ServiceIDs int
+	BackendIDs int
+}
+
+// AllocLeased answers AllocLease: fewer IDs than asked when fewer are
+// free.
+type AllocLeased struct {
+	ReqID      uint64
+	ServiceIDs []lb.ServiceID
+	BackendIDs []lb.BackendID
+	Err        error
+}
+
+// AllocClaim binds leased service IDs to the frontends the supervisor
+// gave them to (Refs is ignored: 1). A binding the allocator holds already
+// is claimed again without change. Answered by AllocDone.
+type AllocClaim struct {
+	ReqID    uint64
+	Bindings []AllocBinding
 }
 
 // AllocReserve reserves ID for Key without claiming it (standalone revNAT
@@ -559,6 +590,12 @@ func (m *AllocRestore) RequestID() uint64 { return m.ReqID }
 func (m *AllocReserve) RequestID() uint64 { return m.ReqID }
 
 // RequestID returns the ID the reply echoes.
+func (m *AllocLease) RequestID() uint64 { return m.ReqID }
+
+// RequestID returns the ID the reply echoes.
+func (m *AllocClaim) RequestID() uint64 { return m.ReqID }
+
+// RequestID returns the ID the reply echoes.
 func (m *AllocDrop) RequestID() uint64 { return m.ReqID }
 
 // ReplyID returns the ID of the request answered.
@@ -578,6 +615,9 @@ func (m *AllocReleased) ReplyID() uint64 { return m.ReqID }
 
 // ReplyID returns the ID of the request answered.
 func (m *AllocDone) ReplyID() uint64 { return m.ReqID }
+
+// ReplyID returns the ID of the request answered.
+func (m *AllocLeased) ReplyID() uint64 { return m.ReqID }
 
 // Answer sends r (an UpsertReply).
 func (m *Upsert) Answer(r any) { m.Reply <- r.(UpsertReply) }

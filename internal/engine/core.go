@@ -43,6 +43,11 @@ type Config struct {
 	// the rest wait in the core. Zero means the defaults: 8, 1 and 1 s.
 	BulkChunk, BulkInFlight int
 	BulkWindow              time.Duration
+	// The ID lease (lease.go): how many service IDs and backend IDs the
+	// core keeps leased from the allocator, so that small ops take new
+	// IDs without a round trip to it. LeaseServiceIDs 0: no lease (every
+	// new ID is asked of the allocator).
+	LeaseServiceIDs, LeaseBackendIDs int
 }
 
 // Core is the engine's deterministic core: the table of services, the
@@ -74,6 +79,7 @@ type Core struct {
 	admitting  bool
 	lastSingle time.Time
 	intake     []*intakeCall              // large calls being taken in, oldest first (intake.go)
+	lease      idLease                    // IDs leased from the allocator (lease.go)
 	outbox     [numChildren][]*pendingReq // by childIndex
 	sending    []Outgoing                 // Ready's array, reused (valid until Advance)
 	answers    []Answer                   // reused once every answer was taken

@@ -234,7 +234,7 @@ func deleteFE(t *testing.T, fe string) *messages.DeleteByFrontend {
 func ok() func(messages.Request) any {
 	return func(r messages.Request) any {
 		switch r.(type) {
-		case *messages.AllocUnhold, *messages.AllocRestore, *messages.AllocReserve, *messages.AllocDrop:
+		case *messages.AllocUnhold, *messages.AllocRestore, *messages.AllocReserve, *messages.AllocDrop, *messages.AllocClaim:
 			return &messages.AllocDone{ReqID: r.RequestID()}
 		case *messages.AllocRelease:
 			return &messages.AllocReleased{ReqID: r.RequestID()}
@@ -261,6 +261,13 @@ func fail(err error) func(messages.Request) any {
 			return &messages.MaglevApplied{ReqID: r.RequestID(), Err: err}
 		}
 		return &messages.MapApplied{ReqID: r.RequestID(), Err: err}
+	}
+}
+
+// leased answers an AllocLease with these IDs.
+func leased(svcIDs []lb.ServiceID, backendIDs []lb.BackendID) func(messages.Request) any {
+	return func(r messages.Request) any {
+		return &messages.AllocLeased{ReqID: r.RequestID(), ServiceIDs: svcIDs, BackendIDs: backendIDs}
 	}
 }
 
@@ -363,13 +370,26 @@ func printRequest(r messages.Request) string {
 	case *messages.AllocRelease:
 		return "release services " + list(m.Frontends, lb.L3n4Addr.String)
 	case *messages.AllocUnhold:
+		if len(m.ServiceIDs) > 0 {
+			return "unhold services " + list(m.ServiceIDs, func(id lb.ServiceID) string { return fmt.Sprint(id) }) +
+				" backends " + list(m.BackendIDs, func(id lb.BackendID) string { return fmt.Sprint(id) })
+		}
 		return "unhold " + list(m.BackendIDs, func(id lb.BackendID) string { return fmt.Sprint(id) })
+	case *messages.AllocLease:
+		return fmt.Sprintf("lease %d services %d backends", m.ServiceIDs, m.BackendIDs)
+	case *messages.AllocClaim:
+		return "claim " + list(m.Bindings, func(b messages.AllocBinding) string { return fmt.Sprintf("%s=%d", b.Key, b.ID) })
 	case *messages.AllocRestore:
 		binding := func(b messages.AllocBinding) string { return fmt.Sprintf("%s=%d×%d", b.Key, b.ID, b.Refs) }
 		svcs, bes := slices.Clone(m.Services), slices.Clone(m.BackendIDs)
 		slices.SortFunc(svcs, func(a, b messages.AllocBinding) int { return int(a.ID) - int(b.ID) })
 		slices.Sort(bes)
-		return "restore services " + list(svcs, binding) + " backends " + list(bes, func(id lb.BackendID) string { return fmt.Sprint(id) })
+		s := "restore services " + list(svcs, binding) + " backends " + list(bes, func(id lb.BackendID) string { return fmt.Sprint(id) })
+		if len(m.Leased) > 0 {
+			leased := slices.Sorted(slices.Values(m.Leased))
+			s += " leased " + list(leased, func(id lb.ServiceID) string { return fmt.Sprint(id) })
+		}
+		return s
 	case *messages.AllocReserve:
 		return fmt.Sprintf("reserve %d for %s", m.ID, m.Key)
 	case *messages.AllocDrop:

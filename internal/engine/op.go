@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/maps"
 	"github.com/actorlb/actorlb/messages"
 )
@@ -78,6 +79,9 @@ type op struct {
 	// back or put in the table: counted when a restarted allocator is
 	// restored (the backends an op holds are in the backend index).
 	svcHolds []messages.AllocBinding
+	// leased are the service IDs the op took from the core's lease and
+	// has not claimed yet (lease.go): held for a restarted allocator.
+	leased []lb.ServiceID
 	// freed backend IDs the op unbound: in use in the allocator until their
 	// entries are gone.
 	freed []uint32
@@ -308,6 +312,7 @@ func (c *Core) abortAll(err error) {
 	c.queues = map[qkey]queue{}
 	c.bulkRing, c.bulkBusy = nil, 0
 	c.outbox = [numChildren][]*pendingReq{}
+	c.lease = idLease{} // the ops that waited for it are aborted; the next snapshot forgets it
 }
 
 // on makes a step's send from a method of plan type P. Step tables are

@@ -315,6 +315,7 @@ func (p *repairPlan) finish(c *Core, _ *op, err error) {
 	// and the caller waiting on the gate need not wait for it (100k
 	// bindings for 10k services of 10 backends).
 	c.snapshotAllocator((*Core).failServing)
+	c.refillLease() // behind the snapshot
 	c.replayDeferred()
 }
 

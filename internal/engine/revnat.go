@@ -57,7 +57,10 @@ func (p *revNATAddPlan) reserve(c *Core, o *op) {
 	if p.known {
 		return
 	}
-	c.request(o, ChildAllocator, 0, replyErr, &messages.AllocReserve{ReqID: c.reqID(), Key: p.addr, ID: p.id})
+	c.afterLease(o, func() { // the refill may bring p.id
+		c.unlease(o, p.id)
+		c.request(o, ChildAllocator, 0, replyErr, &messages.AllocReserve{ReqID: c.reqID(), Key: p.addr, ID: p.id})
+	})
 }
 
 func (p *revNATAddPlan) write(c *Core, o *op) {

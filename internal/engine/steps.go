@@ -29,6 +29,7 @@ const (
 	StepRebuild            = "rebuild"
 	StepInstall            = "install"
 	StepRestoreAllocator   = "restore allocator"
+	StepLeaseIDs           = "lease IDs"
 	StepReconcile          = "reconcile maps"
 	StepRollbackBackends   = "roll back: write backends and revNAT"
 	StepRollbackService    = "roll back: write service"

@@ -158,8 +158,10 @@ func (c *Core) resend(id uint64, p *pendingReq) {
 // service bindings (standalone revNAT IDs reserved, and the service IDs
 // ops in flight hold) and the backend IDs in use: every backend the index
 // binds (in use by a service or held by an op) and the IDs ops freed and
-// have not let be reused yet.
-func (c *Core) allocBindings() (svcs []messages.AllocBinding, bes []lb.BackendID) {
+// have not let be reused yet; and the service IDs of the lease and those
+// ops took from it and have not claimed (held; its backend IDs are in
+// bes).
+func (c *Core) allocBindings() (svcs []messages.AllocBinding, bes []lb.BackendID, leased []lb.ServiceID) {
 	svcs = make([]messages.AllocBinding, 0, c.services.len()+len(c.standalone))
 	for id, s := range c.services.all {
 		svcs = append(svcs, messages.AllocBinding{Key: s.frontend(), ID: uint64(id), Refs: 1})
@@ -171,19 +173,22 @@ func (c *Core) allocBindings() (svcs []messages.AllocBinding, bes []lb.BackendID
 	for _, u := range c.users.All {
 		bes = append(bes, u.id)
 	}
-	// An op that holds IDs always awaits a reply.
-	seen := map[*op]bool{}
+	// An op that holds IDs always awaits a reply, or the lease.
+	ops := map[*op]bool{}
 	for _, p := range c.reqs.all {
-		if seen[p.op] {
-			continue
-		}
-		seen[p.op] = true
-		svcs = append(svcs, p.op.svcHolds...)
-		for _, id := range p.op.freed {
+		ops[p.op] = true
+	}
+	for _, w := range c.lease.waiting {
+		ops[w.o] = true
+	}
+	for o := range ops {
+		svcs = append(svcs, o.svcHolds...)
+		for _, id := range o.freed {
 			bes = append(bes, lb.BackendID(id))
 		}
 	}
-	return svcs, bes
+	leased, bes = c.leaseBindings(bes, ops)
+	return svcs, bes, leased
 }
 
 // snapshotPlan sends the allocator its state, rebuilt from the table and
@@ -197,9 +202,9 @@ type snapshotPlan struct {
 // snapshotAllocator begins the op that restores the allocator from the
 // table (after an allocator restart, or at the end of restore).
 func (c *Core) snapshotAllocator(failed func(c *Core, err error)) {
-	svcs, bes := c.allocBindings()
+	svcs, bes, leased := c.allocBindings()
 	c.begin(&op{plan: &snapshotPlan{
-		msg:    &messages.AllocRestore{Services: svcs, BackendIDs: bes},
+		msg:    &messages.AllocRestore{Services: svcs, BackendIDs: bes, Leased: leased},
 		failed: failed,
 	}})
 }

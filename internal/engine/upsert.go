@@ -54,7 +54,10 @@ type upsertItem struct {
 	maxSlots      int                 // slots to clear beyond the service's own
 	maxInner      int                 // the same at the internal scope (two scopes)
 	acquired      bool                // holds its IDs (or needed none)
-	err           error               // this service failed alone
+	// leased: its service ID came from the core's lease; claimed: the
+	// allocator was told (lease.go).
+	leased, claimed bool
+	err             error // this service failed alone
 }
 
 func (c *Core) upsertOp(specs []*lb.Service, to *waiter, slots []int) *op {
@@ -210,18 +213,15 @@ func (p *upsertPlan) live(yield func(*upsertItem) bool) {
 // it meanwhile; the others (it.fresh), and a new service's ID, are asked
 // of the allocator.
 func (p *upsertPlan) acquireIDs(c *Core, o *op) {
-	folded := func(o *op, i int, reply any) error { return p.acquired(c, o, i, reply) }
+	folded := p.folder(c)
+	lease := c.leaseServes(p)
+	if lease {
+		defer c.refillLease()
+	}
 	for i := range p.items {
 		it := &p.items[i]
 		if it.err != nil || it.svc == nil || it.acquired {
 			continue
-		}
-		fresh := it.acquire // most often all of them (a new service): no copy
-		if len(it.fresh) < len(it.acquire) {
-			fresh = make([]lb.L3n4Addr, len(it.fresh))
-			for n, j := range it.fresh {
-				fresh[n] = it.acquire[j]
-			}
 		}
 		it.holding = len(it.acquire)
 		for j, isFresh := range it.acquireFresh {
@@ -244,17 +244,48 @@ func (p *upsertPlan) acquireIDs(c *Core, o *op) {
 			p.unholdAll(c, o, it)
 			continue
 		}
-		if it.old != nil && len(fresh) == 0 {
+		if it.old != nil && len(it.fresh) == 0 {
 			it.acquired = true
 			continue
 		}
-		if it.old == nil {
-			p.asked++
+		if lease {
+			if p.fromLease(c, o, i) {
+				continue
+			}
+			c.refillLease() // the lease is short: this service may wait for it
+			if c.waitForLease(p, o, i) {
+				continue
+			}
 		}
-		c.request(o, ChildAllocator, i, folded, &messages.AllocAcquire{
-			ReqID: c.reqID(), Service: it.old == nil, Frontend: it.svc.Frontend(), WantID: it.spec.Frontend.ID, Backends: fresh,
-		})
+		p.ask(c, o, i, folded)
 	}
+}
+
+// folder returns the fold of p's acquire replies.
+func (p *upsertPlan) folder(c *Core) fold {
+	return func(o *op, i int, reply any) error { return p.acquired(c, o, i, reply) }
+}
+
+// ask asks the allocator for item i's IDs: a new service's, and its fresh
+// backends'.
+func (p *upsertPlan) ask(c *Core, o *op, i int, folded fold) {
+	it := &p.items[i]
+	fresh := it.acquire // most often all of them (a new service): no copy
+	if len(it.fresh) < len(it.acquire) {
+		fresh = make([]lb.L3n4Addr, len(it.fresh))
+		for n, j := range it.fresh {
+			fresh[n] = it.acquire[j]
+		}
+	}
+	if it.old == nil {
+		p.asked++
+		if want := it.spec.Frontend.ID; want != 0 {
+			c.unlease(o, want)
+		}
+	}
+	c.request(o, ChildAllocator, i, folded, &messages.AllocAcquire{
+		ReqID: c.reqID(), Service: it.old == nil, Frontend: it.svc.Frontend(), WantID: it.spec.Frontend.ID, Backends: fresh,
+	})
 }
 
 // acquired folds the allocator's answer for item i: the fresh IDs are
@@ -264,29 +295,40 @@ func (p *upsertPlan) acquireIDs(c *Core, o *op) {
 func (p *upsertPlan) acquired(c *Core, o *op, i int, reply any) error {
 	it := &p.items[i]
 	rep := reply.(*messages.AllocAcquired)
+	if rep.Err != nil && errors.Is(rep.Err, ErrIDSpaceExhausted) && c.leaseServes(p) && p.fromLease(c, o, i) {
+		return nil // the lease took the last free IDs while this waited
+	}
 	if rep.Err != nil {
 		it.err = fmt.Errorf("%s: %w", StepAcquire, rep.Err)
 		p.unholdAll(c, o, it)
 		return nil
 	}
 	if len(rep.BackendIDs) != len(it.fresh) {
-		return fmt.Errorf("%s: the allocator gave %d backend IDs for %d backends", StepAcquire, len(rep.BackendIDs), len(it.fresh))
+		return fmt.Errorf("the allocator gave %d backend IDs for %d backends", len(rep.BackendIDs), len(it.fresh)) // the op's error: the step prefixes it
 	}
-	it.acquired = true
 	if it.old == nil {
 		if o.svcHolds == nil {
 			o.svcHolds = make([]messages.AllocBinding, 0, p.asked)
 		}
-		it.svc.Spec.Frontend.ID = rep.ServiceID
 		o.svcHolds = append(o.svcHolds, messages.AllocBinding{Key: it.svc.Frontend(), ID: uint64(rep.ServiceID), Refs: 1})
 	}
+	p.grant(c, o, it, rep.ServiceID, rep.BackendIDs)
+	return nil
+}
+
+// grant gives it its IDs, from the allocator or the lease: the service
+// ID id (a new service) and ids for its fresh backends, bound at once.
+func (p *upsertPlan) grant(c *Core, o *op, it *upsertItem, id lb.ServiceID, ids []lb.BackendID) {
+	it.acquired = true
+	if it.old == nil {
+		it.svc.Spec.Frontend.ID = id
+	}
 	for n, j := range it.fresh {
-		k, id := it.acquire[j], rep.BackendIDs[n]
+		k, id := it.acquire[j], ids[n]
 		c.bindHeld(addrkey.BackendOf(k), id)
 		it.svc.BackendIDs[it.acquireIdx[j]] = id
 	}
 	it.freshHeld = true
-	return nil
 }
 
 // acquireFresh yields the index of each backend of acquire, in order,
@@ -332,6 +374,7 @@ func (p *upsertPlan) unholdAll(c *Core, o *op, it *upsertItem) {
 // would allocate twice that.
 
 func (p *upsertPlan) writeBackends(c *Core, o *op) {
+	p.claimLeased(c, o)
 	var nbe [2]int
 	nsvc := 0
 	for it := range p.live {
@@ -533,7 +576,11 @@ func (p *upsertPlan) rollbackRelease(c *Core, o *op) {
 	var fes []lb.L3n4Addr
 	for it := range p.live {
 		p.unholdAll(c, o, it)
-		if it.acquired && it.old == nil {
+		switch {
+		case !it.acquired || it.old != nil:
+		case it.leased && !it.claimed:
+			c.unclaimedBack(o, it)
+		default:
 			fes = append(fes, it.svc.Frontend())
 		}
 	}

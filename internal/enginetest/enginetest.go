@@ -16,6 +16,10 @@ type Hooks struct {
 	// SupervisorMiddleware to the supervisor (failure injection).
 	ChildMiddleware      []actor.ReceiverMiddleware
 	SupervisorMiddleware []actor.ReceiverMiddleware
+	// NoIDLease makes every new service and backend ask the allocator
+	// for its IDs (the supervisor keeps no lease of free IDs): tests of
+	// that path.
+	NoIDLease bool
 	// Maps, if set, is called with the engine's maps once they are open,
 	// before New returns, for tests that read them while the engine runs
 	// (a datapath-like reader, lookups, counters). Never write them: their

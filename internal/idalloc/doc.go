@@ -21,12 +21,15 @@
 //	free ──Restore──▶ reserved (refs 0) ──Acquire/AcquireID same key──▶ bound
 //	reserved ──DropReservation──▶ free
 //	free ──Hold──▶ held ──Unhold──▶ free
+//	free ──Lease──▶ held ──Claim──▶ bound (refs 1)
 //
 // A reserved ID belongs to its key: a fresh Acquire for another key never
 // gets it. A held ID belongs to nobody but is not handed out either; the
 // owner holds an ID while the map entries of its previous owner are being
 // deleted, so an ID is never given to a new key while a map still has
-// entries for the old one. Zero is never handed out.
+// entries for the old one. Lease holds free IDs for a client that binds
+// them itself (without a round trip to the owner) and tells the owner
+// with Claim. Zero is never handed out.
 //
 // Acquire searches for a free ID from a cursor that moves forward past every
 // ID it hands out and rolls over from max to 1, so a freed ID is reused as

@@ -28,6 +28,10 @@ var (
 	// held (see Allocator.Hold).
 	ErrIDHeld = errors.New("id held")
 
+	// ErrNotLeased is returned by Claim for an ID that is neither held (a
+	// lease's) nor already the key's.
+	ErrNotLeased = errors.New("id not leased")
+
 	// ErrNotFound is returned by Release for a key without a claimed binding
 	// (unknown, or only an unclaimed reservation) and by DropReservation for
 	// an unknown key.

@@ -134,6 +134,55 @@ func (a *Allocator[K, I]) AcquireID(key K, id I) (created bool, err error) {
 	return true, nil
 }
 
+// Lease holds up to n free IDs, found from the cursor as Acquire finds
+// them, and returns them in that order: a lease the owner hands to a
+// client, which binds them itself and tells the owner with Claim. A
+// leased ID is held (see Hold) until it is claimed or unheld; fewer than
+// n come back when fewer are free (none: the space is full). The cursor
+// moves past the last one.
+func (a *Allocator[K, I]) Lease(n int) []I {
+	var out []I
+	id := a.cursor
+	for len(out) < n && a.unavailable() < uint64(a.max) {
+		for a.taken(id) { // ends: some ID is free
+			id = a.next(id)
+		}
+		if a.held == nil {
+			a.held = make(map[I]struct{})
+		}
+		a.held[id] = struct{}{}
+		out = append(out, id)
+		id = a.next(id)
+	}
+	a.cursor = id
+	return out
+}
+
+// Claim binds key to id, an ID of a lease (held), with reference count 1.
+// Claiming an ID key owns already, claimed, changes nothing: a claim sent
+// again, or one that a restored binding made before it.
+//
+// Errors: id neither held nor key's: ErrNotLeased; key owns another id:
+// *KeyBoundError; id 0 or > max: ErrIDOutOfRange.
+func (a *Allocator[K, I]) Claim(key K, id I) error {
+	if err := a.checkRange(id); err != nil {
+		return err
+	}
+	if e, ok := a.keys.Get(key); ok {
+		if e.id == id && e.refs > 0 {
+			return nil
+		}
+		return &KeyBoundError{Key: key, ID: uint64(e.id), Reserved: e.refs == 0}
+	}
+	if !a.Held(id) {
+		return fmt.Errorf("%w: id %d for %v", ErrNotLeased, id, key)
+	}
+	a.Unhold(id)
+	a.keys.Set(key, entry[I]{id: id, refs: 1})
+	a.used.add(uint64(id))
+	return nil
+}
+
 // Release decrements key's reference count. At zero the binding is removed
 // and the ID becomes free; Release returns the ID and whether it was freed.
 // If the ID's map entries are deleted after this call, Hold it until they

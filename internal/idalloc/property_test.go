@@ -135,6 +135,43 @@ func (m *model) hold(id int) error {
 	return nil
 }
 
+func (m *model) lease(n int) []uint16 {
+	var out []uint16
+	for len(out) < n {
+		found := false
+		for i := range m.max {
+			id := (m.cursor-1+i)%m.max + 1
+			if m.owner[id] == "" && !m.held[id] {
+				m.held[id] = true
+				out = append(out, uint16(id))
+				m.cursor = id%m.max + 1
+				found = true
+				break
+			}
+		}
+		if !found {
+			break
+		}
+	}
+	return out
+}
+
+func (m *model) claim(key string, id int) error {
+	switch {
+	case !m.inRange(id):
+		return idalloc.ErrIDOutOfRange
+	case m.owner[id] == key && m.refs[id] > 0:
+		return nil
+	case m.idOf(key) != 0:
+		return idalloc.ErrKeyBound
+	case !m.held[id]:
+		return idalloc.ErrNotLeased
+	}
+	m.held[id] = false
+	m.owner[id], m.refs[id] = key, 1
+	return nil
+}
+
 func (m *model) unhold(id int) {
 	if m.inRange(id) {
 		m.held[id] = false
@@ -237,10 +274,23 @@ func TestAgainstModel(t *testing.T) {
 				k := key()
 				what = "DropReservation(" + k + ")"
 				sameErr(t, m.drop(k), a.DropReservation(k), step, what)
-			case r < 93:
+			case r < 91:
 				i := id()
 				what = "Hold(" + strconv.Itoa(i) + ")"
 				sameErr(t, m.hold(i), a.Hold(uint16(i)), step, what)
+			case r < 95:
+				n := rng.IntN(4)
+				what = "Lease(" + strconv.Itoa(n) + ")"
+				require.Equal(t, m.lease(n), a.Lease(n), "step %d: %s", step, what)
+			case r < 97:
+				k, i := key(), id()
+				for j := 1; j <= max && rng.IntN(2) == 0; j++ { // a leased ID, most often
+					if m.held[j] {
+						i = j
+					}
+				}
+				what = "Claim(" + k + "," + strconv.Itoa(i) + ")"
+				sameErr(t, m.claim(k, i), a.Claim(k, uint16(i)), step, what)
 			default:
 				i := id()
 				what = "Unhold(" + strconv.Itoa(i) + ")"

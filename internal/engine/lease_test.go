@@ -1,0 +1,159 @@
+package engine
+
+import (
+	"testing"
+
+	lb "github.com/actorlb/actorlb/loadbalancer"
+	"github.com/actorlb/actorlb/messages"
+)
+
+// newLeaseHarness returns a core restored from empty maps with a lease of
+// ns service IDs and nb backend IDs: once it serves it asks for the
+// lease, behind the allocator's snapshot; the test answers with svcIDs
+// and beIDs.
+func newLeaseHarness(t *testing.T, ns, nb int, svcIDs []lb.ServiceID, beIDs []lb.BackendID) *harness {
+	t.Helper()
+	h := newIdleHarness(t, func(c *Config) { c.LeaseServiceIDs, c.LeaseBackendIDs = ns, nb })
+	h.step(Start{})
+	h.dumpEmptyMaps()
+	h.syncMaglev("maglev: sync []")
+	h.expect("alloc: restore services [] backends []", "alloc: lease 4 services 8 backends")
+	h.reply("alloc", done())
+	h.reply("alloc", leased(svcIDs, beIDs))
+	h.expectEvents("up")
+	return h
+}
+
+// A new service takes its service ID and its backends' IDs from the
+// lease: no acquire. The allocator is told which frontend got the
+// service ID beside the backend writes, and the lease is refilled once
+// half of it is used.
+func TestScriptLeaseCreatesWithoutAskingTheAllocator(t *testing.T) {
+	h := newLeaseHarness(t, 4, 8, []lb.ServiceID{7, 8, 9, 10}, []lb.BackendID{100, 101, 102, 103, 104, 105, 106, 107})
+	h.call(upsert(svc(t, "10.96.0.1:80", "10.0.1.1:8080", "10.0.1.2:8080")))
+	h.expect("alloc: claim [10.96.0.1:80/TCP=7]", "be4: write [100=10.0.1.1:8080 101=10.0.1.2:8080]", "revnat: write [7=10.96.0.1:80]")
+	h.reply("alloc", done())
+	h.reply("be4", ok())
+	h.reply("revnat", ok())
+	h.expect("svc4: write [10.96.0.1:80/TCP#1 10.96.0.1:80/TCP#2 10.96.0.1:80/TCP#0]")
+	h.reply("svc4", ok())
+	h.expectAnswers("upsert: id 7 created true")
+
+	// The second service leaves 2 service IDs and 4 backend IDs: half of
+	// each; the refill asks for what was used.
+	h.call(upsert(svc(t, "10.96.0.2:80", "10.0.1.3:8080", "10.0.1.4:8080")))
+	h.expect("alloc: lease 2 services 4 backends", "alloc: claim [10.96.0.2:80/TCP=8]",
+		"be4: write [102=10.0.1.3:8080 103=10.0.1.4:8080]", "revnat: write [8=10.96.0.2:80]")
+	h.reply("alloc", leased([]lb.ServiceID{11, 12}, []lb.BackendID{108, 109, 110, 111}))
+	h.reply("alloc", done())
+	h.reply("be4", ok())
+	h.reply("revnat", ok())
+	h.expect("svc4: write [10.96.0.2:80/TCP#1 10.96.0.2:80/TCP#2 10.96.0.2:80/TCP#0]")
+	h.reply("svc4", ok())
+	h.expectAnswers("upsert: id 8 created true")
+	if got := len(h.c.lease.svc); got != 4 {
+		t.Fatalf("lease holds %d service IDs, want 4", got)
+	}
+
+	// A restarted allocator is told the lease: its service IDs held, its
+	// backend IDs in use.
+	h.step(ChildStopped{Child: ChildAllocator})
+	h.expect("alloc: restore services [10.96.0.1:80/TCP=7×1 10.96.0.2:80/TCP=8×1] backends [100 101 102 103 104 105 106 107 108 109 110 111] leased [9 10 11 12]")
+	h.reply("alloc", done())
+}
+
+// A service asking for an ID the lease holds gets it: the core takes it
+// out of its lease and the allocator unholds it before the acquire.
+func TestScriptLeaseGivesUpAWantedID(t *testing.T) {
+	h := newLeaseHarness(t, 4, 8, []lb.ServiceID{7, 8, 9, 10}, []lb.BackendID{100, 101, 102, 103, 104, 105, 106, 107})
+	s := svc(t, "10.96.0.1:80", "10.0.1.1:8080")
+	s.Frontend.ID = 9
+	h.call(upsert(s))
+	h.expect("alloc: unhold services [9] backends []", "alloc: acquire service 10.96.0.1:80/TCP id 9 backends [10.0.1.1:8080/TCP]")
+	h.reply("alloc", done())
+	h.reply("alloc", acquired(9, 1))
+	h.expect("be4: write [1=10.0.1.1:8080]", "revnat: write [9=10.96.0.1:80]")
+	h.reply("be4", ok())
+	h.reply("revnat", ok())
+	h.expect("svc4: write [10.96.0.1:80/TCP#1 10.96.0.1:80/TCP#0]")
+	h.reply("svc4", ok())
+	h.expectAnswers("upsert: id 9 created true")
+	h.step(ChildStopped{Child: ChildAllocator})
+	h.expect("alloc: restore services [10.96.0.1:80/TCP=9×1] backends [1 100 101 102 103 104 105 106 107] leased [7 8 10]")
+	h.reply("alloc", done())
+}
+
+// An op that fails before it claimed the service ID it took from the
+// lease puts the ID back in the lease (the allocator still holds it for
+// the core); the backend IDs it bound are freed as acquired ones are.
+// The next new service gets that service ID.
+func TestScriptLeaseRollbackBeforeTheClaimPutsTheServiceIDBack(t *testing.T) {
+	h := newLeaseHarness(t, 4, 8, []lb.ServiceID{7, 8, 9, 10}, []lb.BackendID{100, 101, 102, 103, 104, 105, 106, 107})
+	a, b := svc(t, "10.96.0.1:80", "10.0.1.1:8080"), svc(t, "10.96.0.2:80", "10.0.1.2:8080")
+	b.Frontend.ID = 50 // not in the lease: asked of the allocator
+	h.call(&messages.UpsertBatch{Services: []*lb.Service{a, b}, Reply: make(chan messages.UpsertBatchReply, 1)})
+	h.expect("alloc: acquire service 10.96.0.2:80/TCP id 50 backends [10.0.1.2:8080/TCP]")
+	// An answer that breaks the protocol fails the op (no ID for the backend).
+	h.reply("alloc", acquired(50))
+	h.expect("svc4: write [] delete [10.96.0.1:80/TCP#0 10.96.0.1:80/TCP#1]")
+	h.reply("svc4", ok())
+	h.expect("revnat: write [] delete [7]")
+	h.reply("revnat", ok())
+	h.expect("be4: write [] delete [100]")
+	h.reply("be4", ok())
+	h.expect("alloc: unhold [100]")
+	h.reply("alloc", done())
+	h.expectAnswers("upsert batch: [error: upsert service 10.96.0.1:80/TCP: acquire IDs: the allocator gave 0 backend IDs for 1 backends error: upsert service 10.96.0.2:80/TCP: acquire IDs: the allocator gave 0 backend IDs for 1 backends]")
+
+	h.step(ChildStopped{Child: ChildAllocator})
+	h.expect("alloc: restore services [] backends [101 102 103 104 105 106 107] leased [7 8 9 10]")
+	h.reply("alloc", done())
+	create := upsert(svc(t, "10.96.0.3:80", "10.0.1.3:8080"))
+	h.call(create)
+	h.expect("alloc: claim [10.96.0.3:80/TCP=8]", "be4: write [101=10.0.1.3:8080]", "revnat: write [8=10.96.0.3:80]")
+}
+
+// A service that comes while the first lease is asked for waits for it
+// rather than asking the allocator: it gets the lease's first ID, as it
+// would have from the allocator.
+func TestScriptLeaseServiceWaitsForTheRefillInFlight(t *testing.T) {
+	h := newIdleHarness(t, func(c *Config) { c.LeaseServiceIDs, c.LeaseBackendIDs = 4, 8 })
+	h.step(Start{})
+	h.dumpEmptyMaps()
+	h.syncMaglev("maglev: sync []")
+	h.expect("alloc: restore services [] backends []", "alloc: lease 4 services 8 backends")
+	h.reply("alloc", done())
+	h.expectEvents("up")
+	h.call(upsert(svc(t, "10.96.0.1:80", "10.0.1.1:8080")))
+	h.expect() // nothing until the lease is in
+	h.reply("alloc", leased([]lb.ServiceID{1, 2, 3, 4}, []lb.BackendID{1, 2, 3, 4, 5, 6, 7, 8}))
+	h.expect("alloc: claim [10.96.0.1:80/TCP=1]", "be4: write [1=10.0.1.1:8080]", "revnat: write [1=10.96.0.1:80]")
+	h.reply("alloc", done())
+	h.reply("be4", ok())
+	h.reply("revnat", ok())
+	h.expect("svc4: write [10.96.0.1:80/TCP#1 10.96.0.1:80/TCP#0]")
+	h.reply("svc4", ok())
+	h.expectAnswers("upsert: id 1 created true")
+}
+
+// The allocator restarts while a service waits for the lease: the
+// snapshot counts what the waiting op holds, and the refill is sent again
+// after it.
+func TestScriptLeaseAllocatorRestartWhileAServiceWaits(t *testing.T) {
+	h := newLeaseHarness(t, 4, 8, []lb.ServiceID{1, 2, 3, 4}, []lb.BackendID{1, 2, 3, 4, 5, 6})
+	// Two services take 2 service IDs and 6 backend IDs: the refill is
+	// asked for, and the third service waits for it.
+	h.call(&messages.UpsertBatch{Services: []*lb.Service{
+		svc(t, "10.96.0.1:80", "10.0.1.1:8080", "10.0.1.2:8080", "10.0.1.3:8080"),
+		svc(t, "10.96.0.2:80", "10.0.1.4:8080", "10.0.1.5:8080", "10.0.1.6:8080"),
+		svc(t, "10.96.0.3:80", "10.0.1.7:8080"),
+	}, Reply: make(chan messages.UpsertBatchReply, 1)})
+	h.expect("alloc: lease 2 services 8 backends")
+	h.step(ChildFailed{Child: ChildAllocator, Failed: h.lose("alloc")})
+	h.expect("alloc: restore services [] backends [1 2 3 4 5 6] leased [1 2 3 4]", "alloc: lease 2 services 8 backends")
+	h.reply("alloc", done())
+	h.reply("alloc", leased([]lb.ServiceID{5, 6}, []lb.BackendID{7, 8, 9, 10, 11, 12, 13, 14}))
+	h.expect("alloc: claim [10.96.0.1:80/TCP=1 10.96.0.2:80/TCP=2 10.96.0.3:80/TCP=3]",
+		"be4: write [1=10.0.1.1:8080 2=10.0.1.2:8080 3=10.0.1.3:8080 4=10.0.1.4:8080 5=10.0.1.5:8080 6=10.0.1.6:8080 7=10.0.1.7:8080]",
+		"revnat: write [1=10.96.0.1:80 2=10.96.0.2:80 3=10.96.0.3:80]")
+}
