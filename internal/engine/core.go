@@ -44,9 +44,9 @@ type Config struct {
 	BulkChunk, BulkInFlight int
 	BulkWindow              time.Duration
 	// The ID lease (lease.go): how many service IDs and backend IDs the
-	// core keeps leased from the allocator, so that small ops take new
-	// IDs without a round trip to it. LeaseServiceIDs 0: no lease (every
-	// new ID is asked of the allocator).
+	// core keeps leased from the allocator, so that single-service calls
+	// take new IDs without a round trip to it. LeaseServiceIDs 0: no lease
+	// (every new ID is asked of the allocator).
 	LeaseServiceIDs, LeaseBackendIDs int
 }
 

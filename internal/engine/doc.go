@@ -33,12 +33,11 @@
 //     upsert acquired and has not committed, held in the backend index
 //     (users.held: the index binds each backend to its ID, the allocator
 //     keeps only which backend IDs are in use); and the backend IDs an op
-//     unbound, in use until their entries are deleted (op.freed); and
-//     the service IDs an op took from the lease and has not claimed
-//     (op.leased).
+//     unbound, in use until their entries are deleted (op.freed).
 //   - lease: free IDs the allocator granted the core in advance
-//     (idLease, lease.go), which it gives to the services of small ops
-//     without a round trip, and claims (AllocClaim) beside their writes.
+//     (idLease, lease.go), which it gives to the services of
+//     single-service calls without a round trip, and claims (AllocClaim)
+//     beside their writes.
 //   - snapshot: the allocator's whole state computed from the table,
 //     the backend index, the holds and the lease (allocBindings), sent
 //     after an allocator crash and at the end of restore ahead of every

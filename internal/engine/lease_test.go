@@ -83,34 +83,57 @@ func TestScriptLeaseGivesUpAWantedID(t *testing.T) {
 	h.reply("alloc", done())
 }
 
-// An op that fails before it claimed the service ID it took from the
-// lease puts the ID back in the lease (the allocator still holds it for
-// the core); the backend IDs it bound are freed as acquired ones are.
-// The next new service gets that service ID.
-func TestScriptLeaseRollbackBeforeTheClaimPutsTheServiceIDBack(t *testing.T) {
+// A batch of more than one service asks the allocator, as without the
+// lease (one round trip for the run); the lease is left for single calls.
+func TestScriptLeaseServesOnlySingleServiceCalls(t *testing.T) {
 	h := newLeaseHarness(t, 4, 8, []lb.ServiceID{7, 8, 9, 10}, []lb.BackendID{100, 101, 102, 103, 104, 105, 106, 107})
 	a, b := svc(t, "10.96.0.1:80", "10.0.1.1:8080"), svc(t, "10.96.0.2:80", "10.0.1.2:8080")
-	b.Frontend.ID = 50 // not in the lease: asked of the allocator
 	h.call(&messages.UpsertBatch{Services: []*lb.Service{a, b}, Reply: make(chan messages.UpsertBatchReply, 1)})
-	h.expect("alloc: acquire service 10.96.0.2:80/TCP id 50 backends [10.0.1.2:8080/TCP]")
-	// An answer that breaks the protocol fails the op (no ID for the backend).
-	h.reply("alloc", acquired(50))
+	h.expect(
+		"alloc: acquire service 10.96.0.1:80/TCP backends [10.0.1.1:8080/TCP]",
+		"alloc: acquire service 10.96.0.2:80/TCP backends [10.0.1.2:8080/TCP]",
+	)
+	h.reply("alloc", acquired(11, 1))
+	h.reply("alloc", acquired(12, 2))
+	h.expect("be4: write [1=10.0.1.1:8080 2=10.0.1.2:8080]", "revnat: write [11=10.96.0.1:80 12=10.96.0.2:80]")
+	h.reply("be4", ok())
+	h.reply("revnat", ok())
+	h.expect("svc4: write [10.96.0.1:80/TCP#1 10.96.0.1:80/TCP#0 10.96.0.2:80/TCP#1 10.96.0.2:80/TCP#0]")
+	h.reply("svc4", ok())
+	h.expectAnswers("upsert batch: [id 11 created true id 12 created true]")
+	h.step(ChildStopped{Child: ChildAllocator})
+	h.expect("alloc: restore services [10.96.0.1:80/TCP=11×1 10.96.0.2:80/TCP=12×1] backends [1 2 100 101 102 103 104 105 106 107] leased [7 8 9 10]")
+	h.reply("alloc", done())
+}
+
+// A service from the lease whose service write keeps failing is rolled
+// back: its service ID, claimed, is released as an acquired one; its
+// backend ID is freed and let be reused.
+func TestScriptLeaseRollbackReleasesTheClaimedServiceID(t *testing.T) {
+	h := newLeaseHarness(t, 4, 8, []lb.ServiceID{7, 8, 9, 10}, []lb.BackendID{100, 101, 102, 103, 104, 105, 106, 107})
+	h.call(upsert(svc(t, "10.96.0.1:80", "10.0.1.1:8080")))
+	h.expect("alloc: claim [10.96.0.1:80/TCP=7]", "be4: write [100=10.0.1.1:8080]", "revnat: write [7=10.96.0.1:80]")
+	h.reply("alloc", done())
+	h.reply("be4", ok())
+	h.reply("revnat", ok())
+	for range 1 + mapRetries {
+		h.expect("svc4: write [10.96.0.1:80/TCP#1 10.96.0.1:80/TCP#0]")
+		h.reply("svc4", fail(errBusy))
+	}
 	h.expect("svc4: write [] delete [10.96.0.1:80/TCP#0 10.96.0.1:80/TCP#1]")
 	h.reply("svc4", ok())
 	h.expect("revnat: write [] delete [7]")
 	h.reply("revnat", ok())
+	h.expect("alloc: release services [10.96.0.1:80/TCP]")
+	h.reply("alloc", ok())
 	h.expect("be4: write [] delete [100]")
 	h.reply("be4", ok())
 	h.expect("alloc: unhold [100]")
-	h.reply("alloc", done())
-	h.expectAnswers("upsert batch: [error: upsert service 10.96.0.1:80/TCP: acquire IDs: the allocator gave 0 backend IDs for 1 backends error: upsert service 10.96.0.2:80/TCP: acquire IDs: the allocator gave 0 backend IDs for 1 backends]")
-
+	h.reply("alloc", ok())
+	h.expectAnswers("upsert: error: upsert service 10.96.0.1:80/TCP: write service: device or resource busy")
 	h.step(ChildStopped{Child: ChildAllocator})
-	h.expect("alloc: restore services [] backends [101 102 103 104 105 106 107] leased [7 8 9 10]")
+	h.expect("alloc: restore services [] backends [101 102 103 104 105 106 107] leased [8 9 10]")
 	h.reply("alloc", done())
-	create := upsert(svc(t, "10.96.0.3:80", "10.0.1.3:8080"))
-	h.call(create)
-	h.expect("alloc: claim [10.96.0.3:80/TCP=8]", "be4: write [101=10.0.1.3:8080]", "revnat: write [8=10.96.0.3:80]")
 }
 
 // A service that comes while the first lease is asked for waits for it
@@ -137,23 +160,28 @@ func TestScriptLeaseServiceWaitsForTheRefillInFlight(t *testing.T) {
 }
 
 // The allocator restarts while a service waits for the lease: the
-// snapshot counts what the waiting op holds, and the refill is sent again
-// after it.
+// snapshot counts the lease, the refill is sent again after it, and the
+// service takes its IDs from what it brings.
 func TestScriptLeaseAllocatorRestartWhileAServiceWaits(t *testing.T) {
 	h := newLeaseHarness(t, 4, 8, []lb.ServiceID{1, 2, 3, 4}, []lb.BackendID{1, 2, 3, 4, 5, 6})
-	// Two services take 2 service IDs and 6 backend IDs: the refill is
-	// asked for, and the third service waits for it.
-	h.call(&messages.UpsertBatch{Services: []*lb.Service{
-		svc(t, "10.96.0.1:80", "10.0.1.1:8080", "10.0.1.2:8080", "10.0.1.3:8080"),
-		svc(t, "10.96.0.2:80", "10.0.1.4:8080", "10.0.1.5:8080", "10.0.1.6:8080"),
-		svc(t, "10.96.0.3:80", "10.0.1.7:8080"),
-	}, Reply: make(chan messages.UpsertBatchReply, 1)})
-	h.expect("alloc: lease 2 services 8 backends")
-	h.step(ChildFailed{Child: ChildAllocator, Failed: h.lose("alloc")})
-	h.expect("alloc: restore services [] backends [1 2 3 4 5 6] leased [1 2 3 4]", "alloc: lease 2 services 8 backends")
+	// The first service leaves 3 backend IDs: the refill is asked for.
+	h.call(upsert(svc(t, "10.96.0.1:80", "10.0.1.1:8080", "10.0.1.2:8080", "10.0.1.3:8080")))
+	h.expect("alloc: lease 1 services 5 backends", "alloc: claim [10.96.0.1:80/TCP=1]",
+		"be4: write [1=10.0.1.1:8080 2=10.0.1.2:8080 3=10.0.1.3:8080]", "revnat: write [1=10.96.0.1:80]")
+	lost := h.lose("alloc") // the refill: the allocator fails on it below
 	h.reply("alloc", done())
-	h.reply("alloc", leased([]lb.ServiceID{5, 6}, []lb.BackendID{7, 8, 9, 10, 11, 12, 13, 14}))
-	h.expect("alloc: claim [10.96.0.1:80/TCP=1 10.96.0.2:80/TCP=2 10.96.0.3:80/TCP=3]",
-		"be4: write [1=10.0.1.1:8080 2=10.0.1.2:8080 3=10.0.1.3:8080 4=10.0.1.4:8080 5=10.0.1.5:8080 6=10.0.1.6:8080 7=10.0.1.7:8080]",
-		"revnat: write [1=10.96.0.1:80 2=10.96.0.2:80 3=10.96.0.3:80]")
+	h.reply("be4", ok())
+	h.reply("revnat", ok())
+	h.expect("svc4: write [10.96.0.1:80/TCP#1 10.96.0.1:80/TCP#2 10.96.0.1:80/TCP#3 10.96.0.1:80/TCP#0]")
+	h.reply("svc4", ok())
+	h.expectAnswers("upsert: id 1 created true")
+	// The second service needs 4 backend IDs: it waits for the refill.
+	h.call(upsert(svc(t, "10.96.0.2:80", "10.0.1.4:8080", "10.0.1.5:8080", "10.0.1.6:8080", "10.0.1.7:8080")))
+	h.expect()
+	h.step(ChildFailed{Child: ChildAllocator, Failed: lost})
+	h.expect("alloc: restore services [10.96.0.1:80/TCP=1×1] backends [1 2 3 4 5 6] leased [2 3 4]", "alloc: lease 1 services 5 backends")
+	h.reply("alloc", done())
+	h.reply("alloc", leased([]lb.ServiceID{5}, []lb.BackendID{7, 8, 9, 10, 11}))
+	h.expect("alloc: claim [10.96.0.2:80/TCP=2]", "alloc: lease 1 services 4 backends",
+		"be4: write [4=10.0.1.4:8080 5=10.0.1.5:8080 6=10.0.1.6:8080 7=10.0.1.7:8080]", "revnat: write [2=10.96.0.2:80]")
 }

@@ -6,7 +6,6 @@ import (
 	"slices"
 	"time"
 
-	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/maps"
 	"github.com/actorlb/actorlb/messages"
 )
@@ -79,9 +78,6 @@ type op struct {
 	// back or put in the table: counted when a restarted allocator is
 	// restored (the backends an op holds are in the backend index).
 	svcHolds []messages.AllocBinding
-	// leased are the service IDs the op took from the core's lease and
-	// has not claimed yet (lease.go): held for a restarted allocator.
-	leased []lb.ServiceID
 	// freed backend IDs the op unbound: in use in the allocator until their
 	// entries are gone.
 	freed []uint32

@@ -158,9 +158,8 @@ func (c *Core) resend(id uint64, p *pendingReq) {
 // service bindings (standalone revNAT IDs reserved, and the service IDs
 // ops in flight hold) and the backend IDs in use: every backend the index
 // binds (in use by a service or held by an op) and the IDs ops freed and
-// have not let be reused yet; and the service IDs of the lease and those
-// ops took from it and have not claimed (held; its backend IDs are in
-// bes).
+// have not let be reused yet; and the service IDs of the lease (held;
+// its backend IDs are in bes).
 func (c *Core) allocBindings() (svcs []messages.AllocBinding, bes []lb.BackendID, leased []lb.ServiceID) {
 	svcs = make([]messages.AllocBinding, 0, c.services.len()+len(c.standalone))
 	for id, s := range c.services.all {
@@ -187,7 +186,7 @@ func (c *Core) allocBindings() (svcs []messages.AllocBinding, bes []lb.BackendID
 			bes = append(bes, lb.BackendID(id))
 		}
 	}
-	leased, bes = c.leaseBindings(bes, ops)
+	leased, bes = c.leaseBindings(bes)
 	return svcs, bes, leased
 }
 

@@ -54,10 +54,10 @@ type upsertItem struct {
 	maxSlots      int                 // slots to clear beyond the service's own
 	maxInner      int                 // the same at the internal scope (two scopes)
 	acquired      bool                // holds its IDs (or needed none)
-	// leased: its service ID came from the core's lease; claimed: the
-	// allocator was told (lease.go).
-	leased, claimed bool
-	err             error // this service failed alone
+	// leased: its service ID came from the core's lease, and the
+	// allocator is not told yet (lease.go: the next step claims it).
+	leased bool
+	err    error // this service failed alone
 }
 
 func (c *Core) upsertOp(specs []*lb.Service, to *waiter, slots []int) *op {
@@ -214,7 +214,7 @@ func (p *upsertPlan) live(yield func(*upsertItem) bool) {
 // of the allocator.
 func (p *upsertPlan) acquireIDs(c *Core, o *op) {
 	folded := p.folder(c)
-	lease := c.leaseServes(p)
+	lease := c.leaseServes(p, o)
 	if lease {
 		defer c.refillLease()
 	}
@@ -295,7 +295,7 @@ func (p *upsertPlan) ask(c *Core, o *op, i int, folded fold) {
 func (p *upsertPlan) acquired(c *Core, o *op, i int, reply any) error {
 	it := &p.items[i]
 	rep := reply.(*messages.AllocAcquired)
-	if rep.Err != nil && errors.Is(rep.Err, ErrIDSpaceExhausted) && c.leaseServes(p) && p.fromLease(c, o, i) {
+	if rep.Err != nil && errors.Is(rep.Err, ErrIDSpaceExhausted) && c.leaseServes(p, o) && p.fromLease(c, o, i) {
 		return nil // the lease took the last free IDs while this waited
 	}
 	if rep.Err != nil {
@@ -576,11 +576,7 @@ func (p *upsertPlan) rollbackRelease(c *Core, o *op) {
 	var fes []lb.L3n4Addr
 	for it := range p.live {
 		p.unholdAll(c, o, it)
-		switch {
-		case !it.acquired || it.old != nil:
-		case it.leased && !it.claimed:
-			c.unclaimedBack(o, it)
-		default:
+		if it.acquired && it.old == nil {
 			fes = append(fes, it.svc.Frontend())
 		}
 	}
