@@ -185,3 +185,24 @@ func TestScriptLeaseAllocatorRestartWhileAServiceWaits(t *testing.T) {
 	h.expect("alloc: claim [10.96.0.2:80/TCP=2]", "alloc: lease 1 services 4 backends",
 		"be4: write [4=10.0.1.4:8080 5=10.0.1.5:8080 6=10.0.1.6:8080 7=10.0.1.7:8080]", "revnat: write [2=10.96.0.2:80]")
 }
+
+// A standalone revNAT entry whose ID the lease holds: the core takes the
+// ID out of its lease and the allocator unholds it before the
+// reservation; the next service gets the lease's next ID.
+func TestScriptLeaseGivesUpTheIDOfAStandaloneRevNATEntry(t *testing.T) {
+	h := newLeaseHarness(t, 4, 8, []lb.ServiceID{7, 8, 9, 10}, []lb.BackendID{100, 101, 102, 103, 104, 105, 106, 107})
+	addr, err := lb.ParseL3n4Addr("10.96.0.9:80")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.call(&messages.RevNATAdd{Entry: messages.RevNAT{ID: 7, Address: addr}, Reply: make(chan messages.RevNATReply, 1)})
+	h.expect("alloc: unhold services [7] backends []", "alloc: reserve 7 for 10.96.0.9:80/ANY")
+	h.reply("alloc", done())
+	h.reply("alloc", done())
+	h.expect("revnat: write [7=10.96.0.9:80]")
+	h.reply("revnat", ok())
+	h.expectAnswers("revNAT: 1 entries")
+	h.call(upsert(svc(t, "10.96.0.1:80", "10.0.1.1:8080")))
+	// Half the lease's service IDs are used: it is refilled.
+	h.expect("alloc: lease 2 services 1 backends", "alloc: claim [10.96.0.1:80/TCP=8]", "be4: write [100=10.0.1.1:8080]", "revnat: write [8=10.96.0.1:80]")
+}
