@@ -23,8 +23,12 @@
 // on a heap already faulted in, *_prefaulted, with the cost of one first
 // write of a fresh page),
 // reconcile-10k-x10 (one drift check of the restored maps after each
-// restart, nothing to repair: wall and CPU time, against the raw dump) and
-// insert-50k-x1 (50,000 single-backend services inserted and deleted, in
+// restart, nothing to repair: wall and CPU time, against the raw dump),
+// sequential-2k-x10 (2,000 single Upsert calls of 10-backend services one
+// after the other on an otherwise idle engine, with the supervisor's ID
+// lease and without it, three alternated rounds each on fresh engines:
+// latency quantiles, CPU per call, and the lease's p50 and p90 as a ratio
+// to those without it) and insert-50k-x1 (50,000 single-backend services inserted and deleted, in
 // batches and one call each).
 //
 // Kubernetes mode, against a real etcd and kube-apiserver (tests/kube/

@@ -513,6 +513,12 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 	}
 	res.add("memory-10k-x10", "retained_bytes_per_service_ipv6_spread", v6spread, "bytes")
 
+	// Single calls one after the other on a quiet engine, with and
+	// without the ID lease.
+	if err := sequential(res, root+"/sequential", sizes, log); err != nil {
+		return err
+	}
+
 	// Upstream-comparable: insert then delete single-backend services.
 	return insertDelete(res, root+"/insert", sizes, insertN, callers, batch, log)
 }
