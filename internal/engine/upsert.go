@@ -295,9 +295,6 @@ func (p *upsertPlan) ask(c *Core, o *op, i int, folded fold) {
 func (p *upsertPlan) acquired(c *Core, o *op, i int, reply any) error {
 	it := &p.items[i]
 	rep := reply.(*messages.AllocAcquired)
-	if rep.Err != nil && errors.Is(rep.Err, ErrIDSpaceExhausted) && c.leaseServes(p, o) && p.fromLease(c, o, i) {
-		return nil // the lease took the last free IDs while this waited
-	}
 	if rep.Err != nil {
 		it.err = fmt.Errorf("%s: %w", StepAcquire, rep.Err)
 		p.unholdAll(c, o, it)

@@ -97,8 +97,7 @@ func (a *Allocator[K, I]) Acquire(key K) (id I, created bool, err error) {
 	id = a.cursor
 	for range uint64(a.max) {
 		if !a.taken(id) {
-			a.keys.Set(key, entry[I]{id: id, refs: 1})
-			a.used.add(uint64(id))
+			a.bind(key, id, 1)
 			a.cursor = a.next(id)
 			return id, true, nil
 		}
@@ -129,8 +128,7 @@ func (a *Allocator[K, I]) AcquireID(key K, id I) (created bool, err error) {
 	if err := a.checkClaimable(key, id); err != nil {
 		return false, err
 	}
-	a.keys.Set(key, entry[I]{id: id, refs: 1})
-	a.used.add(uint64(id))
+	a.bind(key, id, 1)
 	return true, nil
 }
 
@@ -147,10 +145,7 @@ func (a *Allocator[K, I]) Lease(n int) []I {
 		for a.taken(id) { // ends: some ID is free
 			id = a.next(id)
 		}
-		if a.held == nil {
-			a.held = make(map[I]struct{})
-		}
-		a.held[id] = struct{}{}
+		a.hold(id)
 		out = append(out, id)
 		id = a.next(id)
 	}
@@ -178,8 +173,7 @@ func (a *Allocator[K, I]) Claim(key K, id I) error {
 		return fmt.Errorf("%w: id %d for %v", ErrNotLeased, id, key)
 	}
 	a.Unhold(id)
-	a.keys.Set(key, entry[I]{id: id, refs: 1})
-	a.used.add(uint64(id))
+	a.bind(key, id, 1)
 	return nil
 }
 
@@ -231,8 +225,7 @@ func (a *Allocator[K, I]) Restore(key K, id I) error {
 	if err := a.checkClaimable(key, id); err != nil {
 		return err
 	}
-	a.keys.Set(key, entry[I]{id: id})
-	a.used.add(uint64(id))
+	a.bind(key, id, 0)
 	return nil
 }
 
@@ -285,11 +278,23 @@ func (a *Allocator[K, I]) Hold(id I) error {
 	if a.used.has(uint64(id)) {
 		return a.conflict(id, a.owner(id))
 	}
+	a.hold(id)
+	return nil
+}
+
+// hold marks the free id held.
+func (a *Allocator[K, I]) hold(id I) {
 	if a.held == nil {
 		a.held = make(map[I]struct{})
 	}
 	a.held[id] = struct{}{}
-	return nil
+}
+
+// bind binds key, which owns no ID, to the free id with refs references
+// (0: a reservation).
+func (a *Allocator[K, I]) bind(key K, id I, refs uint32) {
+	a.keys.Set(key, entry[I]{id: id, refs: refs})
+	a.used.add(uint64(id))
 }
 
 // Unhold makes a held ID free again. Unholding an ID that is not held is a
