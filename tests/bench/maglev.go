@@ -159,10 +159,7 @@ func maglevServiceScenarios(res *results, root string, n, callers int, log *logr
 			res.add(scen, "delete_services_per_s", float64(len(svcs))/wall.Seconds(), "services/s")
 			res.add(scen, "delete_cpu_us_per_service", float64(cpu.Microseconds())/float64(len(svcs)), "us")
 		}
-		if err := e.Close(); err != nil {
-			return err
-		}
-		if err := maps.Remove(dir); err != nil {
+		if err := retire(e, dir, nil); err != nil {
 			return err
 		}
 	}

@@ -231,10 +231,7 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 		}
 		bulkTimes, bulkCPUs = append(bulkTimes, time.Since(start)), append(bulkCPUs, cpuTime()-cpu0)
 		bulkGCs, bulkFaults = append(bulkGCs, gcCPUTime()-gc0), append(bulkFaults, minorFaults()-f0)
-		if err := e.Close(); err != nil {
-			return err
-		}
-		if err := maps.Remove(dir); err != nil {
+		if err := retire(e, dir, nil); err != nil {
 			return err
 		}
 	}
@@ -274,13 +271,7 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 			faults = append(faults, float64(minorFaults()-f0)/float64(bulkN))
 			runtime.ReadMemStats(&m1)
 			allocs = append(allocs, float64(m1.TotalAlloc-m0.TotalAlloc)/float64(bulkN))
-			if cerr := e.Close(); err == nil {
-				err = cerr
-			}
-			if err != nil {
-				return err
-			}
-			if err := maps.Remove(dir); err != nil {
+			if err := retire(e, dir, err); err != nil {
 				return err
 			}
 		}
@@ -1097,6 +1088,20 @@ func engineConfig(dir string, sizes maps.Sizes, log *logrus.Logger) actorlb.Conf
 	return actorlb.Config{BPFRoot: dir, MaxEntries: sizes, Logger: log, ReconcileInterval: noReconcile}
 }
 
+// retire closes e and removes its maps under dir, once a round that ended
+// with err (nil: it went well) is done with it. It returns err if set,
+// else the first error of the close or the removal; the maps stay when
+// either failed.
+func retire(e *actorlb.Engine, dir string, err error) error {
+	if cerr := e.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	return maps.Remove(dir)
+}
+
 // median returns the median of xs.
 func median[T cmp.Ordered](xs []T) T {
 	xs = slices.Clone(xs)
@@ -1273,13 +1278,7 @@ func probedRuns(ctx context.Context, dir string, sizes maps.Sizes, log *logrus.L
 		err = work(e)
 		walls = append(walls, time.Since(start))
 		samples = append(samples, lat.stop().samples...)
-		if cerr := e.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return nil, nil, err
-		}
-		if err := maps.Remove(d); err != nil {
+		if err := retire(e, d, err); err != nil {
 			return nil, nil, err
 		}
 	}

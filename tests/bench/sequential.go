@@ -48,13 +48,7 @@ func sequential(res *results, root string, sizes maps.Sizes, log *logrus.Logger)
 				samples[lease] = append(samples[lease], time.Since(start))
 			}
 			cpus[lease] = append(cpus[lease], cpuTime()-cpu0)
-			if cerr := e.Close(); err == nil {
-				err = cerr
-			}
-			if err != nil {
-				return err
-			}
-			if err := maps.Remove(dir); err != nil {
+			if err := retire(e, dir, err); err != nil {
 				return err
 			}
 		}
