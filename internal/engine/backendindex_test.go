@@ -1,16 +1,21 @@
 package engine
 
 import (
+	"io"
 	"net/netip"
+	"slices"
 	"testing"
+	"time"
 	"unsafe"
 
+	"github.com/sirupsen/logrus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/actorlb/actorlb/internal/addrkey"
 	"github.com/actorlb/actorlb/internal/table"
 	"github.com/actorlb/actorlb/internal/testutil"
 	lb "github.com/actorlb/actorlb/loadbalancer"
+	"github.com/actorlb/actorlb/messages"
 )
 
 // randomRestored returns n services of up to 12 backends drawn from a pool
@@ -97,7 +102,7 @@ func testFillEqualsPut(t *testing.T, svcs []*table.Service) (installed *Core) {
 	t.Helper()
 	serial := New(Config{})
 	for _, svc := range svcs {
-		serial.put(svc, nil)
+		serial.put(svc, nil, nil)
 	}
 	installed = New(Config{})
 	(&repairPlan{restored: &table.Restored{Services: svcs}}).install(installed, nil)
@@ -168,4 +173,90 @@ func TestBackendIsBoundWhileAServiceUsesItOrAnOpHoldsIt(t *testing.T) {
 	require.False(t, c.bound(k.L3n4()))
 	_, unbound = c.unhold(k)
 	require.False(t, unbound, "nothing to give back")
+}
+
+// After any run of upserts and deletes, the index the ops kept (the
+// commit writes a backend the op bound itself without reading it) is the
+// one put builds from the table: the same IDs, users and states, nothing
+// left held.
+func TestIndexKeptByOpsEqualsTheOneBuiltFromTheTable(t *testing.T) {
+	r := testutil.Rand(t)
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	c := New(Config{Log: logrus.NewEntry(log), Restore: true, Now: time.Now})
+	a := &autoChildren{c: c}
+	c.Step(Start{})
+	a.settle()
+	fes := make([]lb.L3n4Addr, 16)
+	for i := range fes {
+		a := netip.AddrFrom4([4]byte{10, 96, 0, byte(i + 1)})
+		if i%2 == 1 {
+			a = netip.AddrFrom16([16]byte{0xfd, 1, 15: byte(i + 1)})
+		}
+		fes[i] = lb.L3n4Addr{Addr: a, Port: 80, Protocol: lb.TCP}
+	}
+	pool := make([]lb.Backend, 48)
+	for i := range pool {
+		a := netip.AddrFrom4([4]byte{10, 0, 1, byte(i + 1)})
+		if i%3 == 0 {
+			a = netip.AddrFrom16([16]byte{0xfd, 0, 15: byte(i + 1)})
+		}
+		pool[i] = lb.Backend{L3n4Addr: lb.L3n4Addr{Addr: a, Port: 8080, Protocol: lb.TCP}, Weight: lb.DefaultBackendWeight}
+	}
+	upserted := 0
+	for round := range 200 {
+		if r.IntN(4) == 0 {
+			reply := make(chan messages.DeleteReply, 1)
+			c.Step(&messages.DeleteByFrontend{Frontend: fes[r.IntN(len(fes))], Reply: reply})
+			a.settle()
+			for _, an := range c.Answers() { // not found: answered at once
+				an.Call.Answer(an.Reply)
+			}
+			<-reply
+		} else {
+			var svcs []*lb.Service
+			for _, fi := range r.Perm(len(fes))[:1+r.IntN(6)] {
+				s := &lb.Service{Frontend: lb.Frontend{L3n4Addr: fes[fi]}}
+				for _, bi := range r.Perm(len(pool))[:r.IntN(12)] {
+					if b := pool[bi]; b.Addr.Is4() == s.Frontend.Addr.Is4() {
+						if r.IntN(4) == 0 { // one state per backend: shared ones change the others'
+							b.State = lb.BackendStateQuarantined
+						}
+						s.Backends = append(s.Backends, b)
+					}
+				}
+				svcs = append(svcs, s)
+			}
+			reply := make(chan messages.UpsertBatchReply, 1)
+			c.Step(&messages.UpsertBatch{Services: svcs, Reply: reply})
+			a.settle()
+			for _, res := range (<-reply).Results {
+				require.NoError(t, res.Err, "round %d", round)
+				upserted++
+			}
+		}
+		serial := New(Config{})
+		for _, s := range c.services.all {
+			serial.put(c.services.expand(s), nil, nil)
+		}
+		require.Equal(t, usersOfAll(serial), usersOfAll(c), "round %d", round)
+	}
+	require.Greater(t, upserted, 300)
+}
+
+// indexEntry is what the index says of one backend, whatever order its
+// services were put in.
+type indexEntry struct {
+	id    lb.BackendID
+	state lb.BackendState
+	held  int
+	users []lb.ServiceID // ascending
+}
+
+func usersOfAll(c *Core) map[addrkey.Backend]indexEntry {
+	out := map[addrkey.Backend]indexEntry{}
+	for k, u := range c.users.All {
+		out[k] = indexEntry{id: u.id, state: u.state, held: u.held(), users: slices.Sorted(c.usersOf(k))}
+	}
+	return out
 }

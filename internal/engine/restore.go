@@ -263,7 +263,7 @@ func (p *repairPlan) install(c *Core, _ *op) {
 	r := p.restored
 	if c.services.len() != 0 { // a core restores into an empty table: not the engine's path
 		for _, svc := range r.Services {
-			c.put(svc, nil)
+			c.put(svc, nil, nil)
 		}
 		return
 	}

@@ -103,7 +103,10 @@ func (c *Core) removeUser(k addrkey.Backend, sid lb.ServiceID) {
 // whether svc shares a backend with another service. The references an
 // op held on the backends at heldIdx (ascending indexes in
 // svc.Spec.Backends) become the service's: one index update per backend.
-func (c *Core) put(svc *table.Service, heldIdx []int) (shared bool) {
+// Those at fresh (ascending positions in heldIdx) the op bound itself
+// (bindHeld) and has held in their queues since, so their entries are
+// known: each is written without being read first.
+func (c *Core) put(svc *table.Service, heldIdx, fresh []int) (shared bool) {
 	if old := c.services.stored(svc.ID()); old != nil {
 		for i := range old.nbe() {
 			c.removeUser(old.backend(c.services.packer, i).key, old.id)
@@ -111,12 +114,19 @@ func (c *Core) put(svc *table.Service, heldIdx []int) (shared bool) {
 	}
 	c.services.put(svc)
 	c.byFE.Set(svc.Frontend(), svc.ID())
+	h := 0 // the next position in heldIdx
 	for i, b := range svc.Spec.Backends {
-		held := len(heldIdx) > 0 && heldIdx[0] == i
-		if held {
-			heldIdx = heldIdx[1:]
-		}
+		held := h < len(heldIdx) && heldIdx[h] == i
 		k := addrkey.BackendOf(table.BackendKey(b))
+		if held && len(fresh) > 0 && fresh[0] == h {
+			fresh, h = fresh[1:], h+1
+			// What addUser would make of bindHeld's entry.
+			c.users.Set(k, users{id: svc.BackendIDs[i], one: svc.ID(), state: b.State})
+			continue
+		}
+		if held {
+			h++
+		}
 		if addUser(c.users.of(k), &c.shared, k, svc.ID(), b.State, svc.BackendIDs[i], held) {
 			shared = true
 		}
@@ -213,8 +223,8 @@ func (c *Core) backendsLeft(old, svc *table.Service) {
 	}
 }
 
-func (c *Core) commit(svc *table.Service, heldIdx []int) {
-	if c.put(svc, heldIdx) {
+func (c *Core) commit(svc *table.Service, heldIdx, fresh []int) {
+	if c.put(svc, heldIdx, fresh) {
 		c.propagateStates(svc)
 	}
 }
@@ -264,7 +274,7 @@ func (c *Core) propagateStates(svc *table.Service) {
 			}
 		}
 		table.SlotOrder(next.Spec.Backends, next.BackendIDs)
-		c.put(next, nil)
+		c.put(next, nil, nil)
 		c.run(&op{plan: &refreshPlan{fe: next.Frontend(), before: sib}, keys: opKeys(next.Frontend(), next.Spec.Backends)})
 	}
 }

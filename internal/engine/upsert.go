@@ -447,7 +447,11 @@ func (p *upsertPlan) commit(c *Core, o *op) {
 		if it.old != nil {
 			c.backendsLeft(it.old, it.svc)
 		}
-		c.commit(it.svc, it.acquireIdx) // the backends it held are the service's now
+		var fresh []int // bound by the op (grant), once it holds them
+		if it.freshHeld {
+			fresh = it.fresh
+		}
+		c.commit(it.svc, it.acquireIdx, fresh) // the backends it held are the service's now
 		it.holding, it.freshHeld = 0, false
 		for j, k := range it.removed {
 			if !c.bound(k) {
