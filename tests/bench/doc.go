@@ -16,9 +16,11 @@
 // memory-10k-x10 (heap retained by the
 // single-call engine, the callers' services live before and after, so
 // that only the engine's own memory counts), restore-10k-x10 (three warm
-// restarts on its maps, against a raw and a typed dump, with the phases
-// and page faults of each restore; then the raw dump and the restore each
-// in a new process, three times, with their page faults: *_new_process,
+// restarts on its maps, against a raw and a typed dump, with the phases,
+// page faults and CPU time of each restore and the raw dump's CPU time,
+// and cores_busy, the restore's CPU time over its wall time; then the raw
+// dump and the restore each in a new process, three times, with their
+// page faults and CPU time: *_new_process,
 // the restore also with 4 KiB pages only, *_4k_pages, and, a diagnostic,
 // on a heap already faulted in, *_prefaulted, with the cost of one first
 // write of a fresh page),

@@ -418,7 +418,7 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 	// after a raw batched dump (the floor) and a typed dump of the same maps;
 	// the medians are reported (one restart and one dump vary by ±20% on a
 	// small VM).
-	var readies, dumps, typed []time.Duration
+	var readies, dumps, typed, readyCPU, dumpCPU []time.Duration
 	var recWall, recCPU []time.Duration
 	var warmFaults []float64
 	recRepairs := 0
@@ -427,22 +427,24 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 	var restored int
 	stopProfile = profileTo(restoreProfile)
 	for range 3 {
-		dumpTime, err := batchDumpTime(engRoot, sizes)
+		dumpTime, dumpCPUTime, err := batchDumpTime(engRoot, sizes)
 		if err != nil {
 			return err
 		}
+		dumpCPU = append(dumpCPU, dumpCPUTime)
 		typedTime, err := typedDumpTime(engRoot, sizes)
 		if err != nil {
 			return err
 		}
 		typed = append(typed, typedTime)
-		f0 := minorFaults()
+		f0, cpu0 := minorFaults(), cpuTime()
 		start = time.Now()
 		e, err = actorlb.New(ctx, engineConfig(engRoot, sizes, log))
 		if err != nil {
 			return err
 		}
 		ready := time.Since(start)
+		readyCPU = append(readyCPU, cpuTime()-cpu0)
 		warmFaults = append(warmFaults, float64(minorFaults()-f0))
 		st, err := e.Stats(ctx)
 		if err != nil {
@@ -474,6 +476,8 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 	res.add("restore-10k-x10", "ready_ms", float64(ready.Microseconds())/1000, "ms")
 	res.add("restore-10k-x10", "batch_dump_ms", float64(dumpTime.Microseconds())/1000, "ms")
 	res.add("restore-10k-x10", "ratio_to_batch_dump", ready.Seconds()/dumpTime.Seconds(), "x")
+	res.add("restore-10k-x10", "batch_dump_cpu_ms", float64(median(dumpCPU).Microseconds())/1000, "ms")
+	addRestoreCPU(res, readyCPU, readies, "")
 	res.add("restore-10k-x10", "typed_dump_ms", float64(median(typed).Microseconds())/1000, "ms")
 	res.add("restore-10k-x10", "ratio_to_typed_dump", ready.Seconds()/median(typed).Seconds(), "x")
 	res.add("restore-10k-x10", "page_faults", median(warmFaults), "faults")
@@ -823,8 +827,9 @@ func marshalRevNAT(es []maps.RevNATEntry) (k, v [][]byte) {
 }
 
 // batchDumpTime is the raw batched dump of the six maps at root: batch
-// lookups into byte buffers, nothing decoded.
-func batchDumpTime(root string, _ maps.Sizes) (time.Duration, error) {
+// lookups into byte buffers, nothing decoded. It returns the dump's wall
+// time and the process's CPU time meanwhile.
+func batchDumpTime(root string, _ maps.Sizes) (wall, cpu time.Duration, err error) {
 	var ms []*ebpf.Map
 	defer func() {
 		for _, m := range ms {
@@ -834,11 +839,11 @@ func batchDumpTime(root string, _ maps.Sizes) (time.Duration, error) {
 	for _, name := range []string{maps.Service4Name, maps.Backend4Name, maps.RevNAT4Name, maps.Service6Name, maps.Backend6Name, maps.RevNAT6Name} {
 		m, err := ebpf.LoadPinnedMap(root+"/"+name, nil)
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		ms = append(ms, m)
 	}
-	start := time.Now()
+	cpu0, start := cpuTime(), time.Now()
 	for _, m := range ms {
 		var err error
 		switch ks, vs := m.KeySize(), m.ValueSize(); {
@@ -858,10 +863,10 @@ func batchDumpTime(root string, _ maps.Sizes) (time.Duration, error) {
 			err = fmt.Errorf("raw dump: %s: unexpected key/value sizes %d/%d", m, ks, vs)
 		}
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 	}
-	return time.Since(start), nil
+	return time.Since(start), cpuTime() - cpu0, nil
 }
 
 // typedDumpTime dumps the six maps at root through the maps package: batch

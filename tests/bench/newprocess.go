@@ -45,6 +45,7 @@ const prefaultBytes = 96 << 20
 // childReport is what a --restore-child process prints as its last line.
 type childReport struct {
 	ReadyNS  int64            `json:"ready_ns"`
+	CPUNS    int64            `json:"cpu_ns"`       // the process's CPU time while measured
 	Faults   int64            `json:"minor_faults"` // page faults while measured
 	StepsNS  map[string]int64 `json:"steps_ns,omitempty"`
 	Services int              `json:"services,omitempty"`
@@ -77,28 +78,28 @@ func runRestoreChild(what, root string) error {
 	switch what {
 	case "dump":
 		f0 := minorFaults()
-		d, err := batchDumpTime(root, benchSizes)
+		d, cpu, err := batchDumpTime(root, benchSizes)
 		r.Faults = minorFaults() - f0
 		if err != nil {
 			return err
 		}
-		r.ReadyNS = d.Nanoseconds()
+		r.ReadyNS, r.CPUNS = d.Nanoseconds(), cpu.Nanoseconds()
 	case "engine", "engine-4k", "engine-prefaulted":
 		if what == "engine-prefaulted" {
 			r.FaultNS = prefault(prefaultBytes).Nanoseconds()
 		}
-		f0 := minorFaults()
 		log := logrus.New()
 		log.SetLevel(logrus.WarnLevel)
 		ctx := context.Background()
 		cfg := engineConfig(root, benchSizes, log)
 		cfg.NoRestoreHugePages = what == "engine-4k"
+		f0, cpu0 := minorFaults(), cpuTime()
 		start := time.Now()
 		e, err := actorlb.New(ctx, cfg)
 		if err != nil {
 			return err
 		}
-		r.ReadyNS = time.Since(start).Nanoseconds()
+		r.ReadyNS, r.CPUNS = time.Since(start).Nanoseconds(), (cpuTime() - cpu0).Nanoseconds()
 		r.Faults = minorFaults() - f0
 		st, err := e.Stats(ctx)
 		if err != nil {
@@ -153,7 +154,7 @@ func runSelf(ctx context.Context, args []string, report any) error {
 // newProcessRestores adds the restore-10k-x10 rows of restores in new
 // processes, on the maps pinned under root (services restored, want).
 func newProcessRestores(res *results, root string, want, rounds int) error {
-	var dumps []time.Duration
+	var dumps, dumpCPU []time.Duration
 	var dumpFaults []float64
 	// The engine children, each with its rows' suffix.
 	prefaulted := &engineRounds{what: "engine-prefaulted", suffix: "_new_process_prefaulted"} // the diagnostic
@@ -168,6 +169,7 @@ func newProcessRestores(res *results, root string, want, rounds int) error {
 			return err
 		}
 		dumps, dumpFaults = append(dumps, time.Duration(d.ReadyNS)), append(dumpFaults, float64(d.Faults))
+		dumpCPU = append(dumpCPU, time.Duration(d.CPUNS))
 		for _, k := range kids {
 			if err := k.run(root, want); err != nil {
 				return err
@@ -177,11 +179,13 @@ func newProcessRestores(res *results, root string, want, rounds int) error {
 	dump := median(dumps)
 	res.add("restore-10k-x10", "batch_dump_ms_new_process", float64(dump.Microseconds())/1000, "ms")
 	res.add("restore-10k-x10", "batch_dump_page_faults_new_process", median(dumpFaults), "faults")
+	res.add("restore-10k-x10", "batch_dump_cpu_ms_new_process", float64(median(dumpCPU).Microseconds())/1000, "ms")
 	for _, k := range kids {
 		ready := median(k.readies)
 		res.add("restore-10k-x10", "ready_ms"+k.suffix, float64(ready.Microseconds())/1000, "ms")
 		res.add("restore-10k-x10", "ratio_to_batch_dump"+k.suffix, ready.Seconds()/dump.Seconds(), "x")
 		res.add("restore-10k-x10", "page_faults"+k.suffix, median(k.faults), "faults")
+		addRestoreCPU(res, k.cpus, k.readies, k.suffix)
 		addRestoreSteps(res, k.steps, k.suffix)
 	}
 	res.add("restore-10k-x10", "first_write_us_per_fresh_page", float64(median(prefaulted.faultCosts).Nanoseconds())/1000, "us")
@@ -193,6 +197,7 @@ func newProcessRestores(res *results, root string, want, rounds int) error {
 type engineRounds struct {
 	what, suffix        string
 	readies, faultCosts []time.Duration
+	cpus                []time.Duration // the process's CPU time over each restore
 	faults              []float64
 	steps               map[string][]time.Duration
 }
@@ -208,6 +213,7 @@ func (k *engineRounds) run(root string, want int) error {
 		return fmt.Errorf("restore child %s: restored %d services, want %d", k.what, r.Services, want)
 	}
 	k.readies, k.faults = append(k.readies, time.Duration(r.ReadyNS)), append(k.faults, float64(r.Faults))
+	k.cpus = append(k.cpus, time.Duration(r.CPUNS))
 	k.faultCosts = append(k.faultCosts, time.Duration(r.FaultNS))
 	if k.steps == nil {
 		k.steps = map[string][]time.Duration{}
@@ -228,4 +234,18 @@ func minorFaults() int64 {
 		return 0
 	}
 	return ru.Minflt
+}
+
+// addRestoreCPU adds the restore's CPU time (median of cpus, the
+// process's over each restore) and its cores busy: its CPU time over its
+// wall time (readies), the median of the rounds'. The raw dump it is
+// compared with runs on one goroutine; a restore's cores busy below 2 on
+// two cores is time a processor had nothing of the restore's to run.
+func addRestoreCPU(res *results, cpus, readies []time.Duration, suffix string) {
+	busy := make([]float64, len(cpus))
+	for i := range cpus {
+		busy[i] = cpus[i].Seconds() / readies[i].Seconds()
+	}
+	res.add("restore-10k-x10", "cpu_ms"+suffix, float64(median(cpus).Microseconds())/1000, "ms")
+	res.add("restore-10k-x10", "cores_busy"+suffix, median(busy), "cores")
 }
