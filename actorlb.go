@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/actorlb/actorlb/actors"
+	"github.com/actorlb/actorlb/internal/actorsys"
 	"github.com/actorlb/actorlb/internal/engine"
 	"github.com/actorlb/actorlb/internal/enginetest"
 	"github.com/actorlb/actorlb/internal/maglev"
@@ -167,10 +168,10 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	putBack := raiseHeapGoal(cfg)
 	defer putBack() // the restore is done, or New failed
 	// The actor system is made while the maps open: its process registry
-	// alone is some 32k small maps, milliseconds of a restart.
+	// is 1,024 small maps (internal/actorsys: 32,768 without it).
 	sysc := make(chan *actor.ActorSystem, 1)
 	go func() {
-		sysc <- actor.NewActorSystem(
+		sysc <- actorsys.New(
 			actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
 				return slog.New(&logrusHandler{log: log.WithField("lib", "protoactor")})
 			}),

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/actorlb/actorlb/actors"
+	"github.com/actorlb/actorlb/internal/actorsys"
 	"github.com/actorlb/actorlb/internal/conntrack"
 	"github.com/actorlb/actorlb/maps"
 	"github.com/actorlb/actorlb/messages"
@@ -138,7 +139,7 @@ func StartConntrackGC(ctx context.Context, cfg ConntrackConfig) (*ConntrackGC, e
 	}
 	log := logrus.NewEntry(cfg.Logger).WithField("component", "conntrack-gc")
 	g := &ConntrackGC{cfg: cfg, stopped: make(chan struct{}), closed: make(chan struct{})}
-	g.sys = actor.NewActorSystem(
+	g.sys = actorsys.New(
 		actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
 			return slog.New(&logrusHandler{log: log.WithField("lib", "protoactor")})
 		}),
