@@ -1,14 +1,11 @@
 package engine
 
 import (
-	"io"
 	"net/netip"
 	"slices"
 	"testing"
-	"time"
 	"unsafe"
 
-	"github.com/sirupsen/logrus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/actorlb/actorlb/internal/addrkey"
@@ -181,12 +178,7 @@ func TestBackendIsBoundWhileAServiceUsesItOrAnOpHoldsIt(t *testing.T) {
 // left held.
 func TestIndexKeptByOpsEqualsTheOneBuiltFromTheTable(t *testing.T) {
 	r := testutil.Rand(t)
-	log := logrus.New()
-	log.SetOutput(io.Discard)
-	c := New(Config{Log: logrus.NewEntry(log), Restore: true, Now: time.Now})
-	a := &autoChildren{c: c}
-	c.Step(Start{})
-	a.settle()
+	c, a := startedCore()
 	fes := make([]lb.L3n4Addr, 16)
 	for i := range fes {
 		a := netip.AddrFrom4([4]byte{10, 96, 0, byte(i + 1)})

@@ -40,6 +40,18 @@ func (a *autoChildren) answer(r messages.Request) any {
 	return ok()(r)
 }
 
+// startedCore returns a core that has restored from empty maps, its
+// children answered by an autoChildren.
+func startedCore() (*Core, *autoChildren) {
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	c := New(Config{Log: logrus.NewEntry(log), Restore: true, Now: time.Now})
+	a := &autoChildren{c: c}
+	c.Step(Start{})
+	a.settle()
+	return c, a
+}
+
 // settle runs the core until nothing is left to send.
 func (a *autoChildren) settle() {
 	for a.c.HasReady() {
@@ -85,12 +97,7 @@ func dumpEmpty(child string, r messages.Request) any {
 // (CPU and allocations) of creating and deleting one service with ten
 // backends, every child answering at once.
 func BenchmarkCoreUpsertDelete10Backends(b *testing.B) {
-	log := logrus.New()
-	log.SetOutput(io.Discard)
-	c := New(Config{Log: logrus.NewEntry(log), Restore: true, Now: time.Now})
-	a := &autoChildren{c: c}
-	c.Step(Start{})
-	a.settle()
+	c, a := startedCore()
 	fe, _ := lb.ParseL3n4Addr("10.96.0.1:80/TCP")
 	s := &lb.Service{Frontend: lb.Frontend{L3n4Addr: fe}}
 	for i := range 10 {
@@ -125,8 +132,6 @@ func BenchmarkCoreUpsertDelete10Backends(b *testing.B) {
 // before the children answer (as eight callers would keep them in flight),
 // every child answering at once. Reported per service.
 func BenchmarkCoreUpsertBatch10kx10(b *testing.B) {
-	log := logrus.New()
-	log.SetOutput(io.Discard)
 	const n, k, per, inFlight = 10000, 10, 100, 8
 	svcs := make([]*lb.Service, n)
 	for i := range svcs {
@@ -145,10 +150,7 @@ func BenchmarkCoreUpsertBatch10kx10(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		b.StopTimer()
-		c := New(Config{Log: logrus.NewEntry(log), Restore: true, Now: time.Now})
-		a := &autoChildren{c: c}
-		c.Step(Start{})
-		a.settle()
+		c, a := startedCore()
 		b.StartTimer()
 		var replies []chan messages.UpsertBatchReply
 		for i := 0; i < n; i += per {
