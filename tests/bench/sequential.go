@@ -53,22 +53,21 @@ func sequential(res *results, root string, sizes maps.Sizes, log *logrus.Logger)
 			}
 		}
 	}
-	q := func(lease bool, p float64) float64 {
-		s := slices.Clone(samples[lease])
-		slices.Sort(s)
-		return float64(s[int(p*float64(len(s)-1))].Nanoseconds()) / 1e3
-	}
+	probes := map[bool]*latencyProbe{}
 	for _, lease := range []bool{true, false} {
+		slices.Sort(samples[lease])
+		p := &latencyProbe{samples: samples[lease]}
+		probes[lease] = p
 		suffix := ""
 		if !lease {
 			suffix = "_no_lease"
 		}
-		res.add("sequential-2k-x10", "p50_us"+suffix, q(lease, .50), "us")
-		res.add("sequential-2k-x10", "p90_us"+suffix, q(lease, .90), "us")
-		res.add("sequential-2k-x10", "p99_us"+suffix, q(lease, .99), "us")
+		res.add("sequential-2k-x10", "p50_us"+suffix, p.p(50), "us")
+		res.add("sequential-2k-x10", "p90_us"+suffix, p.p(90), "us")
+		res.add("sequential-2k-x10", "p99_us"+suffix, p.p(99), "us")
 		res.add("sequential-2k-x10", "cpu_us_per_service"+suffix, float64(median(cpus[lease]).Microseconds())/sequentialN, "us")
 	}
-	res.add("sequential-2k-x10", "p50_ratio_lease_to_no_lease", q(true, .50)/q(false, .50), "x")
-	res.add("sequential-2k-x10", "p90_ratio_lease_to_no_lease", q(true, .90)/q(false, .90), "x")
+	res.add("sequential-2k-x10", "p50_ratio_lease_to_no_lease", probes[true].p(50)/probes[false].p(50), "x")
+	res.add("sequential-2k-x10", "p90_ratio_lease_to_no_lease", probes[true].p(90)/probes[false].p(90), "x")
 	return nil
 }
