@@ -1,23 +1,34 @@
 package engine
 
 import (
+	"fmt"
 	"testing"
 
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/messages"
 )
 
+// The lease of the lease scripts: 4 service IDs and 8 backend IDs.
+const leaseServices, leaseBackends = 4, 8
+
 // newLeaseHarness returns a core restored from empty maps with a lease of
-// ns service IDs and nb backend IDs: once it serves it asks for the
-// lease, behind the allocator's snapshot; the test answers with svcIDs
-// and beIDs.
-func newLeaseHarness(t *testing.T, ns, nb int, svcIDs []lb.ServiceID, beIDs []lb.BackendID) *harness {
+// leaseServices service IDs and leaseBackends backend IDs: once it serves
+// it asks for the lease, behind the allocator's snapshot; the test
+// answers with service IDs 7-10 and backend IDs 100-107.
+func newLeaseHarness(t *testing.T) *harness {
 	t.Helper()
-	h := newIdleHarness(t, func(c *Config) { c.LeaseServiceIDs, c.LeaseBackendIDs = ns, nb })
+	return newLeaseHarnessOf(t, []lb.ServiceID{7, 8, 9, 10}, []lb.BackendID{100, 101, 102, 103, 104, 105, 106, 107})
+}
+
+// newLeaseHarnessOf is newLeaseHarness with the lease answered with
+// svcIDs and beIDs.
+func newLeaseHarnessOf(t *testing.T, svcIDs []lb.ServiceID, beIDs []lb.BackendID) *harness {
+	t.Helper()
+	h := newIdleHarness(t, func(c *Config) { c.LeaseServiceIDs, c.LeaseBackendIDs = leaseServices, leaseBackends })
 	h.step(Start{})
 	h.dumpEmptyMaps()
 	h.syncMaglev("maglev: sync []")
-	h.expect("alloc: restore services [] backends []", "alloc: lease 4 services 8 backends")
+	h.expect("alloc: restore services [] backends []", fmt.Sprintf("alloc: lease %d services %d backends", leaseServices, leaseBackends))
 	h.reply("alloc", done())
 	h.reply("alloc", leased(svcIDs, beIDs))
 	h.expectEvents("up")
@@ -29,7 +40,7 @@ func newLeaseHarness(t *testing.T, ns, nb int, svcIDs []lb.ServiceID, beIDs []lb
 // service ID beside the backend writes, and the lease is refilled once
 // half of it is used.
 func TestScriptLeaseCreatesWithoutAskingTheAllocator(t *testing.T) {
-	h := newLeaseHarness(t, 4, 8, []lb.ServiceID{7, 8, 9, 10}, []lb.BackendID{100, 101, 102, 103, 104, 105, 106, 107})
+	h := newLeaseHarness(t)
 	h.call(upsert(svc(t, "10.96.0.1:80", "10.0.1.1:8080", "10.0.1.2:8080")))
 	h.expect("alloc: claim [10.96.0.1:80/TCP=7]", "be4: write [100=10.0.1.1:8080 101=10.0.1.2:8080]", "revnat: write [7=10.96.0.1:80]")
 	h.reply("alloc", done())
@@ -65,7 +76,7 @@ func TestScriptLeaseCreatesWithoutAskingTheAllocator(t *testing.T) {
 // A service asking for an ID the lease holds gets it: the core takes it
 // out of its lease and the allocator unholds it before the acquire.
 func TestScriptLeaseGivesUpAWantedID(t *testing.T) {
-	h := newLeaseHarness(t, 4, 8, []lb.ServiceID{7, 8, 9, 10}, []lb.BackendID{100, 101, 102, 103, 104, 105, 106, 107})
+	h := newLeaseHarness(t)
 	s := svc(t, "10.96.0.1:80", "10.0.1.1:8080")
 	s.Frontend.ID = 9
 	h.call(upsert(s))
@@ -86,7 +97,7 @@ func TestScriptLeaseGivesUpAWantedID(t *testing.T) {
 // A batch of more than one service asks the allocator, as without the
 // lease (one round trip for the run); the lease is left for single calls.
 func TestScriptLeaseServesOnlySingleServiceCalls(t *testing.T) {
-	h := newLeaseHarness(t, 4, 8, []lb.ServiceID{7, 8, 9, 10}, []lb.BackendID{100, 101, 102, 103, 104, 105, 106, 107})
+	h := newLeaseHarness(t)
 	a, b := svc(t, "10.96.0.1:80", "10.0.1.1:8080"), svc(t, "10.96.0.2:80", "10.0.1.2:8080")
 	h.call(&messages.UpsertBatch{Services: []*lb.Service{a, b}, Reply: make(chan messages.UpsertBatchReply, 1)})
 	h.expect(
@@ -110,7 +121,7 @@ func TestScriptLeaseServesOnlySingleServiceCalls(t *testing.T) {
 // back: its service ID, claimed, is released as an acquired one; its
 // backend ID is freed and let be reused.
 func TestScriptLeaseRollbackReleasesTheClaimedServiceID(t *testing.T) {
-	h := newLeaseHarness(t, 4, 8, []lb.ServiceID{7, 8, 9, 10}, []lb.BackendID{100, 101, 102, 103, 104, 105, 106, 107})
+	h := newLeaseHarness(t)
 	h.call(upsert(svc(t, "10.96.0.1:80", "10.0.1.1:8080")))
 	h.expect("alloc: claim [10.96.0.1:80/TCP=7]", "be4: write [100=10.0.1.1:8080]", "revnat: write [7=10.96.0.1:80]")
 	h.reply("alloc", done())
@@ -163,7 +174,7 @@ func TestScriptLeaseServiceWaitsForTheRefillInFlight(t *testing.T) {
 // snapshot counts the lease, the refill is sent again after it, and the
 // service takes its IDs from what it brings.
 func TestScriptLeaseAllocatorRestartWhileAServiceWaits(t *testing.T) {
-	h := newLeaseHarness(t, 4, 8, []lb.ServiceID{1, 2, 3, 4}, []lb.BackendID{1, 2, 3, 4, 5, 6})
+	h := newLeaseHarnessOf(t, []lb.ServiceID{1, 2, 3, 4}, []lb.BackendID{1, 2, 3, 4, 5, 6})
 	// The first service leaves 3 backend IDs: the refill is asked for.
 	h.call(upsert(svc(t, "10.96.0.1:80", "10.0.1.1:8080", "10.0.1.2:8080", "10.0.1.3:8080")))
 	h.expect("alloc: lease 1 services 5 backends", "alloc: claim [10.96.0.1:80/TCP=1]",
@@ -190,7 +201,7 @@ func TestScriptLeaseAllocatorRestartWhileAServiceWaits(t *testing.T) {
 // ID out of its lease and the allocator unholds it before the
 // reservation; the next service gets the lease's next ID.
 func TestScriptLeaseGivesUpTheIDOfAStandaloneRevNATEntry(t *testing.T) {
-	h := newLeaseHarness(t, 4, 8, []lb.ServiceID{7, 8, 9, 10}, []lb.BackendID{100, 101, 102, 103, 104, 105, 106, 107})
+	h := newLeaseHarness(t)
 	addr, err := lb.ParseL3n4Addr("10.96.0.9:80")
 	if err != nil {
 		t.Fatal(err)
