@@ -82,8 +82,18 @@ type Config struct {
 	// the heap's next RestoreHeadroom bytes with MADV_HUGEPAGE, then runs
 	// one collection, so that the restore's first writes fault 2 MiB at a
 	// time, not 4 KiB). There are none with NoRestore, InMemory, or a
-	// memory limit (GOMEMLIMIT), as for the headroom.
+	// memory limit (GOMEMLIMIT), as for the headroom, nor when both
+	// service maps were just created (nothing to restore).
 	NoRestoreHugePages bool
+	// NoRestoreCollect turns off the collection New runs before a
+	// restore when the heap holds 4 to 64 MiB of objects (live and
+	// garbage not yet freed): it frees what the process let go, above all
+	// an engine closed before this one, so that the restore reuses pages
+	// already written instead of fresh ones, each a page fault. There is
+	// none with NoRestore, InMemory or GOGC=off, nor when both service
+	// maps were just created (nothing to restore; no huge pages are asked
+	// for then either).
+	NoRestoreCollect bool
 	// InMemory uses in-memory maps: no kernel, no privileges (dry run).
 	InMemory bool
 	// Logger receives the engine's logs (logrus.StandardLogger if nil).
@@ -164,9 +174,6 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("new engine: MaglevTableSize: %w", err)
 	}
 	log := logrus.NewEntry(cfg.Logger)
-	prepareHeapPages(cfg, log)
-	putBack := raiseHeapGoal(cfg)
-	defer putBack() // the restore is done, or New failed
 	// The actor system is made while the maps open: its process registry
 	// is 1,024 small maps (internal/actorsys: 32,768 without it).
 	sysc := make(chan *actor.ActorSystem, 1)
@@ -186,6 +193,9 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new engine: %w", err)
 	}
+	prepareRestoreHeap(cfg, lbm, log)
+	putBack := raiseHeapGoal(cfg)
+	defer putBack() // the restore is done, or New failed
 	if cfg.hooks.Maps != nil {
 		cfg.hooks.Maps(lbm)
 	}

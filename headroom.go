@@ -1,12 +1,17 @@
 package actorlb
 
 import (
+	"fmt"
 	"math"
+	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
+	"slices"
 	"sync"
+	"time"
 
 	"github.com/actorlb/actorlb/internal/hugepages"
+	"github.com/actorlb/actorlb/maps"
 	"github.com/sirupsen/logrus"
 )
 
@@ -151,4 +156,75 @@ func prepareHeapPages(cfg Config, log *logrus.Entry) (r hugepages.Result, tried 
 		log.WithFields(logrus.Fields{"advised_mib": r.Advised >> 20, "took": r.Took}).Debug("restore heap: huge pages asked for")
 	}
 	return r, true
+}
+
+// prepareRestoreHeap readies the heap for the restore of the maps New
+// opened: one collection first (collectBeforeRestore), then the huge pages
+// (prepareHeapPages), which read the heap the collection left. It does
+// neither when both service maps were just created (not found pinned):
+// there is nothing to restore, and the collection would be a cost
+// (milliseconds) for nothing. It runs before the goal is raised
+// (raiseHeapGoal computes the percent from the heap it leaves).
+func prepareRestoreHeap(cfg Config, lbm *maps.LBMaps, log *logrus.Entry) {
+	if !servicesPinned(lbm) {
+		log.Debug("restore heap: the service maps were just created, nothing to restore")
+		return
+	}
+	collectBeforeRestore(cfg, log)
+	prepareHeapPages(cfg, log)
+}
+
+// servicesPinned reports whether Open found a service map pinned (of
+// either family): then there may be services to restore.
+func servicesPinned(lbm *maps.LBMaps) bool {
+	return !slices.Contains(lbm.Created, maps.Service4Name) || !slices.Contains(lbm.Created, maps.Service6Name)
+}
+
+// restoreCollectMin is the least heap (live objects and garbage not yet
+// freed) New collects before a restore: the runtime's own least heap
+// goal; a heap this small frees too little to matter.
+const restoreCollectMin = 4 << 20
+
+// collectBeforeRestore runs one collection before the restore when the
+// heap holds between restoreCollectMin and hugepages.LiveMax bytes of
+// objects, so that the garbage the process let go (above all an engine
+// closed before this one, its tables tens of MB) is free when the
+// restore allocates: the restore then reuses pages already written
+// instead of fresh ones, each of which is a page fault on first write
+// (some 15 µs on the development VM: the README's Performance section).
+// A collection marks the live heap (milliseconds per 10 MB), hence the
+// bound. It does nothing when turned off (Config.NoRestoreCollect), when
+// there is nothing to restore (NoRestore, InMemory), or when the
+// collector is off (GOGC=off). It returns whether it collected.
+func collectBeforeRestore(cfg Config, log *logrus.Entry) bool {
+	if cfg.NoRestoreCollect || cfg.NoRestore || cfg.InMemory {
+		return false
+	}
+	objects, _ := readMetric("/memory/classes/heap/objects:bytes")
+	if why := collectSkipReason(objects, readGCPercent()); why != "" {
+		log.WithField("reason", why).Debug("restore heap: no collection first")
+		return false
+	}
+	start := time.Now()
+	runtime.GC()
+	after, _ := readMetric("/memory/classes/heap/objects:bytes")
+	log.WithFields(logrus.Fields{
+		"objects_mib": objects >> 20, "freed_mib": (objects - min(after, objects)) >> 20, "took": time.Since(start),
+	}).Debug("restore heap: collected first")
+	return true
+}
+
+// collectSkipReason is why no collection runs before a restore on a heap
+// of objects bytes under the collector percent gogc (-1: off), "" when
+// one runs.
+func collectSkipReason(objects uint64, gogc int) string {
+	switch {
+	case gogc < 0:
+		return "the collector is off (GOGC=off)"
+	case objects < restoreCollectMin:
+		return fmt.Sprintf("the heap holds %d KiB, too little to free", objects>>10)
+	case objects > hugepages.LiveMax:
+		return fmt.Sprintf("the heap holds %d MiB, more than a collection should mark here", objects>>20)
+	}
+	return ""
 }

@@ -2,10 +2,15 @@ package actorlb
 
 import (
 	"math"
+	"runtime"
 	"runtime/debug"
+	"strings"
 	"testing"
 
+	"github.com/actorlb/actorlb/internal/testutil"
+	"github.com/actorlb/actorlb/maps"
 	"github.com/sirupsen/logrus"
+	logtest "github.com/sirupsen/logrus/hooks/test"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -157,4 +162,125 @@ func TestRestoreHugePagesAreAskedOnlyWhenARestoreCanUseThem(t *testing.T) {
 	t.Cleanup(func() { debug.SetMemoryLimit(old) })
 	_, tried := prepareHeapPages(Config{}, log)
 	assert.False(t, tried, "under a memory limit")
+}
+
+func TestCollectionBeforeRestoreRunsOnlyOnAHeapWorthCollectingAndCheapToMark(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		objects uint64
+		gogc    int
+		runs    bool
+	}{
+		{"a new process's heap: too little to free", 240 << 10, 100, false},
+		{"just under the least", restoreCollectMin - 1, 100, false},
+		{"the least", restoreCollectMin, 100, true},
+		{"a closed engine's tables", 60 << 20, 100, true},
+		{"the most a collection should mark", 64 << 20, 100, true},
+		{"more", 64<<20 + 1, 100, false},
+		{"collector off", 60 << 20, -1, false},
+		{"GOGC=0 still collects", 60 << 20, 0, true},
+	} {
+		why := collectSkipReason(c.objects, c.gogc)
+		assert.Equal(t, c.runs, why == "", "%s: %q", c.name, why)
+	}
+}
+
+// garbageOf leaves n bytes of pointer-free garbage on the heap (made in
+// 64 KiB pieces, as tables are, not one large object) and returns the
+// heap's objects after it.
+//
+//go:noinline
+func garbageOf(n int) uint64 {
+	pieces := make([][]byte, 0, n>>16)
+	for range n >> 16 {
+		pieces = append(pieces, make([]byte, 64<<10))
+	}
+	runtime.KeepAlive(pieces)
+	objects, _ := readMetric("/memory/classes/heap/objects:bytes")
+	return objects
+}
+
+// What a closed engine left (here 24 MiB of garbage) is freed before the
+// next restore, unless the collection is turned off or there is nothing
+// to restore.
+func TestCollectionBeforeRestoreFreesWhatTheProcessLetGo(t *testing.T) {
+	withGCPercent(t, 10000) // no cycle of the collector's own in between
+	log := logrus.NewEntry(logrus.New())
+	const garbage = 24 << 20
+	for _, c := range []struct {
+		name  string
+		cfg   Config
+		frees bool
+	}{
+		{"default", Config{}, true},
+		{"turned off", Config{NoRestoreCollect: true}, false},
+		{"nothing restored", Config{NoRestore: true}, false},
+		{"in-memory maps", Config{InMemory: true}, false},
+	} {
+		runtime.GC()
+		before := garbageOf(garbage)
+		ran := collectBeforeRestore(c.cfg, log)
+		after, _ := readMetric("/memory/classes/heap/objects:bytes")
+		assert.Equal(t, c.frees, ran, c.name)
+		if c.frees {
+			assert.Less(t, after, before-garbage*3/4, "%s: the garbage is freed", c.name)
+		} else {
+			assert.GreaterOrEqual(t, after, before-garbage/4, "%s: the garbage is still there", c.name)
+		}
+	}
+}
+
+func TestServicesArePinnedUnlessBothServiceMapsWereJustCreated(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		created []string
+		pinned  bool
+	}{
+		{"every map found pinned", nil, true},
+		{"every map created", maps.Names, false},
+		{"the IPv6 service map found pinned", []string{maps.Service4Name, maps.Backend4Name}, true},
+		{"the IPv4 service map found pinned", []string{maps.Service6Name}, true},
+		{"both service maps created, others pinned", []string{maps.Service4Name, maps.Service6Name}, false},
+	} {
+		assert.Equal(t, c.pinned, servicesPinned(&maps.LBMaps{Created: c.created}), c.name)
+	}
+}
+
+// logged returns the messages of the entries the hook caught that start
+// with prefix.
+func logged(h *logtest.Hook, prefix string) []string {
+	var out []string
+	for _, e := range h.AllEntries() {
+		if strings.HasPrefix(e.Message, prefix) {
+			out = append(out, e.Message)
+		}
+	}
+	return out
+}
+
+// The first New on a directory creates the maps: there is nothing to
+// restore, and the heap is left alone. The next New finds them pinned and
+// frees what the process let go before it restores.
+func TestNewPreparesTheHeapOnlyForMapsFoundPinned(t *testing.T) {
+	noMemoryLimit(t)
+	root := testutil.PinDir(t) // kernel maps: in-memory ones are not found again
+	log, hook := logtest.NewNullLogger()
+	log.SetLevel(logrus.DebugLevel)
+	e := newEngine(t, root, Config{Logger: log})
+	assert.Equal(t, []string{"restore heap: the service maps were just created, nothing to restore"}, logged(hook, "restore heap"))
+	require.NoError(t, e.Close())
+
+	hook.Reset()
+	withGCPercent(t, 10000) // no cycle of the collector's own in between
+	runtime.GC()
+	garbageOf(24 << 20)
+	newEngine(t, root, Config{Logger: log})
+	msgs := logged(hook, "restore heap")
+	require.NotEmpty(t, msgs)
+	assert.Equal(t, "restore heap: collected first", msgs[0], "all: %q", msgs)
+	for _, e := range hook.AllEntries() {
+		if e.Message == "restore heap: collected first" {
+			assert.GreaterOrEqual(t, e.Data["freed_mib"], uint64(16), "the garbage is freed")
+		}
+	}
 }
