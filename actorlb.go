@@ -193,8 +193,7 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new engine: %w", err)
 	}
-	prepareRestoreHeap(cfg, lbm, log)
-	putBack := raiseHeapGoal(cfg)
+	putBack := prepareRestoreHeap(cfg, lbm, log)
 	defer putBack() // the restore is done, or New failed
 	if cfg.hooks.Maps != nil {
 		cfg.hooks.Maps(lbm)

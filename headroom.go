@@ -141,9 +141,11 @@ func memoryLimited() bool { return debug.SetMemoryLimit(-1) != math.MaxInt64 }
 // restore is about to fill (hugepages.Prepare, RestoreHeadroom bytes),
 // unless turned off (Config.NoRestoreHugePages) or there is nothing to
 // restore (NoRestore, InMemory) or the process has a memory limit. It
-// runs before the goal is raised: its collection frees the buffer it
-// advised, and the percent is then computed from the heap that
-// collection left. It returns what Prepare did, tried false when it was
+// runs after the goal is raised: the buffer Prepare allocates then stays
+// under the goal (under the program's own goal, a new process's 4 MB, it
+// would start a cycle before Prepare's collection runs another), and
+// Prepare's collection leaves the same live heap the percent was
+// computed from. It returns what Prepare did, tried false when it was
 // not called.
 func prepareHeapPages(cfg Config, log *logrus.Entry) (r hugepages.Result, tried bool) {
 	if cfg.NoRestoreHugePages || !restoreHeapTunable(cfg) {
@@ -159,19 +161,28 @@ func prepareHeapPages(cfg Config, log *logrus.Entry) (r hugepages.Result, tried 
 }
 
 // prepareRestoreHeap readies the heap for the restore of the maps New
-// opened: one collection first (collectBeforeRestore), then the huge pages
-// (prepareHeapPages), which read the heap the collection left. It does
-// neither when both service maps were just created (not found pinned):
-// there is nothing to restore, and the collection would be a cost
-// (milliseconds) for nothing. It runs before the goal is raised
-// (raiseHeapGoal computes the percent from the heap it leaves).
-func prepareRestoreHeap(cfg Config, lbm *maps.LBMaps, log *logrus.Entry) {
-	if !servicesPinned(lbm) {
+// opened, and returns what puts the collector's percent back when the
+// restore is done. In this order: one collection first
+// (collectBeforeRestore), then the goal is raised (raiseHeapGoal, whose
+// percent is computed from the heap the collection left), then the huge
+// pages (prepareHeapPages: its buffer of RestoreHeadroom bytes, under the
+// raised goal, starts no cycle of its own; its one collection frees it).
+// When both service maps were just created (not found pinned) there is
+// nothing to restore: no collection and no huge pages, whose cost
+// (milliseconds) would buy nothing; the goal is raised all the same (it
+// costs nothing, and a restore of nothing ends at once).
+func prepareRestoreHeap(cfg Config, lbm *maps.LBMaps, log *logrus.Entry) (putBack func()) {
+	pinned := servicesPinned(lbm)
+	if pinned {
+		collectBeforeRestore(cfg, log)
+	} else {
 		log.Debug("restore heap: the service maps were just created, nothing to restore")
-		return
 	}
-	collectBeforeRestore(cfg, log)
-	prepareHeapPages(cfg, log)
+	putBack = raiseHeapGoal(cfg)
+	if pinned {
+		prepareHeapPages(cfg, log)
+	}
+	return putBack
 }
 
 // servicesPinned reports whether Open found a service map pinned (of
