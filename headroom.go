@@ -130,8 +130,12 @@ func readMetric(name string) (v uint64, ok bool) {
 // (the headroom, the huge pages): there is one (not NoRestore, not
 // InMemory) and the process has no memory limit.
 func restoreHeapTunable(cfg Config) bool {
-	return !cfg.NoRestore && !cfg.InMemory && !memoryLimited()
+	return restores(cfg) && !memoryLimited()
 }
+
+// restores reports whether New restores from pinned maps under cfg (not
+// NoRestore, not InMemory).
+func restores(cfg Config) bool { return !cfg.NoRestore && !cfg.InMemory }
 
 // memoryLimited reports whether the process has a soft memory limit
 // (debug.SetMemoryLimit with a negative value reads it).
@@ -208,7 +212,7 @@ const restoreCollectMin = 4 << 20
 // there is nothing to restore (NoRestore, InMemory), or when the
 // collector is off (GOGC=off). It returns whether it collected.
 func collectBeforeRestore(cfg Config, log *logrus.Entry) bool {
-	if cfg.NoRestoreCollect || cfg.NoRestore || cfg.InMemory {
+	if cfg.NoRestoreCollect || !restores(cfg) {
 		return false
 	}
 	objects, _ := readMetric("/memory/classes/heap/objects:bytes")

@@ -31,6 +31,27 @@ func withGCPercent(t *testing.T, p int) {
 	t.Cleanup(func() { debug.SetGCPercent(old) })
 }
 
+// restoreStepCase is a Config and whether a step New takes for the
+// restore's heap (the headroom, the huge pages, the collection) runs
+// under it.
+type restoreStepCase struct {
+	name string
+	cfg  Config
+	runs bool
+}
+
+// restoreStepCases are the Configs each such step is checked under: the
+// default (it runs), off (the step's own switch turned on), and the two
+// with nothing to restore.
+func restoreStepCases(off Config) []restoreStepCase {
+	return []restoreStepCase{
+		{"default", Config{}, true},
+		{"turned off", off, false},
+		{"nothing restored", Config{NoRestore: true}, false},
+		{"in-memory maps", Config{InMemory: true}, false},
+	}
+}
+
 func heapGoal(t *testing.T) uint64 {
 	t.Helper()
 	goal, ok := readMetric("/gc/heap/goal:bytes")
@@ -54,18 +75,9 @@ func TestRestoreHeadroomRaisesTheHeapGoalUntilPutBack(t *testing.T) {
 func TestRestoreHeadroomIsTakenOnlyWhenARestoreCanUseIt(t *testing.T) {
 	noMemoryLimit(t)
 	withGCPercent(t, 100)
-	for _, c := range []struct {
-		name  string
-		cfg   Config
-		raise bool
-	}{
-		{"default", Config{}, true},
-		{"turned off", Config{NoRestoreHeadroom: true}, false},
-		{"nothing restored", Config{NoRestore: true}, false},
-		{"in-memory maps", Config{InMemory: true}, false},
-	} {
+	for _, c := range restoreStepCases(Config{NoRestoreHeadroom: true}) {
 		putBack := raiseHeapGoal(c.cfg)
-		assert.Equal(t, c.raise, readGCPercent() > 100, c.name)
+		assert.Equal(t, c.runs, readGCPercent() > 100, c.name)
 		putBack()
 		assert.Equal(t, 100, readGCPercent(), c.name+": put back")
 	}
@@ -140,18 +152,9 @@ func TestHeadroomPercentGivesTheGoalOfTheHeadroomMoreLive(t *testing.T) {
 func TestRestoreHugePagesAreAskedOnlyWhenARestoreCanUseThem(t *testing.T) {
 	noMemoryLimit(t)
 	log := logrus.NewEntry(logrus.New())
-	for _, c := range []struct {
-		name string
-		cfg  Config
-		try  bool
-	}{
-		{"default", Config{}, true},
-		{"turned off", Config{NoRestoreHugePages: true}, false},
-		{"nothing restored", Config{NoRestore: true}, false},
-		{"in-memory maps", Config{InMemory: true}, false},
-	} {
+	for _, c := range restoreStepCases(Config{NoRestoreHugePages: true}) {
 		r, tried := prepareHeapPages(c.cfg, log)
-		assert.Equal(t, c.try, tried, c.name)
+		assert.Equal(t, c.runs, tried, c.name)
 		if tried {
 			assert.True(t, (r.Advised > 0) != (r.Skipped != ""), "%s: advised %d bytes or says why not (%q)", c.name, r.Advised, r.Skipped)
 		} else {
@@ -207,22 +210,13 @@ func TestCollectionBeforeRestoreFreesWhatTheProcessLetGo(t *testing.T) {
 	withGCPercent(t, 10000) // no cycle of the collector's own in between
 	log := logrus.NewEntry(logrus.New())
 	const garbage = 24 << 20
-	for _, c := range []struct {
-		name  string
-		cfg   Config
-		frees bool
-	}{
-		{"default", Config{}, true},
-		{"turned off", Config{NoRestoreCollect: true}, false},
-		{"nothing restored", Config{NoRestore: true}, false},
-		{"in-memory maps", Config{InMemory: true}, false},
-	} {
+	for _, c := range restoreStepCases(Config{NoRestoreCollect: true}) {
 		runtime.GC()
 		before := garbageOf(garbage)
 		ran := collectBeforeRestore(c.cfg, log)
 		after, _ := readMetric("/memory/classes/heap/objects:bytes")
-		assert.Equal(t, c.frees, ran, c.name)
-		if c.frees {
+		assert.Equal(t, c.runs, ran, c.name)
+		if c.runs {
 			assert.Less(t, after, before-garbage*3/4, "%s: the garbage is freed", c.name)
 		} else {
 			assert.GreaterOrEqual(t, after, before-garbage/4, "%s: the garbage is still there", c.name)
