@@ -196,27 +196,38 @@ func servicesPinned(lbm *maps.LBMaps) bool {
 }
 
 // restoreCollectMin is the least heap (live objects and garbage not yet
-// freed) New collects before a restore: the runtime's own least heap
-// goal; a heap this small frees too little to matter.
+// freed) New collects before a restore: the runtime's own least goal; a
+// heap this small frees too little to matter.
 const restoreCollectMin = 4 << 20
 
+// restoreCollectMax is the most heap of objects New collects before a
+// restore, whatever the last collection found live: under GOGC=100 a heap
+// whose last marked live heap is at most hugepages.LiveMax holds at most
+// some 2× that (more with a raised goal or a larger GOGC), so this bounds
+// what a collection can mark when the live heap grew since.
+const restoreCollectMax = 4 * hugepages.LiveMax
+
 // collectBeforeRestore runs one collection before the restore when the
-// heap holds between restoreCollectMin and hugepages.LiveMax bytes of
-// objects, so that the garbage the process let go (above all an engine
+// heap holds at least restoreCollectMin bytes of objects and the live
+// heap the last collection marked is at most hugepages.LiveMax (what this
+// one marks is the live heap, milliseconds per 10 MB: the last marked
+// one is its estimate; an engine closed since counts in it, though this
+// collection will not mark it), within restoreCollectMax bytes of
+// objects. Then the garbage the process let go (above all an engine
 // closed before this one, its tables tens of MB) is free when the
-// restore allocates: the restore then reuses pages already written
-// instead of fresh ones, each of which is a page fault on first write
-// (some 15 µs on the development VM: the README's Performance section).
-// A collection marks the live heap (milliseconds per 10 MB), hence the
-// bound. It does nothing when turned off (Config.NoRestoreCollect), when
-// there is nothing to restore (NoRestore, InMemory), or when the
-// collector is off (GOGC=off). It returns whether it collected.
+// restore allocates: the restore reuses pages already written instead of
+// fresh ones, each of which is a page fault on first write (some 15 µs
+// on the development VM: the README's Performance section). It does
+// nothing when turned off (Config.NoRestoreCollect), when there is
+// nothing to restore (NoRestore, InMemory), or when the collector is off
+// (GOGC=off). It returns whether it collected.
 func collectBeforeRestore(cfg Config, log *logrus.Entry) bool {
 	if cfg.NoRestoreCollect || !restores(cfg) {
 		return false
 	}
 	objects, _ := readMetric("/memory/classes/heap/objects:bytes")
-	if why := collectSkipReason(objects, readGCPercent()); why != "" {
+	live, _ := readMetric("/gc/heap/live:bytes")
+	if why := collectSkipReason(objects, live, readGCPercent()); why != "" {
 		log.WithField("reason", why).Debug("restore heap: no collection first")
 		return false
 	}
@@ -224,21 +235,23 @@ func collectBeforeRestore(cfg Config, log *logrus.Entry) bool {
 	runtime.GC()
 	after, _ := readMetric("/memory/classes/heap/objects:bytes")
 	log.WithFields(logrus.Fields{
-		"objects_mib": objects >> 20, "freed_mib": (objects - min(after, objects)) >> 20, "took": time.Since(start),
+		"objects_mib": objects >> 20, "last_live_mib": live >> 20, "freed_mib": (objects - min(after, objects)) >> 20, "took": time.Since(start),
 	}).Debug("restore heap: collected first")
 	return true
 }
 
 // collectSkipReason is why no collection runs before a restore on a heap
-// of objects bytes under the collector percent gogc (-1: off), "" when
-// one runs.
-func collectSkipReason(objects uint64, gogc int) string {
+// of objects bytes, of which the last collection marked live bytes, under
+// the collector percent gogc (-1: off); "" when one runs.
+func collectSkipReason(objects, live uint64, gogc int) string {
 	switch {
 	case gogc < 0:
 		return "the collector is off (GOGC=off)"
 	case objects < restoreCollectMin:
 		return fmt.Sprintf("the heap holds %d KiB, too little to free", objects>>10)
-	case objects > hugepages.LiveMax:
+	case live > hugepages.LiveMax:
+		return fmt.Sprintf("the last collection found %d MiB live, more than a collection should mark here", live>>20)
+	case objects > restoreCollectMax:
 		return fmt.Sprintf("the heap holds %d MiB, more than a collection should mark here", objects>>20)
 	}
 	return ""
