@@ -2,6 +2,7 @@ package table
 
 import (
 	"cmp"
+	mathbits "math/bits"
 	"slices"
 
 	lb "github.com/actorlb/actorlb/loadbalancer"
@@ -136,27 +137,34 @@ func (g *group) slot(n uint16) (maps.ServiceValue, bool) {
 }
 
 // loadRevNAT indexes each family's revNAT entries by ID, one value per ID
-// (the least, if a dump repeats an ID). Rule 7 reconciles them.
+// (the least, if a dump repeats an ID). Rule 7 reconciles them. The IDs
+// are 16 bits: a bitset of the IDs seen gives them in ascending order
+// (no sort of the entries, a third of the loading's work before).
 func (rb *rebuild) loadRevNAT(d Dump) {
 	in := [2][]maps.RevNATEntry{d.RevNAT4, d.RevNAT6}
 	for i, fs := range rb.fam {
-		es := slices.Clone(in[i])
-		if fs.fam == maps.IPv4 {
-			for j := range es {
-				es[j].Value.Address = es[j].Value.Address.Unmap()
-			}
-		}
-		slices.SortFunc(es, func(a, b maps.RevNATEntry) int {
-			if c := cmp.Compare(a.ID, b.ID); c != 0 {
-				return c // the value is compared only for a repeated ID (cmp.Or would compare it every time)
-			}
-			return compareRevNAT(a.Value, b.Value)
-		})
-		es = slices.CompactFunc(es, func(a, b maps.RevNATEntry) bool { return a.ID == b.ID })
+		es := in[i]
 		fs.revnat = make(map[uint16]maps.RevNATValue, len(es))
+		var seen [1 << 16 / 64]uint64
 		for _, e := range es {
-			fs.revnat[e.ID] = e.Value
-			fs.revIDs = append(fs.revIDs, e.ID)
+			v := e.Value
+			if fs.fam == maps.IPv4 {
+				v.Address = v.Address.Unmap()
+			}
+			if cur, dup := fs.revnat[e.ID]; dup && compareRevNAT(cur, v) <= 0 {
+				continue
+			}
+			fs.revnat[e.ID] = v
+			seen[e.ID/64] |= 1 << (e.ID % 64)
+		}
+		if len(fs.revnat) == 0 {
+			continue
+		}
+		fs.revIDs = make([]uint16, 0, len(fs.revnat))
+		for w, bits := range seen {
+			for ; bits != 0; bits &= bits - 1 {
+				fs.revIDs = append(fs.revIDs, uint16(w*64+mathbits.TrailingZeros64(bits)))
+			}
 		}
 	}
 }

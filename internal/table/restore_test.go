@@ -1532,7 +1532,7 @@ func TestRebuildInHalvesEqualsSerial(t *testing.T) {
 
 // A dump that repeats a key (only a hand-made one can) keeps the least
 // value of each key, whatever the order: adding greater duplicates of
-// masters, slots and backends changes nothing.
+// masters, slots, backends and revNAT entries changes nothing.
 func TestRebuildRepeatedKeysKeepTheLeastValue(t *testing.T) {
 	r := testutil.Rand(t)
 	d := dumpOf(consistentServices()...)
@@ -1550,6 +1550,16 @@ func TestRebuildRepeatedKeysKeepTheLeastValue(t *testing.T) {
 		e.Value.Zone = 0xff
 		dup.Backends4 = append(dup.Backends4, e)
 	}
+	for _, e := range d.RevNAT4 {
+		e.Value.Port++
+		dup.RevNAT4 = append(dup.RevNAT4, e)
+	}
+	for _, e := range d.RevNAT6 {
+		e.Value.Address = e.Value.Address.Next()
+		dup.RevNAT6 = append(dup.RevNAT6, e)
+	}
+	require.NotEmpty(t, d.RevNAT4)
+	require.NotEmpty(t, d.RevNAT6)
 	require.Equal(t, want, Rebuild(dup))
 	checkShuffled(t, r, dup, want)
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/maps"
@@ -44,8 +45,8 @@ import (
 //
 // Concurrency: Rebuild starts goroutines at two places, one at a time, and
 // returns only when they are done. At loading, the service entries load
-// (with rules 1 and 2) and the revNAT and backend entries (with rule 4),
-// each on a goroutine of its own (Loader). At rule 5, a family
+// (with rules 1 and 2), the backend entries (with rule 4) and the revNAT
+// entries, each on a goroutine of its own (Loader). At rule 5, a family
 // of parallelGroups frontends or more is rebuilt in two halves
 // (rebuildServices). Each goroutine has its own rebuild (repair list and
 // scratch) and writes nothing another one reads or writes; the lists are
@@ -59,14 +60,15 @@ func Rebuild(d Dump) *Restored {
 // map owners' dumps into it as they arrive, so that one part loads while
 // the maps of the other are still being read. Backends starts loading
 // the revNAT and backend entries (with rule 4), Services the service
-// entries (with rules 1 and 2), each on a goroutine of its own, as soon
+// entries (with rules 1 and 2), each on a goroutine of its own (the
+// revNAT entries on one more, beside rule 4, which reads none), as soon
 // as its entries are there, in either order; Rebuild waits for them,
 // loads what was not started (both parts at once, as Rebuild does, when
 // neither was) and applies the other rules. The result is Rebuild's on
 // the whole dump (TestLoaderInPartsEqualsRebuild): the two parts write
 // disjoint fields of the famStates (groups, MasterDeletes and SlotDeletes
-// for the services; revnat, revIDs, backends, alias, ids and
-// BackendDeletes for the backends) and repair lists of their own, joined
+// for the services; revnat and revIDs, and backends, alias, ids and
+// BackendDeletes, for the backends) and repair lists of their own, joined
 // in a fixed order, and nothing reads them before Rebuild has waited. A
 // Loader is used once, by one goroutine at a time, with the same entries
 // in every call; the entries must not change until Rebuild returns. A
@@ -95,9 +97,11 @@ func (l *Loader) Backends(d Dump) {
 	l.backends = done
 	go func() {
 		defer close(done)
-		l.rb.loadRevNAT(d)
+		var revNAT sync.WaitGroup
+		revNAT.Go(func() { l.rb.loadRevNAT(d) }) // beside: rule 4 reads no revNAT entry
 		l.rb.loadBackends(d)
 		l.rb.filterBackends() // rule 4
+		revNAT.Wait()
 	}()
 }
 
