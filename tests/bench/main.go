@@ -420,7 +420,7 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 	// small VM).
 	var readies, dumps, typed, readyCPU, dumpCPU []time.Duration
 	var recWall, recCPU []time.Duration
-	var warmFaults []float64
+	var warmFaults, warmAllocs []float64
 	recRepairs := 0
 	restoreSteps := map[string][]time.Duration{}
 	var writes float64
@@ -437,7 +437,7 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 			return err
 		}
 		typed = append(typed, typedTime)
-		f0, cpu0 := minorFaults(), cpuTime()
+		f0, cpu0, a0 := minorFaults(), cpuTime(), heapAllocated()
 		start = time.Now()
 		e, err = actorlb.New(ctx, engineConfig(engRoot, sizes, log))
 		if err != nil {
@@ -446,6 +446,7 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 		ready := time.Since(start)
 		readyCPU = append(readyCPU, cpuTime()-cpu0)
 		warmFaults = append(warmFaults, float64(minorFaults()-f0))
+		warmAllocs = append(warmAllocs, float64(heapAllocated()-a0)/(1<<20))
 		st, err := e.Stats(ctx)
 		if err != nil {
 			return err
@@ -481,6 +482,10 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 	res.add("restore-10k-x10", "typed_dump_ms", float64(median(typed).Microseconds())/1000, "ms")
 	res.add("restore-10k-x10", "ratio_to_typed_dump", ready.Seconds()/median(typed).Seconds(), "x")
 	res.add("restore-10k-x10", "page_faults", median(warmFaults), "faults")
+	// What a restore allocates: in a new process every byte of it is a
+	// first write of fresh memory (the new-process rows allocate the
+	// same, and with huge pages a 64 MiB buffer besides, never written).
+	res.add("restore-10k-x10", "alloc_mib", median(warmAllocs), "MiB")
 	addRestoreSteps(res, restoreSteps, "")
 	res.add("reconcile-10k-x10", "ms", float64(median(recWall).Microseconds())/1000, "ms")
 	res.add("reconcile-10k-x10", "cpu_ms", float64(median(recCPU).Microseconds())/1000, "ms")
@@ -1349,4 +1354,15 @@ func (h schedHist) quantile(q float64) float64 {
 		}
 	}
 	return h.buckets[len(h.buckets)-1] * 1e6
+}
+
+// heapAllocated is the bytes the process has allocated on the heap so far
+// (the runtime's cumulative count).
+func heapAllocated() uint64 {
+	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return s[0].Value.Uint64()
 }
