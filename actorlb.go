@@ -86,10 +86,12 @@ type Config struct {
 	// service maps were just created (nothing to restore).
 	NoRestoreHugePages bool
 	// NoRestoreCollect turns off the collection New runs before a
-	// restore when the heap holds 4 to 64 MiB of objects (live and
-	// garbage not yet freed): it frees what the process let go, above all
-	// an engine closed before this one, so that the restore reuses pages
-	// already written instead of fresh ones, each a page fault. There is
+	// restore when the heap holds at least 4 MiB of objects (live and
+	// garbage not yet freed), the last collection found at most 64 MiB
+	// live, and the heap holds at most 256 MiB: it frees what the process
+	// let go, above all an engine closed before this one, so that the
+	// restore reuses pages already written instead of fresh ones, each a
+	// page fault. There is
 	// none with NoRestore, InMemory or GOGC=off, nor when both service
 	// maps were just created (nothing to restore; no huge pages are asked
 	// for then either).

@@ -437,7 +437,9 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 			return err
 		}
 		typed = append(typed, typedTime)
-		f0, cpu0, a0 := minorFaults(), cpuTime(), heapAllocated()
+		var m0, m1 runtime.MemStats
+		runtime.ReadMemStats(&m0)
+		f0, cpu0 := minorFaults(), cpuTime()
 		start = time.Now()
 		e, err = actorlb.New(ctx, engineConfig(engRoot, sizes, log))
 		if err != nil {
@@ -446,7 +448,8 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 		ready := time.Since(start)
 		readyCPU = append(readyCPU, cpuTime()-cpu0)
 		warmFaults = append(warmFaults, float64(minorFaults()-f0))
-		warmAllocs = append(warmAllocs, float64(heapAllocated()-a0)/(1<<20))
+		runtime.ReadMemStats(&m1)
+		warmAllocs = append(warmAllocs, float64(m1.TotalAlloc-m0.TotalAlloc)/(1<<20))
 		st, err := e.Stats(ctx)
 		if err != nil {
 			return err
@@ -1354,15 +1357,4 @@ func (h schedHist) quantile(q float64) float64 {
 		}
 	}
 	return h.buckets[len(h.buckets)-1] * 1e6
-}
-
-// heapAllocated is the bytes the process has allocated on the heap so far
-// (the runtime's cumulative count).
-func heapAllocated() uint64 {
-	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
-	metrics.Read(s)
-	if s[0].Value.Kind() != metrics.KindUint64 {
-		return 0
-	}
-	return s[0].Value.Uint64()
 }
