@@ -1,8 +1,6 @@
 package engine
 
 import (
-	"sync"
-
 	"github.com/actorlb/actorlb/internal/addrkey"
 	"github.com/actorlb/actorlb/internal/packedmap"
 	"github.com/actorlb/actorlb/internal/table"
@@ -10,48 +8,75 @@ import (
 )
 
 // backendIndex is the index from backend to the services using it
-// (users), kept in two halves by a bit of the backend's key
-// (addrkey.Backend.Half), two maps that share one packer (an IPv6 prefix
-// is learnt once for both). It behaves as one map; the halves let restore
-// fill it on two cores (fill), where one map took a fifth of a warm
-// restart.
+// (users). It behaves as one map from key to users, kept in two parts:
+// each bound backend's slot by its key (slots), and the users in an array
+// by slot (bySlot), with the free slots listed (free) so that the array
+// is only as long as the most backends ever bound at once.
+//
+// The split is for restore (fill): a backend's ID serves as its slot
+// there, so the key part may be what the table's rule 4 built already
+// (table.Restored.BackendIDs4, taken over as is), and the users fill an
+// array by ID where filling a map of 100k keys took a sixth of a warm
+// restart. Once restored, a slot is only a place: a backend bound later
+// takes a free one, whatever its ID.
 type backendIndex struct {
-	half   [2]packedmap.Map[addrkey.Backend, users]
+	slots  packedmap.Map[addrkey.Backend, uint32]
+	bySlot []users  // a free slot's users are zero (id 0)
+	free   []uint32 // free slots of bySlot
 	packer *addrkey.BackendPacker
 }
 
-// newBackendIndex returns an empty index with room for n backends.
+// newBackendIndex returns an empty index whose key part has room for n
+// backends (the slots grow as they are taken; fill makes its own).
 func newBackendIndex(n int) backendIndex {
 	x := backendIndex{packer: addrkey.NewBackendPacker()}
-	for h := range x.half {
-		x.half[h] = packedmap.New[addrkey.Backend, users]((n+1)/2, x.packer)
-	}
+	x.slots = packedmap.New[addrkey.Backend, uint32](n, x.packer)
 	return x
 }
 
-func (x *backendIndex) of(k addrkey.Backend) *packedmap.Map[addrkey.Backend, users] {
-	return &x.half[k.Half()]
+// Get returns the users of k and whether k is bound.
+func (x *backendIndex) Get(k addrkey.Backend) (users, bool) {
+	s, ok := x.slots.Get(k)
+	if !ok {
+		return users{}, false
+	}
+	return x.bySlot[s], true
 }
 
-// Get returns the users of k and whether any service uses it.
-func (x *backendIndex) Get(k addrkey.Backend) (users, bool) { return x.of(k).Get(k) }
-
-// Set sets the users of k.
-func (x *backendIndex) Set(k addrkey.Backend, u users) { x.of(k).Set(k, u) }
+// Set sets the users of k (u.id not 0).
+func (x *backendIndex) Set(k addrkey.Backend, u users) {
+	s, ok := x.slots.Get(k)
+	if !ok {
+		if n := len(x.free); n > 0 {
+			s, x.free = x.free[n-1], x.free[:n-1]
+		} else {
+			s = uint32(len(x.bySlot))
+			x.bySlot = append(x.bySlot, users{})
+		}
+		x.slots.Set(k, s)
+	}
+	x.bySlot[s] = u
+}
 
 // Delete forgets k.
-func (x *backendIndex) Delete(k addrkey.Backend) { x.of(k).Delete(k) }
+func (x *backendIndex) Delete(k addrkey.Backend) {
+	s, ok := x.slots.Get(k)
+	if !ok {
+		return
+	}
+	x.slots.Delete(k)
+	x.bySlot[s] = users{}
+	x.free = append(x.free, s)
+}
 
-// Len returns the number of backends in use.
-func (x *backendIndex) Len() int { return x.half[0].Len() + x.half[1].Len() }
+// Len returns the number of bound backends.
+func (x *backendIndex) Len() int { return x.slots.Len() }
 
-// All yields every backend and its users, in no order.
+// All yields every bound backend and its users, in no order.
 func (x *backendIndex) All(yield func(addrkey.Backend, users) bool) {
-	for h := range x.half {
-		for k, u := range x.half[h].All {
-			if !yield(k, u) {
-				return
-			}
+	for k, s := range x.slots.All {
+		if !yield(k, x.bySlot[s]) {
+			return
 		}
 	}
 }
@@ -61,15 +86,16 @@ func (x *backendIndex) Reserve(n int) {
 	if x.Len() != 0 {
 		return
 	}
-	for h := range x.half {
-		x.half[h].Reserve((n + 1) / 2)
+	x.slots.Reserve(n)
+	if cap(x.bySlot) < n {
+		x.bySlot, x.free = make([]users, 0, n), nil
 	}
 }
 
 // learn has the packer learn the IPv6 prefixes of svcs' backends, in the
 // order put would (so that it packs the same keys, and refuses the same
 // ones once full). After it, packing a key of svcs only reads the packer,
-// so fill's goroutines (and the table's, at install) may share it.
+// so the table's goroutine at install may share it.
 func (x *backendIndex) learn(svcs []*table.Service) {
 	for _, svc := range svcs {
 		for _, b := range svc.Spec.Backends {
@@ -80,44 +106,102 @@ func (x *backendIndex) learn(svcs []*table.Service) {
 	}
 }
 
-// fill indexes the backends of svcs, as put would one service after the
-// other (learn first), each half on a goroutine of its own (both go
-// through svcs in order and take the keys of their half), and returns
-// the users beyond the first of the shared backends (nil if none). The
-// services must be new to the index and must not change until fill
-// returns; the result is the serial one (TestFillEqualsPut).
-func (x *backendIndex) fill(svcs []*table.Service) map[addrkey.Backend][]lb.ServiceID {
-	var shared [2]map[addrkey.Backend][]lb.ServiceID
-	var wg sync.WaitGroup
-	for h := range x.half {
-		wg.Go(func() {
-			m := &x.half[h]
-			for _, svc := range svcs {
-				for i, b := range svc.Spec.Backends {
-					k := addrkey.BackendOf(table.BackendKey(b))
-					if k.Half() == h {
-						addUser(m, &shared[h], k, svc.ID(), b.State, svc.BackendIDs[i], false)
-					}
+// maxSlotsPerBackend bounds the array fill makes when slots are IDs: at
+// most this many slots per backend reference of the services, plus
+// minIDSlots. Restored IDs beyond it (sparse IDs) are given slots in
+// order instead, through the key part.
+const (
+	maxSlotsPerBackend = 2
+	minIDSlots         = 1 << 16
+)
+
+// fill indexes the backends of svcs in the empty index x (learn first), as
+// put would one service after the other, and returns the users beyond the
+// first of the shared backends (nil if none). The services must not
+// change until fill returns; the result is the serial one
+// (TestFillEqualsPut).
+//
+// Where the services' backend IDs are dense enough, each ID is its
+// backend's slot: the users fill an array by ID, and ids4, if not nil, is
+// taken over as the key part of the IPv4 backends (table.Restored's
+// BackendIDs4: each IPv4 backend the services use, packed as the packer
+// packs it, to its ID). x owns ids4 from then on. If the key part then
+// has another number of keys than the services have IDs (ids4 is not the
+// services': not the table's way), it is built again from the services.
+func (x *backendIndex) fill(svcs []*table.Service, ids4 map[uint64]uint32) map[addrkey.Backend][]lb.ServiceID {
+	refs, maxID := 0, lb.BackendID(0)
+	for _, svc := range svcs {
+		refs += len(svc.BackendIDs)
+		for _, id := range svc.BackendIDs {
+			maxID = max(maxID, id)
+		}
+	}
+	if uint64(maxID) >= uint64(maxSlotsPerBackend*refs+minIDSlots) {
+		return x.fillInOrder(svcs, refs)
+	}
+	if ids4 != nil {
+		x.slots = packedmap.Adopt(ids4, x.packer)
+	}
+	x.bySlot = make([]users, maxID+1)
+	var shared map[addrkey.Backend][]lb.ServiceID
+	bound := 0
+	for _, svc := range svcs {
+		for i, b := range svc.Spec.Backends {
+			id := svc.BackendIDs[i]
+			u := &x.bySlot[id]
+			if u.id == 0 {
+				*u = users{id: id, one: svc.ID(), state: b.State}
+				bound++
+				if ids4 == nil || !b.Addr.Is4() {
+					x.slots.Set(addrkey.BackendOf(table.BackendKey(b)), uint32(id))
 				}
+				continue
 			}
-		})
+			k := addrkey.BackendOf(table.BackendKey(b))
+			if shared == nil {
+				shared = map[addrkey.Backend][]lb.ServiceID{}
+			}
+			shared[k] = append(shared[k], svc.ID())
+			u.flags |= usersShared
+			u.state = b.State
+		}
 	}
-	wg.Wait()
-	if shared[0] == nil {
-		return shared[1]
+	if bound != x.slots.Len() {
+		x.slots = packedmap.New[addrkey.Backend, uint32](bound, x.packer)
+		for _, svc := range svcs {
+			for i, b := range svc.Spec.Backends {
+				x.slots.Set(addrkey.BackendOf(table.BackendKey(b)), uint32(svc.BackendIDs[i]))
+			}
+		}
 	}
-	for k, ids := range shared[1] {
-		shared[0][k] = ids // the halves' keys are disjoint
+	x.free = x.free[:0]
+	for s := len(x.bySlot) - 1; s >= 0; s-- { // the lowest slots are taken first
+		if x.bySlot[s].id == 0 {
+			x.free = append(x.free, uint32(s))
+		}
 	}
-	return shared[0]
+	return shared
 }
 
-// addUser records in m (and shared, for a second user or more) that
+// fillInOrder is fill for sparse IDs: put's way, one backend after the
+// other (refs: the services' backend references, at least the backends).
+func (x *backendIndex) fillInOrder(svcs []*table.Service, refs int) map[addrkey.Backend][]lb.ServiceID {
+	x.Reserve(refs)
+	var shared map[addrkey.Backend][]lb.ServiceID
+	for _, svc := range svcs {
+		for i, b := range svc.Spec.Backends {
+			addUser(x, &shared, addrkey.BackendOf(table.BackendKey(b)), svc.ID(), b.State, svc.BackendIDs[i], false)
+		}
+	}
+	return shared
+}
+
+// addUser records in x (and shared, for a second user or more) that
 // service sid uses backend k, in state st with id, and reports whether
 // another service uses it too. held: the reference an op held on k is the
 // service's now.
-func addUser(m *packedmap.Map[addrkey.Backend, users], shared *map[addrkey.Backend][]lb.ServiceID, k addrkey.Backend, sid lb.ServiceID, st lb.BackendState, id lb.BackendID, held bool) (isShared bool) {
-	u, _ := m.Get(k)
+func addUser(x *backendIndex, shared *map[addrkey.Backend][]lb.ServiceID, k addrkey.Backend, sid lb.ServiceID, st lb.BackendState, id lb.BackendID, held bool) (isShared bool) {
+	u, _ := x.Get(k)
 	isShared = u.one != 0
 	if u.one == 0 {
 		u.one = sid
@@ -132,6 +216,6 @@ func addUser(m *packedmap.Map[addrkey.Backend, users], shared *map[addrkey.Backe
 	if held && u.held() > 0 {
 		u.flags -= heldUnit
 	}
-	m.Set(k, u)
+	x.Set(k, u)
 	return isShared
 }

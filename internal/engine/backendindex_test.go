@@ -86,23 +86,84 @@ func TestFillEqualsPut(t *testing.T) {
 		// services a seed in thirty used fewer than the packer's 8,192.)
 		{"IPv6 backends each in its own prefix", 10000, true},
 	} {
-		t.Run(c.name, func(t *testing.T) {
-			installed := testFillEqualsPut(t, randomRestored(t, c.services, c.spread))
-			if c.spread {
-				require.Equal(t, addrkey.MaxBackendPrefixes, installed.users.packer.Prefixes(), "the packer is full")
-			}
-		})
+		for _, keys := range []struct {
+			name string
+			ids4 func([]*table.Service) map[uint64]uint32
+		}{
+			{"keys indexed by fill", func([]*table.Service) map[uint64]uint32 { return nil }},
+			{"IPv4 keys taken over", ids4Of},
+			{"IPv4 keys taken over, one not the services'", func(svcs []*table.Service) map[uint64]uint32 {
+				m := ids4Of(svcs)
+				orphan := addrkey.BackendOf(lb.L3n4Addr{Addr: netip.MustParseAddr("192.0.2.1"), Port: 1, Protocol: lb.TCP})
+				p, _ := addrkey.NewBackendPacker().Pack(orphan)
+				m[p] = 1 << 15 // not the table's way: fill indexes the keys again
+				return m
+			}},
+		} {
+			t.Run(c.name+", "+keys.name, func(t *testing.T) {
+				svcs := randomRestored(t, c.services, c.spread)
+				installed := testFillEqualsPut(t, svcs, keys.ids4(svcs))
+				if c.spread {
+					require.Equal(t, addrkey.MaxBackendPrefixes, installed.users.packer.Prefixes(), "the packer is full")
+				}
+			})
+		}
 	}
+	// IDs too sparse to be slots: fill gives slots in order.
+	t.Run("sparse IDs", func(t *testing.T) {
+		svcs := randomRestored(t, 1000, false)
+		for _, svc := range svcs {
+			for i := range svc.BackendIDs {
+				svc.BackendIDs[i] += 1 << 24
+			}
+		}
+		installed := testFillEqualsPut(t, svcs, ids4Of(svcs))
+		require.Len(t, installed.users.bySlot, installed.users.Len(), "one slot per backend")
+	})
 }
 
-func testFillEqualsPut(t *testing.T, svcs []*table.Service) (installed *Core) {
+// ids4Of returns the IPv4 backends of svcs as table.Restored.BackendIDs4
+// has them.
+func ids4Of(svcs []*table.Service) map[uint64]uint32 {
+	pk := addrkey.NewBackendPacker()
+	m := map[uint64]uint32{}
+	for _, svc := range svcs {
+		for i, b := range svc.Spec.Backends {
+			if b.Addr.Is4() {
+				p, _ := pk.Pack(addrkey.BackendOf(table.BackendKey(b)))
+				m[p] = uint32(svc.BackendIDs[i])
+			}
+		}
+	}
+	return m
+}
+
+// checkIndex checks the index's own invariants: every bound backend has
+// a slot of its own holding its users, and every other slot is free.
+func checkIndex(t *testing.T, x *backendIndex) {
+	t.Helper()
+	taken := map[uint32]bool{}
+	for k, s := range x.slots.All {
+		require.False(t, taken[s], "slot %d of two backends", s)
+		taken[s] = true
+		require.NotZero(t, x.bySlot[s].id, "backend %s: slot %d empty", k, s)
+	}
+	for _, s := range x.free {
+		require.False(t, taken[s], "slot %d free and taken", s)
+		taken[s] = true
+		require.Zero(t, x.bySlot[s], "free slot %d", s)
+	}
+	require.Len(t, taken, len(x.bySlot), "every slot is taken or free")
+}
+
+func testFillEqualsPut(t *testing.T, svcs []*table.Service, ids4 map[uint64]uint32) (installed *Core) {
 	t.Helper()
 	serial := New(Config{})
 	for _, svc := range svcs {
 		serial.put(svc, nil, nil)
 	}
 	installed = New(Config{})
-	(&repairPlan{restored: &table.Restored{Services: svcs}}).install(installed, nil)
+	(&repairPlan{restored: &table.Restored{Services: svcs, BackendIDs4: ids4}}).install(installed, nil)
 
 	wantUsers, wantShared := indexOf(serial)
 	gotUsers, gotShared := indexOf(installed)
@@ -117,11 +178,11 @@ func testFillEqualsPut(t *testing.T, svcs []*table.Service) (installed *Core) {
 		require.True(t, ok)
 		require.Equal(t, svc.ID(), id)
 	}
-	// Both halves hold a share of the keys.
-	require.Greater(t, installed.users.half[0].Len(), installed.users.Len()/3)
-	require.Greater(t, installed.users.half[1].Len(), installed.users.Len()/3)
+	checkIndex(t, &installed.users)
 
-	// The index filled on two goroutines is the one the engine then edits.
+	// The index fill made is the one the engine then edits: half the
+	// services go, and come back with other IDs (the freed slots are
+	// taken again).
 	for _, svc := range svcs[:len(svcs)/2] {
 		serial.drop(svc)
 		installed.drop(svc)
@@ -130,6 +191,23 @@ func testFillEqualsPut(t *testing.T, svcs []*table.Service) (installed *Core) {
 	gotUsers, gotShared = indexOf(installed)
 	require.Equal(t, wantUsers, gotUsers)
 	require.Equal(t, wantShared, gotShared)
+	checkIndex(t, &installed.users)
+	slots := len(installed.users.bySlot)
+	for _, svc := range svcs[:len(svcs)/2] {
+		again := *svc
+		again.BackendIDs = slices.Clone(svc.BackendIDs)
+		for i := range again.BackendIDs {
+			again.BackendIDs[i] += 1 << 28
+		}
+		serial.put(&again, nil, nil)
+		installed.put(&again, nil, nil)
+	}
+	wantUsers, wantShared = indexOf(serial)
+	gotUsers, gotShared = indexOf(installed)
+	require.Equal(t, wantUsers, gotUsers)
+	require.Equal(t, wantShared, gotShared)
+	checkIndex(t, &installed.users)
+	require.Equal(t, slots, len(installed.users.bySlot), "the freed slots are taken again")
 	return installed
 }
 
@@ -155,7 +233,7 @@ func TestBackendIsBoundWhileAServiceUsesItOrAnOpHoldsIt(t *testing.T) {
 	u, _ := c.users.Get(k)
 	require.Equal(t, users{id: 7, flags: heldUnit}, u, "held, used by no service")
 
-	addUser(c.users.of(k), &c.shared, k, 1, lb.BackendStateActive, 7, true) // the commit
+	addUser(&c.users, &c.shared, k, 1, lb.BackendStateActive, 7, true) // the commit
 	u, _ = c.users.Get(k)
 	require.Equal(t, users{id: 7, one: 1}, u, "service 1's, no longer held")
 	id, bound, err := c.hold(k) // service 2 acquires it
@@ -232,6 +310,7 @@ func TestIndexKeptByOpsEqualsTheOneBuiltFromTheTable(t *testing.T) {
 			serial.put(c.services.expand(s), nil, nil)
 		}
 		require.Equal(t, usersOfAll(serial), usersOfAll(c), "round %d", round)
+		checkIndex(t, &c.users)
 	}
 	require.Greater(t, upserted, 300)
 }

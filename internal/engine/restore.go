@@ -267,19 +267,22 @@ func (p *repairPlan) install(c *Core, _ *op) {
 		}
 		return
 	}
+	// The backend index fills (taking over the table's IPv4 keys), and
+	// the services are stored beside it on another goroutine (they touch
+	// nothing of the index's: r.Services is only read).
+	ids4 := r.BackendIDs4
+	r.BackendIDs4 = nil // the index's now
 	n := 0
-	for _, svc := range r.Services {
-		n += len(svc.BackendIDs)
+	if ids4 == nil {
+		for _, svc := range r.Services {
+			n += len(svc.BackendIDs)
+		}
 	}
-	// The backend index is most of the work (10 backends a service): its
-	// halves fill on two goroutines, and the services are stored beside
-	// them on a third (they touch nothing of the index's: r.Services is
-	// only read).
 	c.users = newBackendIndex(n)
 	c.services.packer = c.users.packer // the table is empty: nothing was packed by the old one
 	// The packer learns every IPv6 prefix first, in the order put would
 	// (so it packs the same keys, and refuses the same ones once full):
-	// then the three goroutines only read it.
+	// then both goroutines only read it.
 	c.users.learn(r.Services)
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -290,7 +293,7 @@ func (p *repairPlan) install(c *Core, _ *op) {
 			c.byFE.Set(svc.Frontend(), svc.ID())
 		}
 	})
-	c.shared = c.users.fill(r.Services)
+	c.shared = c.users.fill(r.Services, ids4)
 	wg.Wait()
 }
 

@@ -127,7 +127,7 @@ func (c *Core) put(svc *table.Service, heldIdx, fresh []int) (shared bool) {
 		if held {
 			h++
 		}
-		if addUser(c.users.of(k), &c.shared, k, svc.ID(), b.State, svc.BackendIDs[i], held) {
+		if addUser(&c.users, &c.shared, k, svc.ID(), b.State, svc.BackendIDs[i], held) {
 			shared = true
 		}
 	}

@@ -40,6 +40,15 @@ func New[K comparable, V any](n int, pk Packer[K]) Map[K, V] {
 	return m
 }
 
+// Adopt returns a map that holds the entries of small, keys packed by pk
+// (as Set would pack them: a Learner must have learnt what they need),
+// and takes small over: the caller must not use it after.
+func Adopt[K comparable, V any](small map[uint64]V, pk Packer[K]) Map[K, V] {
+	m := Map[K, V]{full: map[K]V{}, small: small, pk: pk}
+	m.learn, _ = pk.(Learner[K])
+	return m
+}
+
 // Get returns the value of k and whether k is in the map.
 func (m *Map[K, V]) Get(k K) (V, bool) {
 	if m.pk != nil {

@@ -104,3 +104,22 @@ func TestAllStops(t *testing.T) {
 		require.Equal(t, stop, n)
 	}
 }
+
+// A map adopted from packed keys is the map Set would have made of them,
+// and goes on as one.
+func TestAdoptedMapIsTheOneSetMakes(t *testing.T) {
+	set := New[string, int](0, evenKeys{})
+	small := map[uint64]int{}
+	for i := 0; i < 20; i += 2 {
+		set.Set("k"+strconv.Itoa(i), i)
+		small[uint64(i)] = i
+	}
+	adopted := Adopt(small, Packer[string](evenKeys{}))
+	require.Equal(t, maps.Collect(set.All), maps.Collect(adopted.All))
+	for _, m := range []*Map[string, int]{&set, &adopted} {
+		m.Set("k3", 3) // kept whole
+		m.Delete("k4")
+	}
+	require.Equal(t, maps.Collect(set.All), maps.Collect(adopted.All))
+	require.Equal(t, 10, adopted.Len())
+}

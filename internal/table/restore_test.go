@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/actorlb/actorlb/internal/addrkey"
 	"github.com/actorlb/actorlb/internal/testutil"
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/maps"
@@ -447,8 +448,35 @@ func invariantProblems(d Dump) []string {
 
 // checkRepaired applies r to d, checks the invariants and that a second
 // Rebuild is a no-op with the same table. It returns the repaired dump.
+// checkBackendIDs4 checks Restored.BackendIDs4 against the services: it
+// maps each IPv4 backend they use, packed as the engine's backend index
+// packs it, to its ID, and holds nothing else.
+func checkBackendIDs4(t *testing.T, r *Restored) {
+	t.Helper()
+	pk := addrkey.NewBackendPacker()
+	want := map[uint64]uint32{}
+	for _, s := range r.Services {
+		for i, b := range s.Spec.Backends {
+			if b.Addr.Is4() {
+				p, ok := pk.Pack(addrkey.BackendOf(BackendKey(b)))
+				require.True(t, ok)
+				if id, seen := want[p]; seen {
+					require.Equal(t, id, uint32(s.BackendIDs[i]), "backend %s has two IDs", b)
+				}
+				want[p] = uint32(s.BackendIDs[i])
+			}
+		}
+	}
+	if len(want) == 0 {
+		require.Nil(t, r.BackendIDs4)
+		return
+	}
+	require.Equal(t, want, r.BackendIDs4)
+}
+
 func checkRepaired(t *testing.T, d Dump, r *Restored) Dump {
 	t.Helper()
+	checkBackendIDs4(t, r)
 	total := r.Fixes4.Writes() + r.Fixes6.Writes() + r.Members.Writes() + len(r.SourceRanges.Writes) + len(r.SourceRanges.Deletes)
 	assert.Equal(t, total > 0, len(r.Repairs) > 0, "fixes without repairs or repairs without fixes: %+v", r.Repairs)
 	fixed := apply(t, d, r)
@@ -541,6 +569,7 @@ func TestRebuildConsistent(t *testing.T) {
 		assert.Len(t, s.BackendIDs, len(s.Spec.Backends))
 	}
 	assert.Empty(t, invariantProblems(d))
+	checkBackendIDs4(t, got)
 	checkShuffled(t, r, d, got)
 }
 
