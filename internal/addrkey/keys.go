@@ -300,14 +300,6 @@ func (p *ServiceKeyPacker) Unpack(packed uint64) ServiceKey {
 	return f
 }
 
-// Half returns 0 or 1, splitting a set of backends in two halves of about
-// the same size (the parity of the low bits of the address's last four
-// bytes and of the port's): an index kept in two halves can be filled on
-// two cores.
-func (k Backend) Half() int {
-	return int((k.addr[12] ^ k.addr[13] ^ k.addr[14] ^ k.addr[15] ^ byte(k.port) ^ byte(k.port>>8)) & 1)
-}
-
 // BackendFrom16 returns the key of the backend at addr (the 16-byte form:
 // IPv4 addresses mapped, as netip.Addr.As16 gives them), port and proto.
 func BackendFrom16(addr [16]byte, port uint16, proto lb.L4Type) Backend {

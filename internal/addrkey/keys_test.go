@@ -232,18 +232,3 @@ func learnAll[K comparable](t *testing.T, pk interface {
 		return p, ok
 	}, pk.Unpack, n, gen)
 }
-
-func TestBackendHalfSplitsAddressesAndPortsEvenly(t *testing.T) {
-	var n [2]int
-	for i := range 4096 {
-		a := lb.L3n4Addr{Addr: netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)}), Port: 80, Protocol: lb.TCP}
-		n[BackendOf(a).Half()]++
-		a6 := lb.L3n4Addr{Addr: netip.MustParseAddr("2001:db8::1"), Port: uint16(i), Protocol: lb.TCP}
-		n[BackendOf(a6).Half()]++
-	}
-	require.Equal(t, [2]int{4096, 4096}, n)
-	a := lb.L3n4Addr{Addr: netip.MustParseAddr("10.0.0.7"), Port: 443, Protocol: lb.TCP}
-	mapped := a
-	mapped.Addr = netip.AddrFrom16(a.Addr.As16())
-	require.Equal(t, BackendOf(a).Half(), BackendOf(mapped).Half(), "one key, one half")
-}

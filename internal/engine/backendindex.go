@@ -8,89 +8,106 @@ import (
 )
 
 // backendIndex is the index from backend to the services using it
-// (users). It behaves as one map from key to users, kept in two parts:
-// each bound backend's slot by its key (slots), and the users in an array
-// by slot (bySlot), with the free slots listed (free) so that the array
-// is only as long as the most backends ever bound at once.
+// (users), one map from key to an 8-byte entry. An entry is either the
+// users themselves (inline, encoded by packUsers) or, for a backend
+// restored from the maps, a slot in an array by restored ID (restored)
+// that holds them.
 //
-// The split is for restore (fill): a backend's ID serves as its slot
-// there, so the key part may be what the table's rule 4 built already
-// (table.Restored.BackendIDs4, taken over as is), and the users fill an
-// array by ID where filling a map of 100k keys took a sixth of a warm
-// restart. Once restored, a slot is only a place: a backend bound later
-// takes a free one, whatever its ID.
+// The slots are for restore (fill): the key part may then be the map the
+// table's rule 4 built already (table.Restored.BackendIDs4, its values the
+// IDs, taken over as is), and the users fill an array by ID, where filling
+// a map of 100k keys took a sixth of a warm restart. A backend bound later
+// is kept inline, so that an index that never restored is one map, as
+// small as before; the array goes once its last restored backend does.
 type backendIndex struct {
-	slots  packedmap.Map[addrkey.Backend, uint32]
-	bySlot []users  // a free slot's users are zero (id 0)
-	free   []uint32 // free slots of bySlot
-	packer *addrkey.BackendPacker
+	entries packedmap.Map[addrkey.Backend, uint64]
+	// restored holds the users of restored backends by slot (their
+	// restored ID), packed; 0: a slot whose backend is forgotten.
+	restored []uint64
+	live     int // slots of restored in use
+	packer   *addrkey.BackendPacker
 }
 
-// newBackendIndex returns an empty index whose key part has room for n
-// backends (the slots grow as they are taken; fill makes its own).
+// An entry below slotLimit is a slot; packUsers always sets inlineBit,
+// which is above it.
+const (
+	slotLimit = 1 << 32
+	inlineBit = 1 << 55
+)
+
+// packUsers packs u (not u.slot) into 8 bytes: id (bits 0-31), one
+// (32-47), state (48-54), inlineBit, flags (56-63).
+func packUsers(u users) uint64 {
+	return uint64(u.id) | uint64(u.one)<<32 | uint64(u.state)<<48 | inlineBit | uint64(u.flags)<<56
+}
+
+// unpackUsers is the inverse of packUsers.
+func unpackUsers(v uint64) users {
+	return users{id: lb.BackendID(v), one: lb.ServiceID(v >> 32), state: lb.BackendState(v>>48) & 0x7f, flags: uint8(v >> 56)}
+}
+
+// newBackendIndex returns an empty index with room for n backends.
 func newBackendIndex(n int) backendIndex {
 	x := backendIndex{packer: addrkey.NewBackendPacker()}
-	x.slots = packedmap.New[addrkey.Backend, uint32](n, x.packer)
+	x.entries = packedmap.New[addrkey.Backend, uint64](n, x.packer)
 	return x
 }
 
-// Get returns the users of k and whether k is bound.
+// Get returns the users of k (their slot set if k is restored) and
+// whether k is bound.
 func (x *backendIndex) Get(k addrkey.Backend) (users, bool) {
-	s, ok := x.slots.Get(k)
+	v, ok := x.entries.Get(k)
 	if !ok {
 		return users{}, false
 	}
-	return x.bySlot[s], true
-}
-
-// Set sets the users of k (u.id not 0).
-func (x *backendIndex) Set(k addrkey.Backend, u users) {
-	s, ok := x.slots.Get(k)
-	if !ok {
-		if n := len(x.free); n > 0 {
-			s, x.free = x.free[n-1], x.free[:n-1]
-		} else {
-			s = uint32(len(x.bySlot))
-			x.bySlot = append(x.bySlot, users{})
-		}
-		x.slots.Set(k, s)
+	if v < slotLimit {
+		u := unpackUsers(x.restored[v])
+		u.slot = uint32(v)
+		return u, true
 	}
-	x.bySlot[s] = u
+	return unpackUsers(v), true
 }
 
-// Delete forgets k.
-func (x *backendIndex) Delete(k addrkey.Backend) {
-	s, ok := x.slots.Get(k)
-	if !ok {
+// Set sets the users of k: u as Get returned it and changed, or, for a k
+// that is not bound, new users (slot 0).
+func (x *backendIndex) Set(k addrkey.Backend, u users) {
+	if u.slot != 0 {
+		x.restored[u.slot] = packUsers(u)
 		return
 	}
-	x.slots.Delete(k)
-	x.bySlot[s] = users{}
-	x.free = append(x.free, s)
+	x.entries.Set(k, packUsers(u))
+}
+
+// Delete forgets k, whose users u are as Get returned them.
+func (x *backendIndex) Delete(k addrkey.Backend, u users) {
+	x.entries.Delete(k)
+	if u.slot != 0 {
+		x.restored[u.slot] = 0
+		if x.live--; x.live == 0 {
+			x.restored = nil
+		}
+	}
 }
 
 // Len returns the number of bound backends.
-func (x *backendIndex) Len() int { return x.slots.Len() }
+func (x *backendIndex) Len() int { return x.entries.Len() }
 
 // All yields every bound backend and its users, in no order.
 func (x *backendIndex) All(yield func(addrkey.Backend, users) bool) {
-	for k, s := range x.slots.All {
-		if !yield(k, x.bySlot[s]) {
+	for k, v := range x.entries.All {
+		u := unpackUsers(v)
+		if v < slotLimit {
+			u = unpackUsers(x.restored[v])
+			u.slot = uint32(v)
+		}
+		if !yield(k, u) {
 			return
 		}
 	}
 }
 
 // Reserve makes room for n backends if the index is empty.
-func (x *backendIndex) Reserve(n int) {
-	if x.Len() != 0 {
-		return
-	}
-	x.slots.Reserve(n)
-	if cap(x.bySlot) < n {
-		x.bySlot, x.free = make([]users, 0, n), nil
-	}
-}
+func (x *backendIndex) Reserve(n int) { x.entries.Reserve(n) }
 
 // learn has the packer learn the IPv6 prefixes of svcs' backends, in the
 // order put would (so that it packs the same keys, and refuses the same
@@ -106,13 +123,12 @@ func (x *backendIndex) learn(svcs []*table.Service) {
 	}
 }
 
-// maxSlotsPerBackend bounds the array fill makes when slots are IDs: at
-// most this many slots per backend reference of the services, plus
-// minIDSlots. Restored IDs beyond it (sparse IDs) are given slots in
-// order instead, through the key part.
+// The array of restored slots fill makes is at most maxSlotsPerRef slots
+// per backend reference of the services, plus minIDSlots: restored IDs
+// beyond that (sparse IDs) are indexed inline, one by one.
 const (
-	maxSlotsPerBackend = 2
-	minIDSlots         = 1 << 16
+	maxSlotsPerRef = 2
+	minIDSlots     = 1 << 16
 )
 
 // fill indexes the backends of svcs in the empty index x (learn first), as
@@ -125,10 +141,11 @@ const (
 // backend's slot: the users fill an array by ID, and ids4, if not nil, is
 // taken over as the key part of the IPv4 backends (table.Restored's
 // BackendIDs4: each IPv4 backend the services use, packed as the packer
-// packs it, to its ID). x owns ids4 from then on. If the key part then
-// has another number of keys than the services have IDs (ids4 is not the
-// services': not the table's way), it is built again from the services.
-func (x *backendIndex) fill(svcs []*table.Service, ids4 map[uint64]uint32) map[addrkey.Backend][]lb.ServiceID {
+// packs it, to its ID, which is its slot). x owns ids4 from then on. If
+// the key part then has another number of keys than the services have
+// IDs (ids4 is not the services': not the table's way), it is built again
+// from the services.
+func (x *backendIndex) fill(svcs []*table.Service, ids4 map[uint64]uint64) map[addrkey.Backend][]lb.ServiceID {
 	refs, maxID := 0, lb.BackendID(0)
 	for _, svc := range svcs {
 		refs += len(svc.BackendIDs)
@@ -136,24 +153,26 @@ func (x *backendIndex) fill(svcs []*table.Service, ids4 map[uint64]uint32) map[a
 			maxID = max(maxID, id)
 		}
 	}
-	if uint64(maxID) >= uint64(maxSlotsPerBackend*refs+minIDSlots) {
-		return x.fillInOrder(svcs, refs)
+	if uint64(maxID) >= uint64(maxSlotsPerRef*refs+minIDSlots) {
+		return x.fillInline(svcs, refs)
 	}
 	if ids4 != nil {
-		x.slots = packedmap.Adopt(ids4, x.packer)
+		x.entries = packedmap.Adopt(ids4, x.packer)
+	} else {
+		x.entries.Reserve(refs)
 	}
-	x.bySlot = make([]users, maxID+1)
+	x.restored = make([]uint64, maxID+1)
 	var shared map[addrkey.Backend][]lb.ServiceID
 	bound := 0
 	for _, svc := range svcs {
 		for i, b := range svc.Spec.Backends {
 			id := svc.BackendIDs[i]
-			u := &x.bySlot[id]
-			if u.id == 0 {
-				*u = users{id: id, one: svc.ID(), state: b.State}
+			p := &x.restored[id]
+			if *p == 0 {
+				*p = packUsers(users{id: id, one: svc.ID(), state: b.State})
 				bound++
 				if ids4 == nil || !b.Addr.Is4() {
-					x.slots.Set(addrkey.BackendOf(table.BackendKey(b)), uint32(id))
+					x.entries.Set(addrkey.BackendOf(table.BackendKey(b)), uint64(id))
 				}
 				continue
 			}
@@ -162,30 +181,30 @@ func (x *backendIndex) fill(svcs []*table.Service, ids4 map[uint64]uint32) map[a
 				shared = map[addrkey.Backend][]lb.ServiceID{}
 			}
 			shared[k] = append(shared[k], svc.ID())
+			u := unpackUsers(*p)
 			u.flags |= usersShared
 			u.state = b.State
+			*p = packUsers(u)
 		}
 	}
-	if bound != x.slots.Len() {
-		x.slots = packedmap.New[addrkey.Backend, uint32](bound, x.packer)
+	x.live = bound
+	if bound != x.entries.Len() {
+		x.entries = packedmap.New[addrkey.Backend, uint64](bound, x.packer)
 		for _, svc := range svcs {
 			for i, b := range svc.Spec.Backends {
-				x.slots.Set(addrkey.BackendOf(table.BackendKey(b)), uint32(svc.BackendIDs[i]))
+				x.entries.Set(addrkey.BackendOf(table.BackendKey(b)), uint64(svc.BackendIDs[i]))
 			}
 		}
 	}
-	x.free = x.free[:0]
-	for s := len(x.bySlot) - 1; s >= 0; s-- { // the lowest slots are taken first
-		if x.bySlot[s].id == 0 {
-			x.free = append(x.free, uint32(s))
-		}
+	if bound == 0 {
+		x.restored = nil
 	}
 	return shared
 }
 
-// fillInOrder is fill for sparse IDs: put's way, one backend after the
-// other (refs: the services' backend references, at least the backends).
-func (x *backendIndex) fillInOrder(svcs []*table.Service, refs int) map[addrkey.Backend][]lb.ServiceID {
+// fillInline is fill for sparse IDs: put's way, one backend after the
+// other, every entry inline (refs: the services' backend references).
+func (x *backendIndex) fillInline(svcs []*table.Service, refs int) map[addrkey.Backend][]lb.ServiceID {
 	x.Reserve(refs)
 	var shared map[addrkey.Backend][]lb.ServiceID
 	for _, svc := range svcs {

@@ -4,7 +4,6 @@ import (
 	"net/netip"
 	"slices"
 	"testing"
-	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
@@ -68,6 +67,7 @@ func randomRestored(t *testing.T, n int, spread bool) []*table.Service {
 func indexOf(c *Core) (map[addrkey.Backend]users, map[addrkey.Backend][]lb.ServiceID) {
 	us := map[addrkey.Backend]users{}
 	for k, u := range c.users.All {
+		u.slot = 0 // where it is kept
 		us[k] = u
 	}
 	return us, c.shared
@@ -88,11 +88,11 @@ func TestFillEqualsPut(t *testing.T) {
 	} {
 		for _, keys := range []struct {
 			name string
-			ids4 func([]*table.Service) map[uint64]uint32
+			ids4 func([]*table.Service) map[uint64]uint64
 		}{
-			{"keys indexed by fill", func([]*table.Service) map[uint64]uint32 { return nil }},
+			{"keys indexed by fill", func([]*table.Service) map[uint64]uint64 { return nil }},
 			{"IPv4 keys taken over", ids4Of},
-			{"IPv4 keys taken over, one not the services'", func(svcs []*table.Service) map[uint64]uint32 {
+			{"IPv4 keys taken over, one not the services'", func(svcs []*table.Service) map[uint64]uint64 {
 				m := ids4Of(svcs)
 				orphan := addrkey.BackendOf(lb.L3n4Addr{Addr: netip.MustParseAddr("192.0.2.1"), Port: 1, Protocol: lb.TCP})
 				p, _ := addrkey.NewBackendPacker().Pack(orphan)
@@ -109,7 +109,7 @@ func TestFillEqualsPut(t *testing.T) {
 			})
 		}
 	}
-	// IDs too sparse to be slots: fill gives slots in order.
+	// IDs too sparse to be slots: fill indexes the backends inline.
 	t.Run("sparse IDs", func(t *testing.T) {
 		svcs := randomRestored(t, 1000, false)
 		for _, svc := range svcs {
@@ -118,45 +118,53 @@ func TestFillEqualsPut(t *testing.T) {
 			}
 		}
 		installed := testFillEqualsPut(t, svcs, ids4Of(svcs))
-		require.Len(t, installed.users.bySlot, installed.users.Len(), "one slot per backend")
+		require.Nil(t, installed.users.restored, "no slot")
 	})
 }
 
 // ids4Of returns the IPv4 backends of svcs as table.Restored.BackendIDs4
 // has them.
-func ids4Of(svcs []*table.Service) map[uint64]uint32 {
+func ids4Of(svcs []*table.Service) map[uint64]uint64 {
 	pk := addrkey.NewBackendPacker()
-	m := map[uint64]uint32{}
+	m := map[uint64]uint64{}
 	for _, svc := range svcs {
 		for i, b := range svc.Spec.Backends {
 			if b.Addr.Is4() {
 				p, _ := pk.Pack(addrkey.BackendOf(table.BackendKey(b)))
-				m[p] = uint32(svc.BackendIDs[i])
+				m[p] = uint64(svc.BackendIDs[i])
 			}
 		}
 	}
 	return m
 }
 
-// checkIndex checks the index's own invariants: every bound backend has
-// a slot of its own holding its users, and every other slot is free.
+// checkIndex checks the index's own invariants: every restored backend
+// has a slot of its own holding its users, every other slot is free, and
+// live counts the slots in use.
 func checkIndex(t *testing.T, x *backendIndex) {
 	t.Helper()
-	taken := map[uint32]bool{}
-	for k, s := range x.slots.All {
-		require.False(t, taken[s], "slot %d of two backends", s)
-		taken[s] = true
-		require.NotZero(t, x.bySlot[s].id, "backend %s: slot %d empty", k, s)
+	taken := map[uint64]bool{}
+	for k, v := range x.entries.All {
+		if v >= slotLimit {
+			require.NotZero(t, v&inlineBit, "backend %s: entry %#x", k, v)
+			continue
+		}
+		require.False(t, taken[v], "slot %d of two backends", v)
+		taken[v] = true
+		require.NotZero(t, x.restored[v], "backend %s: slot %d empty", k, v)
 	}
-	for _, s := range x.free {
-		require.False(t, taken[s], "slot %d free and taken", s)
-		taken[s] = true
-		require.Zero(t, x.bySlot[s], "free slot %d", s)
+	inUse := 0
+	for s, v := range x.restored {
+		if v != 0 {
+			inUse++
+			require.True(t, taken[uint64(s)], "slot %d in use, of no backend", s)
+		}
 	}
-	require.Len(t, taken, len(x.bySlot), "every slot is taken or free")
+	require.Equal(t, inUse, x.live)
+	require.Equal(t, x.live == 0, x.restored == nil, "the array goes with its last backend")
 }
 
-func testFillEqualsPut(t *testing.T, svcs []*table.Service, ids4 map[uint64]uint32) (installed *Core) {
+func testFillEqualsPut(t *testing.T, svcs []*table.Service, ids4 map[uint64]uint64) (installed *Core) {
 	t.Helper()
 	serial := New(Config{})
 	for _, svc := range svcs {
@@ -181,8 +189,8 @@ func testFillEqualsPut(t *testing.T, svcs []*table.Service, ids4 map[uint64]uint
 	checkIndex(t, &installed.users)
 
 	// The index fill made is the one the engine then edits: half the
-	// services go, and come back with other IDs (the freed slots are
-	// taken again).
+	// services go, and come back with other IDs (their backends that went
+	// come back inline); then all go.
 	for _, svc := range svcs[:len(svcs)/2] {
 		serial.drop(svc)
 		installed.drop(svc)
@@ -192,7 +200,6 @@ func testFillEqualsPut(t *testing.T, svcs []*table.Service, ids4 map[uint64]uint
 	require.Equal(t, wantUsers, gotUsers)
 	require.Equal(t, wantShared, gotShared)
 	checkIndex(t, &installed.users)
-	slots := len(installed.users.bySlot)
 	for _, svc := range svcs[:len(svcs)/2] {
 		again := *svc
 		again.BackendIDs = slices.Clone(svc.BackendIDs)
@@ -207,7 +214,11 @@ func testFillEqualsPut(t *testing.T, svcs []*table.Service, ids4 map[uint64]uint
 	require.Equal(t, wantUsers, gotUsers)
 	require.Equal(t, wantShared, gotShared)
 	checkIndex(t, &installed.users)
-	require.Equal(t, slots, len(installed.users.bySlot), "the freed slots are taken again")
+	for _, svc := range svcs {
+		installed.drop(svc)
+	}
+	require.Zero(t, installed.users.Len())
+	checkIndex(t, &installed.users)
 	return installed
 }
 
@@ -222,7 +233,10 @@ func TestFillOfNothing(t *testing.T) {
 // step of an acquire, commit, update and rollback as the index sees it.
 // The entry is 8 bytes.
 func TestBackendIsBoundWhileAServiceUsesItOrAnOpHoldsIt(t *testing.T) {
-	require.Equal(t, uintptr(8), unsafe.Sizeof(users{}))
+	for _, u := range []users{{}, {id: 7, one: 1}, {id: lb.MaxBackendID, one: lb.MaxServiceID, state: lb.BackendStateMaintenance, flags: 0xff}} {
+		require.Equal(t, u, unpackUsers(packUsers(u)), "packed in 8 bytes and back")
+		require.GreaterOrEqual(t, packUsers(u), uint64(slotLimit), "never a slot")
+	}
 	c := New(Config{})
 	k := addrkey.BackendOf(lb.L3n4Addr{Addr: netip.MustParseAddr("10.0.1.1"), Port: 8080, Protocol: lb.TCP})
 	_, bound, err := c.hold(k)

@@ -8,9 +8,9 @@
 // awaiting replies and the outbox of requests not yet sent. It imports no
 // actor library and does no I/O: inputs go in through Step, and what to
 // deliver comes out of Answers and Ready. Its one use of other
-// goroutines is inside a step: restore's install fills the two halves of
-// the backend index on two (backendIndex.fill) and stores the services
-// on a third, and waits for all three before the step returns.
+// goroutines is inside a step: restore's install fills the backend index
+// (backendIndex.fill) while another goroutine stores the services, and
+// waits for both before the step returns.
 //
 // # Glossary
 //

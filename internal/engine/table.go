@@ -18,7 +18,7 @@ import (
 
 // users is the set of services using one backend: the first in one, any
 // others in Core.shared (few backends are shared, and this entry is kept
-// for every backend: 8 bytes, no pointer). It is also the backend's
+// for every backend: 8 bytes packed, no pointer). It is also the backend's
 // binding to its ID: the allocator keeps which backend IDs are in use,
 // not whose they are. A backend is bound while a service uses it or an op
 // holds it (an upsert that acquired it and has not committed, or is
@@ -34,6 +34,9 @@ type users struct {
 	// most one: the ops that acquire a backend wait in its queue one after
 	// the other).
 	flags uint8
+	// slot is where the index keeps a restored backend's users (not
+	// packed: Get sets it, Set and Delete read it); 0 for the others.
+	slot uint32
 }
 
 const (
@@ -76,7 +79,7 @@ func (c *Core) removeUser(k addrkey.Backend, sid lb.ServiceID) {
 		switch {
 		case u.one != sid:
 		case u.held() == 0:
-			c.users.Delete(k)
+			c.users.Delete(k, u)
 		default: // still bound: an op holds it
 			u.one = 0
 			c.users.Set(k, u)
@@ -177,7 +180,7 @@ func (c *Core) unhold(k addrkey.Backend) (lb.BackendID, bool) {
 	}
 	u.flags -= heldUnit
 	if u.held() == 0 && u.one == 0 {
-		c.users.Delete(k)
+		c.users.Delete(k, u)
 		return u.id, true
 	}
 	c.users.Set(k, u)
