@@ -62,7 +62,7 @@ type Core struct {
 	// The table.
 	services   svcTable                                 // the services by ID, compact (stored.go)
 	byFE       packedmap.Map[lb.L3n4Addr, lb.ServiceID] // frontend -> service (IPv4 keys packed)
-	users      backendIndex                             // backend -> services using it (a slot by key, users by slot; IPv4 and learnt-prefix IPv6 keys packed)
+	users      backendIndex                             // backend -> services using it (restored ones in an array by ID; IPv4 and learnt-prefix IPv6 keys packed)
 	shared     map[addrkey.Backend][]lb.ServiceID       // users beyond the first, of shared backends
 	standalone map[lb.ServiceID]lb.L3n4Addr             // revNAT entries without a service
 
