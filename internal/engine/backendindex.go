@@ -8,48 +8,49 @@ import (
 )
 
 // backendIndex is the index from backend to the services using it
-// (users), one map from key to an 8-byte entry. An entry is either the
-// users themselves (inline, encoded by packUsers) or, for a backend
-// restored from the maps, a slot in an array by restored ID (restored)
-// that holds them.
+// (users), one map from key to an 8-byte entry ([2]uint32: 4-byte
+// aligned, so that a key kept whole, 20 bytes, takes no padding). An
+// entry is either the users themselves (inline, packed by packUsers) or,
+// for a backend restored from the maps, {slot, 0}: a slot in an array by
+// restored ID (restored) that holds them.
 //
 // The slots are for restore (fill): the key part may then be the map the
-// table's rule 4 built already (table.Restored.BackendIDs4, its values the
-// IDs, taken over as is), and the users fill an array by ID, where filling
+// table's rule 4 built already (table.Restored.BackendIDs4, its values
+// {ID, 0}, taken over as is), and the users fill an array by ID, where filling
 // a map of 100k keys took a sixth of a warm restart. A backend bound later
 // is kept inline, so that an index that never restored is one map, as
 // small as before; the array goes once its last restored backend does.
 type backendIndex struct {
-	entries packedmap.Map[addrkey.Backend, uint64]
+	entries packedmap.Map[addrkey.Backend, [2]uint32]
 	// restored holds the users of restored backends by slot (their
-	// restored ID), packed; 0: a slot whose backend is forgotten.
-	restored []uint64
+	// restored ID), packed; zero: a slot whose backend is forgotten.
+	restored [][2]uint32
 	live     int // slots of restored in use
 	packer   *addrkey.BackendPacker
 }
 
-// An entry below slotLimit is a slot; packUsers always sets inlineBit,
-// which is above it.
-const (
-	slotLimit = 1 << 32
-	inlineBit = 1 << 55
-)
+// inlineBit is set in the second word of every packed users, which is 0
+// in a slot's entry.
+const inlineBit = 1 << 23
 
-// packUsers packs u (not u.slot) into 8 bytes: id (bits 0-31), one
-// (32-47), state (48-54), inlineBit, flags (56-63).
-func packUsers(u users) uint64 {
-	return uint64(u.id) | uint64(u.one)<<32 | uint64(u.state)<<48 | inlineBit | uint64(u.flags)<<56
+// packUsers packs u (not u.slot) into 8 bytes: id, then one (bits 0-15),
+// state (16-22), inlineBit and flags (24-31).
+func packUsers(u users) [2]uint32 {
+	return [2]uint32{uint32(u.id), uint32(u.one) | uint32(u.state)<<16 | inlineBit | uint32(u.flags)<<24}
 }
 
 // unpackUsers is the inverse of packUsers.
-func unpackUsers(v uint64) users {
-	return users{id: lb.BackendID(v), one: lb.ServiceID(v >> 32), state: lb.BackendState(v>>48) & 0x7f, flags: uint8(v >> 56)}
+func unpackUsers(v [2]uint32) users {
+	return users{id: lb.BackendID(v[0]), one: lb.ServiceID(v[1]), state: lb.BackendState(v[1]>>16) & 0x7f, flags: uint8(v[1] >> 24)}
 }
+
+// isSlot reports whether entry v is a restored backend's slot.
+func isSlot(v [2]uint32) bool { return v[1] == 0 }
 
 // newBackendIndex returns an empty index with room for n backends.
 func newBackendIndex(n int) backendIndex {
 	x := backendIndex{packer: addrkey.NewBackendPacker()}
-	x.entries = packedmap.New[addrkey.Backend, uint64](n, x.packer)
+	x.entries = packedmap.New[addrkey.Backend, [2]uint32](n, x.packer)
 	return x
 }
 
@@ -60,9 +61,9 @@ func (x *backendIndex) Get(k addrkey.Backend) (users, bool) {
 	if !ok {
 		return users{}, false
 	}
-	if v < slotLimit {
-		u := unpackUsers(x.restored[v])
-		u.slot = uint32(v)
+	if isSlot(v) {
+		u := unpackUsers(x.restored[v[0]])
+		u.slot = v[0]
 		return u, true
 	}
 	return unpackUsers(v), true
@@ -82,7 +83,7 @@ func (x *backendIndex) Set(k addrkey.Backend, u users) {
 func (x *backendIndex) Delete(k addrkey.Backend, u users) {
 	x.entries.Delete(k)
 	if u.slot != 0 {
-		x.restored[u.slot] = 0
+		x.restored[u.slot] = [2]uint32{}
 		if x.live--; x.live == 0 {
 			x.restored = nil
 		}
@@ -96,9 +97,9 @@ func (x *backendIndex) Len() int { return x.entries.Len() }
 func (x *backendIndex) All(yield func(addrkey.Backend, users) bool) {
 	for k, v := range x.entries.All {
 		u := unpackUsers(v)
-		if v < slotLimit {
-			u = unpackUsers(x.restored[v])
-			u.slot = uint32(v)
+		if isSlot(v) {
+			u = unpackUsers(x.restored[v[0]])
+			u.slot = v[0]
 		}
 		if !yield(k, u) {
 			return
@@ -141,11 +142,11 @@ const (
 // backend's slot: the users fill an array by ID, and ids4, if not nil, is
 // taken over as the key part of the IPv4 backends (table.Restored's
 // BackendIDs4: each IPv4 backend the services use, packed as the packer
-// packs it, to its ID, which is its slot). x owns ids4 from then on. If
+// packs it, to {ID, 0}: its slot). x owns ids4 from then on. If
 // the key part then has another number of keys than the services have
 // IDs (ids4 is not the services': not the table's way), it is built again
 // from the services.
-func (x *backendIndex) fill(svcs []*table.Service, ids4 map[uint64]uint64) map[addrkey.Backend][]lb.ServiceID {
+func (x *backendIndex) fill(svcs []*table.Service, ids4 map[uint64][2]uint32) map[addrkey.Backend][]lb.ServiceID {
 	refs, maxID := 0, lb.BackendID(0)
 	for _, svc := range svcs {
 		refs += len(svc.BackendIDs)
@@ -161,18 +162,18 @@ func (x *backendIndex) fill(svcs []*table.Service, ids4 map[uint64]uint64) map[a
 	} else {
 		x.entries.Reserve(refs)
 	}
-	x.restored = make([]uint64, maxID+1)
+	x.restored = make([][2]uint32, maxID+1)
 	var shared map[addrkey.Backend][]lb.ServiceID
 	bound := 0
 	for _, svc := range svcs {
 		for i, b := range svc.Spec.Backends {
 			id := svc.BackendIDs[i]
 			p := &x.restored[id]
-			if *p == 0 {
+			if *p == ([2]uint32{}) {
 				*p = packUsers(users{id: id, one: svc.ID(), state: b.State})
 				bound++
 				if ids4 == nil || !b.Addr.Is4() {
-					x.entries.Set(addrkey.BackendOf(table.BackendKey(b)), uint64(id))
+					x.entries.Set(addrkey.BackendOf(table.BackendKey(b)), [2]uint32{uint32(id), 0})
 				}
 				continue
 			}
@@ -189,10 +190,10 @@ func (x *backendIndex) fill(svcs []*table.Service, ids4 map[uint64]uint64) map[a
 	}
 	x.live = bound
 	if bound != x.entries.Len() {
-		x.entries = packedmap.New[addrkey.Backend, uint64](bound, x.packer)
+		x.entries = packedmap.New[addrkey.Backend, [2]uint32](bound, x.packer)
 		for _, svc := range svcs {
 			for i, b := range svc.Spec.Backends {
-				x.entries.Set(addrkey.BackendOf(table.BackendKey(b)), uint64(svc.BackendIDs[i]))
+				x.entries.Set(addrkey.BackendOf(table.BackendKey(b)), [2]uint32{uint32(svc.BackendIDs[i]), 0})
 			}
 		}
 	}

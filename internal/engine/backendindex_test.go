@@ -88,15 +88,15 @@ func TestFillEqualsPut(t *testing.T) {
 	} {
 		for _, keys := range []struct {
 			name string
-			ids4 func([]*table.Service) map[uint64]uint64
+			ids4 func([]*table.Service) map[uint64][2]uint32
 		}{
-			{"keys indexed by fill", func([]*table.Service) map[uint64]uint64 { return nil }},
+			{"keys indexed by fill", func([]*table.Service) map[uint64][2]uint32 { return nil }},
 			{"IPv4 keys taken over", ids4Of},
-			{"IPv4 keys taken over, one not the services'", func(svcs []*table.Service) map[uint64]uint64 {
+			{"IPv4 keys taken over, one not the services'", func(svcs []*table.Service) map[uint64][2]uint32 {
 				m := ids4Of(svcs)
 				orphan := addrkey.BackendOf(lb.L3n4Addr{Addr: netip.MustParseAddr("192.0.2.1"), Port: 1, Protocol: lb.TCP})
 				p, _ := addrkey.NewBackendPacker().Pack(orphan)
-				m[p] = 1 << 15 // not the table's way: fill indexes the keys again
+				m[p] = [2]uint32{1 << 15, 0} // not the table's way: fill indexes the keys again
 				return m
 			}},
 		} {
@@ -124,14 +124,14 @@ func TestFillEqualsPut(t *testing.T) {
 
 // ids4Of returns the IPv4 backends of svcs as table.Restored.BackendIDs4
 // has them.
-func ids4Of(svcs []*table.Service) map[uint64]uint64 {
+func ids4Of(svcs []*table.Service) map[uint64][2]uint32 {
 	pk := addrkey.NewBackendPacker()
-	m := map[uint64]uint64{}
+	m := map[uint64][2]uint32{}
 	for _, svc := range svcs {
 		for i, b := range svc.Spec.Backends {
 			if b.Addr.Is4() {
 				p, _ := pk.Pack(addrkey.BackendOf(table.BackendKey(b)))
-				m[p] = uint64(svc.BackendIDs[i])
+				m[p] = [2]uint32{uint32(svc.BackendIDs[i]), 0}
 			}
 		}
 	}
@@ -143,28 +143,28 @@ func ids4Of(svcs []*table.Service) map[uint64]uint64 {
 // live counts the slots in use.
 func checkIndex(t *testing.T, x *backendIndex) {
 	t.Helper()
-	taken := map[uint64]bool{}
+	taken := map[uint32]bool{}
 	for k, v := range x.entries.All {
-		if v >= slotLimit {
-			require.NotZero(t, v&inlineBit, "backend %s: entry %#x", k, v)
+		if !isSlot(v) {
+			require.NotZero(t, v[1]&inlineBit, "backend %s: entry %#x", k, v)
 			continue
 		}
-		require.False(t, taken[v], "slot %d of two backends", v)
-		taken[v] = true
-		require.NotZero(t, x.restored[v], "backend %s: slot %d empty", k, v)
+		require.False(t, taken[v[0]], "slot %d of two backends", v[0])
+		taken[v[0]] = true
+		require.NotZero(t, x.restored[v[0]], "backend %s: slot %d empty", k, v[0])
 	}
 	inUse := 0
 	for s, v := range x.restored {
-		if v != 0 {
+		if v != ([2]uint32{}) {
 			inUse++
-			require.True(t, taken[uint64(s)], "slot %d in use, of no backend", s)
+			require.True(t, taken[uint32(s)], "slot %d in use, of no backend", s)
 		}
 	}
 	require.Equal(t, inUse, x.live)
 	require.Equal(t, x.live == 0, x.restored == nil, "the array goes with its last backend")
 }
 
-func testFillEqualsPut(t *testing.T, svcs []*table.Service, ids4 map[uint64]uint64) (installed *Core) {
+func testFillEqualsPut(t *testing.T, svcs []*table.Service, ids4 map[uint64][2]uint32) (installed *Core) {
 	t.Helper()
 	serial := New(Config{})
 	for _, svc := range svcs {
@@ -235,7 +235,7 @@ func TestFillOfNothing(t *testing.T) {
 func TestBackendIsBoundWhileAServiceUsesItOrAnOpHoldsIt(t *testing.T) {
 	for _, u := range []users{{}, {id: 7, one: 1}, {id: lb.MaxBackendID, one: lb.MaxServiceID, state: lb.BackendStateMaintenance, flags: 0xff}} {
 		require.Equal(t, u, unpackUsers(packUsers(u)), "packed in 8 bytes and back")
-		require.GreaterOrEqual(t, packUsers(u), uint64(slotLimit), "never a slot")
+		require.False(t, isSlot(packUsers(u)), "never a slot")
 	}
 	c := New(Config{})
 	k := addrkey.BackendOf(lb.L3n4Addr{Addr: netip.MustParseAddr("10.0.1.1"), Port: 8080, Protocol: lb.TCP})

@@ -454,16 +454,16 @@ func invariantProblems(d Dump) []string {
 func checkBackendIDs4(t *testing.T, r *Restored) {
 	t.Helper()
 	pk := addrkey.NewBackendPacker()
-	want := map[uint64]uint64{}
+	want := map[uint64][2]uint32{}
 	for _, s := range r.Services {
 		for i, b := range s.Spec.Backends {
 			if b.Addr.Is4() {
 				p, ok := pk.Pack(addrkey.BackendOf(BackendKey(b)))
 				require.True(t, ok)
 				if id, seen := want[p]; seen {
-					require.Equal(t, id, uint64(s.BackendIDs[i]), "backend %s has two IDs", b)
+					require.Equal(t, id, [2]uint32{uint32(s.BackendIDs[i]), 0}, "backend %s has two IDs", b)
 				}
-				want[p] = uint64(s.BackendIDs[i])
+				want[p] = [2]uint32{uint32(s.BackendIDs[i]), 0}
 			}
 		}
 	}

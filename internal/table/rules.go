@@ -158,7 +158,7 @@ type famState struct {
 	// the engine's backend index packs keys (rule 4's duplicate check,
 	// less rule 6's orphans: Restored.BackendIDs4); nil in the IPv6
 	// family.
-	byPacked map[uint64]uint64
+	byPacked map[uint64][2]uint32
 	groups   []*group // by key
 }
 
@@ -366,9 +366,9 @@ func (rb *rebuild) filterBackends() {
 			proto uint8
 		}
 		var byKey map[identity]uint32
-		var byPacked map[uint64]uint64
+		var byPacked map[uint64][2]uint32
 		if fs.fam == maps.IPv4 {
-			byPacked = make(map[uint64]uint64, len(ids[i]))
+			byPacked = make(map[uint64][2]uint32, len(ids[i]))
 			fs.byPacked = byPacked
 		} else {
 			byKey = make(map[identity]uint32, len(ids[i]))
@@ -379,12 +379,12 @@ func (rb *rebuild) filterBackends() {
 			var dup bool
 			if byPacked != nil {
 				pk := packBackend4(v)
-				var k64 uint64
-				if k64, dup = byPacked[pk]; !dup {
-					byPacked[pk] = uint64(id)
+				var e [2]uint32
+				if e, dup = byPacked[pk]; !dup {
+					byPacked[pk] = [2]uint32{id, 0}
 					continue
 				}
-				kept = uint32(k64)
+				kept = e[0]
 			} else {
 				ik := identity{v.Address.As16(), v.Port, v.Proto}
 				if kept, dup = byKey[ik]; !dup {
