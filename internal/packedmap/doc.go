@@ -7,7 +7,8 @@
 //
 // # Lifecycle
 //
-// A Map is a plain data structure made by New: no goroutines, no locks. It
+// A Map is a plain data structure made by New (or by Adopt, from a map of
+// keys already packed that it takes over): no goroutines, no locks. It
 // is NOT safe for concurrent use; its owner (one actor) calls it from one
 // goroutine at a time. A Map must not be copied after first use (its
 // methods have pointer receivers; a copy would share the underlying maps).
