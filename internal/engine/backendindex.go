@@ -96,10 +96,12 @@ func (x *backendIndex) Len() int { return x.entries.Len() }
 // All yields every bound backend and its users, in no order.
 func (x *backendIndex) All(yield func(addrkey.Backend, users) bool) {
 	for k, v := range x.entries.All {
-		u := unpackUsers(v)
+		var u users
 		if isSlot(v) {
 			u = unpackUsers(x.restored[v[0]])
 			u.slot = v[0]
+		} else {
+			u = unpackUsers(v)
 		}
 		if !yield(k, u) {
 			return
@@ -139,7 +141,9 @@ const (
 // (TestFillEqualsPut).
 //
 // Where the services' backend IDs are dense enough, each ID is its
-// backend's slot: the users fill an array by ID, and ids4, if not nil, is
+// backend's slot (an ID names one backend: the backend maps are keyed by
+// ID, and a shared backend has one ID in every service that uses it):
+// the users fill an array by ID, and ids4, if not nil, is
 // taken over as the key part of the IPv4 backends (table.Restored's
 // BackendIDs4: each IPv4 backend the services use, packed as the packer
 // packs it, to {ID, 0}: its slot). x owns ids4 from then on. If

@@ -403,8 +403,8 @@ func (rb *rebuild) filterBackends() {
 
 // packBackend4 packs the identity of IPv4 backend v (address, port,
 // protocol) as addrkey.BackendPacker packs its key: address in bits
-// 32-63, port in 8-23, protocol in 0-7 (TestBackendIDs4PackAsTheIndex,
-// in the engine).
+// 32-63, port in 8-23, protocol in 0-7 (checkBackendIDs4, in the restore
+// tests, packs the services' backends with the packer and compares).
 func packBackend4(v maps.BackendValue) uint64 {
 	a := v.Address.As4() // IPv4: checked by invalidBackend
 	return uint64(a[0])<<56 | uint64(a[1])<<48 | uint64(a[2])<<40 | uint64(a[3])<<32 | uint64(v.Port)<<8 | uint64(v.Proto)
