@@ -47,10 +47,10 @@ func unpackUsers(v [2]uint32) users {
 // isSlot reports whether entry v is a restored backend's slot.
 func isSlot(v [2]uint32) bool { return v[1] == 0 }
 
-// newBackendIndex returns an empty index with room for n backends.
-func newBackendIndex(n int) backendIndex {
+// newBackendIndex returns an empty index (Reserve, or fill, sizes it).
+func newBackendIndex() backendIndex {
 	x := backendIndex{packer: addrkey.NewBackendPacker()}
-	x.entries = packedmap.New[addrkey.Backend, [2]uint32](n, x.packer)
+	x.entries = packedmap.New[addrkey.Backend, [2]uint32](0, x.packer)
 	return x
 }
 

@@ -128,13 +128,9 @@ func BenchmarkCoreUpsertDelete10Backends(b *testing.B) {
 	}
 }
 
-// BenchmarkCoreUpsertBatch10kx10 measures the core's own cost of the
-// bench's batched bulk: 10,000 new services of ten backends each into an
-// empty core, in UpsertBatch calls of 100 services, eight calls stepped
-// before the children answer (as eight callers would keep them in flight),
-// every child answering at once. Reported per service.
-func BenchmarkCoreUpsertBatch10kx10(b *testing.B) {
-	const n, k, per, inFlight = 10000, 10, 100, 8
+// benchServices returns n services of k IPv4 backends each, every
+// frontend and backend distinct, as the bench's bulk has them.
+func benchServices(n, k int) []*lb.Service {
 	svcs := make([]*lb.Service, n)
 	for i := range svcs {
 		s := &lb.Service{Frontend: lb.Frontend{L3n4Addr: lb.L3n4Addr{
@@ -148,6 +144,17 @@ func BenchmarkCoreUpsertBatch10kx10(b *testing.B) {
 		}
 		svcs[i] = s
 	}
+	return svcs
+}
+
+// BenchmarkCoreUpsertBatch10kx10 measures the core's own cost of the
+// bench's batched bulk: 10,000 new services of ten backends each into an
+// empty core, in UpsertBatch calls of 100 services, eight calls stepped
+// before the children answer (as eight callers would keep them in flight),
+// every child answering at once. Reported per service.
+func BenchmarkCoreUpsertBatch10kx10(b *testing.B) {
+	const n, k, per, inFlight = 10000, 10, 100, 8
+	svcs := benchServices(n, k)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
@@ -182,16 +189,11 @@ func BenchmarkCoreUpsertBatch10kx10(b *testing.B) {
 func BenchmarkInstall10kx10(b *testing.B) {
 	const n, k = 10000, 10
 	svcs := make([]*table.Service, n)
-	for i := range svcs {
-		s := &table.Service{Spec: lb.Service{Frontend: lb.Frontend{ID: lb.ServiceID(i + 1), L3n4Addr: lb.L3n4Addr{
-			Addr: netip.AddrFrom4([4]byte{10, 96, byte(i >> 8), byte(i)}), Port: 80, Protocol: lb.TCP,
-		}}}}
+	for i, spec := range benchServices(n, k) {
+		spec.Frontend.ID = lb.ServiceID(i + 1)
+		s := &table.Service{Spec: *spec}
 		for j := range k {
-			x := i*k + j
-			s.Spec.Backends = append(s.Spec.Backends, lb.Backend{L3n4Addr: lb.L3n4Addr{
-				Addr: netip.AddrFrom4([4]byte{10, byte(1 + x>>16), byte(x >> 8), byte(x)}), Port: 8080, Protocol: lb.TCP,
-			}, Weight: lb.DefaultBackendWeight})
-			s.BackendIDs = append(s.BackendIDs, lb.BackendID(x+1))
+			s.BackendIDs = append(s.BackendIDs, lb.BackendID(i*k+j+1))
 		}
 		svcs[i] = s
 	}

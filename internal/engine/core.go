@@ -137,7 +137,7 @@ func New(cfg Config) *Core {
 		log:        cfg.Log,
 		now:        cfg.Now,
 		byFE:       packedmap.New[lb.L3n4Addr, lb.ServiceID](0, addrkey.NewFrontendPacker()),
-		users:      newBackendIndex(0),
+		users:      newBackendIndex(),
 		standalone: map[lb.ServiceID]lb.L3n4Addr{},
 		queues:     map[qkey]queue{},
 	}

@@ -271,14 +271,8 @@ func (p *repairPlan) install(c *Core, _ *op) {
 	// the services are stored beside it on another goroutine (they touch
 	// nothing of the index's: r.Services is only read).
 	ids4 := r.BackendIDs4
-	r.BackendIDs4 = nil // the index's now
-	n := 0
-	if ids4 == nil {
-		for _, svc := range r.Services {
-			n += len(svc.BackendIDs)
-		}
-	}
-	c.users = newBackendIndex(n)
+	r.BackendIDs4 = nil                // the index's now
+	c.users = newBackendIndex()        // fill sizes it
 	c.services.packer = c.users.packer // the table is empty: nothing was packed by the old one
 	// The packer learns every IPv6 prefix first, in the order put would
 	// (so it packs the same keys, and refuses the same ones once full):

@@ -446,8 +446,6 @@ func invariantProblems(d Dump) []string {
 	return out
 }
 
-// checkRepaired applies r to d, checks the invariants and that a second
-// Rebuild is a no-op with the same table. It returns the repaired dump.
 // checkBackendIDs4 checks Restored.BackendIDs4 against the services: it
 // maps each IPv4 backend they use, packed as the engine's backend index
 // packs it, to its ID, and holds nothing else.
@@ -474,6 +472,8 @@ func checkBackendIDs4(t *testing.T, r *Restored) {
 	require.Equal(t, want, r.BackendIDs4)
 }
 
+// checkRepaired applies r to d, checks the invariants and that a second
+// Rebuild is a no-op with the same table. It returns the repaired dump.
 func checkRepaired(t *testing.T, d Dump, r *Restored) Dump {
 	t.Helper()
 	checkBackendIDs4(t, r)

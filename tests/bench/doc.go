@@ -18,7 +18,8 @@
 // that only the engine's own memory counts), restore-10k-x10 (three warm
 // restarts on its maps, against a raw and a typed dump, with the phases,
 // page faults, CPU time and heap allocated (alloc_mib) of each restore
-// and the raw dump's CPU time, and cores_busy, the restore's CPU time over its wall time; then the raw
+// and the raw dump's CPU time, and cores_busy, the restore's CPU time
+// over its wall time; then the raw
 // dump and the restore each in a new process, three times, with their
 // page faults and CPU time: *_new_process,
 // the restore also with 4 KiB pages only, *_4k_pages, and, a diagnostic,
