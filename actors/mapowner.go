@@ -16,6 +16,10 @@ type mapActor[E, K comparable] struct {
 	name   string
 	mirror mirrorOf[E, K]
 	batch  batcher[*messages.MapApply[E, K]]
+	// ws and ds are the scratch a flush merges its requests' writes and
+	// deletes in, kept for the next flush (scratch: up to scratchMax).
+	ws []E
+	ds []K
 }
 
 // mirrorOf is what a map owner needs of its mirror (mirror, svcMirror).
@@ -180,13 +184,13 @@ func (a *mapActor[E, K]) flush(ctx actor.Context) {
 			nw += len(r.Writes)
 			nd += len(r.Deletes)
 		}
-		ws := make([]E, 0, nw)
-		ds := make([]K, 0, nd)
+		ws, ds := grown(a.ws, nw), grown(a.ds, nd)
 		for _, r := range reqs {
 			ws = append(ws, r.Writes...)
 			ds = append(ds, r.Deletes...)
 		}
-		_, _, err := a.mirror.apply(ws, ds)
+		_, _, err := a.mirror.apply(ws, ds) // keeps neither slice
+		a.ws, a.ds = scratch(nil, ws, true, ds)
 		return err
 	}, func(r *messages.MapApply[E, K]) *messages.MapApplied {
 		w, d, err := a.mirror.apply(r.Writes, r.Deletes)
@@ -199,6 +203,10 @@ func (a *mapActor[E, K]) flush(ctx actor.Context) {
 type revNATActor struct {
 	v4, v6 mirrorOf[maps.RevNATEntry, uint16]
 	batch  batcher[*messages.RevNATApply]
+	// The scratch of apply (each family's writes) and of a flush (the
+	// merged writes and deletes), kept for the next (scratch).
+	w4, w6, ws []maps.RevNATEntry
+	d4, d6     []uint16
 }
 
 func newRevNATActor(m4, m6 maps.RevNATMap) actor.Producer {
@@ -242,7 +250,7 @@ func (a *revNATActor) receive(ctx actor.Context, msg any) {
 
 // apply writes then deletes one request's (or a merged batch's) entries.
 func (a *revNATActor) apply(writes []maps.RevNATEntry, del4, del6 []uint16) (int, int, error) {
-	var w4, w6 []maps.RevNATEntry
+	w4, w6 := a.w4[:0], a.w6[:0]
 	for _, e := range writes {
 		if maps.FamilyOf(e.Value.Address) == maps.IPv6 {
 			w6 = append(w6, e)
@@ -250,6 +258,7 @@ func (a *revNATActor) apply(writes []maps.RevNATEntry, del4, del6 []uint16) (int
 			w4 = append(w4, e)
 		}
 	}
+	defer func() { a.w4, a.w6 = scratch(nil, w4, true, w6) }() // the mirrors keep neither
 	w, d, err := a.v4.apply(w4, del4)
 	if err != nil {
 		return w, d, err
@@ -260,14 +269,15 @@ func (a *revNATActor) apply(writes []maps.RevNATEntry, del4, del6 []uint16) (int
 
 func (a *revNATActor) flush(ctx actor.Context) {
 	a.batch.flush(ctx, func(reqs []*messages.RevNATApply) error {
-		var ws []maps.RevNATEntry
-		var d4, d6 []uint16
+		ws, d4, d6 := a.ws[:0], a.d4[:0], a.d6[:0]
 		for _, r := range reqs {
 			ws = append(ws, r.Writes...)
 			d4 = append(d4, r.Deletes4...)
 			d6 = append(d6, r.Deletes6...)
 		}
 		_, _, err := a.apply(ws, d4, d6)
+		a.ws, a.d4 = scratch(nil, ws, true, d4)
+		_, a.d6 = scratch[maps.RevNATEntry](nil, nil, true, d6)
 		return err
 	}, func(r *messages.RevNATApply) *messages.MapApplied {
 		w, d, err := a.apply(r.Writes, r.Deletes4, r.Deletes6)

@@ -43,6 +43,15 @@ func scratch[E, K any](prev, ws []E, copied bool, ds []K) ([]E, []K) {
 	return ws[:0], ds[:0]
 }
 
+// grown returns buf emptied, with room for n elements: a new buffer of
+// exactly n if buf is smaller (a batch is not grown by doubling).
+func grown[T any](buf []T, n int) []T {
+	if cap(buf) < n {
+		return make([]T, 0, n)
+	}
+	return buf[:0]
+}
+
 // changedOnly returns the writes for which changed is true, in order
 // (changed is called once per write, in order). When every write changes
 // something, as when a batch creates services, it returns writes itself

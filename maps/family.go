@@ -83,6 +83,46 @@ type typedMap[E, KT any, K, V comparable] struct {
 	updated atomic.Uint64
 	deleted atomic.Uint64
 	entries atomic.Int64
+	// scratch holds the raw keys and values of the last Update or Delete,
+	// emptied, for the next (one caller at a time takes it: Swap).
+	scratch atomic.Pointer[rawScratch[K, V]]
+}
+
+// rawScratch is a typedMap's encoding buffers; only buffers of up to
+// scratchMax entries are kept.
+type rawScratch[K, V any] struct {
+	keys   []K
+	values []V
+}
+
+const scratchMax = 4096
+
+// takeScratch returns the map's scratch (or a new one), the caller's
+// until it gives it back (putScratch).
+func (m *typedMap[E, KT, K, V]) takeScratch() *rawScratch[K, V] {
+	if sc := m.scratch.Swap(nil); sc != nil {
+		return sc
+	}
+	return &rawScratch[K, V]{}
+}
+
+// putScratch keeps keys and values (emptied) for the next call, unless
+// they are larger than scratchMax. The store has kept neither.
+func (m *typedMap[E, KT, K, V]) putScratch(sc *rawScratch[K, V], keys []K, values []V) {
+	if cap(keys) > scratchMax || cap(values) > scratchMax {
+		return
+	}
+	sc.keys, sc.values = keys[:0], values[:0]
+	m.scratch.Store(sc)
+}
+
+// sized returns buf with length n: buf itself if it has room, else a new
+// slice of exactly n.
+func sized[T any](buf []T, n int) []T {
+	if cap(buf) < n {
+		return make([]T, n)
+	}
+	return buf[:n]
 }
 
 func (m *typedMap[E, KT, K, V]) Name() string    { return m.st.name() }
@@ -100,8 +140,9 @@ func (m *typedMap[E, KT, K, V]) Update(entries []E) error {
 	if len(entries) == 0 {
 		return nil
 	}
-	keys := make([]K, len(entries))
-	values := make([]V, len(entries))
+	sc := m.takeScratch()
+	keys, values := sized(sc.keys, len(entries)), sized(sc.values, len(entries))
+	defer m.putScratch(sc, keys, values)
 	for i, e := range entries {
 		k, v, err := m.c.encode(e)
 		if err != nil {
@@ -126,7 +167,9 @@ func (m *typedMap[E, KT, K, V]) Delete(keys []KT) error {
 	if len(keys) == 0 {
 		return nil
 	}
-	raw := make([]K, len(keys))
+	sc := m.takeScratch()
+	raw := sized(sc.keys, len(keys))
+	defer m.putScratch(sc, raw, sc.values)
 	for i, k := range keys {
 		r, err := m.c.encodeKey(k)
 		if err != nil {

@@ -331,3 +331,107 @@ func TestZeroKeysCanBeDeleted(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, ok)
 }
+
+// Update and Delete encode into buffers the map keeps for the next call:
+// whatever the sizes before (some larger than the kept buffers), a call
+// writes or deletes exactly its own entries (the map equals a model after
+// every call, for kernel maps, batched or not, and in memory).
+func TestUpdatesAndDeletesOfEverySizeTouchExactlyTheirEntries(t *testing.T) {
+	rng := testutil.Rand(t)
+	for _, mode := range []struct {
+		name string
+		cfg  Config
+	}{{"batch", Config{}}, {"per-element", Config{NoBatch: true}}, {"in-memory", Config{InMemory: true}}} {
+		t.Run(mode.name, func(t *testing.T) {
+			m := openTest(t, mode.cfg).Backend4
+			model := map[uint32]BackendEntry{}
+			for step := range 40 {
+				n := rng.IntN(300)
+				if step%10 == 9 {
+					n = scratchMax + 1 + rng.IntN(1000)
+				}
+				if rng.IntN(3) == 0 {
+					ids := make([]uint32, n)
+					for i := range ids {
+						ids[i] = uint32(1 + rng.IntN(6000))
+						delete(model, ids[i])
+					}
+					require.NoError(t, m.Delete(ids), "step %d", step)
+				} else {
+					es := make([]BackendEntry, n)
+					for i := range es {
+						es[i] = BackendEntry{ID: uint32(1 + rng.IntN(6000)), Value: BackendValue{
+							Address: netip.AddrFrom4([4]byte{10, byte(rng.UintN(256)), byte(rng.UintN(256)), byte(rng.UintN(256))}),
+							Port:    uint16(1 + rng.IntN(65535)), Proto: 6,
+						}}
+						model[es[i].ID] = es[i]
+					}
+					require.NoError(t, m.Update(es), "step %d", step)
+				}
+				got, err := m.Dump()
+				require.NoError(t, err)
+				want := make([]BackendEntry, 0, len(model))
+				for _, e := range model {
+					want = append(want, e)
+				}
+				require.Equal(t, sortBackends(want), sortBackends(got), "step %d", step)
+				if sc := m.(*typedMap[BackendEntry, uint32, [4]byte, [12]byte]).scratch.Load(); sc != nil {
+					require.LessOrEqual(t, cap(sc.keys), scratchMax, "step %d: a larger buffer is not kept", step)
+					require.LessOrEqual(t, cap(sc.values), scratchMax, "step %d: a larger buffer is not kept", step)
+				}
+			}
+		})
+	}
+}
+
+// Callers updating one map at once each get buffers of their own: every
+// write lands (and the race detector sees no shared buffer).
+func TestConcurrentUpdatesOfOneMapAllLand(t *testing.T) {
+	m := openTest(t, Config{}).Backend4
+	const callers, per, rounds = 4, 50, 20
+	errs := make(chan error, callers)
+	for c := range callers {
+		go func() {
+			var err error
+			for r := range rounds {
+				es := make([]BackendEntry, per)
+				for i := range es {
+					id := uint32(c*per + i + 1)
+					es[i] = BackendEntry{ID: id, Value: BackendValue{Address: netip.AddrFrom4([4]byte{10, byte(c), byte(r), byte(i)}), Port: 80, Proto: 6}}
+				}
+				if err = m.Update(es); err != nil {
+					break
+				}
+			}
+			errs <- err
+		}()
+	}
+	for range callers {
+		require.NoError(t, <-errs)
+	}
+	got, err := m.Dump()
+	require.NoError(t, err)
+	require.Len(t, got, callers*per)
+	for _, e := range got {
+		c, i := int(e.ID-1)/per, int(e.ID-1)%per
+		require.Equal(t, netip.AddrFrom4([4]byte{10, byte(c), rounds - 1, byte(i)}), e.Value.Address, "backend %d holds its caller's last write", e.ID)
+	}
+}
+
+// An Update of entries a map already holds allocates nothing once its
+// buffers are kept (in memory, where the store itself allocates nothing
+// for keys it has).
+func TestUpdateReusesItsBuffers(t *testing.T) {
+	m := openTest(t, Config{InMemory: true}).Backend4
+	es := make([]BackendEntry, 100)
+	for i := range es {
+		es[i] = BackendEntry{ID: uint32(i + 1), Value: BackendValue{Address: netip.AddrFrom4([4]byte{10, 0, 0, byte(i)}), Port: 80, Proto: 6}}
+	}
+	require.NoError(t, m.Update(es))
+	allocs := testing.AllocsPerRun(20, func() {
+		if err := m.Update(es); err != nil {
+			t.Fatal(err)
+		}
+	})
+	require.Zero(t, allocs)
+}
