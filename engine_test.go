@@ -429,3 +429,32 @@ func TestConcurrentStateChangesOnASharedBackend(t *testing.T) {
 		require.NoError(t, err)
 	}
 }
+
+// The engine puts the backends of the services it is sent in slot order
+// in place, so every call sends it copies: the caller's services are as
+// they were, backends out of slot order included, whatever the call.
+func TestCallsLeaveTheCallersServicesAsSent(t *testing.T) {
+	e := newEngine(t, "", Config{})
+	ctx := ctxT(t)
+	svc := func(fe string) *lb.Service {
+		return mustService(t, fe, "10.0.9.3:8080", "10.0.9.1:8080", "10.0.9.2:8080") // not in slot order
+	}
+	one, batch, synced := svc("10.96.8.1:80"), []*lb.Service{svc("10.96.8.2:80"), svc("10.96.8.3:80")}, svc("10.96.8.4:80")
+	synced.Source = lb.SourceKubernetes
+	before := []*lb.Service{one.DeepCopy(), batch[0].DeepCopy(), batch[1].DeepCopy(), synced.DeepCopy()}
+
+	id, _, err := e.Upsert(ctx, one)
+	require.NoError(t, err)
+	rs, err := e.UpsertBatch(ctx, batch)
+	require.NoError(t, err)
+	for _, r := range rs {
+		require.NoError(t, r.Err)
+	}
+	_, err = e.SyncSource(ctx, lb.SourceKubernetes, []*lb.Service{synced})
+	require.NoError(t, err)
+
+	require.Equal(t, before, []*lb.Service{one, batch[0], batch[1], synced})
+	got, err := e.Get(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, "10.0.9.1", got.Backends[0].Addr.String(), "the engine's own copy is in slot order")
+}

@@ -219,8 +219,10 @@ func svc(t *testing.T, fe string, backends ...string) *lb.Service {
 	return s
 }
 
+// upsert is the message of an Upsert of s: of a copy, as the façade
+// sends (the core may change the services it is sent).
 func upsert(s *lb.Service) *messages.Upsert {
-	return &messages.Upsert{Service: s, Reply: make(chan messages.UpsertReply, 1)}
+	return &messages.Upsert{Service: s.DeepCopy(), Reply: make(chan messages.UpsertReply, 1)}
 }
 
 func deleteFE(t *testing.T, fe string) *messages.DeleteByFrontend {

@@ -708,11 +708,13 @@ func (c *Core) checkSharedState(b lb.Backend, k lb.L3n4Addr, mine bool, src lb.S
 	return true, nil
 }
 
-// newTableService returns the table's form of spec: a copy (the caller's
-// spec stays as sent), backends in slot order, IDs to fill in.
+// newTableService returns the table's form of spec, backends in slot
+// order, IDs to fill in. Its backends are spec's own, put in slot order in
+// place: the core owns the services of the messages it is given (the
+// façade sends copies), and nothing reads their backends' order after the
+// intake (one of these per service is most of a batch's garbage).
 func newTableService(spec *lb.Service) *table.Service {
 	svc := &table.Service{Spec: *spec}
-	svc.Spec.Backends = slices.Clone(spec.Backends)
 	if svc.Spec.SessionAffinity && svc.Spec.SessionAffinityTimeout == 0 {
 		// What the master slot holds, so Get answers the same before and
 		// after a restart.
