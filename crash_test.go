@@ -1,6 +1,7 @@
 package actorlb
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -590,4 +591,34 @@ func TestFreedBackendIDIsNotReusedBeforeItsEntryIsDeleted(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "10.0.1.6:8080/TCP", got.Backends[0].String())
 	checkInvariants(t, e)
+}
+
+// A call whose context has no deadline gives up after Config.CallTimeout
+// with context.DeadlineExceeded, whether it waits for its answer (a
+// service map owner that drops its writes) or for the engine to serve (a
+// gate that never opens).
+func TestCallWithoutDeadlineGivesUpAfterCallTimeout(t *testing.T) {
+	var drop atomic.Bool
+	dropWrites := func(next actor.ReceiverFunc) actor.ReceiverFunc {
+		return func(c actor.ReceiverContext, env *actor.MessageEnvelope) {
+			if _, ok := env.Message.(*messages.ServiceApply); ok && drop.Load() && c.Self().Id == actors.SupervisorPID+"/"+engine.ChildService4 {
+				return
+			}
+			next(c, env)
+		}
+	}
+	e := newEngine(t, "", Config{CallTimeout: 300 * time.Millisecond, hooks: enginetest.Hooks{ChildMiddleware: []actor.ReceiverMiddleware{dropWrites}}})
+	_, _, err := e.Upsert(context.Background(), mustService(t, "10.96.0.10:80", "10.0.1.5:8080"))
+	require.NoError(t, err, "the owner writes until told to drop")
+	drop.Store(true)
+	start := time.Now()
+	_, _, err = e.Upsert(context.Background(), mustService(t, "10.96.0.11:80", "10.0.1.6:8080"))
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond)
+
+	g := newGate()
+	timer := time.NewTimer(20 * time.Millisecond)
+	defer timer.Stop()
+	_, err = g.wait(context.Background(), timer.C)
+	require.ErrorIs(t, err, context.DeadlineExceeded, "the gate never opened")
 }

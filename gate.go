@@ -3,6 +3,7 @@ package actorlb
 import (
 	"context"
 	"sync"
+	"time"
 )
 
 // gate tells the edge whether the supervisor serves. It is the edge's own
@@ -50,8 +51,10 @@ func (g *gate) fail(err error) {
 }
 
 // wait blocks until the supervisor serves and returns the channel that is
-// closed when that incarnation goes down.
-func (g *gate) wait(ctx context.Context) (<-chan struct{}, error) {
+// closed when that incarnation goes down. It gives up with ctx's error
+// when ctx is done, or with context.DeadlineExceeded when timeout fires
+// (nil: never).
+func (g *gate) wait(ctx context.Context, timeout <-chan time.Time) (<-chan struct{}, error) {
 	for {
 		g.mu.Lock()
 		if g.up {
@@ -70,6 +73,8 @@ func (g *gate) wait(ctx context.Context) (<-chan struct{}, error) {
 		case <-ch:
 		case <-ctx.Done():
 			return nil, ctx.Err()
+		case <-timeout:
+			return nil, context.DeadlineExceeded
 		}
 	}
 }
