@@ -1,9 +1,13 @@
-// Package messages is the vocabulary actorlb's actors speak: one immutable
-// request struct and one typed reply (with an Err field) per operation,
-// grouped by the actor that owns the operation.
+// Package messages is the vocabulary actorlb's actors speak: one request
+// struct and one typed reply (with an Err field) per operation, grouped by
+// the actor that owns the operation.
 //
-// Lifecycle: a message is immutable once sent; senders copy slices and maps
-// before sending.
+// Lifecycle: a message is its receiver's once sent: the sender neither
+// reads nor writes it again, and copies the slices and maps it keeps
+// before sending. Receivers change no message, except that the supervisor
+// puts the backends of the services of Upsert, UpsertBatch and Sync in
+// slot order in place (the façade sends copies; a call sent again after a
+// supervisor restart is the same copy, sorted again).
 //
 // Error contract: failures travel in a reply's Err field, never as a bare
 // error value in place of the reply.

@@ -11,9 +11,9 @@ import (
 
 // ---- Engine (supervisor) operations, sent from the edge with a reply channel.
 // Reply channels are buffered (capacity 1): the supervisor never blocks on them.
-// The services these messages carry are the supervisor's once sent: it may
-// change them in place (it puts their backends in slot order), so a sender
-// sends copies of services it keeps (the façade does).
+// The services these messages carry are the supervisor's once sent: it
+// puts their backends in slot order in place, so a sender sends copies of
+// services it keeps (the façade does).
 
 // Upsert creates or updates a service. Service.Frontend.ID 0 means allocate.
 type Upsert struct {
