@@ -287,7 +287,7 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 	// with probers probes on their own frontends and backends, all the
 	// time the batches run; their samples are pooled (a p99 of a few
 	// hundred samples, not of the ~20 one probe takes in one round).
-	during, probedWalls, err := probedRuns(ctx, root+"/bulk-probed", sizes, log, 0, func(e *actorlb.Engine) error {
+	during, err := probedRuns(ctx, root+"/bulk-probed", sizes, log, 0, func(e *actorlb.Engine) error {
 		return forAll(chunk(bulk, bulkBatch), callers, func(c []*lb.Service) error {
 			rs, err := e.UpsertBatch(ctx, c)
 			return firstErr(rs, err, func(r actorlb.UpsertResult) error { return r.Err })
@@ -296,10 +296,10 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 	if err != nil {
 		return err
 	}
-	addProbed(res, "during_batches", during)
+	addProbed(res, "during_batches", during, bulkN)
 	// What the probes cost the batches: they run in chunks while single
 	// calls are about.
-	res.add("bulk-10k-x10", "services_per_s_during_probes", float64(bulkN)/median(probedWalls).Seconds(), "services/s")
+	res.add("bulk-10k-x10", "services_per_s_during_probes", float64(bulkN)/median(during.walls).Seconds(), "services/s")
 
 	// Once more as one SyncSource of the whole set (a Kubernetes resync),
 	// with the probes beside it: how long a single Upsert waits behind one
@@ -311,15 +311,15 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 		k8sBulk[i].Source = lb.SourceKubernetes
 	}
 	// The probes start first: the sync comes while single calls are about.
-	duringSync, syncWalls, err := probedRuns(ctx, root+"/sync-probed", sizes, log, 5*time.Millisecond, func(e *actorlb.Engine) error {
+	duringSync, err := probedRuns(ctx, root+"/sync-probed", sizes, log, 5*time.Millisecond, func(e *actorlb.Engine) error {
 		_, err := e.SyncSource(ctx, lb.SourceKubernetes, k8sBulk)
 		return err
 	})
 	if err != nil {
 		return err
 	}
-	addProbed(res, "during_sync", duringSync)
-	res.add("bulk-10k-x10", "services_per_s_sync_during_probes", float64(bulkN)/median(syncWalls).Seconds(), "services/s")
+	addProbed(res, "during_sync", duringSync, bulkN)
+	res.add("bulk-10k-x10", "services_per_s_sync_during_probes", float64(bulkN)/median(duringSync.walls).Seconds(), "services/s")
 
 	// Bulk again with one Upsert call per service, the latency probes
 	// running alongside; the memory, restore and step figures come from
@@ -1277,37 +1277,55 @@ func startRESTProbe(c *api.Client) *latencyProbe {
 // probedRuns runs work probedRounds times, each on a fresh engine with
 // maps under dir-<round>, with probers latency probes running from lead
 // before work starts until it returns. It returns the probes' samples,
-// pooled and sorted, and work's wall time in each round.
-func probedRuns(ctx context.Context, dir string, sizes maps.Sizes, log *logrus.Logger, lead time.Duration, work func(*actorlb.Engine) error) (samples, walls []time.Duration, err error) {
+// pooled and sorted, and per round work's wall time, the collections
+// that ran meanwhile and the bytes allocated (probes included).
+func probedRuns(ctx context.Context, dir string, sizes maps.Sizes, log *logrus.Logger, lead time.Duration, work func(*actorlb.Engine) error) (pr probed, err error) {
 	for round := range probedRounds {
 		d := fmt.Sprintf("%s-%d", dir, round)
 		e, err := actorlb.New(ctx, engineConfig(d, sizes, log))
 		if err != nil {
-			return nil, nil, err
+			return pr, err
 		}
+		var m0, m1 runtime.MemStats
+		runtime.ReadMemStats(&m0)
 		lat := startLatencyProbes(e, probers)
 		time.Sleep(lead)
 		start := time.Now()
 		err = work(e)
-		walls = append(walls, time.Since(start))
-		samples = append(samples, lat.stop().samples...)
+		pr.walls = append(pr.walls, time.Since(start))
+		pr.samples = append(pr.samples, lat.stop().samples...)
+		runtime.ReadMemStats(&m1)
+		pr.gcs = append(pr.gcs, float64(m1.NumGC-m0.NumGC))
+		pr.allocs = append(pr.allocs, float64(m1.TotalAlloc-m0.TotalAlloc))
 		if err := retire(e, d, err); err != nil {
-			return nil, nil, err
+			return pr, err
 		}
 	}
-	slices.Sort(samples)
-	return samples, walls, nil
+	slices.Sort(pr.samples)
+	return pr, nil
 }
 
-// addProbed adds the upsert-latency rows of the samples of probedRuns:
-// p50, p99 and max in microseconds, and their count, named
-// <quantity>_us_library_<suffix> and samples_library_<suffix>.
-func addProbed(res *results, suffix string, samples []time.Duration) {
-	p := &latencyProbe{samples: samples}
+// probed is what probedRuns measured: the probes' samples, and per round
+// the work's wall time, the collections and the bytes allocated.
+type probed struct {
+	samples, walls []time.Duration
+	gcs, allocs    []float64
+}
+
+// addProbed adds the upsert-latency rows of pr for n services a round:
+// the probes' p50, p99 and max in microseconds, and their count, named
+// <quantity>_us_library_<suffix> and samples_library_<suffix>; and the
+// collections and bytes allocated per round (gc_cycles_<suffix>,
+// alloc_bytes_per_service_<suffix>, medians): the tail of the probes
+// follows the collections (README, session 27).
+func addProbed(res *results, suffix string, pr probed, n int) {
+	p := &latencyProbe{samples: pr.samples}
 	res.add("upsert-latency", "p50_us_library_"+suffix, p.p(50), "us")
 	res.add("upsert-latency", "p99_us_library_"+suffix, p.p(99), "us")
 	res.add("upsert-latency", "max_us_library_"+suffix, p.p(100), "us")
-	res.add("upsert-latency", "samples_library_"+suffix, float64(len(samples)), "count")
+	res.add("upsert-latency", "samples_library_"+suffix, float64(len(pr.samples)), "count")
+	res.add("upsert-latency", "gc_cycles_"+suffix, median(pr.gcs), "cycles")
+	res.add("upsert-latency", "alloc_bytes_per_service_"+suffix, median(pr.allocs)/float64(n), "bytes")
 }
 
 // schedHist is the runtime's histogram of the time goroutines waited,
