@@ -17,7 +17,7 @@ type mapActor[E, K comparable] struct {
 	mirror mirrorOf[E, K]
 	batch  batcher[*messages.MapApply[E, K]]
 	// ws and ds are the scratch a flush merges its requests' writes and
-	// deletes in, kept for the next flush (scratch: up to scratchMax).
+	// deletes in, kept for the next flush (kept: up to scratchMax).
 	ws []E
 	ds []K
 }
@@ -190,7 +190,7 @@ func (a *mapActor[E, K]) flush(ctx actor.Context) {
 			ds = append(ds, r.Deletes...)
 		}
 		_, _, err := a.mirror.apply(ws, ds) // keeps neither slice
-		a.ws, a.ds = scratch(nil, ws, true, ds)
+		a.ws, a.ds = kept(ws), kept(ds)
 		return err
 	}, func(r *messages.MapApply[E, K]) *messages.MapApplied {
 		w, d, err := a.mirror.apply(r.Writes, r.Deletes)
@@ -204,7 +204,7 @@ type revNATActor struct {
 	v4, v6 mirrorOf[maps.RevNATEntry, uint16]
 	batch  batcher[*messages.RevNATApply]
 	// The scratch of apply (each family's writes) and of a flush (the
-	// merged writes and deletes), kept for the next (scratch).
+	// merged writes and deletes), kept for the next (kept).
 	w4, w6, ws []maps.RevNATEntry
 	d4, d6     []uint16
 }
@@ -258,7 +258,7 @@ func (a *revNATActor) apply(writes []maps.RevNATEntry, del4, del6 []uint16) (int
 			w4 = append(w4, e)
 		}
 	}
-	defer func() { a.w4, a.w6 = scratch(nil, w4, true, w6) }() // the mirrors keep neither
+	defer func() { a.w4, a.w6 = kept(w4), kept(w6) }() // the mirrors keep neither
 	w, d, err := a.v4.apply(w4, del4)
 	if err != nil {
 		return w, d, err
@@ -276,8 +276,7 @@ func (a *revNATActor) flush(ctx actor.Context) {
 			d6 = append(d6, r.Deletes6...)
 		}
 		_, _, err := a.apply(ws, d4, d6)
-		a.ws, a.d4 = scratch(nil, ws, true, d4)
-		_, a.d6 = scratch[maps.RevNATEntry](nil, nil, true, d6)
+		a.ws, a.d4, a.d6 = kept(ws), kept(d4), kept(d6)
 		return err
 	}, func(r *messages.RevNATApply) *messages.MapApplied {
 		w, d, err := a.apply(r.Writes, r.Deletes4, r.Deletes6)

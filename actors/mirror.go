@@ -52,6 +52,15 @@ func grown[T any](buf []T, n int) []T {
 	return buf[:0]
 }
 
+// kept returns buf emptied to keep as scratch for the next call, or nil
+// if it grew past scratchMax.
+func kept[T any](buf []T) []T {
+	if cap(buf) > scratchMax {
+		return nil
+	}
+	return buf[:0]
+}
+
 // changedOnly returns the writes for which changed is true, in order
 // (changed is called once per write, in order). When every write changes
 // something, as when a batch creates services, it returns writes itself
