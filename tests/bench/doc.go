@@ -10,7 +10,9 @@
 // probes run: upsert-latency; the *_during_batches rows pool the samples
 // of four probe loops beside the batched bulk, on three fresh engines, the
 // *_during_sync rows those of the same probes beside one SyncSource of the
-// whole set, a Kubernetes resync; the page faults of the batched rounds,
+// whole set, a Kubernetes resync, each with the collections per round
+// (gc_cycles_*) and the bytes allocated per service meanwhile
+// (alloc_bytes_per_service_during_*); the page faults of the batched rounds,
 // and the scheduler's wait, runnable goroutine for a processor, over the
 // single-call bulk: sched_wait_*),
 // memory-10k-x10 (heap retained by the
