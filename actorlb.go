@@ -475,9 +475,23 @@ func (e *Engine) DeleteBatchAs(ctx context.Context, src lb.Source, frontends []l
 }
 
 // Delete deletes the service with id; a service of another source than
-// lb.SourceAPI is left alone (ErrFrontendOwned).
+// lb.SourceAPI is left alone (ErrFrontendOwned). It first reads the
+// service's frontend and deletes the service with id only while it still
+// has that frontend: an ID freed by the delete can go to another service
+// at once after an engine restart, and a delete sent again after that
+// restart must not delete the newcomer.
 func (e *Engine) Delete(ctx context.Context, id lb.ServiceID) error {
-	r, retried, err := call(ctx, e, func(ch chan<- messages.DeleteReply) any { return &messages.Delete{ID: id, Reply: ch} })
+	svc, err := e.Get(ctx, id)
+	if errors.Is(err, ErrServiceNotFound) {
+		return fmt.Errorf("delete service %d: %w", id, ErrServiceNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("delete service %d: %w", id, err)
+	}
+	fe := svc.Frontend.L3n4Addr
+	r, retried, err := call(ctx, e, func(ch chan<- messages.DeleteReply) any {
+		return &messages.Delete{ID: id, Frontend: fe, Reply: ch}
+	})
 	if err != nil {
 		return fmt.Errorf("delete service %d: %w", id, err)
 	}

@@ -622,3 +622,64 @@ func TestCallWithoutDeadlineGivesUpAfterCallTimeout(t *testing.T) {
 	_, err = g.wait(context.Background(), timer.C)
 	require.ErrorIs(t, err, context.DeadlineExceeded, "the gate never opened")
 }
+
+// A delete by ID sent again after a supervisor restart deletes only the
+// service it was meant for. The first attempt deletes A, whose ID is then
+// free; the supervisor crashes before answering; the restarted allocator
+// hands the ID out again at once, to B; then the retry comes. It used to
+// delete B (the chaos soak's failed run of session 27 fits this); it now
+// finds A's frontend gone and answers that A is gone.
+func TestRetriedDeleteByIDLeavesTheServiceThatTookItsIDAlone(t *testing.T) {
+	var armed, release atomic.Bool
+	var deletes, replies atomic.Int64
+	crashed, held := make(chan struct{}), make(chan struct{})
+	var retry *actor.MessageEnvelope // only the supervisor's goroutine touches it
+	mw := func(next actor.ReceiverFunc) actor.ReceiverFunc {
+		return func(c actor.ReceiverContext, env *actor.MessageEnvelope) {
+			if armed.Load() {
+				if _, ok := env.Message.(*messages.Replies); ok && replies.Add(1) == 1 {
+					close(crashed) // the delete's last replies: A's entries are gone
+					panic("injected supervisor crash before the delete is answered")
+				}
+				if _, ok := env.Message.(*messages.Delete); ok && deletes.Add(1) == 2 {
+					retry = env // held until B exists
+					close(held)
+					return
+				}
+				if retry != nil && release.Load() {
+					r := retry
+					retry = nil
+					next(c, r)
+				}
+			}
+			next(c, env)
+		}
+	}
+	e := newEngine(t, "", Config{hooks: enginetest.Hooks{SupervisorMiddleware: []actor.ReceiverMiddleware{mw}}})
+	ctx := ctxT(t)
+	idA, _, err := e.Upsert(ctx, mustService(t, "10.96.0.1:80", "10.0.1.5:8080"))
+	require.NoError(t, err)
+	armed.Store(true)
+	done := make(chan error, 1)
+	go func() { done <- e.Delete(ctx, idA) }()
+	for _, ch := range []chan struct{}{crashed, held} {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			t.Fatal("the delete was not sent again after the crash")
+		}
+	}
+	idB, created, err := e.Upsert(ctx, mustService(t, "10.96.0.2:80", "10.0.1.6:8080"))
+	require.NoError(t, err)
+	require.True(t, created)
+	require.Equal(t, idA, idB, "the restarted allocator hands the freed ID out again (else this test proves nothing)")
+	release.Store(true)
+	_, err = e.Stats(ctx) // any call: the held retry is handled first
+	require.NoError(t, err)
+	require.NoError(t, <-done, "A is gone: the delete went through")
+	list, err := e.List(ctx)
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	require.Equal(t, "10.96.0.2:80/TCP", list[0].Frontend.L3n4Addr.String(), "B is still there")
+	checkInvariants(t, e)
+}

@@ -31,6 +31,12 @@ type UpsertReply struct {
 // Delete removes the service with ID.
 type Delete struct {
 	ID lb.ServiceID
+	// Frontend, if set, is the frontend the service with ID had when the
+	// caller resolved it: a service with ID and another frontend is not
+	// deleted (ErrServiceNotFound). The façade sets it, so that a call
+	// sent again after a supervisor restart cannot delete a service that
+	// took the freed ID meanwhile.
+	Frontend lb.L3n4Addr
 	// As is the writer: a service of another source is not deleted
 	// (ErrFrontendOwned). Zero is SourceAPI.
 	As    lb.Source

@@ -38,7 +38,7 @@ func (c *Core) handleCall(call messages.Call) {
 		c.upsertBatch(m)
 	case *messages.Delete:
 		s := c.services.stored(m.ID)
-		if s == nil {
+		if s == nil || (m.Frontend != (lb.L3n4Addr{}) && s.frontend() != m.Frontend) {
 			c.answer(m, messages.DeleteReply{Err: fmt.Errorf("delete service %d: %w", m.ID, ErrServiceNotFound)})
 			return
 		}

@@ -840,3 +840,21 @@ func TestScriptKubernetesMayReviveATerminatingBackend(t *testing.T) {
 		require.Equal(t, lb.BackendStateActive, h.c.services.get(2).Spec.Backends[0].State)
 	}
 }
+
+// A delete by ID that names a frontend deletes the service with that ID
+// only while it has that frontend: the façade's guard against a retry that
+// finds the ID on another service. Nothing is sent to a child otherwise.
+func TestScriptDeleteByIDWithAnotherFrontendFindsNothing(t *testing.T) {
+	h := newHarness(t)
+	create(t, h, svc(t, "10.96.0.1:80", "10.0.1.1:8080"), 1, 1)
+	other, err := lb.ParseL3n4Addr("10.96.0.2:80")
+	require.NoError(t, err)
+	h.call(&messages.Delete{ID: 1, Frontend: other, Reply: make(chan messages.DeleteReply, 1)})
+	h.expect()
+	h.expectAnswers("delete: error: delete service 1: service not found")
+
+	mine, err := lb.ParseL3n4Addr("10.96.0.1:80")
+	require.NoError(t, err)
+	h.call(&messages.Delete{ID: 1, Frontend: mine, Reply: make(chan messages.DeleteReply, 1)})
+	h.expect("svc4: write [] delete [10.96.0.1:80/TCP#0 10.96.0.1:80/TCP#1]")
+}
