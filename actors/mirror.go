@@ -34,13 +34,7 @@ func scratch[E, K any](prev, ws []E, copied bool, ds []K) ([]E, []K) {
 	if !copied {
 		ws = prev
 	}
-	if cap(ws) > scratchMax {
-		ws = nil
-	}
-	if cap(ds) > scratchMax {
-		ds = nil
-	}
-	return ws[:0], ds[:0]
+	return kept(ws), kept(ds)
 }
 
 // grown returns buf emptied, with room for n elements: a new buffer of
