@@ -242,21 +242,24 @@ func TestBackendIsBoundWhileAServiceUsesItOrAnOpHoldsIt(t *testing.T) {
 	_, bound, err := c.hold(k)
 	require.NoError(t, err)
 	require.False(t, bound, "not bound: a fresh ID is asked for")
-	c.bindHeld(k, 7)
+	c.bindFresh(k, 7, 1, lb.BackendStateActive)
 	require.True(t, c.bound(k.L3n4()))
 	u, _ := c.users.Get(k)
-	require.Equal(t, users{id: 7, flags: heldUnit}, u, "held, used by no service")
-
-	addUser(&c.users, &c.shared, k, 1, lb.BackendStateActive, 7, true) // the commit
-	u, _ = c.users.Get(k)
-	require.Equal(t, users{id: 7, one: 1}, u, "service 1's, no longer held")
-	id, bound, err := c.hold(k) // service 2 acquires it
+	require.Equal(t, users{id: 7, one: 1}, u, "bound as service 1's, as the commit leaves it")
+	id, unbound := c.unbindFresh(k) // service 1's op rolls back
+	require.True(t, unbound)
+	require.Equal(t, lb.BackendID(7), id)
+	require.False(t, c.bound(k.L3n4()))
+	_, unbound = c.unbindFresh(k)
+	require.False(t, unbound, "nothing to give back")
+	c.bindFresh(k, 7, 1, lb.BackendStateActive) // bound again, committed (put leaves the entry)
+	id, bound, err = c.hold(k)                  // service 2 acquires it
 	require.NoError(t, err)
 	require.True(t, bound)
 	require.Equal(t, lb.BackendID(7), id)
 	c.removeUser(k, 1) // service 1 drops it meanwhile
 	require.True(t, c.bound(k.L3n4()), "held by service 2's op")
-	id, unbound := c.unhold(k) // service 2's op rolls back
+	id, unbound = c.unhold(k) // service 2's op rolls back
 	require.True(t, unbound)
 	require.Equal(t, lb.BackendID(7), id)
 	require.False(t, c.bound(k.L3n4()))

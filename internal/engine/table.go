@@ -107,8 +107,8 @@ func (c *Core) removeUser(k addrkey.Backend, sid lb.ServiceID) {
 // op held on the backends at heldIdx (ascending indexes in
 // svc.Spec.Backends) become the service's: one index update per backend.
 // Those at fresh (ascending positions in heldIdx) the op bound itself
-// (bindHeld) and has held in their queues since, so their entries are
-// known: each is written without being read first.
+// (bindFresh) and has held in their queues since: their entries are the
+// service's already, and put does not touch them.
 func (c *Core) put(svc *table.Service, heldIdx, fresh []int) (shared bool) {
 	if old := c.services.stored(svc.ID()); old != nil {
 		for i := range old.nbe() {
@@ -123,9 +123,7 @@ func (c *Core) put(svc *table.Service, heldIdx, fresh []int) (shared bool) {
 		k := addrkey.BackendOf(table.BackendKey(b))
 		if held && len(fresh) > 0 && fresh[0] == h {
 			fresh, h = fresh[1:], h+1
-			// What addUser would make of bindHeld's entry.
-			c.users.Set(k, users{id: svc.BackendIDs[i], one: svc.ID(), state: b.State})
-			continue
+			continue // bindFresh wrote what addUser would make of it
 		}
 		if held {
 			h++
@@ -148,7 +146,7 @@ func (c *Core) drop(svc *table.Service) {
 
 // hold takes a reference on backend k for an op, if k is bound (a service
 // uses it, or an op holds it), and returns its ID; a backend that is not
-// bound needs a fresh ID (bindHeld). More than heldMax references at once
+// bound needs a fresh ID (bindFresh). More than heldMax references at once
 // (a bug: at most one op acquires a backend at a time) is an error.
 func (c *Core) hold(k addrkey.Backend) (lb.BackendID, bool, error) {
 	u, ok := c.users.Get(k)
@@ -163,11 +161,28 @@ func (c *Core) hold(k addrkey.Backend) (lb.BackendID, bool, error) {
 	return u.id, true, nil
 }
 
-// bindHeld binds k to the fresh ID id, with the reference of the op that
-// acquired it. k is not bound: the op found it unbound, and another op
-// that would bind it waits in its queue.
-func (c *Core) bindHeld(k addrkey.Backend, id lb.BackendID) {
-	c.users.Set(k, users{id: id, flags: heldUnit})
+// bindFresh binds k to the fresh ID id as the backend, in state st, of
+// service sid, which an op is writing: the entry put would make of it at
+// the commit, written at once, so that the commit does not write it
+// again. k is not bound: the op found it unbound, and every other op on k
+// waits in k's queue until this one completes, so no one reads the entry
+// meanwhile but the allocator's snapshot (for its ID). The op's hold on
+// k is its own record (upsertItem.freshHeld), not the entry's: a rollback
+// unbinds it (unbindFresh).
+func (c *Core) bindFresh(k addrkey.Backend, id lb.BackendID, sid lb.ServiceID, st lb.BackendState) {
+	c.users.Set(k, users{id: id, one: sid, state: st})
+}
+
+// unbindFresh gives back k, which an op bound (bindFresh) and has not
+// committed, and returns its ID, to be freed (releaser.free); false if k
+// is not bound.
+func (c *Core) unbindFresh(k addrkey.Backend) (lb.BackendID, bool) {
+	u, ok := c.users.Get(k)
+	if !ok {
+		return 0, false
+	}
+	c.users.Delete(k, u)
+	return u.id, true
 }
 
 // unhold gives back a reference an op held on k. It returns k's ID and

@@ -45,7 +45,8 @@ type upsertItem struct {
 	acquireIdx []int          // their index in svc
 	fresh      []int          // of acquire, those asked of the allocator (not bound), ascending
 	// The op holds a reference on the keys of acquire[:holding] that are
-	// not fresh, and on the fresh ones too once freshHeld (see held).
+	// not fresh (in their entries' held count), and on the fresh ones too
+	// once freshHeld: it bound them itself (bindFresh, see unholdAll).
 	holding       int
 	freshHeld     bool
 	removed       []lb.L3n4Addr // backends of old not in svc
@@ -321,9 +322,9 @@ func (p *upsertPlan) grant(c *Core, o *op, it *upsertItem, id lb.ServiceID, ids 
 		it.svc.Spec.Frontend.ID = id
 	}
 	for n, j := range it.fresh {
-		k, id := it.acquire[j], ids[n]
-		c.bindHeld(addrkey.BackendOf(k), id)
-		it.svc.BackendIDs[it.acquireIdx[j]] = id
+		k, id, i := it.acquire[j], ids[n], it.acquireIdx[j]
+		c.bindFresh(addrkey.BackendOf(k), id, it.svc.ID(), it.svc.Spec.Backends[i].State)
+		it.svc.BackendIDs[i] = id
 	}
 	it.freshHeld = true
 }
@@ -343,23 +344,26 @@ func (it *upsertItem) acquireFresh(yield func(int, bool) bool) {
 	}
 }
 
-// held yields the keys of acquire the op holds a reference on.
-func (it *upsertItem) held(yield func(lb.L3n4Addr) bool) {
+// unholdAll gives back the references it holds: the fresh backends it
+// bound are unbound, and so are the others left with no service and no
+// op; the IDs of those unbound are freed.
+func (p *upsertPlan) unholdAll(c *Core, o *op, it *upsertItem) {
 	for j, fresh := range it.acquireFresh {
 		if j >= it.holding {
-			return
+			break
 		}
-		if (!fresh || it.freshHeld) && !yield(it.acquire[j]) {
-			return
+		if fresh && !it.freshHeld {
+			continue
 		}
-	}
-}
-
-// unholdAll gives back the references it holds; the backends left unbound
-// are freed.
-func (p *upsertPlan) unholdAll(c *Core, o *op, it *upsertItem) {
-	for k := range it.held {
-		if id, unbound := c.unhold(addrkey.BackendOf(k)); unbound {
+		k := addrkey.BackendOf(it.acquire[j])
+		var id lb.BackendID
+		var unbound bool
+		if fresh {
+			id, unbound = c.unbindFresh(k)
+		} else {
+			id, unbound = c.unhold(k)
+		}
+		if unbound {
 			p.free(o, it.svc.Family(), id)
 		}
 	}
