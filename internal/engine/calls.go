@@ -433,7 +433,6 @@ func (c *Core) startUpserts(svcs []*lb.Service, base int, w *waiter, lane *bulkL
 	if c.services.len() == 0 && len(svcs) >= reserveMin {
 		// Many services into an empty engine (the first sync or batch):
 		// the indexes get their size at once.
-		c.services.reserve(len(svcs))
 		c.byFE.Reserve(len(svcs))
 		c.users.Reserve(nkeys - len(svcs))
 	}

@@ -281,7 +281,6 @@ func (p *repairPlan) install(c *Core, _ *op) {
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		c.byFE = packedmap.New[lb.L3n4Addr, lb.ServiceID](len(r.Services), addrkey.NewFrontendPacker())
-		c.services.reserve(len(r.Services))
 		for _, svc := range r.Services {
 			c.services.put(svc)
 			c.byFE.Set(svc.Frontend(), svc.ID())

@@ -197,7 +197,7 @@ const svcChunkBits = 8
 type svcChunk [1 << svcChunkBits]storedService
 
 // svcTable is the table's services by ID, stored compact: in chunks of
-// places, with a map from service ID to place (8 bytes a service). The
+// places, with an index from service ID to place (placeIndex). The
 // allocator hands service IDs out from a cursor that wraps around, so the
 // IDs in use spread over the whole space with time: places are handed
 // out densely whatever the IDs (a freed place is the next one used), and
@@ -206,11 +206,83 @@ type svcChunk [1 << svcChunkBits]storedService
 // (at most 3.5 MB, for 65,535 services), and reuses them.
 type svcTable struct {
 	packer *addrkey.BackendPacker // the backend index's: one set of keys
-	place  map[lb.ServiceID]uint32
+	place  placeIndex
 	chunks []*svcChunk
 	free   []uint32                        // places freed, used first (last freed first)
 	used   uint32                          // places handed out from the chunks, freed or not
 	ranges map[lb.ServiceID][]netip.Prefix // the source ranges of the services that have them
+}
+
+// placePageBits sizes the pages of a placeIndex: 1,024 IDs (4 KB) each.
+const placePageBits = 10
+
+// placeIndex is the place of each service ID: an array by ID, in pages
+// made when an ID of theirs is first set and dropped when their last one
+// is deleted. A service ID is 16 bits, so there are at most 64 pages (256
+// KB, IDs spread over the whole space); IDs handed out in order share
+// their pages (10,000 services: 40 KB), and finding a place is one array
+// read, where a map from ID to place hashed the ID and probed a table of
+// some 16 bytes a service.
+type placeIndex struct {
+	pages [(lb.MaxServiceID + 1) >> placePageBits]*[1 << placePageBits]uint32 // a place plus one; 0: no service
+	used  [(lb.MaxServiceID + 1) >> placePageBits]uint16                      // IDs set in each page
+	n     int
+}
+
+// get returns the place of id and whether id has one.
+func (x *placeIndex) get(id lb.ServiceID) (uint32, bool) {
+	pg := x.pages[id>>placePageBits]
+	if pg == nil {
+		return 0, false
+	}
+	if p := pg[id&(1<<placePageBits-1)]; p != 0 {
+		return p - 1, true
+	}
+	return 0, false
+}
+
+// set gives id the place p.
+func (x *placeIndex) set(id lb.ServiceID, p uint32) {
+	i := id >> placePageBits
+	pg := x.pages[i]
+	if pg == nil {
+		pg = new([1 << placePageBits]uint32)
+		x.pages[i] = pg
+	}
+	e := &pg[id&(1<<placePageBits-1)]
+	if *e == 0 {
+		x.used[i]++
+		x.n++
+	}
+	*e = p + 1
+}
+
+// del takes id's place away, if it has one.
+func (x *placeIndex) del(id lb.ServiceID) {
+	i := id >> placePageBits
+	pg := x.pages[i]
+	if pg == nil || pg[id&(1<<placePageBits-1)] == 0 {
+		return
+	}
+	pg[id&(1<<placePageBits-1)] = 0
+	x.n--
+	if x.used[i]--; x.used[i] == 0 {
+		x.pages[i] = nil
+	}
+}
+
+// all yields every ID that has a place, and its place, in ID order.
+func (x *placeIndex) all(yield func(lb.ServiceID, uint32) bool) {
+	for i, pg := range x.pages {
+		if pg == nil {
+			continue
+		}
+		for j, p := range pg {
+			if p != 0 && !yield(lb.ServiceID(i<<placePageBits|j), p-1) {
+				return
+			}
+		}
+	}
 }
 
 func (t *svcTable) at(place uint32) *storedService {
@@ -218,12 +290,12 @@ func (t *svcTable) at(place uint32) *storedService {
 }
 
 // len returns the number of services.
-func (t *svcTable) len() int { return len(t.place) }
+func (t *svcTable) len() int { return t.place.n }
 
 // stored returns the stored form of service id, nil if there is none. It
 // is valid until the service is put or deleted.
 func (t *svcTable) stored(id lb.ServiceID) *storedService {
-	p, ok := t.place[id]
+	p, ok := t.place.get(id)
 	if !ok {
 		return nil
 	}
@@ -304,13 +376,10 @@ func (t *svcTable) backends(s *storedService, ids []lb.BackendID) []lb.Backend {
 // with nil slices.
 func (t *svcTable) put(svc *table.Service) {
 	id := svc.ID()
-	p, ok := t.place[id]
+	p, ok := t.place.get(id)
 	if !ok {
 		p = t.newPlace()
-		if t.place == nil {
-			t.place = map[lb.ServiceID]uint32{}
-		}
-		t.place[id] = p
+		t.place.set(id, p)
 	}
 	s := t.at(p)
 	spec := &svc.Spec
@@ -367,22 +436,14 @@ func (t *svcTable) newPlace() uint32 {
 
 // delete removes service id, if present.
 func (t *svcTable) delete(id lb.ServiceID) {
-	p, ok := t.place[id]
+	p, ok := t.place.get(id)
 	if !ok {
 		return
 	}
 	*t.at(p) = storedService{}
-	delete(t.place, id)
+	t.place.del(id)
 	delete(t.ranges, id)
 	t.free = append(t.free, p)
-}
-
-// reserve makes room for n services more (a bulk into an empty table):
-// the ID map gets its size at once.
-func (t *svcTable) reserve(n int) {
-	if len(t.place) == 0 {
-		t.place = make(map[lb.ServiceID]uint32, n)
-	}
 }
 
 // all yields the services, stored, in no particular order (valid until

@@ -204,7 +204,7 @@ func TestSvcTableMatchesAMap(t *testing.T) {
 func requireDensePlaces(t *testing.T, tb *svcTable) {
 	t.Helper()
 	owner := map[uint32]lb.ServiceID{}
-	for id, p := range tb.place {
+	for id, p := range tb.place.all {
 		require.Less(t, p, tb.used)
 		_, dup := owner[p]
 		require.False(t, dup, "place %d of two services", p)
@@ -247,4 +247,63 @@ func TestSvcTablePlacesStayDenseWhateverTheIDs(t *testing.T) {
 func TestStoredFormIsCompact(t *testing.T) {
 	require.EqualValues(t, 56, unsafe.Sizeof(storedService{}))
 	require.EqualValues(t, 14336, unsafe.Sizeof(svcChunk{}), "a chunk is a size class of the Go heap")
+}
+
+// The place index is a map from service ID to place: random sets and
+// deletes over the whole ID space (pages made and dropped) keep it equal
+// to a map, and a page goes with its last ID.
+func TestPlaceIndexEqualsAMapOfPlaces(t *testing.T) {
+	r := testutil.Rand(t)
+	var x placeIndex
+	model := map[lb.ServiceID]uint32{}
+	// IDs from a few pages (collisions, pages emptied) and from anywhere.
+	id := func() lb.ServiceID {
+		if r.IntN(2) == 0 {
+			return lb.ServiceID(1 + r.IntN(3<<placePageBits))
+		}
+		return lb.ServiceID(1 + r.IntN(lb.MaxServiceID))
+	}
+	for step := range 20000 {
+		k := id()
+		if r.IntN(3) == 0 {
+			x.del(k)
+			delete(model, k)
+		} else {
+			p := uint32(r.IntN(1 << 20))
+			x.set(k, p)
+			model[k] = p
+		}
+		if step%1000 == 0 || step == 19999 {
+			require.Equal(t, len(model), x.n, "step %d", step)
+			got := map[lb.ServiceID]uint32{}
+			last := lb.ServiceID(0)
+			for k, p := range x.all {
+				require.Greater(t, k, last, "in ID order")
+				last = k
+				got[k] = p
+			}
+			require.Equal(t, model, got, "step %d", step)
+			for i, pg := range x.pages {
+				n := 0
+				for k := range model {
+					if int(k>>placePageBits) == i {
+						n++
+					}
+				}
+				require.Equal(t, n > 0, pg != nil, "page %d made while it has IDs, dropped after", i)
+				require.EqualValues(t, n, x.used[i])
+			}
+		}
+		p, ok := x.get(k)
+		want, wok := model[k]
+		require.Equal(t, wok, ok)
+		require.Equal(t, want, p)
+	}
+	for k := range model {
+		x.del(k)
+	}
+	require.Zero(t, x.n)
+	for i, pg := range x.pages {
+		require.Nil(t, pg, "page %d dropped with its last ID", i)
+	}
 }
