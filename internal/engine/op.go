@@ -122,7 +122,11 @@ func (c *Core) presizeQueues(n int) {
 // enter puts o last in the queue of k, q as looked up.
 func (c *Core) enter(o *op, k qkey, q queue) {
 	if q.head != nil {
-		q.rest = append(q.rest, o)
+		if q.rest == nil {
+			q.rest = &[]*op{o}
+		} else {
+			*q.rest = append(*q.rest, o)
+		}
 		o.blocked++
 	} else {
 		q.head = o

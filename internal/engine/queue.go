@@ -42,13 +42,21 @@ func (k qkey) l3n4() lb.L3n4Addr {
 // those behind it. Most queues hold one op, which needs no allocation.
 type queue struct {
 	head *op
-	rest []*op
+	rest *[]*op // nil: none behind head (the entry is 16 bytes)
+}
+
+// behind returns the ops behind the head, in order.
+func (q queue) behind() []*op {
+	if q.rest == nil {
+		return nil
+	}
+	return *q.rest
 }
 
 // last is the op that entered the queue last (nil: no queue).
 func (q queue) last() *op {
-	if len(q.rest) > 0 {
-		return q.rest[len(q.rest)-1]
+	if r := q.behind(); len(r) > 0 {
+		return r[len(r)-1]
 	}
 	return q.head
 }
@@ -58,7 +66,7 @@ func (q queue) all(yield func(*op) bool) {
 	if !yield(q.head) {
 		return
 	}
-	for _, o := range q.rest {
+	for _, o := range q.behind() {
 		if !yield(o) {
 			return
 		}
@@ -85,7 +93,8 @@ func appendOpKeys(keys []qkey, fe lb.L3n4Addr, bs []lb.Backend) []qkey {
 func (c *Core) dequeue(o *op) {
 	for _, k := range o.keys {
 		q := c.queues[k]
-		if len(q.rest) == 0 {
+		rest := q.behind()
+		if len(rest) == 0 {
 			delete(c.queues, k)
 			if len(c.queues) == 0 && c.queuesPeak > queuesKeep {
 				// Go maps never shrink: a burst (a large Sync queues an op
@@ -97,10 +106,12 @@ func (c *Core) dequeue(o *op) {
 			}
 			continue
 		}
-		h := q.rest[0]
-		q.head, q.rest = h, q.rest[1:]
-		if len(q.rest) == 0 {
+		h := rest[0]
+		q.head = h
+		if rest = rest[1:]; len(rest) == 0 {
 			q.rest = nil
+		} else {
+			*q.rest = rest
 		}
 		c.queues[k] = q
 		h.blocked--
