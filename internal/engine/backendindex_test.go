@@ -192,8 +192,8 @@ func testFillEqualsPut(t *testing.T, svcs []*table.Service, ids4 map[uint64][2]u
 	// services go, and come back with other IDs (their backends that went
 	// come back inline); then all go.
 	for _, svc := range svcs[:len(svcs)/2] {
-		serial.drop(svc)
-		installed.drop(svc)
+		serial.drop(svc, nil)
+		installed.drop(svc, nil)
 	}
 	wantUsers, wantShared = indexOf(serial)
 	gotUsers, gotShared = indexOf(installed)
@@ -215,7 +215,7 @@ func testFillEqualsPut(t *testing.T, svcs []*table.Service, ids4 map[uint64][2]u
 	require.Equal(t, wantShared, gotShared)
 	checkIndex(t, &installed.users)
 	for _, svc := range svcs {
-		installed.drop(svc)
+		installed.drop(svc, nil)
 	}
 	require.Zero(t, installed.users.Len())
 	checkIndex(t, &installed.users)
@@ -257,7 +257,8 @@ func TestBackendIsBoundWhileAServiceUsesItOrAnOpHoldsIt(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, bound)
 	require.Equal(t, lb.BackendID(7), id)
-	c.removeUser(k, 1) // service 1 drops it meanwhile
+	_, unbound = c.removeUser(k, 1) // service 1 drops it meanwhile
+	require.False(t, unbound, "service 2's op holds it")
 	require.True(t, c.bound(k.L3n4()), "held by service 2's op")
 	id, unbound = c.unhold(k) // service 2's op rolls back
 	require.True(t, unbound)

@@ -96,34 +96,15 @@ func (p *deletePlan) deleteServices(c *Core, o *op) {
 }
 
 // commit drops the services from the table; their backends that no
-// other service uses (nor an op holds) are unbound, their IDs freed. The
-// op holds the service IDs until it releases them.
+// other service uses (nor an op holds) are unbound, their IDs freed (a
+// backend services of the op shared, once: by the drop that leaves it
+// unbound). The op holds the service IDs until it releases them.
 func (p *deletePlan) commit(c *Core, o *op) {
 	for it := range p.live {
 		c.backendsLeft(it.old, nil)
-		c.drop(it.old)
+		fam := it.old.Family()
+		c.drop(it.old, func(id lb.BackendID) { p.free(o, fam, id) })
 		o.svcHolds = append(o.svcHolds, messages.AllocBinding{Key: it.fe, ID: uint64(it.old.ID()), Refs: 1})
-	}
-	// After every drop: services of one op may share a backend, freed
-	// once.
-	var freed map[lb.BackendID]bool
-	for it := range p.live {
-		for j, b := range it.old.Spec.Backends {
-			if c.bound(table.BackendKey(b)) {
-				continue
-			}
-			id := it.old.BackendIDs[j]
-			if len(p.items) > 1 {
-				if freed == nil {
-					freed = map[lb.BackendID]bool{}
-				}
-				if freed[id] {
-					continue
-				}
-				freed[id] = true
-			}
-			p.free(o, it.old.Family(), id)
-		}
 	}
 	p.committed = true
 }

@@ -295,6 +295,33 @@ func TestScriptSharedBackendStaysBoundWhileAServiceUsesIt(t *testing.T) {
 	}
 }
 
+// One DeleteBatch of the services sharing a backend, and one of another
+// service of its own: the shared backend is deleted and its ID freed
+// once, by the last drop that leaves it unbound, beside the other's.
+func TestScriptDeleteBatchFreesASharedBackendOnce(t *testing.T) {
+	h := newHarness(t)
+	create(t, h, svc(t, "10.96.0.1:80", "10.0.1.5:8080"), 1, 1)
+	h.call(upsert(svc(t, "10.96.0.2:80", "10.0.1.5:8080")))
+	h.expect("alloc: acquire service 10.96.0.2:80/TCP backends []") // bound: no fresh ID
+	h.reply("alloc", acquired(2))
+	h.flushAnswering(t)
+	h.expectAnswers("upsert: id 2 created true")
+	create(t, h, svc(t, "10.96.0.3:80", "10.0.1.6:8080"), 3, 2)
+	h.call(&messages.DeleteBatch{Frontends: []lb.L3n4Addr{mustAddr(t, "10.96.0.1:80"), mustAddr(t, "10.96.0.2:80"), mustAddr(t, "10.96.0.3:80")},
+		Reply: make(chan messages.DeleteBatchReply, 1)})
+	h.expect("svc4: write [] delete [10.96.0.1:80/TCP#0 10.96.0.1:80/TCP#1 10.96.0.2:80/TCP#0 10.96.0.2:80/TCP#1 10.96.0.3:80/TCP#0 10.96.0.3:80/TCP#1]")
+	h.reply("svc4", ok())
+	h.expect("be4: write [] delete [1 2]")
+	h.reply("be4", ok())
+	h.expect("revnat: write [] delete [1 2 3]")
+	h.reply("revnat", ok())
+	h.expect("alloc: unhold [1 2]", "alloc: release services [10.96.0.1:80/TCP 10.96.0.2:80/TCP 10.96.0.3:80/TCP]")
+	h.reply("alloc", ok())
+	h.reply("alloc", ok())
+	h.expectAnswers("delete batch: [id 1 id 2 id 3]")
+	require.Zero(t, h.c.users.Len(), "no backend left bound")
+}
+
 // The allocator fails twice in a row: the first snapshot, lost in the
 // second crash, is not sent again (it would be stale: requests answered
 // since are not in it); the fresh one goes first, ahead of the request the

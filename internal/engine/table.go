@@ -69,22 +69,25 @@ func (c *Core) usersOf(k addrkey.Backend) func(yield func(lb.ServiceID) bool) {
 	}
 }
 
-// removeUser forgets that service sid uses backend k.
-func (c *Core) removeUser(k addrkey.Backend, sid lb.ServiceID) {
+// removeUser forgets that service sid uses backend k. It returns k's ID
+// and true when k is left unbound (no service uses it, no op holds it):
+// its entry is gone, and the ID is to be freed.
+func (c *Core) removeUser(k addrkey.Backend, sid lb.ServiceID) (lb.BackendID, bool) {
 	u, ok := c.users.Get(k)
 	if !ok {
-		return
+		return 0, false
 	}
 	if !u.shared() {
 		switch {
 		case u.one != sid:
 		case u.held() == 0:
 			c.users.Delete(k, u)
+			return u.id, true
 		default: // still bound: an op holds it
 			u.one = 0
 			c.users.Set(k, u)
 		}
-		return
+		return 0, false
 	}
 	more := c.shared[k]
 	if u.one == sid {
@@ -100,6 +103,7 @@ func (c *Core) removeUser(k addrkey.Backend, sid lb.ServiceID) {
 		c.shared[k] = more
 	}
 	c.users.Set(k, u)
+	return 0, false
 }
 
 // put installs svc in the table and the backend index, and reports
@@ -135,10 +139,16 @@ func (c *Core) put(svc *table.Service, heldIdx, fresh []int) (shared bool) {
 	return shared
 }
 
-// drop removes svc from the table and the backend index.
-func (c *Core) drop(svc *table.Service) {
+// drop removes svc from the table and the backend index, and calls
+// unbound (if not nil) with the ID of each backend of svc it leaves
+// unbound (no other service uses it, no op holds it): each such backend
+// once, however many services of an op that drops them one after the
+// other shared it (the last drop unbinds it).
+func (c *Core) drop(svc *table.Service, unbound func(lb.BackendID)) {
 	for _, b := range svc.Spec.Backends {
-		c.removeUser(addrkey.BackendOf(table.BackendKey(b)), svc.ID())
+		if id, ok := c.removeUser(addrkey.BackendOf(table.BackendKey(b)), svc.ID()); ok && unbound != nil {
+			unbound(id)
+		}
 	}
 	c.services.delete(svc.ID())
 	c.byFE.Delete(svc.Frontend())
