@@ -157,12 +157,9 @@ func BenchmarkCoreUpsertBatch10kx10(b *testing.B) {
 }
 
 // benchCoreUpsertBatch upserts svcs into an empty core in UpsertBatch
-// calls of per services, eight calls stepped before the children answer
-// (as eight callers would keep them in flight), every child answering at
-// once; it reports the time per service.
+// calls of per services (stepInFlight), and reports the time per service.
 func benchCoreUpsertBatch(b *testing.B, svcs []*lb.Service, per int) {
 	b.Helper()
-	const inFlight = 8
 	n := len(svcs)
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -170,16 +167,9 @@ func benchCoreUpsertBatch(b *testing.B, svcs []*lb.Service, per int) {
 		b.StopTimer()
 		c, a := startedCore()
 		b.StartTimer()
-		var replies []chan messages.UpsertBatchReply
-		for i := 0; i < n; i += per {
-			r := make(chan messages.UpsertBatchReply, 1)
-			replies = append(replies, r)
-			c.Step(&messages.UpsertBatch{Services: svcs[i : i+per], Reply: r})
-			if len(replies)%inFlight == 0 {
-				a.settle()
-			}
-		}
-		a.settle()
+		replies := stepInFlight(c, a, n, per, func(lo, hi int, r chan messages.UpsertBatchReply) any {
+			return &messages.UpsertBatch{Services: svcs[lo:hi], Reply: r}
+		})
 		for _, r := range replies {
 			for _, res := range (<-r).Results {
 				if res.Err != nil {
@@ -189,6 +179,25 @@ func benchCoreUpsertBatch(b *testing.B, svcs []*lb.Service, per int) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/service")
+}
+
+// stepInFlight steps the calls call makes for items [lo, hi) of n, per
+// items each, eight of them before the children answer (as eight callers
+// would keep them in flight), and the children answer every one at once;
+// it returns the calls' reply channels in order.
+func stepInFlight[R any](c *Core, a *autoChildren, n, per int, call func(lo, hi int, reply chan R) any) []chan R {
+	const inFlight = 8
+	var replies []chan R
+	for lo := 0; lo < n; lo += per {
+		r := make(chan R, 1)
+		replies = append(replies, r)
+		c.Step(call(lo, min(lo+per, n), r))
+		if len(replies)%inFlight == 0 {
+			a.settle()
+		}
+	}
+	a.settle()
+	return replies
 }
 
 // BenchmarkCoreUpsertBatch50kx1 is the core's side of the bench's
@@ -233,7 +242,7 @@ func BenchmarkInstall10kx10(b *testing.B) {
 // frontends, eight calls stepped before the children answer, every child
 // answering at once. Reported per service.
 func BenchmarkCoreDeleteBatch10kx10(b *testing.B) {
-	const per, inFlight = 100, 8
+	const per = 100
 	svcs := benchServices(10000, 10)
 	fes := make([]lb.L3n4Addr, len(svcs))
 	for i, s := range svcs {
@@ -253,16 +262,9 @@ func BenchmarkCoreDeleteBatch10kx10(b *testing.B) {
 			}
 		}
 		b.StartTimer()
-		var replies []chan messages.DeleteBatchReply
-		for i := 0; i < len(fes); i += per {
-			r := make(chan messages.DeleteBatchReply, 1)
-			replies = append(replies, r)
-			c.Step(&messages.DeleteBatch{Frontends: fes[i : i+per], Reply: r})
-			if len(replies)%inFlight == 0 {
-				a.settle()
-			}
-		}
-		a.settle()
+		replies := stepInFlight(c, a, len(fes), per, func(lo, hi int, r chan messages.DeleteBatchReply) any {
+			return &messages.DeleteBatch{Frontends: fes[lo:hi], Reply: r}
+		})
 		for _, r := range replies {
 			for _, res := range (<-r).Results {
 				if res.Err != nil {
