@@ -222,12 +222,19 @@ const placePageBits = 10
 // KB, IDs spread over the whole space); IDs handed out in order share
 // their pages (10,000 services: 40 KB), and finding a place is one array
 // read, where a map from ID to place hashed the ID and probed a table of
-// some 16 bytes a service.
+// some 16 bytes a service. The last page dropped is kept as the next one
+// made (spare, all zero): a table of a few services created and deleted
+// in turn empties its page again and again, and made a new one each time
+// (4 KB, every few calls).
 type placeIndex struct {
-	pages [(lb.MaxServiceID + 1) >> placePageBits]*[1 << placePageBits]uint32 // a place plus one; 0: no service
-	used  [(lb.MaxServiceID + 1) >> placePageBits]uint16                      // IDs set in each page
+	pages [(lb.MaxServiceID + 1) >> placePageBits]*placePage
+	used  [(lb.MaxServiceID + 1) >> placePageBits]uint16 // IDs set in each page
+	spare *placePage
 	n     int
 }
+
+// placePage holds a place plus one for each ID of its range; 0: no service.
+type placePage [1 << placePageBits]uint32
 
 // get returns the place of id and whether id has one.
 func (x *placeIndex) get(id lb.ServiceID) (uint32, bool) {
@@ -246,7 +253,9 @@ func (x *placeIndex) set(id lb.ServiceID, p uint32) {
 	i := id >> placePageBits
 	pg := x.pages[i]
 	if pg == nil {
-		pg = new([1 << placePageBits]uint32)
+		if pg, x.spare = x.spare, nil; pg == nil {
+			pg = new(placePage)
+		}
 		x.pages[i] = pg
 	}
 	e := &pg[id&(1<<placePageBits-1)]
@@ -267,7 +276,7 @@ func (x *placeIndex) del(id lb.ServiceID) {
 	pg[id&(1<<placePageBits-1)] = 0
 	x.n--
 	if x.used[i]--; x.used[i] == 0 {
-		x.pages[i] = nil
+		x.spare, x.pages[i] = pg, nil // every place of it is 0 again
 	}
 }
 

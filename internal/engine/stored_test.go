@@ -252,6 +252,24 @@ func TestStoredFormIsCompact(t *testing.T) {
 // The place index is a map from service ID to place: random sets and
 // deletes over the whole ID space (pages made and dropped) keep it equal
 // to a map, and a page goes with its last ID.
+// A table of a few services created and deleted in turn empties its page
+// again and again: the page dropped is the next one made, not a new 4 KB.
+func TestPlaceIndexMakesNoPageForAnIDSetAgainAfterItsPageEmptied(t *testing.T) {
+	var x placeIndex
+	x.set(7, 1)
+	x.del(7)
+	allocs := testing.AllocsPerRun(100, func() {
+		x.set(7, 3)
+		x.set(1030, 4) // another page: the spare, then a new one
+		x.del(7)
+		x.del(1030)
+	})
+	require.LessOrEqual(t, allocs, 1.0, "one page made for two in use at once, none for the page emptied and used again")
+	require.Zero(t, x.n)
+	_, ok := x.get(7)
+	require.False(t, ok)
+}
+
 func TestPlaceIndexEqualsAMapOfPlaces(t *testing.T) {
 	r := testutil.Rand(t)
 	var x placeIndex
