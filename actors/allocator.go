@@ -172,7 +172,7 @@ func (a *allocatorActor) acquire(m *messages.AllocAcquire) *messages.AllocAcquir
 		if m.Service {
 			a.svc.Release(m.Frontend)
 		}
-		r.Err = fmt.Errorf("acquire backend IDs for %d new backends (%s first): %w", len(m.Backends), m.Backends[0], err)
+		r.Err = fmt.Errorf("acquire backend IDs for %d new backends (%s first): %w", len(m.Backends), m.Backends[0].L3n4Addr, err)
 		return r
 	}
 	r.BackendIDs = ids

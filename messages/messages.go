@@ -385,17 +385,19 @@ type MapReconciled struct {
 // ---- Supervisor -> allocator.
 
 // AllocAcquire takes IDs: a service ID for Frontend when Service is set
-// (WantID 0 = next free), and one fresh backend ID per Backends key, the
+// (WantID 0 = next free), and one fresh backend ID per Backends entry, the
 // backends new to the engine. The allocator keeps no backend key: the
 // supervisor's backend index binds each backend to its ID and counts its
-// references; the allocator keeps which backend IDs are in use. All or
-// nothing.
+// references; the allocator keeps which backend IDs are in use, and reads
+// of Backends only their number and the first's address (for its error).
+// Backends is often the service's own backends, shared with the sender:
+// neither changes them. All or nothing.
 type AllocAcquire struct {
 	ReqID    uint64
 	Service  bool
 	Frontend lb.L3n4Addr
 	WantID   lb.ServiceID
-	Backends []lb.L3n4Addr
+	Backends []lb.Backend
 }
 
 // AllocAcquired answers AllocAcquire; BackendIDs is parallel to Backends.

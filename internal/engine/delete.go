@@ -87,10 +87,19 @@ func (p *deletePlan) live(yield func(*deleteItem) bool) {
 }
 
 func (p *deletePlan) deleteServices(c *Core, o *op) {
+	var n [2]int
+	for it := range p.live {
+		n[famIndex(it.old.Family())] += keyCount(it.old)
+	}
 	var ds [2][]maps.ServiceKey
+	for f := range ds {
+		if n[f] > 0 {
+			ds[f] = make([]maps.ServiceKey, 0, n[f])
+		}
+	}
 	for it := range p.live {
 		f := famIndex(it.old.Family())
-		ds[f] = append(ds[f], allKeys(it.old)...) // master first
+		ds[f] = appendAllKeys(ds[f], it.old) // master first
 	}
 	c.applyServices(o, [2][]maps.ServiceEntry{}, ds)
 }

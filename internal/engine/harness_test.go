@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/actorlb/actorlb/internal/maglev"
+	"github.com/actorlb/actorlb/internal/table"
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/maps"
 	"github.com/actorlb/actorlb/messages"
@@ -368,7 +369,7 @@ func printRequest(r messages.Request) string {
 				s += fmt.Sprintf(" id %d", m.WantID)
 			}
 		}
-		return s + " backends " + list(m.Backends, lb.L3n4Addr.String)
+		return s + " backends " + list(m.Backends, func(b lb.Backend) string { return table.BackendKey(b).String() })
 	case *messages.AllocRelease:
 		return "release services " + list(m.Frontends, lb.L3n4Addr.String)
 	case *messages.AllocUnhold:

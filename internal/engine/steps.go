@@ -183,17 +183,16 @@ func matchesNotIn(from, want []maps.AffinityMatchKey) []maps.AffinityMatchKey {
 	return out
 }
 
-// innerKeys returns the internal-scope keys of fe: its master (if
-// master) and slots from..to.
-func innerKeys(fe lb.L3n4Addr, master bool, from, to int) []maps.ServiceKey {
-	var out []maps.ServiceKey
+// appendInnerKeys appends the internal-scope keys of fe to dst: its
+// master (if master) and slots from..to.
+func appendInnerKeys(dst []maps.ServiceKey, fe lb.L3n4Addr, master bool, from, to int) []maps.ServiceKey {
 	if master {
-		out = append(out, table.ScopeKey(fe, lb.ScopeInternal, 0))
+		dst = append(dst, table.ScopeKey(fe, lb.ScopeInternal, 0))
 	}
 	for i := max(from, 1); i <= to; i++ {
-		out = append(out, table.ScopeKey(fe, lb.ScopeInternal, uint16(i)))
+		dst = append(dst, table.ScopeKey(fe, lb.ScopeInternal, uint16(i)))
 	}
-	return out
+	return dst
 }
 
 // staleKeys returns the service map keys to delete after svc is written
@@ -204,22 +203,31 @@ func staleKeys(svc *table.Service, maxExt, maxInt int, hadInt bool) []maps.Servi
 	fe := svc.Frontend()
 	out := slotKeys(fe, table.SlotCount(svc)+1, maxExt)
 	if svc.Spec.TwoScopes() {
-		return append(out, innerKeys(fe, false, table.SlotCountAt(svc, lb.ScopeInternal)+1, maxInt)...)
+		return appendInnerKeys(out, fe, false, table.SlotCountAt(svc, lb.ScopeInternal)+1, maxInt)
 	}
 	if hadInt || maxInt > 0 {
-		out = append(out, innerKeys(fe, true, 1, maxInt)...)
+		out = appendInnerKeys(out, fe, true, 1, maxInt)
 	}
 	return out
 }
 
-// allKeys returns every service map key svc occupies, each scope's master
-// first (the delete order).
-func allKeys(svc *table.Service) []maps.ServiceKey {
-	out := slotKeys(svc.Frontend(), 0, table.SlotCount(svc))
+// keyCount returns the number of service map keys svc occupies (allKeys).
+func keyCount(svc *table.Service) int {
+	n := 1 + table.SlotCount(svc)
 	if svc.Spec.TwoScopes() {
-		out = append(out, innerKeys(svc.Frontend(), true, 1, table.SlotCountAt(svc, lb.ScopeInternal))...)
+		n += 1 + table.SlotCountAt(svc, lb.ScopeInternal)
 	}
-	return out
+	return n
+}
+
+// appendAllKeys appends every service map key svc occupies to dst, each
+// scope's master first (the delete order).
+func appendAllKeys(dst []maps.ServiceKey, svc *table.Service) []maps.ServiceKey {
+	dst = appendSlotKeys(dst, svc.Frontend(), 0, table.SlotCount(svc))
+	if svc.Spec.TwoScopes() {
+		dst = appendInnerKeys(dst, svc.Frontend(), true, 1, table.SlotCountAt(svc, lb.ScopeInternal))
+	}
+	return dst
 }
 
 // slotKeys returns the service map keys of slots from..to of fe.
@@ -227,11 +235,16 @@ func slotKeys(fe lb.L3n4Addr, from, to int) []maps.ServiceKey {
 	if from > to {
 		return nil
 	}
-	out := make([]maps.ServiceKey, 0, to-from+1)
+	return appendSlotKeys(make([]maps.ServiceKey, 0, to-from+1), fe, from, to)
+}
+
+// appendSlotKeys appends the service map keys of slots from..to of fe to
+// dst.
+func appendSlotKeys(dst []maps.ServiceKey, fe lb.L3n4Addr, from, to int) []maps.ServiceKey {
 	for i := from; i <= to; i++ {
-		out = append(out, table.Key(fe, uint16(i)))
+		dst = append(dst, table.Key(fe, uint16(i)))
 	}
-	return out
+	return dst
 }
 
 // releaser deletes the backends that an op left unbound (no service

@@ -11,18 +11,23 @@ import (
 // items the request was for. It returns the reply's error.
 type fold func(o *op, item int, reply any) error
 
-// pendingReq is a request sent to a child and not yet answered.
+// pendingReq is a request sent to a child and not yet answered: 48
+// bytes, made for every request (some five an upsert), so its fields are
+// no wider than they need be.
 type pendingReq struct {
 	op    *op
-	child string
 	msg   messages.Request
-	item  int
 	fold  fold
-	tries int
+	item  int32 // an index into the op's plan
+	tries int32
+	child uint8 // its index in Children
 	// sent is set once the request has left the outbox: only requests a
 	// child has seen are sent again when it fails.
 	sent bool
 }
+
+// childName returns the name of the child p is for.
+func (p *pendingReq) childName() string { return Children[p.child] }
 
 // replyErr is the fold of replies that only carry an error.
 func replyErr(_ *op, _ int, r any) error {
@@ -46,7 +51,7 @@ func (c *Core) reqID() uint64 { return c.reqs.reserve() }
 // not bound methods, so that a request allocates only itself.
 func (c *Core) request(o *op, child string, item int, f fold, msg messages.Request) {
 	id := msg.RequestID()
-	p := &pendingReq{op: o, child: child, msg: msg, item: item, fold: f}
+	p := &pendingReq{op: o, child: uint8(childIndex(child)), msg: msg, item: int32(item), fold: f}
 	o.pending++
 	c.reqs.set(id, p)
 	c.enqueue(p)
@@ -58,8 +63,7 @@ func (c *Core) request(o *op, child string, item int, f fold, msg messages.Reque
 // snapshotFirst).
 func (c *Core) enqueue(p *pendingReq) {
 	p.sent = false
-	i := childIndex(p.child)
-	c.outbox[i] = append(c.outbox[i], p)
+	c.outbox[p.child] = append(c.outbox[p.child], p)
 }
 
 // onReply folds a child's reply to request id into its op.
@@ -72,7 +76,7 @@ func (c *Core) onReply(id uint64, reply any) {
 	o := p.op
 	o.pending--
 	if p.fold != nil {
-		o.fail(p.fold(o, p.item, reply))
+		o.fail(p.fold(o, int(p.item), reply))
 	}
 	c.advance(o)
 }
@@ -99,7 +103,7 @@ func (c *Core) onChildStopped(name string) {
 		c.snapshotAllocator(nil)
 	}
 	for id, p := range c.reqs.all {
-		if p.child == name && p.sent {
+		if p.childName() == name && p.sent {
 			c.resend(id, p)
 		}
 	}
@@ -121,7 +125,7 @@ func (c *Core) onChildFailed(m ChildFailed) {
 		}
 	})
 	for id, p := range c.reqs.all {
-		if p.child != m.Child || !p.sent {
+		if p.childName() != m.Child || !p.sent {
 			continue // requests still in the outbox go to the new incarnation anyway
 		}
 		switch {
@@ -146,8 +150,8 @@ func (c *Core) resend(id uint64, p *pendingReq) {
 		return
 	}
 	p.tries++
-	if p.tries > c.cfg.MaxResends {
-		c.failRequest(id, fmt.Errorf("%s failed %d times on this request", p.child, p.tries))
+	if int(p.tries) > c.cfg.MaxResends {
+		c.failRequest(id, fmt.Errorf("%s failed %d times on this request", p.childName(), p.tries))
 		return
 	}
 	c.resent++

@@ -41,8 +41,7 @@ type upsertItem struct {
 	// What start found and planned.
 	old        *table.Service // nil: a creation
 	svc        *table.Service // the service to write, IDs filled by acquire
-	acquire    []lb.L3n4Addr  // backends to acquire IDs for
-	acquireIdx []int          // their index in svc
+	acquireIdx []int          // the backends of svc to acquire IDs for (acquire), by index in svc
 	fresh      []int          // of acquire, those asked of the allocator (not bound), ascending
 	// The op holds a reference on the keys of acquire[:holding] that are
 	// not fresh (in their entries' held count), and on the fresh ones too
@@ -155,7 +154,6 @@ func (c *Core) planUpsert(it *upsertItem) error {
 		}
 	}
 	bs := it.svc.Spec.Backends
-	it.acquire = make([]lb.L3n4Addr, 0, len(bs))
 	idx := make([]int, 0, 2*len(bs)) // acquireIdx and fresh in one allocation
 	it.acquireIdx, it.fresh = idx[:0:len(bs)], idx[len(bs):len(bs):2*len(bs)]
 	for i, b := range bs {
@@ -172,9 +170,8 @@ func (c *Core) planUpsert(it *upsertItem) error {
 			continue
 		}
 		if !bound {
-			it.fresh = append(it.fresh, len(it.acquire))
+			it.fresh = append(it.fresh, len(it.acquireIdx))
 		}
-		it.acquire = append(it.acquire, k)
 		it.acquireIdx = append(it.acquireIdx, i)
 	}
 	oldSlots := 0
@@ -196,7 +193,7 @@ func (c *Core) planUpsert(it *upsertItem) error {
 	if it.svc.Spec.TwoScopes() {
 		it.maxInner = max(it.maxInner, len(bs))
 	}
-	it.acquired = it.old != nil && len(it.acquire) == 0
+	it.acquired = it.old != nil && len(it.acquireIdx) == 0
 	return nil
 }
 
@@ -224,12 +221,12 @@ func (p *upsertPlan) acquireIDs(c *Core, o *op) {
 		if it.err != nil || it.svc == nil || it.acquired {
 			continue
 		}
-		it.holding = len(it.acquire)
+		it.holding = len(it.acquireIdx)
 		for j, isFresh := range it.acquireFresh {
 			if isFresh {
 				continue
 			}
-			k := it.acquire[j]
+			k := it.acquire(j)
 			id, ok, err := c.hold(addrkey.BackendOf(k))
 			if err == nil && !ok { // planned in this step: cannot happen
 				err = fmt.Errorf("backend %s was unbound since its service was planned", k)
@@ -271,11 +268,11 @@ func (p *upsertPlan) folder(c *Core) fold {
 // backends'.
 func (p *upsertPlan) ask(c *Core, o *op, i int, folded fold) {
 	it := &p.items[i]
-	fresh := it.acquire // most often all of them (a new service): no copy
-	if len(it.fresh) < len(it.acquire) {
-		fresh = make([]lb.L3n4Addr, len(it.fresh))
+	fresh := it.svc.Spec.Backends // most often all of them (a new service): no copy
+	if len(it.fresh) < len(fresh) {
+		fresh = make([]lb.Backend, len(it.fresh))
 		for n, j := range it.fresh {
-			fresh[n] = it.acquire[j]
+			fresh[n] = it.svc.Spec.Backends[it.acquireIdx[j]]
 		}
 	}
 	if it.old == nil {
@@ -322,18 +319,23 @@ func (p *upsertPlan) grant(c *Core, o *op, it *upsertItem, id lb.ServiceID, ids 
 		it.svc.Spec.Frontend.ID = id
 	}
 	for n, j := range it.fresh {
-		k, id, i := it.acquire[j], ids[n], it.acquireIdx[j]
+		k, id, i := it.acquire(j), ids[n], it.acquireIdx[j]
 		c.bindFresh(addrkey.BackendOf(k), id, it.svc.ID(), it.svc.Spec.Backends[i].State)
 		it.svc.BackendIDs[i] = id
 	}
 	it.freshHeld = true
 }
 
+// acquire returns the key of backend j of acquire.
+func (it *upsertItem) acquire(j int) lb.L3n4Addr {
+	return table.BackendKey(it.svc.Spec.Backends[it.acquireIdx[j]])
+}
+
 // acquireFresh yields the index of each backend of acquire, in order,
 // and whether it is fresh (in it.fresh).
 func (it *upsertItem) acquireFresh(yield func(int, bool) bool) {
 	next := it.fresh // ascending
-	for j := range it.acquire {
+	for j := range it.acquireIdx {
 		fresh := len(next) > 0 && next[0] == j
 		if fresh {
 			next = next[1:]
@@ -355,7 +357,7 @@ func (p *upsertPlan) unholdAll(c *Core, o *op, it *upsertItem) {
 		if fresh && !it.freshHeld {
 			continue
 		}
-		k := addrkey.BackendOf(it.acquire[j])
+		k := addrkey.BackendOf(it.acquire(j))
 		var id lb.BackendID
 		var unbound bool
 		if fresh {
@@ -541,9 +543,9 @@ func (p *upsertPlan) rollbackService(c *Core, o *op) {
 			ws[f] = append(ws[f], table.SlotsAndMaster(it.old)...)
 			ds[f] = append(ds[f], staleKeys(it.old, it.maxSlots, it.maxInner, it.svc.Spec.TwoScopes())...)
 		} else {
-			ds[f] = append(ds[f], slotKeys(it.svc.Frontend(), 0, it.maxSlots)...) // master first
+			ds[f] = appendSlotKeys(ds[f], it.svc.Frontend(), 0, it.maxSlots) // master first
 			if it.svc.Spec.TwoScopes() {
-				ds[f] = append(ds[f], innerKeys(it.svc.Frontend(), true, 1, it.maxInner)...)
+				ds[f] = appendInnerKeys(ds[f], it.svc.Frontend(), true, 1, it.maxInner)
 			}
 		}
 	}
