@@ -615,6 +615,12 @@ func TestCallWithoutDeadlineGivesUpAfterCallTimeout(t *testing.T) {
 	_, _, err = e.Upsert(context.Background(), mustService(t, "10.96.0.11:80", "10.0.1.6:8080"))
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond)
+	// The next call takes the timer the last one gave back (callTimers):
+	// it gets a whole CallTimeout of its own.
+	start = time.Now()
+	_, _, err = e.Upsert(context.Background(), mustService(t, "10.96.0.12:80", "10.0.1.7:8080"))
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond, "a timer taken again fires after its own timeout")
 
 	g := newGate()
 	timer := time.NewTimer(20 * time.Millisecond)
