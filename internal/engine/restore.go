@@ -263,7 +263,10 @@ func (p *repairPlan) install(c *Core, _ *op) {
 	r := p.restored
 	if c.services.len() != 0 { // a core restores into an empty table: not the engine's path
 		for _, svc := range r.Services {
-			c.put(svc, nil, nil)
+			if old := c.services.get(svc.ID()); old != nil {
+				c.drop(old, nil) // replaced whole: put keeps no backend of it
+			}
+			c.put(svc, nil, nil, nil, nil)
 		}
 		return
 	}

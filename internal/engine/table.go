@@ -112,15 +112,21 @@ func (c *Core) removeUser(k addrkey.Backend, sid lb.ServiceID) (lb.BackendID, bo
 // svc.Spec.Backends) become the service's: one index update per backend.
 // Those at fresh (ascending positions in heldIdx) the op bound itself
 // (bindFresh) and has held in their queues since: their entries are the
-// service's already, and put does not touch them.
-func (c *Core) put(svc *table.Service, heldIdx, fresh []int) (shared bool) {
-	if old := c.services.stored(svc.ID()); old != nil {
-		for i := range old.nbe() {
-			c.removeUser(old.backend(c.services.packer, i).key, old.id)
-		}
-	}
+// service's already, and put does not touch them. When svc replaces the
+// service of its ID, its other backends are that service's own, with the
+// same IDs (kept): their entries are read, and written only for a state
+// svc changes; gone are the keys of the old service's backends svc no
+// longer uses, and unbound (if not nil) gets the ID of each that put
+// leaves unbound (no other service uses it, no op holds it).
+func (c *Core) put(svc *table.Service, heldIdx, fresh []int, gone []lb.L3n4Addr, unbound func(lb.BackendID)) (shared bool) {
+	update := c.services.stored(svc.ID()) != nil
 	c.services.put(svc)
 	c.byFE.Set(svc.Frontend(), svc.ID())
+	for _, k := range gone {
+		if id, ok := c.removeUser(addrkey.BackendOf(k), svc.ID()); ok && unbound != nil {
+			unbound(id)
+		}
+	}
 	h := 0 // the next position in heldIdx
 	for i, b := range svc.Spec.Backends {
 		held := h < len(heldIdx) && heldIdx[h] == i
@@ -132,11 +138,34 @@ func (c *Core) put(svc *table.Service, heldIdx, fresh []int) (shared bool) {
 		if held {
 			h++
 		}
+		if update && !held {
+			if isShared, ok := keepUser(&c.users, k, b.State); ok {
+				shared = shared || isShared
+				continue
+			}
+		}
 		if addUser(&c.users, &c.shared, k, svc.ID(), b.State, svc.BackendIDs[i], held) {
 			shared = true
 		}
 	}
 	return shared
+}
+
+// keepUser gives backend k, which a service replaced by one that keeps it
+// uses, the state st the new one gives it, and reports whether another
+// service uses it too; false if k is not bound (not the core's way: put
+// then binds it as a backend the service did not have). The entry is
+// written only if st changes it.
+func keepUser(x *backendIndex, k addrkey.Backend, st lb.BackendState) (isShared, ok bool) {
+	u, ok := x.Get(k)
+	if !ok {
+		return false, false
+	}
+	if u.state != st {
+		u.state = st
+		x.Set(k, u)
+	}
+	return u.shared(), true
 }
 
 // drop removes svc from the table and the backend index, and calls
@@ -251,8 +280,10 @@ func (c *Core) backendsLeft(old, svc *table.Service) {
 	}
 }
 
-func (c *Core) commit(svc *table.Service, heldIdx, fresh []int) {
-	if c.put(svc, heldIdx, fresh) {
+// commit puts svc (put), and gives the other services using its backends
+// the states svc gives them.
+func (c *Core) commit(svc *table.Service, heldIdx, fresh []int, gone []lb.L3n4Addr, unbound func(lb.BackendID)) {
+	if c.put(svc, heldIdx, fresh, gone, unbound) {
 		c.propagateStates(svc)
 	}
 }
@@ -302,7 +333,7 @@ func (c *Core) propagateStates(svc *table.Service) {
 			}
 		}
 		table.SlotOrder(next.Spec.Backends, next.BackendIDs)
-		c.put(next, nil, nil)
+		c.put(next, nil, nil, nil, nil) // the same backends: kept
 		c.run(&op{plan: &refreshPlan{fe: next.Frontend(), before: sib}, keys: opKeys(next.Frontend(), next.Spec.Backends)})
 	}
 }

@@ -48,8 +48,7 @@ type upsertItem struct {
 	// once freshHeld: it bound them itself (bindFresh, see unholdAll).
 	holding       int
 	freshHeld     bool
-	removed       []lb.L3n4Addr // backends of old not in svc
-	removedIDs    []lb.BackendID
+	removed       []lb.L3n4Addr       // backends of old not in svc
 	restoreShared []maps.BackendEntry // what gives the other services their backends' states back
 	maxSlots      int                 // slots to clear beyond the service's own
 	maxInner      int                 // the same at the internal scope (two scopes)
@@ -180,9 +179,8 @@ func (c *Core) planUpsert(it *upsertItem) error {
 		// What is left of oldIDs is what the service no longer uses, in
 		// the old service's order.
 		for _, b := range it.old.Spec.Backends {
-			if id, gone := oldIDs[table.BackendKey(b)]; gone {
+			if _, gone := oldIDs[table.BackendKey(b)]; gone {
 				it.removed = append(it.removed, table.BackendKey(b))
-				it.removedIDs = append(it.removedIDs, id)
 			}
 		}
 	}
@@ -457,13 +455,11 @@ func (p *upsertPlan) commit(c *Core, o *op) {
 		if it.freshHeld {
 			fresh = it.fresh
 		}
-		c.commit(it.svc, it.acquireIdx, fresh) // the backends it held are the service's now
+		fam := it.svc.Family()
+		// The backends it held are the service's now; those the old
+		// service alone used are unbound and freed.
+		c.commit(it.svc, it.acquireIdx, fresh, it.removed, func(id lb.BackendID) { p.free(o, fam, id) })
 		it.holding, it.freshHeld = 0, false
-		for j, k := range it.removed {
-			if !c.bound(k) {
-				p.free(o, it.svc.Family(), it.removedIDs[j])
-			}
-		}
 	}
 	p.committed = true // past the point of no return
 }
