@@ -142,22 +142,17 @@ func (c *Core) planUpsert(it *upsertItem) error {
 		return it.err
 	}
 	it.svc = newTableService(it.spec)
-	// The old service's backends and their IDs (none for a new service:
-	// most upserts create, and the map would be most of their garbage).
-	var oldIDs map[lb.L3n4Addr]lb.BackendID
+	var old oldBackends // the old service's backends (none for a new service)
 	if it.old != nil {
 		it.svc.Spec.Frontend.ID = it.old.ID()
-		oldIDs = make(map[lb.L3n4Addr]lb.BackendID, len(it.old.Spec.Backends))
-		for i, b := range it.old.Spec.Backends {
-			oldIDs[table.BackendKey(b)] = it.old.BackendIDs[i]
-		}
+		old = newOldBackends(it.old)
 	}
 	bs := it.svc.Spec.Backends
 	idx := make([]int, 0, 2*len(bs)) // acquireIdx and fresh in one allocation
 	it.acquireIdx, it.fresh = idx[:0:len(bs)], idx[len(bs):len(bs):2*len(bs)]
 	for i, b := range bs {
 		k := table.BackendKey(b)
-		oldID, mine := oldIDs[k]
+		oldID, mine := old.take(k)
 		bound, err := c.checkSharedState(b, k, mine, it.spec.Source, &it.restoreShared)
 		if err != nil {
 			it.err = err
@@ -165,7 +160,6 @@ func (c *Core) planUpsert(it *upsertItem) error {
 		}
 		if mine {
 			it.svc.BackendIDs[i] = oldID
-			delete(oldIDs, k)
 			continue
 		}
 		if !bound {
@@ -176,10 +170,10 @@ func (c *Core) planUpsert(it *upsertItem) error {
 	oldSlots := 0
 	if it.old != nil {
 		oldSlots = table.SlotCount(it.old)
-		// What is left of oldIDs is what the service no longer uses, in
-		// the old service's order.
-		for _, b := range it.old.Spec.Backends {
-			if _, gone := oldIDs[table.BackendKey(b)]; gone {
+		// The old backends not taken are those the service no longer
+		// uses, in the old service's order.
+		for j, b := range it.old.Spec.Backends {
+			if !old.taken(j) {
 				it.removed = append(it.removed, table.BackendKey(b))
 			}
 		}
@@ -193,6 +187,65 @@ func (c *Core) planUpsert(it *upsertItem) error {
 	}
 	it.acquired = it.old != nil && len(it.acquireIdx) == 0
 	return nil
+}
+
+// oldBackendsScanMax is the most backends an old service may have for
+// oldBackends to find them by a scan.
+const oldBackendsScanMax = 64
+
+// oldBackends finds the backends of the service an upsert replaces by
+// key, each at most once (take), and tells which were found (taken). A
+// service of up to oldBackendsScanMax backends is scanned, with a bit per
+// backend taken: no map made and hashed for the few backends most
+// services have (the map was a third of an endpoint change's time in the
+// core); a larger one is indexed by a map, an entry deleted when taken.
+type oldBackends struct {
+	svc  *table.Service
+	took uint64              // bit i: backend i taken (scan)
+	m    map[lb.L3n4Addr]int // key to index, the backends not taken (map)
+}
+
+func newOldBackends(svc *table.Service) oldBackends {
+	o := oldBackends{svc: svc}
+	if n := len(svc.Spec.Backends); n > oldBackendsScanMax {
+		o.m = make(map[lb.L3n4Addr]int, n)
+		for i, b := range svc.Spec.Backends {
+			o.m[table.BackendKey(b)] = i
+		}
+	}
+	return o
+}
+
+// take returns the ID of the old backend of key k, if there is one not
+// taken yet, and marks it taken.
+func (o *oldBackends) take(k lb.L3n4Addr) (lb.BackendID, bool) {
+	if o.svc == nil {
+		return 0, false
+	}
+	if o.m != nil {
+		i, ok := o.m[k]
+		if !ok {
+			return 0, false
+		}
+		delete(o.m, k)
+		return o.svc.BackendIDs[i], true
+	}
+	for i, b := range o.svc.Spec.Backends {
+		if o.took&(1<<i) == 0 && table.BackendKey(b) == k {
+			o.took |= 1 << i
+			return o.svc.BackendIDs[i], true
+		}
+	}
+	return 0, false
+}
+
+// taken reports whether old backend i was taken.
+func (o *oldBackends) taken(i int) bool {
+	if o.m != nil {
+		_, left := o.m[table.BackendKey(o.svc.Spec.Backends[i])]
+		return !left
+	}
+	return o.took&(1<<i) != 0
 }
 
 // live yields the services still in the plan.
