@@ -168,7 +168,7 @@ func testFillEqualsPut(t *testing.T, svcs []*table.Service, ids4 map[uint64][2]u
 	t.Helper()
 	serial := New(Config{})
 	for _, svc := range svcs {
-		serial.put(svc, nil, nil, nil, nil)
+		serial.put(svc, nil, nil, nil, nil, nil)
 	}
 	installed = New(Config{})
 	(&repairPlan{restored: &table.Restored{Services: svcs, BackendIDs4: ids4}}).install(installed, nil)
@@ -206,8 +206,8 @@ func testFillEqualsPut(t *testing.T, svcs []*table.Service, ids4 map[uint64][2]u
 		for i := range again.BackendIDs {
 			again.BackendIDs[i] += 1 << 28
 		}
-		serial.put(&again, nil, nil, nil, nil)
-		installed.put(&again, nil, nil, nil, nil)
+		serial.put(&again, nil, nil, nil, nil, nil)
+		installed.put(&again, nil, nil, nil, nil, nil)
 	}
 	wantUsers, wantShared = indexOf(serial)
 	gotUsers, gotShared = indexOf(installed)
@@ -325,7 +325,7 @@ func TestIndexKeptByOpsEqualsTheOneBuiltFromTheTable(t *testing.T) {
 		}
 		serial := New(Config{})
 		for _, s := range c.services.all {
-			serial.put(c.services.expand(s), nil, nil, nil, nil)
+			serial.put(c.services.expand(s), nil, nil, nil, nil, nil)
 		}
 		require.Equal(t, usersOfAll(serial), usersOfAll(c), "round %d", round)
 		checkIndex(t, &c.users)

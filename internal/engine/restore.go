@@ -266,7 +266,7 @@ func (p *repairPlan) install(c *Core, _ *op) {
 			if old := c.services.get(svc.ID()); old != nil {
 				c.drop(old, nil) // replaced whole: put keeps no backend of it
 			}
-			c.put(svc, nil, nil, nil, nil)
+			c.put(svc, nil, nil, nil, nil, nil)
 		}
 		return
 	}

@@ -114,11 +114,13 @@ func (c *Core) removeUser(k addrkey.Backend, sid lb.ServiceID) (lb.BackendID, bo
 // (bindFresh) and has held in their queues since: their entries are the
 // service's already, and put does not touch them. When svc replaces the
 // service of its ID, its other backends are that service's own, with the
-// same IDs (kept): their entries are read, and written only for a state
-// svc changes; gone are the keys of the old service's backends svc no
-// longer uses, and unbound (if not nil) gets the ID of each that put
-// leaves unbound (no other service uses it, no op holds it).
-func (c *Core) put(svc *table.Service, heldIdx, fresh []int, gone []lb.L3n4Addr, unbound func(lb.BackendID)) (shared bool) {
+// same IDs (kept): of those, only the ones at touch (ascending indexes:
+// those whose states svc changes, upsertItem.touch) are read and written;
+// the others' entries need nothing. gone are the keys of
+// the old service's backends svc no longer uses, and unbound (if not nil)
+// gets the ID of each that put leaves unbound (no other service uses it,
+// no op holds it).
+func (c *Core) put(svc *table.Service, heldIdx, fresh, touch []int, gone []lb.L3n4Addr, unbound func(lb.BackendID)) (shared bool) {
 	update := c.services.stored(svc.ID()) != nil
 	c.services.put(svc)
 	c.byFE.Set(svc.Frontend(), svc.ID())
@@ -139,6 +141,10 @@ func (c *Core) put(svc *table.Service, heldIdx, fresh []int, gone []lb.L3n4Addr,
 			h++
 		}
 		if update && !held {
+			if len(touch) == 0 || touch[0] != i {
+				continue // kept, its entry as it was
+			}
+			touch = touch[1:]
 			if isShared, ok := keepUser(&c.users, k, b.State); ok {
 				shared = shared || isShared
 				continue
@@ -282,8 +288,8 @@ func (c *Core) backendsLeft(old, svc *table.Service) {
 
 // commit puts svc (put), and gives the other services using its backends
 // the states svc gives them.
-func (c *Core) commit(svc *table.Service, heldIdx, fresh []int, gone []lb.L3n4Addr, unbound func(lb.BackendID)) {
-	if c.put(svc, heldIdx, fresh, gone, unbound) {
+func (c *Core) commit(svc *table.Service, heldIdx, fresh, touch []int, gone []lb.L3n4Addr, unbound func(lb.BackendID)) {
+	if c.put(svc, heldIdx, fresh, touch, gone, unbound) {
 		c.propagateStates(svc)
 	}
 }
@@ -333,7 +339,9 @@ func (c *Core) propagateStates(svc *table.Service) {
 			}
 		}
 		table.SlotOrder(next.Spec.Backends, next.BackendIDs)
-		c.put(next, nil, nil, nil, nil) // the same backends: kept
+		// The same backends, kept: their entries have the states svc's
+		// put gave them already, so put reads none.
+		c.put(next, nil, nil, nil, nil, nil)
 		c.run(&op{plan: &refreshPlan{fe: next.Frontend(), before: sib}, keys: opKeys(next.Frontend(), next.Spec.Backends)})
 	}
 }

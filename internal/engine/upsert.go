@@ -46,9 +46,16 @@ type upsertItem struct {
 	// The op holds a reference on the keys of acquire[:holding] that are
 	// not fresh (in their entries' held count), and on the fresh ones too
 	// once freshHeld: it bound them itself (bindFresh, see unholdAll).
-	holding       int
-	freshHeld     bool
-	removed       []lb.L3n4Addr       // backends of old not in svc
+	holding   int
+	freshHeld bool
+	removed   []lb.L3n4Addr // backends of old not in svc
+	// touch lists the kept backends (of old, in svc: by index in svc)
+	// whose states svc changes: the commit writes their index entries.
+	// The others' entries need nothing: their states stay as planned
+	// until the commit (an op that could change one, an upsert using the
+	// backend, waits in its queue), and services sharing one already
+	// have its state (propagateStates keeps them equal).
+	touch         []int
 	restoreShared []maps.BackendEntry // what gives the other services their backends' states back
 	maxSlots      int                 // slots to clear beyond the service's own
 	maxInner      int                 // the same at the internal scope (two scopes)
@@ -153,13 +160,16 @@ func (c *Core) planUpsert(it *upsertItem) error {
 	for i, b := range bs {
 		k := table.BackendKey(b)
 		oldID, mine := old.take(k)
-		bound, err := c.checkSharedState(b, k, mine, it.spec.Source, &it.restoreShared)
+		u, bound, err := c.checkSharedState(b, k, mine, it.spec.Source, &it.restoreShared)
 		if err != nil {
 			it.err = err
 			return it.err
 		}
 		if mine {
 			it.svc.BackendIDs[i] = oldID
+			if u.state != b.State {
+				it.touch = append(it.touch, i)
+			}
 			continue
 		}
 		if !bound {
@@ -511,7 +521,7 @@ func (p *upsertPlan) commit(c *Core, o *op) {
 		fam := it.svc.Family()
 		// The backends it held are the service's now; those the old
 		// service alone used are unbound and freed.
-		c.commit(it.svc, it.acquireIdx, fresh, it.removed, func(id lb.BackendID) { p.free(o, fam, id) })
+		c.commit(it.svc, it.acquireIdx, fresh, it.touch, it.removed, func(id lb.BackendID) { p.free(o, fam, id) })
 		it.holding, it.freshHeld = 0, false
 	}
 	p.committed = true // past the point of no return
@@ -743,24 +753,24 @@ func (c *Core) checkWantedID(fe lb.L3n4Addr, want lb.ServiceID) error {
 // the other services theirs back is added to *restore: the backend is
 // written with the new state before the commit, so a rollback needs it.
 // It also reports whether k is bound (planUpsert's one look at the index).
-func (c *Core) checkSharedState(b lb.Backend, k lb.L3n4Addr, mine bool, src lb.Source, restore *[]maps.BackendEntry) (bound bool, err error) {
-	u, bound := c.users.Get(addrkey.BackendOf(k))
+func (c *Core) checkSharedState(b lb.Backend, k lb.L3n4Addr, mine bool, src lb.Source, restore *[]maps.BackendEntry) (u users, bound bool, err error) {
+	u, bound = c.users.Get(addrkey.BackendOf(k))
 	if !bound || u.one == 0 {
-		return bound, nil // no other service uses it
+		return u, bound, nil // no other service uses it
 	}
 	cur, id := u.state, u.id
 	// The transition rules guard the API's writes. Kubernetes is the
 	// truth about its endpoints: an address that was terminating may be
 	// ready again (a new pod on a reused IP, a hostNetwork pod rolled).
 	if err := lb.ValidateStateTransition(cur, b.State); err != nil && src != lb.SourceKubernetes {
-		return true, fmt.Errorf("backend %s: %w", b.AddrPort(), err)
+		return u, true, fmt.Errorf("backend %s: %w", b.AddrPort(), err)
 	}
 	if !mine && cur != b.State {
 		prev := b
 		prev.State = cur
 		*restore = append(*restore, table.BackendEntry(prev, id))
 	}
-	return true, nil
+	return u, true, nil
 }
 
 // newTableService returns the table's form of spec, backends in slot
