@@ -33,8 +33,14 @@
 // after the other on an otherwise idle engine, with the supervisor's ID
 // lease and without it, three alternated rounds each on fresh engines:
 // latency quantiles, CPU per call, and the lease's p50 and p90 as a ratio
-// to those without it) and insert-50k-x1 (50,000 single-backend services inserted and deleted, in
-// batches and one call each).
+// to those without it), update-10k-x10 (an endpoint change on every
+// service of the bulk: each upserted again with its last backend replaced,
+// through UpsertBatch, three rounds on fresh engines holding the bulk: rate,
+// CPU and bytes allocated per service, against a floor writing the kernel
+// changes such an update makes, batched: the new backends, the slots
+// pointing at them, the old backends deleted) and insert-50k-x1 (50,000
+// single-backend services inserted and deleted, in batches and one call
+// each).
 //
 // Kubernetes mode, against a real etcd and kube-apiserver (tests/kube/
 // cluster; skipped with a message when `make kube-tools` has not built

@@ -59,6 +59,7 @@ func main() {
 	pflag.StringVar(&batchedProfile, "cpuprofile-batched", "", "write a CPU profile of the batched bulk scenario (three rounds of UpsertBatch calls) alone to this file")
 	pflag.StringVar(&restoreProfile, "cpuprofile-restore", "", "write a CPU profile of the warm restarts (restore-10k-x10) alone to this file")
 	pflag.StringVar(&insertProfile, "cpuprofile-insert", "", "write a CPU profile of the batched insert and delete (insert-50k-x1) alone to this file")
+	pflag.StringVar(&updateProfile, "cpuprofile-update", "", "write a CPU profile of the endpoint changes (update-10k-x10: the last round's timed updates alone) to this file")
 	memProfile := pflag.String("memprofile", "", "write an allocation profile of the whole run to this file")
 	pflag.StringVar(&heapProfile, "heapprofile", "", "write a heap profile (in-use memory) taken where memory-10k-x10 is measured to this file")
 	pflag.StringVar(&heapProfileV6, "heapprofile-ipv6", "", "write a heap profile (in-use memory) taken where memory-10k-x10's IPv6 figure is measured to this file")
@@ -522,6 +523,11 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 		return err
 	}
 
+	// An endpoint change on every service of the bulk.
+	if err := endpointChange(res, root+"/update", sizes, bulk, callers, bulkBatch, log); err != nil {
+		return err
+	}
+
 	// Upstream-comparable: insert then delete single-backend services.
 	return insertDelete(res, root+"/insert", sizes, insertN, callers, batch, log)
 }
@@ -551,7 +557,7 @@ func writeHeapProfile(file string) error {
 	return f.Close()
 }
 
-var bulkProfile, batchedProfile, insertProfile, restoreProfile string
+var bulkProfile, batchedProfile, insertProfile, restoreProfile, updateProfile string
 
 // maglevOnly runs the Maglev scenarios alone (--maglev-only).
 var maglevOnly bool
