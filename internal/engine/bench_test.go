@@ -259,15 +259,7 @@ func BenchmarkCoreUpdateBatch10kx10(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		b.StopTimer()
-		c, a := startedCore()
-		r := make(chan messages.UpsertBatchReply, 1)
-		c.Step(&messages.UpsertBatch{Services: svcs, Reply: r})
-		a.settle()
-		for _, res := range (<-r).Results {
-			if res.Err != nil {
-				b.Fatal(res.Err)
-			}
-		}
+		c, a := coreHolding(b, svcs)
 		ups := make([]*lb.Service, len(updated)) // the core keeps what it is sent
 		for i, u := range updated {
 			ups[i] = u.DeepCopy()
@@ -293,6 +285,22 @@ func BenchmarkCoreUpdateBatch10kx10(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(svcs)), "ns/service")
 }
 
+// coreHolding returns a started core (its children answering at once)
+// holding svcs, upserted in one UpsertBatch.
+func coreHolding(b *testing.B, svcs []*lb.Service) (*Core, *autoChildren) {
+	b.Helper()
+	c, a := startedCore()
+	r := make(chan messages.UpsertBatchReply, 1)
+	c.Step(&messages.UpsertBatch{Services: svcs, Reply: r})
+	a.settle()
+	for _, res := range (<-r).Results {
+		if res.Err != nil {
+			b.Fatal(res.Err)
+		}
+	}
+	return c, a
+}
+
 // BenchmarkCoreDeleteBatch10kx10 measures the core's own cost of
 // deleting the bench's bulk: 10,000 services of ten backends each,
 // created first (not timed), then deleted in DeleteBatch calls of 100
@@ -309,15 +317,7 @@ func BenchmarkCoreDeleteBatch10kx10(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		b.StopTimer()
-		c, a := startedCore()
-		r := make(chan messages.UpsertBatchReply, 1)
-		c.Step(&messages.UpsertBatch{Services: svcs, Reply: r})
-		a.settle()
-		for _, res := range (<-r).Results {
-			if res.Err != nil {
-				b.Fatal(res.Err)
-			}
-		}
+		c, a := coreHolding(b, svcs)
 		b.StartTimer()
 		replies := stepInFlight(c, a, len(fes), per, func(lo, hi int, r chan messages.DeleteBatchReply) any {
 			return &messages.DeleteBatch{Frontends: fes[lo:hi], Reply: r}
