@@ -50,7 +50,8 @@ type upsertItem struct {
 	freshHeld bool
 	removed   []lb.L3n4Addr // backends of old not in svc
 	// touch lists the kept backends (of old, in svc: by index in svc)
-	// whose states svc changes: the commit writes their index entries.
+	// whose states svc changes (from old's: planUpsert reads no index entry
+	// of a kept backend): the commit writes their index entries.
 	// The others' entries need nothing: their states stay as planned
 	// until the commit (an op that could change one, an upsert using the
 	// backend, waits in its queue), and services sharing one already
@@ -159,18 +160,24 @@ func (c *Core) planUpsert(it *upsertItem) error {
 	it.acquireIdx, it.fresh = idx[:0:len(bs)], idx[len(bs):len(bs):2*len(bs)]
 	for i, b := range bs {
 		k := table.BackendKey(b)
-		oldID, mine := old.take(k)
-		u, bound, err := c.checkSharedState(b, k, mine, it.spec.Source, &it.restoreShared)
-		if err != nil {
-			it.err = err
-			return it.err
-		}
-		if mine {
-			it.svc.BackendIDs[i] = oldID
-			if u.state != b.State {
+		if j, mine := old.take(k); mine {
+			// Kept: the old service has its ID and its state (the index's:
+			// services sharing a backend agree on its state), so the
+			// index is not read.
+			cur := it.old.Spec.Backends[j].State
+			if it.err = checkTransition(cur, b, it.spec.Source); it.err != nil {
+				return it.err
+			}
+			it.svc.BackendIDs[i] = it.old.BackendIDs[j]
+			if cur != b.State {
 				it.touch = append(it.touch, i)
 			}
 			continue
+		}
+		bound, err := c.checkSharedState(b, k, it.spec.Source, &it.restoreShared)
+		if err != nil {
+			it.err = err
+			return it.err
 		}
 		if !bound {
 			it.fresh = append(it.fresh, len(it.acquireIdx))
@@ -226,9 +233,9 @@ func newOldBackends(svc *table.Service) oldBackends {
 	return o
 }
 
-// take returns the ID of the old backend of key k, if there is one not
-// taken yet, and marks it taken.
-func (o *oldBackends) take(k lb.L3n4Addr) (lb.BackendID, bool) {
+// take returns the index of the old backend of key k, if there is one
+// not taken yet, and marks it taken.
+func (o *oldBackends) take(k lb.L3n4Addr) (int, bool) {
 	if o.svc == nil {
 		return 0, false
 	}
@@ -238,12 +245,12 @@ func (o *oldBackends) take(k lb.L3n4Addr) (lb.BackendID, bool) {
 			return 0, false
 		}
 		delete(o.m, k)
-		return o.svc.BackendIDs[i], true
+		return i, true
 	}
 	for i, b := range o.svc.Spec.Backends {
 		if o.took&(1<<i) == 0 && table.BackendKey(b) == k {
 			o.took |= 1 << i
-			return o.svc.BackendIDs[i], true
+			return i, true
 		}
 	}
 	return 0, false
@@ -747,30 +754,38 @@ func (c *Core) checkWantedID(fe lb.L3n4Addr, want lb.ServiceID) error {
 	return nil
 }
 
-// checkSharedState checks b's state against the one backend k has in the
-// other services (one state per backend, across services). If b changes
-// it and k is not the service's own already (mine), the entry that gives
-// the other services theirs back is added to *restore: the backend is
+// checkSharedState checks b's state against the one backend k, which the
+// service does not use yet, has in the other services (one state per
+// backend, across services). If b changes it, the entry that gives the
+// other services theirs back is added to *restore: the backend is
 // written with the new state before the commit, so a rollback needs it.
-// It also reports whether k is bound (planUpsert's one look at the index).
-func (c *Core) checkSharedState(b lb.Backend, k lb.L3n4Addr, mine bool, src lb.Source, restore *[]maps.BackendEntry) (u users, bound bool, err error) {
-	u, bound = c.users.Get(addrkey.BackendOf(k))
+// It also reports whether k is bound (planUpsert's one look at the index
+// for a backend new to the service).
+func (c *Core) checkSharedState(b lb.Backend, k lb.L3n4Addr, src lb.Source, restore *[]maps.BackendEntry) (bound bool, err error) {
+	u, bound := c.users.Get(addrkey.BackendOf(k))
 	if !bound || u.one == 0 {
-		return u, bound, nil // no other service uses it
+		return bound, nil // no other service uses it
 	}
-	cur, id := u.state, u.id
-	// The transition rules guard the API's writes. Kubernetes is the
-	// truth about its endpoints: an address that was terminating may be
-	// ready again (a new pod on a reused IP, a hostNetwork pod rolled).
-	if err := lb.ValidateStateTransition(cur, b.State); err != nil && src != lb.SourceKubernetes {
-		return u, true, fmt.Errorf("backend %s: %w", b.AddrPort(), err)
+	if err := checkTransition(u.state, b, src); err != nil {
+		return true, err
 	}
-	if !mine && cur != b.State {
+	if u.state != b.State {
 		prev := b
-		prev.State = cur
-		*restore = append(*restore, table.BackendEntry(prev, id))
+		prev.State = u.state
+		*restore = append(*restore, table.BackendEntry(prev, u.id))
 	}
-	return u, true, nil
+	return true, nil
+}
+
+// checkTransition checks that backend b may go from state cur to its own.
+// The transition rules guard the API's writes. Kubernetes is the truth
+// about its endpoints: an address that was terminating may be ready again
+// (a new pod on a reused IP, a hostNetwork pod rolled).
+func checkTransition(cur lb.BackendState, b lb.Backend, src lb.Source) error {
+	if err := lb.ValidateStateTransition(cur, b.State); err != nil && src != lb.SourceKubernetes {
+		return fmt.Errorf("backend %s: %w", b.AddrPort(), err)
+	}
+	return nil
 }
 
 // newTableService returns the table's form of spec, backends in slot

@@ -32,10 +32,13 @@ func TestOldBackendsFindEachBackendOnceByScanOrMap(t *testing.T) {
 			require.Equal(t, n > oldBackendsScanMax, o.m != nil, "%d backends: a map only past the scan's bound", n)
 			for range 2 * n { // keys old and new, some asked twice
 				k := table.BackendKey(backend(r.IntN(3 * n)))
-				id, ok := o.take(k)
+				i, ok := o.take(k)
 				want, wok := model[k]
 				require.Equal(t, wok, ok, "take %s", k)
-				require.Equal(t, want, id, "take %s", k)
+				if ok {
+					require.Equal(t, want, svc.BackendIDs[i], "take %s", k)
+					require.Equal(t, k, table.BackendKey(svc.Spec.Backends[i]), "take %s", k)
+				}
 				delete(model, k)
 			}
 			for i, b := range svc.Spec.Backends {
