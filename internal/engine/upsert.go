@@ -214,8 +214,9 @@ const oldBackendsScanMax = 64
 // key, each at most once (take), and tells which were found (taken). A
 // service of up to oldBackendsScanMax backends is scanned, with a bit per
 // backend taken: no map made and hashed for the few backends most
-// services have (the map was a third of an endpoint change's time in the
-// core); a larger one is indexed by a map, an entry deleted when taken.
+// services have (making and reading the map took some 10% of an endpoint
+// change's time in the core); a larger one is indexed by a map, an entry
+// deleted when taken.
 type oldBackends struct {
 	svc  *table.Service
 	took uint64              // bit i: backend i taken (scan)
