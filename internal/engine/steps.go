@@ -211,7 +211,8 @@ func staleKeys(svc *table.Service, maxExt, maxInt int, hadInt bool) []maps.Servi
 	return out
 }
 
-// keyCount returns the number of service map keys svc occupies (allKeys).
+// keyCount returns the number of service map keys svc occupies (those
+// appendAllKeys appends).
 func keyCount(svc *table.Service) int {
 	n := 1 + table.SlotCount(svc)
 	if svc.Spec.TwoScopes() {
