@@ -349,3 +349,9 @@ func usersOfAll(c *Core) map[addrkey.Backend]indexEntry {
 	}
 	return out
 }
+
+// bound reports whether k is bound (a service uses it, or an op holds it).
+func (c *Core) bound(k lb.L3n4Addr) bool {
+	_, ok := c.users.Get(addrkey.BackendOf(k))
+	return ok
+}

@@ -247,14 +247,6 @@ func (c *Core) unhold(k addrkey.Backend) (lb.BackendID, bool) {
 	return 0, false
 }
 
-// bound reports whether k is bound.
-func (c *Core) bound(k lb.L3n4Addr) bool {
-	_, ok := c.users.Get(addrkey.BackendOf(k))
-	return ok
-}
-
-// commit installs svc in the table and, when it shares a backend with
-// other services, gives them its backend states (propagateStates).
 // backendsLeft reports (Config.OnBackendsLeft) the active backends of
 // old, a UDP or any-protocol service, that svc (nil: deleted) no longer
 // has active: connected UDP sockets stay on their backend until told.
@@ -286,8 +278,8 @@ func (c *Core) backendsLeft(old, svc *table.Service) {
 	}
 }
 
-// commit puts svc (put), and gives the other services using its backends
-// the states svc gives them.
+// commit installs svc in the table (put) and, when it shares a backend
+// with other services, gives them its backend states (propagateStates).
 func (c *Core) commit(svc *table.Service, heldIdx, fresh, touch []int, gone []lb.L3n4Addr, unbound func(lb.BackendID)) {
 	if c.put(svc, heldIdx, fresh, touch, gone, unbound) {
 		c.propagateStates(svc)
