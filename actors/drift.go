@@ -85,11 +85,11 @@ func checkPin(m interface {
 // reconcile is reconcileMap for the mirror's map.
 func (o *mirror[E, K, V]) reconcile() messages.Drift {
 	o.index()
-	return reconcileMap(o.m, o.dump(), func(e E) K { k, _ := o.split(e); return k })
+	return reconcileMap(o.m, o.collect(), func(e E) K { k, _ := o.split(e); return k })
 }
 
 // reconcile is reconcileMap for the service mirror's map.
 func (o *svcMirror) reconcile() messages.Drift {
 	o.index()
-	return reconcileMap(o.m, o.dump(), func(e maps.ServiceEntry) maps.ServiceKey { return e.Key })
+	return reconcileMap(o.m, o.collect(), func(e maps.ServiceEntry) maps.ServiceKey { return e.Key })
 }

@@ -27,7 +27,7 @@ type mirrorOf[E, K any] interface {
 	load() error
 	index()
 	apply(writes []E, deletes []K) (written, deleted int, err error)
-	dump() []E
+	dump() maps.Entries[E]
 	reconcile() messages.Drift
 }
 
@@ -238,7 +238,7 @@ func (a *revNATActor) receive(ctx actor.Context, msg any) {
 		a.flush(ctx)
 	case *messages.MapDump:
 		a.flush(ctx)
-		ctx.Respond(&messages.RevNATDumped{ReqID: m.ReqID, V4: a.v4.dump(), V6: a.v6.dump()})
+		ctx.Respond(&messages.RevNATDumped{ReqID: m.ReqID, V4: a.v4.dump().Slice(), V6: a.v6.dump().Slice()})
 	case *indexMirror:
 		a.v4.index()
 		a.v6.index()

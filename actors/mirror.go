@@ -17,7 +17,7 @@ type mirror[E, K, V comparable] struct {
 	join     func(K, V) E
 	newIndex func(n int) index[K, V] // an empty index with room for n
 	entries  index[K, V]             // nil until index
-	loaded   []E                     // the entries of the last load, until index
+	loaded   maps.Entries[E]         // the entries of the last load, until index
 	// scratch buffers of apply, kept between calls unless large.
 	ws []E
 	ds []K
@@ -120,12 +120,12 @@ func (x mapIndex[K, V]) all(yield func(K, V) bool) {
 // indexed later (index), so that an owner can hand the raw dump to the
 // supervisor first and index while the supervisor rebuilds.
 func (o *mirror[E, K, V]) load() error {
-	es, err := o.m.Dump()
+	es, err := o.m.DumpEntries()
 	if err != nil {
 		return err
 	}
 	o.loaded, o.entries = es, nil
-	o.m.SetEntries(len(es))
+	o.m.SetEntries(es.Len())
 	return nil
 }
 
@@ -134,12 +134,12 @@ func (o *mirror[E, K, V]) index() {
 	if o.entries != nil {
 		return
 	}
-	o.entries = o.newIndex(len(o.loaded))
-	for _, e := range o.loaded {
+	o.entries = o.newIndex(o.loaded.Len())
+	for e := range o.loaded.All() {
 		k, v := o.split(e)
 		o.entries.set(k, v)
 	}
-	o.loaded = nil
+	o.loaded = maps.Entries[E]{}
 	o.m.SetEntries(o.entries.len()) // a dump may repeat a key
 }
 
@@ -198,12 +198,17 @@ func reloadAfter(err error, load func() error) error {
 	return err
 }
 
-// dump returns a copy of the mirror's entries (or, before index, the
-// loaded dump itself: neither side writes to it).
-func (o *mirror[E, K, V]) dump() []E {
+// dump returns the mirror's entries: before index, the loaded dump itself
+// (nothing writes to it), else a copy (collect).
+func (o *mirror[E, K, V]) dump() maps.Entries[E] {
 	if o.entries == nil {
 		return o.loaded
 	}
+	return maps.EntriesOf(o.collect())
+}
+
+// collect returns a copy of the indexed mirror's entries.
+func (o *mirror[E, K, V]) collect() []E {
 	out := make([]E, 0, o.entries.len())
 	for k, v := range o.entries.all {
 		out = append(out, o.join(k, v))

@@ -67,10 +67,16 @@ func (p *familyMirrors) apply(writes, deletes []maps.SourceRangeKey) (int, int, 
 	return w + w2, d + d2, err
 }
 
-func (p *familyMirrors) dump() []maps.SourceRangeKey {
+func (p *familyMirrors) dump() maps.Entries[maps.SourceRangeKey] {
 	a, b := p.v4.dump(), p.v6.dump()
-	out := make([]maps.SourceRangeKey, 0, len(a)+len(b))
-	return append(append(out, a...), b...)
+	out := make([]maps.SourceRangeKey, 0, a.Len()+b.Len())
+	for k := range a.All() {
+		out = append(out, k)
+	}
+	for k := range b.All() {
+		out = append(out, k)
+	}
+	return maps.EntriesOf(out)
 }
 
 // reconcile is that of the IPv4 map; reconcileAll (which the owner

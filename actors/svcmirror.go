@@ -28,9 +28,9 @@ type svcMirror struct {
 	compact packedmap.Map[addrkey.ServiceKey, []uint32]    // IPv4 frontends packed; valid once indexed
 	whole   packedmap.Map[addrkey.ServiceKey, []slotValue] // the same
 	indexed bool
-	n       int                 // slots held, once indexed
-	loaded  []maps.ServiceEntry // the last load, until index
-	ws      []maps.ServiceEntry // scratch of apply
+	n       int                             // slots held, once indexed
+	loaded  maps.Entries[maps.ServiceEntry] // the last load, until index
+	ws      []maps.ServiceEntry             // scratch of apply
 	ds      []maps.ServiceKey
 }
 
@@ -111,12 +111,12 @@ func newSvcMirror(m maps.ServiceMap) *svcMirror { return &svcMirror{m: m} }
 
 // load replaces the mirror with the map's contents (indexed by index).
 func (o *svcMirror) load() error {
-	es, err := o.m.Dump()
+	es, err := o.m.DumpEntries()
 	if err != nil {
 		return err
 	}
 	o.loaded, o.indexed = es, false
-	o.m.SetEntries(len(es))
+	o.m.SetEntries(es.Len())
 	return nil
 }
 
@@ -139,13 +139,14 @@ func (o *svcMirror) index() {
 	if o.indexed {
 		return
 	}
-	fes := packedmap.New[addrkey.ServiceKey, int32](len(o.loaded)/8+1, addrkey.NewServiceKeyPacker())
+	fes := packedmap.New[addrkey.ServiceKey, int32](o.loaded.Len()/8+1, addrkey.NewServiceKeyPacker())
 	var keys []addrkey.ServiceKey
 	var size []int   // highest slot + 1, by frontend
 	var form []uint8 // by frontend
 	var rev []uint16 // the slots' revNAT index, by compact frontend
-	at := make([]int32, len(o.loaded))
-	for j, e := range o.loaded {
+	at := make([]int32, o.loaded.Len())
+	j := 0
+	for e := range o.loaded.All() {
 		fe := addrkey.ServiceKeyOf(e.Key)
 		i, ok := fes.Get(fe)
 		if !ok {
@@ -154,6 +155,7 @@ func (o *svcMirror) index() {
 			keys, size, form, rev = append(keys, fe), append(size, 0), append(form, formNone), append(rev, 0)
 		}
 		at[j] = i
+		j++
 		size[i] = max(size[i], int(e.Key.Slot)+1)
 		if e.Key.Slot == 0 || form[i] == formWhole {
 			continue
@@ -180,9 +182,10 @@ func (o *svcMirror) index() {
 		words[i][wInfo] = uint32(rev[i]) << 16
 		compact++
 	}
-	o.n = 0
-	for j, e := range o.loaded {
+	o.n, j = 0, 0
+	for e := range o.loaded.All() {
 		i := at[j]
+		j++
 		if w := words[i]; w != nil {
 			if e.Key.Slot == 0 {
 				if setMaster(w, e.Value) {
@@ -213,7 +216,7 @@ func (o *svcMirror) index() {
 			o.whole.Set(fe, slots[i])
 		}
 	}
-	o.indexed, o.loaded = true, nil
+	o.indexed, o.loaded = true, maps.Entries[maps.ServiceEntry]{}
 	o.m.SetEntries(o.n) // a dump may repeat a key
 }
 
@@ -497,12 +500,17 @@ func (o *svcMirror) apply(writes []maps.ServiceEntry, deletes []maps.ServiceKey)
 	return len(ws), len(ds), nil
 }
 
-// dump returns the mirror's entries (before index, the loaded dump
-// itself: neither side writes to it).
-func (o *svcMirror) dump() []maps.ServiceEntry {
+// dump returns the mirror's entries: before index, the loaded dump itself
+// (nothing writes to it), else a copy (collect).
+func (o *svcMirror) dump() maps.Entries[maps.ServiceEntry] {
 	if !o.indexed {
 		return o.loaded
 	}
+	return maps.EntriesOf(o.collect())
+}
+
+// collect returns a copy of the indexed mirror's entries.
+func (o *svcMirror) collect() []maps.ServiceEntry {
 	out := make([]maps.ServiceEntry, 0, o.n)
 	for fe, w := range o.compact.All {
 		for s := range len(w) - header + 1 {

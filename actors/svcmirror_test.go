@@ -120,7 +120,7 @@ func TestSvcMirrorMatchesGenericMirror(t *testing.T) {
 					// The reference applies what reached the faulty map.
 					es, err := a.Services(fam).Dump()
 					require.NoError(t, err)
-					require.NoError(t, b.Services(fam).Delete(keysOf(want.dump())))
+					require.NoError(t, b.Services(fam).Delete(keysOf(want.dump().Slice())))
 					require.NoError(t, b.Services(fam).Update(es))
 					require.NoError(t, want.load())
 					requireEntriesReported(t, a.Services(fam))
@@ -131,7 +131,7 @@ func TestSvcMirrorMatchesGenericMirror(t *testing.T) {
 				require.NoError(t, err)
 				require.Equal(t, w2, w, "written")
 				require.Equal(t, d2, d, "deleted")
-				require.Equal(t, sortedEntries(want.dump()), sortedEntries(got.dump()))
+				require.Equal(t, sortedEntries(want.dump().Slice()), sortedEntries(got.dump().Slice()))
 				compactSeen += got.compact.Len()
 				wholeSeen += got.whole.Len()
 				requireEntriesReported(t, a.Services(fam))
@@ -139,7 +139,7 @@ func TestSvcMirrorMatchesGenericMirror(t *testing.T) {
 			}
 			es, err := a.Services(fam).Dump()
 			require.NoError(t, err)
-			require.Equal(t, sortedEntries(es), sortedEntries(got.dump()), "mirror equals its map")
+			require.Equal(t, sortedEntries(es), sortedEntries(got.dump().Slice()), "mirror equals its map")
 			require.NotZero(t, compactSeen, "frontends held compact")
 			require.NotZero(t, wholeSeen, "frontends held whole")
 		})
@@ -182,7 +182,7 @@ func TestSvcMirrorHoldsTheTablesEntriesCompact(t *testing.T) {
 	require.True(t, ok, "held compact")
 	require.Len(t, w, header+3, "one word a slot after the header")
 	require.Zero(t, o.whole.Len())
-	require.Equal(t, sortedEntries(written), sortedEntries(o.dump()))
+	require.Equal(t, sortedEntries(written), sortedEntries(o.dump().Slice()))
 
 	odd := maps.ServiceEntry{Key: at(5), Value: maps.ServiceValue{BackendID: 0, RevNATIndex: 7}} // drift's kind of slot
 	_, _, err = o.apply([]maps.ServiceEntry{odd}, []maps.ServiceKey{at(2)})
@@ -190,7 +190,7 @@ func TestSvcMirrorHoldsTheTablesEntriesCompact(t *testing.T) {
 	require.Zero(t, o.compact.Len())
 	require.Equal(t, 1, o.whole.Len(), "made whole")
 	want := append(slices.Clone(written[:2]), written[3], odd)
-	require.Equal(t, sortedEntries(want), sortedEntries(o.dump()))
+	require.Equal(t, sortedEntries(want), sortedEntries(o.dump().Slice()))
 	requireEntriesReported(t, m)
 
 	_, _, err = o.apply(nil, keysOf(want))
@@ -199,6 +199,6 @@ func TestSvcMirrorHoldsTheTablesEntriesCompact(t *testing.T) {
 	_, _, err = o.apply(written, nil)
 	require.NoError(t, err)
 	require.Equal(t, 1, o.compact.Len(), "compact again")
-	require.Equal(t, sortedEntries(written), sortedEntries(o.dump()))
+	require.Equal(t, sortedEntries(written), sortedEntries(o.dump().Slice()))
 	requireEntriesReported(t, m)
 }

@@ -20,6 +20,10 @@ type Map[E, KT any] interface {
 	Delete(keys []KT) error
 	// Dump returns every entry; the order is unspecified.
 	Dump() ([]E, error)
+	// DumpEntries is Dump with the entries kept as read and decoded as
+	// they are iterated (see Entries): for a reader that goes through
+	// them once or twice.
+	DumpEntries() (Entries[E], error)
 	// Lookup returns the entry for key and whether it exists.
 	Lookup(key KT) (E, bool, error)
 	// Counters returns the number of entries written and deleted so far.
@@ -185,8 +189,16 @@ func (m *typedMap[E, KT, K, V]) Delete(keys []KT) error {
 }
 
 func (m *typedMap[E, KT, K, V]) Dump() ([]E, error) {
-	// The raw chunks are kept as they come and decoded at the end into one
-	// slice of the exact size: no growing slice copied over and over.
+	es, err := m.DumpEntries()
+	if err != nil {
+		return nil, err
+	}
+	return es.Slice(), nil
+}
+
+func (m *typedMap[E, KT, K, V]) DumpEntries() (Entries[E], error) {
+	// The raw chunks are kept as they come (no growing slice copied over
+	// and over) and decoded as the list is read.
 	var ks [][]K
 	var vs [][]V
 	n := 0
@@ -194,15 +206,19 @@ func (m *typedMap[E, KT, K, V]) Dump() ([]E, error) {
 		ks, vs, n = append(ks, keys), append(vs, values), n+len(keys)
 	}, func() { ks, vs, n = nil, nil, 0 })
 	if err != nil {
-		return nil, fmt.Errorf("dump %s: %w", m.Name(), err)
+		return Entries[E]{}, fmt.Errorf("dump %s: %w", m.Name(), err)
 	}
-	out := make([]E, 0, n)
-	for c := range ks {
-		for i := range ks[c] {
-			out = append(out, m.c.decode(ks[c][i], vs[c][i]))
+	decode := m.c.decode
+	return Entries[E]{n: n, all: func(yield func(E) bool) {
+		for c, kc := range ks {
+			vc := vs[c][:len(kc)]
+			for i := range kc {
+				if !yield(decode(kc[i], vc[i])) {
+					return
+				}
+			}
 		}
-	}
-	return out, nil
+	}}, nil
 }
 
 func (m *typedMap[E, KT, K, V]) Lookup(key KT) (E, bool, error) {

@@ -260,6 +260,22 @@ func TestDumpLargeMap(t *testing.T) {
 	got, err := lb.Service4.Dump()
 	require.NoError(t, err)
 	require.Equal(t, es, sortServices(got))
+
+	// DumpEntries reads the same entries, kept raw: as often as they are
+	// iterated, and unchanged by writes after the dump.
+	raw, err := lb.Service4.DumpEntries()
+	require.NoError(t, err)
+	require.Equal(t, len(es), raw.Len())
+	require.NoError(t, lb.Service4.Update([]ServiceEntry{svcEntry("10.96.0.2", 1, 0, 0, 1)}))
+	require.Equal(t, es, sortServices(raw.Slice()))
+	require.Equal(t, es, sortServices(raw.Slice()), "a second read")
+	n := 0
+	for range raw.All() {
+		if n++; n == dumpChunk+1 { // into the second chunk
+			break
+		}
+	}
+	require.Equal(t, dumpChunk+1, n, "All stops where the reader does")
 }
 
 func TestFaultInjection(t *testing.T) {

@@ -296,7 +296,7 @@ type MapDump struct {
 // MapDumped answers MapDump.
 type MapDumped[E any] struct {
 	ReqID   uint64
-	Entries []E
+	Entries maps.Entries[E] // as the owner's mirror holds them: see maps.Entries
 	Err     error
 }
 

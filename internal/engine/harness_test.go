@@ -287,13 +287,13 @@ func drifted(ds ...messages.Drift) func(messages.Request) any {
 
 func dumpedServices(es ...maps.ServiceEntry) func(messages.Request) any {
 	return func(r messages.Request) any {
-		return &messages.MapDumped[maps.ServiceEntry]{ReqID: r.RequestID(), Entries: es}
+		return &messages.MapDumped[maps.ServiceEntry]{ReqID: r.RequestID(), Entries: maps.EntriesOf(es)}
 	}
 }
 
 func dumpedBackends(es ...maps.BackendEntry) func(messages.Request) any {
 	return func(r messages.Request) any {
-		return &messages.MapDumped[maps.BackendEntry]{ReqID: r.RequestID(), Entries: es}
+		return &messages.MapDumped[maps.BackendEntry]{ReqID: r.RequestID(), Entries: maps.EntriesOf(es)}
 	}
 }
 

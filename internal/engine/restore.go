@@ -25,9 +25,13 @@ import (
 // the rebuild: the backend and revNAT entries load (table.Loader.Backends)
 // as soon as their three dumps are in, the service entries (Services) as
 // soon as theirs are, each while the other maps may still be read; the
-// rebuild step then loads what is left and applies the rules.
+// rebuild step then loads what is left and applies the rules. The service
+// and backend entries stay as their owners read them (maps.Entries, raw,
+// decoded as the loader reads them) and out of dump, which holds the rest.
 type restorePlan struct {
 	dump     table.Dump
+	services [2]maps.Entries[maps.ServiceEntry] // by family: IPv4, IPv6
+	backends [2]maps.Entries[maps.BackendEntry]
 	restored *table.Restored
 	loader   *table.Loader // nil when restore is off
 	got      [len(dumpChildren)]bool
@@ -72,30 +76,30 @@ const (
 func (p *restorePlan) dumped(_ *op, i int, r any) error {
 	switch dumpChildren[i] {
 	case ChildService4:
-		p.dump.Services4 = r.(*messages.MapDumped[maps.ServiceEntry]).Entries
+		p.services[0] = r.(*messages.MapDumped[maps.ServiceEntry]).Entries
 	case ChildService6:
-		p.dump.Services6 = r.(*messages.MapDumped[maps.ServiceEntry]).Entries
+		p.services[1] = r.(*messages.MapDumped[maps.ServiceEntry]).Entries
 	case ChildBackend4:
-		p.dump.Backends4 = r.(*messages.MapDumped[maps.BackendEntry]).Entries
+		p.backends[0] = r.(*messages.MapDumped[maps.BackendEntry]).Entries
 	case ChildBackend6:
-		p.dump.Backends6 = r.(*messages.MapDumped[maps.BackendEntry]).Entries
+		p.backends[1] = r.(*messages.MapDumped[maps.BackendEntry]).Entries
 	case ChildRevNAT:
 		rev := r.(*messages.RevNATDumped)
 		p.dump.RevNAT4, p.dump.RevNAT6 = rev.V4, rev.V6
 	case ChildMembers:
-		p.dump.Members = r.(*messages.MapDumped[maps.MemberEntry]).Entries
+		p.dump.Members = r.(*messages.MapDumped[maps.MemberEntry]).Entries.Slice()
 	case ChildAffinity:
-		p.dump.AffinityMatch = r.(*messages.MapDumped[maps.AffinityMatchKey]).Entries
+		p.dump.AffinityMatch = r.(*messages.MapDumped[maps.AffinityMatchKey]).Entries.Slice()
 	case ChildSourceRange:
-		p.dump.SourceRanges = r.(*messages.MapDumped[maps.SourceRangeKey]).Entries
+		p.dump.SourceRanges = r.(*messages.MapDumped[maps.SourceRangeKey]).Entries.Slice()
 	}
 	p.got[i] = true
 	if p.loader != nil {
 		if p.got[dumpBackend4] && p.got[dumpBackend6] && p.got[dumpRevNAT] {
-			p.loader.Backends(p.dump)
+			p.loader.Backends(p.backends, [2][]maps.RevNATEntry{p.dump.RevNAT4, p.dump.RevNAT6})
 		}
 		if p.got[dumpService4] && p.got[dumpService6] {
-			p.loader.Services(p.dump)
+			p.loader.Services(p.services)
 		}
 	}
 	return nil
@@ -103,11 +107,16 @@ func (p *restorePlan) dumped(_ *op, i int, r any) error {
 
 func (p *restorePlan) rebuild(c *Core, _ *op) {
 	if c.cfg.Restore {
+		// Every dump is in: the loader has both parts (Rebuild reads
+		// neither list of p.dump, which are empty).
 		p.restored = p.loader.Rebuild(p.dump)
 	} else {
-		p.restored = flushAll(p.dump)
+		d := p.dump
+		d.Services4, d.Services6 = p.services[0].Slice(), p.services[1].Slice()
+		d.Backends4, d.Backends6 = p.backends[0].Slice(), p.backends[1].Slice()
+		p.restored = flushAll(d)
 	}
-	p.dump = table.Dump{}
+	p.dump, p.services, p.backends = table.Dump{}, [2]maps.Entries[maps.ServiceEntry]{}, [2]maps.Entries[maps.BackendEntry]{}
 }
 
 func (p *restorePlan) rollback(*Core, *op) []step { return nil }

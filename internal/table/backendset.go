@@ -23,19 +23,19 @@ type backendSet struct {
 
 // newBackendSet indexes es, keeping the least value (compareBackend) of a
 // repeated ID; unmap turns IPv4-mapped addresses into IPv4 ones.
-func newBackendSet(es []maps.BackendEntry, unmap bool) backendSet {
+func newBackendSet(es maps.Entries[maps.BackendEntry], unmap bool) backendSet {
 	var maxID uint32
-	for _, e := range es {
+	for e := range es.All() {
 		maxID = max(maxID, e.ID)
 	}
 	var s backendSet
-	if uint64(maxID) <= 4*uint64(len(es))+4096 {
+	if uint64(maxID) <= 4*uint64(es.Len())+4096 {
 		s.vals = make([]maps.BackendValue, int(maxID)+1)
 		s.has = make([]bool, int(maxID)+1)
 	} else {
-		s.m = make(map[uint32]maps.BackendValue, len(es))
+		s.m = make(map[uint32]maps.BackendValue, es.Len())
 	}
-	for _, e := range es {
+	for e := range es.All() {
 		v := e.Value
 		if unmap {
 			v.Address = v.Address.Unmap()

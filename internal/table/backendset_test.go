@@ -28,9 +28,9 @@ func TestBackendSetDenseAndSparse(t *testing.T) {
 				want[id] = v
 			}
 		}
-		dense := newBackendSet(es, true)
+		dense := newBackendSet(maps.EntriesOf(es), true)
 		sparseIn := append(es, maps.BackendEntry{ID: 1 << 31, Value: maps.BackendValue{Address: netip.MustParseAddr("10.9.9.9")}})
-		sparse := newBackendSet(sparseIn, true)
+		sparse := newBackendSet(maps.EntriesOf(sparseIn), true)
 		require.NotNil(t, dense.vals)
 		require.NotNil(t, sparse.m)
 		sparse.drop(1 << 31)

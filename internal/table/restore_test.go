@@ -1620,19 +1620,19 @@ func TestLoaderInPartsEqualsRebuild(t *testing.T) {
 			l := NewLoader()
 			switch order {
 			case "backends first":
-				l.Backends(d)
-				l.Services(d)
+				l.Backends(d.backends())
+				l.Services(d.services())
 			case "services first":
-				l.Services(d)
-				l.Backends(d)
+				l.Services(d.services())
+				l.Backends(d.backends())
 			case "both":
-				l.Services(d)
-				l.Backends(d)
-				l.Services(d) // a second call does nothing
+				l.Services(d.services())
+				l.Backends(d.backends())
+				l.Services(d.services()) // a second call does nothing
 			case "backends only":
-				l.Backends(d)
+				l.Backends(d.backends())
 			case "services only":
-				l.Services(d)
+				l.Services(d.services())
 			}
 			require.Equal(t, want, l.Rebuild(d))
 		})

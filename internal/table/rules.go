@@ -87,9 +87,9 @@ func NewLoader() *Loader {
 	return &Loader{rb: rb, svcs: &rebuild{out: &Restored{}, fam: rb.fam}}
 }
 
-// Backends starts loading d's revNAT and backend entries of both families
-// and applying rule 4, unless started already. It reads nothing else of d.
-func (l *Loader) Backends(d Dump) {
+// Backends starts loading the backend and revNAT entries of both families
+// (by family: IPv4, IPv6) and applying rule 4, unless started already.
+func (l *Loader) Backends(backends [2]maps.Entries[maps.BackendEntry], revNAT [2][]maps.RevNATEntry) {
 	if l.backends != nil {
 		return
 	}
@@ -97,18 +97,17 @@ func (l *Loader) Backends(d Dump) {
 	l.backends = done
 	go func() {
 		defer close(done)
-		var revNAT sync.WaitGroup
-		revNAT.Go(func() { l.rb.loadRevNAT(d) }) // beside: rule 4 reads no revNAT entry
-		l.rb.loadBackends(d)
+		var rev sync.WaitGroup
+		rev.Go(func() { l.rb.loadRevNAT(revNAT) }) // beside: rule 4 reads no revNAT entry
+		l.rb.loadBackends(backends)
 		l.rb.filterBackends() // rule 4
-		revNAT.Wait()
+		rev.Wait()
 	}()
 }
 
-// Services starts loading d's service entries of both families and
-// applying rules 1 and 2, unless started already. It reads nothing else
-// of d.
-func (l *Loader) Services(d Dump) {
+// Services starts loading the service entries of both families (by
+// family: IPv4, IPv6) and applying rules 1 and 2, unless started already.
+func (l *Loader) Services(services [2]maps.Entries[maps.ServiceEntry]) {
 	if l.services != nil {
 		return
 	}
@@ -116,7 +115,7 @@ func (l *Loader) Services(d Dump) {
 	l.services = done
 	go func() {
 		defer close(done)
-		l.svcs.loadServices(d)
+		l.svcs.loadServices(services)
 		l.svcs.pairScopes()
 		l.svcs.deleteSlotsWithoutMaster() // rule 1
 		l.svcs.removeInvalidFrontends()   // rule 2
@@ -127,8 +126,8 @@ func (l *Loader) Services(d Dump) {
 // it, as the package's Rebuild.
 func (l *Loader) Rebuild(d Dump) *Restored {
 	rb := l.rb
-	l.Services(d)
-	l.Backends(d)
+	l.Services(d.services())
+	l.Backends(d.backends())
 	<-l.services
 	<-l.backends
 	rb.out.Repairs = append(rb.out.Repairs, l.svcs.out.Repairs...)
