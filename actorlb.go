@@ -82,8 +82,8 @@ type Config struct {
 	// the heap's next RestoreHeadroom bytes with MADV_HUGEPAGE, then runs
 	// one collection, so that the restore's first writes fault 2 MiB at a
 	// time, not 4 KiB). There are none with NoRestore, InMemory, or a
-	// memory limit (GOMEMLIMIT), as for the headroom, nor when both
-	// service maps were just created (nothing to restore).
+	// memory limit (GOMEMLIMIT), as for the headroom, nor when no
+	// service map is pinned (nothing to restore).
 	NoRestoreHugePages bool
 	// NoRestoreCollect turns off the collection New runs before a
 	// restore when the heap holds at least 4 MiB of objects (live and
@@ -187,16 +187,22 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 			actor.WithDeadLetterRequestLogging(false),
 		)
 	}()
+	// The heap is readied for the restore while the maps open: each
+	// takes milliseconds of a new process (prepareRestoreHeap's
+	// collection starts the collector's workers), and neither needs the
+	// other.
+	heapc := make(chan func(), 1)
+	go func() { heapc <- prepareRestoreHeap(cfg, servicesPinned(cfg), log) }()
 	lbm, err := maps.Open(maps.Config{
 		Root: cfg.BPFRoot, MaxEntries: cfg.MaxEntries, Recreate: cfg.RecreateMaps, InMemory: cfg.InMemory, Fault: cfg.hooks.Fault,
 		MaglevTableSize: cfg.MaglevTableSize,
 	})
 	sys := <-sysc // nothing to stop: it starts no goroutine
+	putBack := <-heapc
+	defer putBack() // the restore is done, or New failed
 	if err != nil {
 		return nil, fmt.Errorf("new engine: %w", err)
 	}
-	putBack := prepareRestoreHeap(cfg, lbm, log)
-	defer putBack() // the restore is done, or New failed
 	if cfg.hooks.Maps != nil {
 		cfg.hooks.Maps(lbm)
 	}

@@ -1,12 +1,14 @@
 package actorlb
 
 import (
+	"cmp"
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
-	"slices"
 	"sync"
 	"time"
 
@@ -165,22 +167,21 @@ func prepareHeapPages(cfg Config, log *logrus.Entry) (r hugepages.Result, tried 
 }
 
 // prepareRestoreHeap readies the heap for the restore of the maps New
-// opened, and returns what puts the collector's percent back when the
-// restore is done. In this order: one collection first
+// opens (pinned: servicesPinned, read before they open), and returns what
+// puts the collector's percent back when the restore is done. New runs it
+// while the maps open. In this order: one collection first
 // (collectBeforeRestore), then the goal is raised (raiseHeapGoal, whose
 // percent is computed from the heap the collection left), then the huge
 // pages (prepareHeapPages: its buffer of RestoreHeadroom bytes, under the
 // raised goal, starts no cycle of its own; its one collection frees it).
-// When both service maps were just created (not found pinned) there is
-// nothing to restore: no collection and no huge pages, whose cost
+// When no service map is pinned there is nothing to restore: no collection and no huge pages, whose cost
 // (milliseconds) would buy nothing; the goal is raised all the same (it
 // costs nothing, and a restore of nothing ends at once).
-func prepareRestoreHeap(cfg Config, lbm *maps.LBMaps, log *logrus.Entry) (putBack func()) {
-	pinned := servicesPinned(lbm)
+func prepareRestoreHeap(cfg Config, pinned bool, log *logrus.Entry) (putBack func()) {
 	if pinned {
 		collectBeforeRestore(cfg, log)
 	} else {
-		log.Debug("restore heap: the service maps were just created, nothing to restore")
+		log.Debug("restore heap: no service map is pinned, nothing to restore")
 	}
 	putBack = raiseHeapGoal(cfg)
 	if pinned {
@@ -189,10 +190,22 @@ func prepareRestoreHeap(cfg Config, lbm *maps.LBMaps, log *logrus.Entry) (putBac
 	return putBack
 }
 
-// servicesPinned reports whether Open found a service map pinned (of
-// either family): then there may be services to restore.
-func servicesPinned(lbm *maps.LBMaps) bool {
-	return !slices.Contains(lbm.Created, maps.Service4Name) || !slices.Contains(lbm.Created, maps.Service6Name)
+// servicesPinned reports whether a service map (of either family) is
+// pinned under cfg's root, where Open will find it: then there may be
+// services to restore. Maps in memory or recreated have none. It is read
+// before Open, so that the heap is readied while the maps open; a pin
+// Open then refuses (another shape) only made the readying useless.
+func servicesPinned(cfg Config) bool {
+	if cfg.InMemory || cfg.RecreateMaps {
+		return false
+	}
+	root := cmp.Or(cfg.BPFRoot, maps.DefaultRoot)
+	for _, name := range []string{maps.Service4Name, maps.Service6Name} {
+		if _, err := os.Lstat(filepath.Join(root, name)); err == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // restoreCollectMin is the least heap (live objects and garbage not yet

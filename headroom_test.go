@@ -2,6 +2,8 @@ package actorlb
 
 import (
 	"math"
+	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"strings"
@@ -230,19 +232,28 @@ func TestCollectionBeforeRestoreFreesWhatTheProcessLetGo(t *testing.T) {
 	}
 }
 
-func TestServicesArePinnedUnlessBothServiceMapsWereJustCreated(t *testing.T) {
+func TestServicesArePinnedWhenEitherServiceMapsPinIsThere(t *testing.T) {
 	for _, c := range []struct {
-		name    string
-		created []string
-		pinned  bool
+		name   string
+		pins   []string
+		cfg    Config
+		pinned bool
 	}{
-		{"every map found pinned", nil, true},
-		{"every map created", maps.Names, false},
-		{"the IPv6 service map found pinned", []string{maps.Service4Name, maps.Backend4Name}, true},
-		{"the IPv4 service map found pinned", []string{maps.Service6Name}, true},
-		{"both service maps created, others pinned", []string{maps.Service4Name, maps.Service6Name}, false},
+		{"every map pinned", maps.Names, Config{}, true},
+		{"no pin", nil, Config{}, false},
+		{"the IPv6 service map pinned", []string{maps.Service6Name, maps.Backend4Name}, Config{}, true},
+		{"the IPv4 service map pinned", []string{maps.Service4Name}, Config{}, true},
+		{"other maps pinned, no service map", []string{maps.Backend4Name, maps.Backend6Name, maps.RevNAT4Name}, Config{}, false},
+		{"every map pinned, to be recreated", maps.Names, Config{RecreateMaps: true}, false},
+		{"every map pinned, maps in memory", maps.Names, Config{InMemory: true}, false},
 	} {
-		assert.Equal(t, c.pinned, servicesPinned(&maps.LBMaps{Created: c.created}), c.name)
+		root := t.TempDir() // servicesPinned only looks for the files
+		for _, name := range c.pins {
+			require.NoError(t, os.WriteFile(filepath.Join(root, name), nil, 0o600))
+		}
+		cfg := c.cfg
+		cfg.BPFRoot = root
+		assert.Equal(t, c.pinned, servicesPinned(cfg), c.name)
 	}
 }
 
@@ -267,7 +278,7 @@ func TestNewPreparesTheHeapOnlyForMapsFoundPinned(t *testing.T) {
 	log, hook := logtest.NewNullLogger()
 	log.SetLevel(logrus.DebugLevel)
 	e := newEngine(t, root, Config{Logger: log})
-	assert.Equal(t, []string{"restore heap: the service maps were just created, nothing to restore"}, logged(hook, "restore heap"))
+	assert.Equal(t, []string{"restore heap: no service map is pinned, nothing to restore"}, logged(hook, "restore heap"))
 	require.NoError(t, e.Close())
 
 	hook.Reset()
