@@ -135,9 +135,11 @@ func (o *mirror[E, K, V]) index() {
 		return
 	}
 	o.entries = o.newIndex(o.loaded.Len())
-	for e := range o.loaded.All() {
-		k, v := o.split(e)
-		o.entries.set(k, v)
+	for chunk := range o.loaded.Chunks(make([]E, min(maps.ChunkLen, o.loaded.Len()))) {
+		for _, e := range chunk {
+			k, v := o.split(e)
+			o.entries.set(k, v)
+		}
 	}
 	o.loaded = maps.Entries[E]{}
 	o.m.SetEntries(o.entries.len()) // a dump may repeat a key

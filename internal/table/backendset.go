@@ -24,9 +24,12 @@ type backendSet struct {
 // newBackendSet indexes es, keeping the least value (compareBackend) of a
 // repeated ID; unmap turns IPv4-mapped addresses into IPv4 ones.
 func newBackendSet(es maps.Entries[maps.BackendEntry], unmap bool) backendSet {
+	buf := make([]maps.BackendEntry, min(maps.ChunkLen, es.Len())) // each pass decodes the entries a chunk at a time into it
 	var maxID uint32
-	for e := range es.All() {
-		maxID = max(maxID, e.ID)
+	for chunk := range es.Chunks(buf) {
+		for i := range chunk {
+			maxID = max(maxID, chunk[i].ID)
+		}
 	}
 	var s backendSet
 	if uint64(maxID) <= 4*uint64(es.Len())+4096 {
@@ -35,15 +38,18 @@ func newBackendSet(es maps.Entries[maps.BackendEntry], unmap bool) backendSet {
 	} else {
 		s.m = make(map[uint32]maps.BackendValue, es.Len())
 	}
-	for e := range es.All() {
-		v := e.Value
-		if unmap {
-			v.Address = v.Address.Unmap()
+	for chunk := range es.Chunks(buf) {
+		for i := range chunk {
+			e := &chunk[i]
+			v := e.Value
+			if unmap {
+				v.Address = v.Address.Unmap()
+			}
+			if cur, dup := s.get(e.ID); dup && compareBackend(cur, v) <= 0 {
+				continue
+			}
+			s.set(e.ID, v)
 		}
-		if cur, dup := s.get(e.ID); dup && compareBackend(cur, v) <= 0 {
-			continue
-		}
-		s.set(e.ID, v)
 	}
 	return s
 }

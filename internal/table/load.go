@@ -224,10 +224,13 @@ func groupServices(es maps.Entries[maps.ServiceEntry], unmap bool) []*group {
 	// masters' count sizes the arrays by frontend (grown by doubling, they
 	// would allocate about twice as much, and every fresh page costs a
 	// fault).
+	buf := make([]maps.ServiceEntry, min(maps.ChunkLen, es.Len())) // each pass decodes the entries a chunk at a time into it
 	nfe := 0
-	for e := range es.All() {
-		if e.Key.Slot == 0 {
-			nfe++
+	for chunk := range es.Chunks(buf) {
+		for i := range chunk {
+			if chunk[i].Key.Slot == 0 {
+				nfe++
+			}
 		}
 	}
 	// The IPv4 family's frontends pack, the IPv6 family's do not.
@@ -246,49 +249,52 @@ func groupServices(es maps.Entries[maps.ServiceEntry], unmap bool) []*group {
 	)
 	at := make([]int32, es.Len()) // entry -> frontend, -1 for a master
 	j := -1
-	for e := range es.All() {
-		j++
-		k := e.Key
-		if unmap {
-			k.Address = k.Address.Unmap()
-		}
-		slot := k.Slot
-		k.Slot = 0
-		var fi int32
-		var ok bool
-		var pk uint64
-		if k.Address.Is4() {
-			a := k.Address.As4()
-			pk = uint64(a[0])<<56 | uint64(a[1])<<48 | uint64(a[2])<<40 | uint64(a[3])<<32 |
-				uint64(k.Port)<<16 | uint64(k.Proto)<<8 | uint64(k.Scope)
-			if fi, ok = packed[pk]; !ok {
-				fi = int32(len(keys))
-				packed[pk] = fi
+	for chunk := range es.Chunks(buf) {
+		for ci := range chunk {
+			e := &chunk[ci]
+			j++
+			k := e.Key
+			if unmap {
+				k.Address = k.Address.Unmap()
 			}
-		} else {
-			if whole == nil {
-				whole = make(map[feIdx]int32, wholeHint)
+			slot := k.Slot
+			k.Slot = 0
+			var fi int32
+			var ok bool
+			var pk uint64
+			if k.Address.Is4() {
+				a := k.Address.As4()
+				pk = uint64(a[0])<<56 | uint64(a[1])<<48 | uint64(a[2])<<40 | uint64(a[3])<<32 |
+					uint64(k.Port)<<16 | uint64(k.Proto)<<8 | uint64(k.Scope)
+				if fi, ok = packed[pk]; !ok {
+					fi = int32(len(keys))
+					packed[pk] = fi
+				}
+			} else {
+				if whole == nil {
+					whole = make(map[feIdx]int32, wholeHint)
+				}
+				w := feIdx{k.Address.As16(), k.Address.Is4(), k.Port, k.Proto, k.Scope}
+				if fi, ok = whole[w]; !ok {
+					fi = int32(len(keys))
+					whole[w] = fi
+				}
 			}
-			w := feIdx{k.Address.As16(), k.Address.Is4(), k.Port, k.Proto, k.Scope}
-			if fi, ok = whole[w]; !ok {
-				fi = int32(len(keys))
-				whole[w] = fi
+			if !ok {
+				keys, pks, nsl = append(keys, k), append(pks, pk), append(nsl, 0)
+				master, hasM = append(master, maps.ServiceValue{}), append(hasM, false)
 			}
-		}
-		if !ok {
-			keys, pks, nsl = append(keys, k), append(pks, pk), append(nsl, 0)
-			master, hasM = append(master, maps.ServiceValue{}), append(hasM, false)
-		}
-		if slot == 0 {
-			at[j] = -1
-			// A repeated key (a hand-made dump) keeps its least value.
-			if !hasM[fi] || compareServiceValue(e.Value, master[fi]) < 0 {
-				master[fi], hasM[fi] = e.Value, true
+			if slot == 0 {
+				at[j] = -1
+				// A repeated key (a hand-made dump) keeps its least value.
+				if !hasM[fi] || compareServiceValue(e.Value, master[fi]) < 0 {
+					master[fi], hasM[fi] = e.Value, true
+				}
+				continue
 			}
-			continue
+			at[j] = fi
+			nsl[fi]++
 		}
-		at[j] = fi
-		nsl[fi]++
 	}
 
 	// The frontends in key order.
@@ -322,13 +328,15 @@ func groupServices(es maps.Entries[maps.ServiceEntry], unmap bool) []*group {
 		start := off[fi]
 		groups[gi].slotNs, groups[gi].slotVs = ns[start:start+nsl[fi]:start+nsl[fi]], vs[start:start+nsl[fi]:start+nsl[fi]]
 	}
-	j = -1
-	for e := range es.All() {
-		j++
-		if fi := at[j]; fi >= 0 {
-			o := off[fi]
-			ns[o], vs[o] = e.Key.Slot, e.Value
-			off[fi] = o + 1
+	j = 0
+	for chunk := range es.Chunks(buf) {
+		for i := range chunk {
+			if fi := at[j]; fi >= 0 {
+				o := off[fi]
+				ns[o], vs[o] = chunk[i].Key.Slot, chunk[i].Value
+				off[fi] = o + 1
+			}
+			j++
 		}
 	}
 	for _, g := range groups {
