@@ -21,7 +21,10 @@
 // Values are family-agnostic Go structs (ServiceKey, ServiceValue,
 // BackendValue, RevNATValue); each map marshals them to its family's layout
 // without reflection. The raw layouts are exposed by the Marshal* and
-// Unmarshal* functions, which the layout tests check byte for byte.
+// Unmarshal* functions, which the layout tests check byte for byte. A dump
+// comes decoded (Dump) or as read (DumpEntries: an Entries list of the
+// batches' raw keys and values, decoded a chunk at a time as it is read,
+// which a restore reads without ever holding the decoded copy).
 //
 // Lifecycle: Open returns an LBMaps holding open file descriptors; the caller
 // must keep it and call Close when done. Close never unpins: pinned maps, and
