@@ -174,9 +174,10 @@ func prepareHeapPages(cfg Config, log *logrus.Entry) (r hugepages.Result, tried 
 // percent is computed from the heap the collection left), then the huge
 // pages (prepareHeapPages: its buffer of RestoreHeadroom bytes, under the
 // raised goal, starts no cycle of its own; its one collection frees it).
-// When no service map is pinned there is nothing to restore: no collection and no huge pages, whose cost
-// (milliseconds) would buy nothing; the goal is raised all the same (it
-// costs nothing, and a restore of nothing ends at once).
+// When no service map is pinned there is nothing to restore: no
+// collection and no huge pages, whose cost (milliseconds) would buy
+// nothing; the goal is raised all the same (it costs nothing, and a
+// restore of nothing ends at once).
 func prepareRestoreHeap(cfg Config, pinned bool, log *logrus.Entry) (putBack func()) {
 	if pinned {
 		collectBeforeRestore(cfg, log)
