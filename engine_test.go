@@ -302,21 +302,32 @@ func TestRestoreOfMapsOfManyDumpChunksKeepsEverything(t *testing.T) {
 	for _, r := range rs {
 		require.NoError(t, r.Err)
 	}
-	list1, err := e1.List(ctx)
+	restartKeepsEverything(t, root, e1, len(svcs))
+}
+
+// restartKeepsEverything closes e, makes an engine again on its maps at
+// root and requires it to hold what e held (the same services, IDs, slot
+// order and options; the same map entries) after a restore of services
+// services that repaired and wrote nothing. It returns the new engine.
+func restartKeepsEverything(t *testing.T, root string, e *Engine, services int) *Engine {
+	t.Helper()
+	ctx := ctxT(t)
+	list1, err := e.List(ctx)
 	require.NoError(t, err)
-	maps1 := dumpAll(t, e1)
-	require.NoError(t, e1.Close())
+	maps1 := dumpAll(t, e)
+	require.NoError(t, e.Close())
 
 	e2 := newEngine(t, root, Config{})
 	list2, err := e2.List(ctx)
 	require.NoError(t, err)
-	require.Equal(t, list1, list2)
+	require.Equal(t, list1, list2, "same IDs, same slot order, same options")
 	st, err := e2.Stats(ctx)
 	require.NoError(t, err)
 	require.Zero(t, st.Restore.Repairs)
 	require.Zero(t, st.MapWrites(), "restore wrote nothing")
-	require.Equal(t, len(svcs), st.Restore.Services)
+	require.Equal(t, services, st.Restore.Services)
 	require.Equal(t, maps1, dumpAll(t, e2))
+	return e2
 }
 
 // Restarts on the same maps: pinned kernel maps only, in-memory maps do not
@@ -337,27 +348,13 @@ func TestRestoreKeepsIDsAndWritesNothing(t *testing.T) {
 	desired[2].SessionAffinityTimeout = 600
 	_, err = e1.Sync(ctx, desired)
 	require.NoError(t, err)
-	list1, err := e1.List(ctx)
-	require.NoError(t, err)
-	maps1 := dumpAll(t, e1)
-	require.NoError(t, e1.Close())
-
-	e2 := newEngine(t, root, Config{})
-	list2, err := e2.List(ctx)
-	require.NoError(t, err)
-	require.Equal(t, list1, list2, "same IDs, same slot order, same options")
-	st, err := e2.Stats(ctx)
-	require.NoError(t, err)
-	require.Zero(t, st.MapWrites(), "restore wrote nothing")
-	require.Zero(t, st.Restore.Repairs)
-	require.Equal(t, 3, st.Restore.Services)
-	require.Equal(t, maps1, dumpAll(t, e2))
+	e2 := restartKeepsEverything(t, root, e1, 3)
 
 	// Re-applying the same desired state writes nothing either.
 	res, err := e2.Sync(ctx, desired)
 	require.NoError(t, err)
 	require.Equal(t, SyncResult{Upserted: 3}, res)
-	st, err = e2.Stats(ctx)
+	st, err := e2.Stats(ctx)
 	require.NoError(t, err)
 	require.Zero(t, st.MapWrites())
 
