@@ -68,6 +68,7 @@ type Core struct {
 
 	queues     map[qkey]queue
 	queuesPeak int // most keys queues held since it was last made
+	behind     int // ops waiting behind another op, over all queues (0: each queue holds its head alone)
 	reqs       pendingTable
 	inflight   int // ops begun and not complete
 	// The bulk lane (bulk.go): lanes of large calls with ops waiting for

@@ -106,6 +106,20 @@ func (h *harness) step(in Input) {
 	for _, a := range h.c.Answers() {
 		h.answered = append(h.answered, printAnswer(a.Reply))
 	}
+	h.checkBehind()
+}
+
+// checkBehind fails unless the core's count of ops waiting behind another
+// is what its queues hold (dequeue skips the lookups while it is 0).
+func (h *harness) checkBehind() {
+	h.t.Helper()
+	n := 0
+	for _, q := range h.c.queues {
+		n += len(q.behind())
+	}
+	if h.c.behind != n {
+		h.t.Fatalf("the core counts %d ops waiting behind another, its queues hold %d", h.c.behind, n)
+	}
 }
 
 // call steps a call.

@@ -128,6 +128,7 @@ func (c *Core) enter(o *op, k qkey, q queue) {
 			*q.rest = append(*q.rest, o)
 		}
 		o.blocked++
+		c.behind++
 	} else {
 		q.head = o
 	}
@@ -309,7 +310,7 @@ func (c *Core) abortAll(err error) {
 		}
 	}
 	c.reqs = pendingTable{}
-	c.queues = map[qkey]queue{}
+	c.queues, c.behind = map[qkey]queue{}, 0
 	c.bulkRing, c.bulkBusy = nil, 0
 	c.outbox = [numChildren][]*pendingReq{}
 	c.lease = idLease{} // the ops that waited for it are aborted; the next snapshot forgets it

@@ -89,21 +89,23 @@ func appendOpKeys(keys []qkey, fe lb.L3n4Addr, bs []lb.Backend) []qkey {
 }
 
 // dequeue takes a completed op out of its queues (it heads each) and
-// begins the ops it was the last to block.
+// begins the ops it was the last to block. While no op waits behind
+// another (the common case: ops on keys of their own), each of o's
+// queues holds o alone and leaves the table without being looked up.
 func (c *Core) dequeue(o *op) {
+	if c.behind == 0 {
+		for _, k := range o.keys {
+			delete(c.queues, k)
+		}
+		c.queuesEmptied()
+		return
+	}
 	for _, k := range o.keys {
 		q := c.queues[k]
 		rest := q.behind()
 		if len(rest) == 0 {
 			delete(c.queues, k)
-			if len(c.queues) == 0 && c.queuesPeak > queuesKeep {
-				// Go maps never shrink: a burst (a large Sync queues an op
-				// per service and backend) would keep its table for good.
-				// Up to queuesKeep keys it is kept, so that bursts of
-				// batches do not grow it again each time.
-				c.queues = map[qkey]queue{}
-				c.queuesPeak = 0
-			}
+			c.queuesEmptied()
 			continue
 		}
 		h := rest[0]
@@ -114,9 +116,22 @@ func (c *Core) dequeue(o *op) {
 			*q.rest = rest
 		}
 		c.queues[k] = q
+		c.behind--
 		h.blocked--
 		if h.blocked == 0 {
 			c.beginOrWait(h)
 		}
+	}
+}
+
+// queuesEmptied gives the queue table a new map once it is empty, if it
+// has held more than queuesKeep keys: Go maps never shrink, and a burst
+// (a large Sync queues an op per service and backend) would keep its
+// table for good. Up to queuesKeep keys it is kept, so that bursts of
+// batches do not grow it again each time.
+func (c *Core) queuesEmptied() {
+	if len(c.queues) == 0 && c.queuesPeak > queuesKeep {
+		c.queues = map[qkey]queue{}
+		c.queuesPeak = 0
 	}
 }
