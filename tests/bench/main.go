@@ -209,12 +209,14 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 	res.add("floor", "batch_services_per_s", float64(bulkN)/batchFloor.Seconds(), "services/s")
 	res.add("floor", "put_cpu_us_per_service", float64(fl.putCPU.Microseconds())/float64(bulkN), "us")
 	res.add("floor", "batch_cpu_us_per_service", float64(fl.batchCPU.Microseconds())/float64(bulkN), "us")
+	res.add("floor", "batch_user_cpu_us_per_service", float64(fl.batchUser.Microseconds())/float64(bulkN), "us")
+	res.add("floor", "batch_system_cpu_us_per_service", float64(fl.batchSys.Microseconds())/float64(bulkN), "us")
 
 	// Bulk through UpsertBatch: callers goroutines, bulkBatch services per
 	// call, three rounds on fresh engines and maps; the median is reported.
 	ctx := context.Background()
 	var bulkTimes []time.Duration
-	var bulkCPUs, bulkGCs []time.Duration
+	var bulkCPUs, bulkGCs, bulkUser, bulkSys []time.Duration
 	var bulkFaults []int64
 	stopBatched := profileTo(batchedProfile)
 	for round := range 3 {
@@ -223,6 +225,7 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 		if err != nil {
 			return err
 		}
+		u0, s0 := cpuSplit()
 		cpu0, gc0, f0, start := cpuTime(), gcCPUTime(), minorFaults(), time.Now()
 		if err := forAll(chunk(bulk, bulkBatch), callers, func(c []*lb.Service) error {
 			rs, err := e.UpsertBatch(ctx, c)
@@ -231,6 +234,8 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 			return err
 		}
 		bulkTimes, bulkCPUs = append(bulkTimes, time.Since(start)), append(bulkCPUs, cpuTime()-cpu0)
+		u1, s1 := cpuSplit()
+		bulkUser, bulkSys = append(bulkUser, u1-u0), append(bulkSys, s1-s0)
 		bulkGCs, bulkFaults = append(bulkGCs, gcCPUTime()-gc0), append(bulkFaults, minorFaults()-f0)
 		if err := retire(e, dir, nil); err != nil {
 			return err
@@ -243,6 +248,8 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 	res.add("bulk-10k-x10", "ratio_to_batch_floor", batchFloor.Seconds()/batched.Seconds(), "x")
 	res.add("bulk-10k-x10", "cpu_us_per_service", float64(median(bulkCPUs).Microseconds())/float64(bulkN), "us")
 	res.add("bulk-10k-x10", "cpu_ratio_to_batch_floor", median(bulkCPUs).Seconds()/fl.batchCPU.Seconds(), "x")
+	res.add("bulk-10k-x10", "user_cpu_us_per_service", float64(median(bulkUser).Microseconds())/float64(bulkN), "us")
+	res.add("bulk-10k-x10", "system_cpu_us_per_service", float64(median(bulkSys).Microseconds())/float64(bulkN), "us")
 	res.add("bulk-10k-x10", "gc_cpu_us_per_service", float64(median(bulkGCs).Microseconds())/float64(bulkN), "us")
 	res.add("bulk-10k-x10", "page_faults_per_service", float64(median(bulkFaults))/float64(bulkN), "faults")
 
@@ -602,11 +609,17 @@ func gcCPUTime() time.Duration {
 
 // cpuTime is the user and system CPU time of the process so far.
 func cpuTime() time.Duration {
+	user, system := cpuSplit()
+	return user + system
+}
+
+// cpuSplit returns the process's user and system CPU time so far.
+func cpuSplit() (user, system time.Duration) {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
+		return 0, 0
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return time.Duration(ru.Utime.Nano()), time.Duration(ru.Stime.Nano())
 }
 
 func print(rows []Row) {
@@ -719,6 +732,8 @@ func floors(root string, sizes maps.Sizes, svcs []*lb.Service) (put, batch time.
 type floorTimes struct {
 	put, batch       time.Duration
 	putCPU, batchCPU time.Duration
+	// The batched passes' user and system CPU (medians of each).
+	batchUser, batchSys time.Duration
 }
 
 // floorsCPU writes the entries of svcs straight to fresh maps, one
@@ -733,7 +748,7 @@ func floorsCPU(root string, sizes maps.Sizes, svcs []*lb.Service) (f floorTimes,
 	// some 60 ms, its CPU time read 5.4 to 9.3 us per service from one
 	// harness run to the next, and the batched bulk it is compared with
 	// is a median of three rounds too.
-	var batchTimes, batchCPUs []time.Duration
+	var batchTimes, batchCPUs, batchUser, batchSys []time.Duration
 	for pass := range 4 {
 		dir := fmt.Sprintf("%s/floor%d", root, pass)
 		lbm, err := maps.Open(maps.Config{Root: dir, MaxEntries: sizes})
@@ -755,6 +770,7 @@ func floorsCPU(root string, sizes maps.Sizes, svcs []*lb.Service) (f floorTimes,
 			}
 			raws = append(raws, rawMap{m, x.k, x.v})
 		}
+		u0, s0 := cpuSplit()
 		cpu0, start := cpuTime(), time.Now()
 		for _, r := range raws {
 			if pass == 0 {
@@ -768,6 +784,7 @@ func floorsCPU(root string, sizes maps.Sizes, svcs []*lb.Service) (f floorTimes,
 			}
 		}
 		d, cpu := time.Since(start), cpuTime()-cpu0
+		u1, s1 := cpuSplit()
 		for _, r := range raws {
 			r.m.Close()
 		}
@@ -775,12 +792,14 @@ func floorsCPU(root string, sizes maps.Sizes, svcs []*lb.Service) (f floorTimes,
 			f.put, f.putCPU = d, cpu
 		} else {
 			batchTimes, batchCPUs = append(batchTimes, d), append(batchCPUs, cpu)
+			batchUser, batchSys = append(batchUser, u1-u0), append(batchSys, s1-s0)
 		}
 		if err := maps.Remove(dir); err != nil {
 			return f, err
 		}
 	}
 	f.batch, f.batchCPU = median(batchTimes), median(batchCPUs)
+	f.batchUser, f.batchSys = median(batchUser), median(batchSys)
 	return f, nil
 }
 
