@@ -998,10 +998,11 @@ func insertDelete(res *results, root string, sizes maps.Sizes, n, callers, batch
 		}
 	}
 	chunks := chunk(svcs, batch)
-	_, insFloor, err := floors(root+"-floor", sizes, svcs)
+	fl, err := floorsCPU(root+"-floor", sizes, svcs)
 	if err != nil {
 		return err
 	}
+	insFloor := fl.batch
 	fresh := func(dir string) (*actorlb.Engine, func() error, error) {
 		e, err := actorlb.New(ctx, engineConfig(dir, sizes, log))
 		if err != nil {
@@ -1019,7 +1020,7 @@ func insertDelete(res *results, root string, sizes maps.Sizes, n, callers, batch
 	// reconciler batches), through UpsertBatch/DeleteBatch: callers
 	// goroutines, batch services per call. Three rounds, each on a fresh
 	// engine and fresh maps; the medians are reported.
-	var inss, dels []time.Duration
+	var inss, dels, insCPUs, insUser, insSys []time.Duration
 	var retained []float64
 	stopProfile := profileTo(insertProfile)
 	for round := range 3 {
@@ -1028,6 +1029,7 @@ func insertDelete(res *results, root string, sizes maps.Sizes, n, callers, batch
 			return err
 		}
 		before := heapAfterGC()
+		u0, s0 := cpuSplit()
 		start := time.Now()
 		if err := forAll(chunks, callers, func(c []*lb.Service) error {
 			rs, err := e.UpsertBatch(ctx, c)
@@ -1036,6 +1038,9 @@ func insertDelete(res *results, root string, sizes maps.Sizes, n, callers, batch
 			return err
 		}
 		inss = append(inss, time.Since(start))
+		u1, s1 := cpuSplit()
+		insCPUs = append(insCPUs, u1-u0+s1-s0)
+		insUser, insSys = append(insUser, u1-u0), append(insSys, s1-s0)
 		retained = append(retained, retainedPer(before, n))
 		runtime.KeepAlive(svcs) // the heap before held them (memory-10k-x10)
 		start = time.Now()
@@ -1058,6 +1063,16 @@ func insertDelete(res *results, root string, sizes maps.Sizes, n, callers, batch
 	res.add("insert-50k-x1", "services_per_s", float64(n)/median(inss).Seconds(), "services/s")
 	res.add("insert-50k-x1", "batch_floor_services_per_s", float64(n)/insFloor.Seconds(), "services/s")
 	res.add("insert-50k-x1", "ratio_to_batch_floor", insFloor.Seconds()/median(inss).Seconds(), "x")
+	// CPU beside the rates: the engine's per service (the medians of the
+	// rounds, user and system apart), the batch floor's for the same
+	// entries, and the cores the engine kept busy (CPU over wall, as the
+	// median round).
+	res.add("insert-50k-x1", "cpu_us_per_service", float64(median(insCPUs).Microseconds())/float64(n), "us")
+	res.add("insert-50k-x1", "user_cpu_us_per_service", float64(median(insUser).Microseconds())/float64(n), "us")
+	res.add("insert-50k-x1", "system_cpu_us_per_service", float64(median(insSys).Microseconds())/float64(n), "us")
+	res.add("insert-50k-x1", "batch_floor_cpu_us_per_service", float64(fl.batchCPU.Microseconds())/float64(n), "us")
+	res.add("insert-50k-x1", "cpu_ratio_to_batch_floor", median(insCPUs).Seconds()/fl.batchCPU.Seconds(), "x")
+	res.add("insert-50k-x1", "cores_busy", median(insCPUs).Seconds()/median(inss).Seconds(), "cores")
 	res.add("insert-50k-x1", "delete_services_per_s", float64(n)/median(dels).Seconds(), "services/s")
 	res.add("insert-50k-x1", "retained_bytes_per_service", median(retained), "bytes")
 
