@@ -68,8 +68,12 @@ const reserveMin = 256
 func (a *allocatorActor) reserve(msgs []any) {
 	var svcs int
 	for _, m := range msgs {
-		if acq, ok := m.(*messages.AllocAcquire); ok && acq.Service {
-			svcs++
+		if acq, ok := m.(*messages.AllocAcquire); ok {
+			for i := range acq.Items {
+				if acq.Items[i].Service {
+					svcs++
+				}
+			}
 		}
 	}
 	a.svc.Reserve(svcs)
@@ -151,32 +155,56 @@ func (a *allocatorActor) handle(msg any) any {
 	return nil
 }
 
-// acquire is all or nothing: on any error, what it took is given back.
+// acquire serves each item of m alone, all or nothing: on an item's
+// error, what it took is given back and the next item is served. The
+// items' backend IDs share one array.
 func (a *allocatorActor) acquire(m *messages.AllocAcquire) *messages.AllocAcquired {
-	r := &messages.AllocAcquired{ReqID: m.ReqID}
-	if m.Service {
+	n := 0
+	for i := range m.Items {
+		n += len(m.Items[i].Backends)
+	}
+	r := &messages.AllocAcquired{ReqID: m.ReqID, Items: make([]messages.AcquiredItem, len(m.Items))}
+	var ids []lb.BackendID
+	if n > 0 {
+		ids = make([]lb.BackendID, 0, n)
+	}
+	for i := range m.Items {
+		ids = a.acquireItem(&m.Items[i], &r.Items[i], ids)
+	}
+	return r
+}
+
+// acquireItem serves it into r, appending its backend IDs to ids (r's
+// take the part it appended).
+func (a *allocatorActor) acquireItem(it *messages.AcquireItem, r *messages.AcquiredItem, ids []lb.BackendID) []lb.BackendID {
+	if it.Service {
 		var err error
-		if m.WantID != 0 {
-			_, err = a.svc.AcquireID(m.Frontend, m.WantID)
-			r.ServiceID = m.WantID
+		if it.WantID != 0 {
+			_, err = a.svc.AcquireID(it.Frontend, it.WantID)
+			r.ServiceID = it.WantID
 		} else {
-			r.ServiceID, _, err = a.svc.Acquire(m.Frontend)
+			r.ServiceID, _, err = a.svc.Acquire(it.Frontend)
 		}
 		if err != nil {
-			r.Err = serviceIDError(m, err)
-			return r
+			r.ServiceID, r.Err = 0, serviceIDError(it, err)
+			return ids
 		}
 	}
-	ids, err := a.be.Take(len(m.Backends))
+	if len(it.Backends) == 0 {
+		return ids
+	}
+	from := len(ids)
+	ids, err := a.be.TakeAppend(ids, len(it.Backends))
 	if err != nil {
-		if m.Service {
-			a.svc.Release(m.Frontend)
+		if it.Service {
+			a.svc.Release(it.Frontend)
 		}
-		r.Err = fmt.Errorf("acquire backend IDs for %d new backends (%s first): %w", len(m.Backends), m.Backends[0].L3n4Addr, err)
-		return r
+		r.ServiceID = 0
+		r.Err = fmt.Errorf("acquire backend IDs for %d new backends (%s first): %w", len(it.Backends), it.Backends[0].L3n4Addr, err)
+		return ids
 	}
-	r.BackendIDs = ids
-	return r
+	r.BackendIDs = ids[from:len(ids):len(ids)]
+	return ids
 }
 
 // lease grants what it can: a full service ID space leases no service
@@ -189,7 +217,7 @@ func (a *allocatorActor) lease(m *messages.AllocLease) *messages.AllocLeased {
 	return r
 }
 
-func serviceIDError(m *messages.AllocAcquire, err error) error {
+func serviceIDError(m *messages.AcquireItem, err error) error {
 	var conflict *idalloc.ConflictError
 	var bound *idalloc.KeyBoundError
 	switch {

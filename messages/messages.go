@@ -384,25 +384,39 @@ type MapReconciled struct {
 
 // ---- Supervisor -> allocator.
 
-// AllocAcquire takes IDs: a service ID for Frontend when Service is set
-// (WantID 0 = next free), and one fresh backend ID per Backends entry, the
-// backends new to the engine. The allocator keeps no backend key: the
-// supervisor's backend index binds each backend to its ID and counts its
-// references; the allocator keeps which backend IDs are in use, and reads
-// of Backends only their number and the first's address (for its error).
-// Backends is often the service's own backends, shared with the sender:
-// neither changes them. All or nothing.
+// AllocAcquire takes IDs for the services of Items, in one request for
+// all the services of an op that ask (a batch's run asks once). Each
+// item is all or nothing and fails alone: a refused item takes nothing,
+// and the items after it are served as if it had not been asked.
 type AllocAcquire struct {
-	ReqID    uint64
+	ReqID uint64
+	Items []AcquireItem
+}
+
+// AcquireItem is one service's part of an AllocAcquire: a service ID for
+// Frontend when Service is set (WantID 0 = next free), and one fresh
+// backend ID per Backends entry, the backends new to the engine. The
+// allocator keeps no backend key: the supervisor's backend index binds
+// each backend to its ID and counts its references; the allocator keeps
+// which backend IDs are in use, and reads of Backends only their number
+// and the first's address (for its error). Backends is often the
+// service's own backends, shared with the sender: neither changes them.
+type AcquireItem struct {
 	Service  bool
 	Frontend lb.L3n4Addr
 	WantID   lb.ServiceID
 	Backends []lb.Backend
 }
 
-// AllocAcquired answers AllocAcquire; BackendIDs is parallel to Backends.
+// AllocAcquired answers AllocAcquire; Items is parallel to the request's.
 type AllocAcquired struct {
-	ReqID      uint64
+	ReqID uint64
+	Items []AcquiredItem
+}
+
+// AcquiredItem answers an AcquireItem: its service ID (when it asked for
+// one) and BackendIDs parallel to its Backends, or Err and nothing taken.
+type AcquiredItem struct {
 	ServiceID  lb.ServiceID
 	BackendIDs []lb.BackendID
 	Err        error

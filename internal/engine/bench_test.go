@@ -26,14 +26,18 @@ type autoChildren struct {
 func (a *autoChildren) answer(r messages.Request) any {
 	switch m := r.(type) {
 	case *messages.AllocAcquire:
-		rep := &messages.AllocAcquired{ReqID: r.RequestID(), BackendIDs: make([]lb.BackendID, len(m.Backends))}
-		if m.Service {
-			a.nextID++
-			rep.ServiceID = lb.ServiceID(a.nextID)
-		}
-		for i := range rep.BackendIDs {
-			a.nextID++
-			rep.BackendIDs[i] = lb.BackendID(a.nextID)
+		rep := &messages.AllocAcquired{ReqID: r.RequestID(), Items: make([]messages.AcquiredItem, len(m.Items))}
+		for i, it := range m.Items {
+			got := &rep.Items[i]
+			got.BackendIDs = make([]lb.BackendID, len(it.Backends))
+			if it.Service {
+				a.nextID++
+				got.ServiceID = lb.ServiceID(a.nextID)
+			}
+			for j := range got.BackendIDs {
+				a.nextID++
+				got.BackendIDs[j] = lb.BackendID(a.nextID)
+			}
 		}
 		return rep
 	case *messages.AllocRelease:

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -28,9 +29,14 @@ func batchOf(t *testing.T, net, n int) *messages.UpsertBatch {
 	return m
 }
 
-// acquireLine is the allocator request of a new service of batchOf.
-func acquireLine(net, i int) string {
-	return fmt.Sprintf("alloc: acquire service 10.96.%d.%d:80/TCP backends [10.0.%d.%d:8080/TCP]", net, i, net, i)
+// acquireLine is the allocator request of new services is of batchOf
+// (one op's: an item each).
+func acquireLine(net int, is ...int) string {
+	items := make([]string, len(is))
+	for n, i := range is {
+		items[n] = fmt.Sprintf("service 10.96.%d.%d:80/TCP backends [10.0.%d.%d:8080/TCP]", net, i, net, i)
+	}
+	return "alloc: acquire " + strings.Join(items, "; ")
 }
 
 // With K big batches queued, a single Upsert's requests go out at once,
@@ -41,13 +47,12 @@ func TestScriptSingleUpsertIsNotStuckBehindQueuedBatches(t *testing.T) {
 	h := newHarness(t, bulkChunks)
 	create(t, h, svc(t, "10.96.9.1:80", "10.0.9.1:8080"), 1, 1) // a single call: the lane is throttled
 	h.call(batchOf(t, 1, 5))
-	h.expect(acquireLine(1, 1), acquireLine(1, 2)) // the first chunk only
+	h.expect(acquireLine(1, 1, 2)) // the first chunk only
 	h.call(batchOf(t, 2, 2))
 	h.expect() // waits: the budget is spent
 	h.call(upsert(svc(t, "10.96.9.2:80", "10.0.9.2:8080")))
 	h.expect("alloc: acquire service 10.96.9.2:80/TCP backends [10.0.9.2:8080/TCP]") // at once
-	h.reply("alloc", acquired(2, 2))
-	h.reply("alloc", acquired(3, 3))
+	h.reply("alloc", acquiredEach(granted(2, 2), granted(3, 3)))
 	h.reply("alloc", acquired(4, 4))
 	h.expect("be4: write [2=10.0.1.1:8080 3=10.0.1.2:8080]", "be4: write [4=10.0.9.2:8080]",
 		"revnat: write [2=10.96.1.1:80 3=10.96.1.2:80]", "revnat: write [4=10.96.9.2:80]")
@@ -60,9 +65,9 @@ func TestScriptSingleUpsertIsNotStuckBehindQueuedBatches(t *testing.T) {
 	h.reply("svc4", ok()) // the first chunk is done: the other call's turn
 	h.reply("svc4", ok())
 	h.expectAnswers("upsert: id 4 created true")
-	h.expect(acquireLine(2, 1), acquireLine(2, 2))
+	h.expect(acquireLine(2, 1, 2))
 	// Then the rest of the first call, a chunk at a time.
-	require.Equal(t, []string{acquireLine(1, 3), acquireLine(1, 4), acquireLine(1, 5)}, h.drain(t))
+	require.Equal(t, []string{acquireLine(1, 3, 4), acquireLine(1, 5)}, h.drain(t))
 	h.expectAnswers("upsert batch: [id 101 created true id 103 created true]",
 		"upsert batch: [id 2 created true id 3 created true id 105 created true id 107 created true id 109 created true]")
 	if n := h.c.services.len(); n != 9 {
@@ -76,9 +81,8 @@ func TestScriptFailedChunkFailsOnlyItsServices(t *testing.T) {
 	h := newHarness(t, bulkChunks)
 	create(t, h, svc(t, "10.96.9.1:80", "10.0.9.1:8080"), 1, 1)
 	h.call(batchOf(t, 1, 3))
-	h.expect(acquireLine(1, 1), acquireLine(1, 2))
-	h.reply("alloc", acquired(2, 2))
-	h.reply("alloc", acquired(3, 3))
+	h.expect(acquireLine(1, 1, 2))
+	h.reply("alloc", acquiredEach(granted(2, 2), granted(3, 3)))
 	h.expect("be4: write [2=10.0.1.1:8080 3=10.0.1.2:8080]", "revnat: write [2=10.96.1.1:80 3=10.96.1.2:80]")
 	h.reply("be4", ok())
 	h.reply("revnat", ok())
@@ -110,12 +114,12 @@ func TestScriptSingleOpBehindAWaitingChunkKeepsItsOrder(t *testing.T) {
 	h := newHarness(t, bulkChunks)
 	create(t, h, svc(t, "10.96.9.1:80", "10.0.9.1:8080"), 1, 1)
 	h.call(batchOf(t, 1, 6))
-	h.expect(acquireLine(1, 1), acquireLine(1, 2))
+	h.expect(acquireLine(1, 1, 2))
 	h.call(deleteFE(t, "10.96.1.3:80")) // in the second chunk, not begun
 	h.expect()
 	// The chunks one after the other; the delete runs once the chunk that
 	// creates 10.96.1.3:80 is done, and deletes what it created (ID 105).
-	require.Equal(t, []string{acquireLine(1, 3), acquireLine(1, 4), acquireLine(1, 5), acquireLine(1, 6)}, h.drain(t))
+	require.Equal(t, []string{acquireLine(1, 3, 4), acquireLine(1, 5, 6)}, h.drain(t))
 	if _, ok := h.c.byFE.Get(mustAddr(t, "10.96.1.3:80")); ok {
 		t.Fatal("10.96.1.3:80 still in the table: the delete did not run after its creation")
 	}
@@ -128,13 +132,13 @@ func TestScriptSingleOpBehindAWaitingChunkKeepsItsOrder(t *testing.T) {
 func TestScriptBatchAloneBeginsWhole(t *testing.T) {
 	h := newHarness(t, bulkChunks)
 	h.call(batchOf(t, 1, 3))
-	h.expect(acquireLine(1, 1), acquireLine(1, 2), acquireLine(1, 3))
+	h.expect(acquireLine(1, 1, 2, 3))
 	h.drain(t)
 	h.expectAnswers("upsert batch: [id 101 created true id 103 created true id 105 created true]")
 	create(t, h, svc(t, "10.96.9.1:80", "10.0.9.1:8080"), 1, 1)
 	h.clock = h.clock.Add(defaultBulkWindow)
 	h.call(batchOf(t, 2, 3))
-	h.expect(acquireLine(2, 1), acquireLine(2, 2), acquireLine(2, 3))
+	h.expect(acquireLine(2, 1, 2, 3))
 }
 
 // A DeleteBatch is cut into chunks too: one in flight; the answer has

@@ -264,12 +264,16 @@ func ok() func(messages.Request) any {
 
 func done() func(messages.Request) any { return ok() }
 
-// fail answers a map request with err.
+// fail answers a request with err (an acquire: every service of it).
 func fail(err error) func(messages.Request) any {
 	return func(r messages.Request) any {
-		switch r.(type) {
+		switch m := r.(type) {
 		case *messages.AllocAcquire:
-			return &messages.AllocAcquired{ReqID: r.RequestID(), Err: err}
+			rep := &messages.AllocAcquired{ReqID: r.RequestID(), Items: make([]messages.AcquiredItem, len(m.Items))}
+			for i := range rep.Items {
+				rep.Items[i].Err = err
+			}
+			return rep
 		case *messages.AllocRelease:
 			return &messages.AllocReleased{ReqID: r.RequestID(), Err: err}
 		case *messages.AllocUnhold, *messages.AllocRestore, *messages.AllocReserve, *messages.AllocDrop:
@@ -288,11 +292,25 @@ func leased(svcIDs []lb.ServiceID, backendIDs []lb.BackendID) func(messages.Requ
 	}
 }
 
+// acquired answers an acquire of one service with these IDs.
 func acquired(svcID lb.ServiceID, backendIDs ...lb.BackendID) func(messages.Request) any {
+	return acquiredEach(granted(svcID, backendIDs...))
+}
+
+// acquiredEach answers an acquire of several services, one item each.
+func acquiredEach(items ...messages.AcquiredItem) func(messages.Request) any {
 	return func(r messages.Request) any {
-		return &messages.AllocAcquired{ReqID: r.RequestID(), ServiceID: svcID, BackendIDs: backendIDs}
+		return &messages.AllocAcquired{ReqID: r.RequestID(), Items: items}
 	}
 }
+
+// granted is a service's part of an acquire's answer: these IDs.
+func granted(svcID lb.ServiceID, backendIDs ...lb.BackendID) messages.AcquiredItem {
+	return messages.AcquiredItem{ServiceID: svcID, BackendIDs: backendIDs}
+}
+
+// refused is a service's part of an acquire's answer: err, nothing taken.
+func refused(err error) messages.AcquiredItem { return messages.AcquiredItem{Err: err} }
 
 // drifted answers a MapReconcile with what the owner found.
 func drifted(ds ...messages.Drift) func(messages.Request) any {
@@ -376,14 +394,20 @@ func printRequest(r messages.Request) string {
 	case *messages.MapReconcile:
 		return "reconcile"
 	case *messages.AllocAcquire:
-		s := "acquire"
-		if m.Service {
-			s += " service " + m.Frontend.String()
-			if m.WantID != 0 {
-				s += fmt.Sprintf(" id %d", m.WantID)
+		// One service: "acquire service A backends [...]"; several:
+		// "acquire service A backends [...]; service B backends [...]".
+		items := make([]string, len(m.Items))
+		for i, it := range m.Items {
+			var s string
+			if it.Service {
+				s = "service " + it.Frontend.String() + " "
+				if it.WantID != 0 {
+					s += fmt.Sprintf("id %d ", it.WantID)
+				}
 			}
+			items[i] = s + "backends " + list(it.Backends, func(b lb.Backend) string { return table.BackendKey(b).String() })
 		}
-		return s + " backends " + list(m.Backends, func(b lb.Backend) string { return table.BackendKey(b).String() })
+		return "acquire " + strings.Join(items, "; ")
 	case *messages.AllocRelease:
 		return "release services " + list(m.Frontends, lb.L3n4Addr.String)
 	case *messages.AllocUnhold:

@@ -105,7 +105,8 @@ func (c *Core) waitForLease(p *upsertPlan, o *op, i int) bool {
 	}
 	c.afterLease(o, func() {
 		if !p.fromLease(c, o, i) {
-			p.ask(c, o, i, p.folder(c)) // a wanted ID is taken out of the lease first
+			p.asking = append(p.one[:0], int32(i))
+			p.ask(c, o) // a wanted ID is taken out of the lease first
 		}
 	})
 	return true

@@ -100,12 +100,8 @@ func TestScriptLeaseServesOnlySingleServiceCalls(t *testing.T) {
 	h := newLeaseHarness(t)
 	a, b := svc(t, "10.96.0.1:80", "10.0.1.1:8080"), svc(t, "10.96.0.2:80", "10.0.1.2:8080")
 	h.call(&messages.UpsertBatch{Services: []*lb.Service{a, b}, Reply: make(chan messages.UpsertBatchReply, 1)})
-	h.expect(
-		"alloc: acquire service 10.96.0.1:80/TCP backends [10.0.1.1:8080/TCP]",
-		"alloc: acquire service 10.96.0.2:80/TCP backends [10.0.1.2:8080/TCP]",
-	)
-	h.reply("alloc", acquired(11, 1))
-	h.reply("alloc", acquired(12, 2))
+	h.expect("alloc: acquire service 10.96.0.1:80/TCP backends [10.0.1.1:8080/TCP]; service 10.96.0.2:80/TCP backends [10.0.1.2:8080/TCP]")
+	h.reply("alloc", acquiredEach(granted(11, 1), granted(12, 2)))
 	h.expect("be4: write [1=10.0.1.1:8080 2=10.0.1.2:8080]", "revnat: write [11=10.96.0.1:80 12=10.96.0.2:80]")
 	h.reply("be4", ok())
 	h.reply("revnat", ok())

@@ -80,14 +80,10 @@ func TestScriptBatchCreatesRunAsOneOpAndAllocatorRefusalFailsOneService(t *testi
 	a, b := svc(t, "10.96.0.1:80", "10.0.1.1:8080"), svc(t, "10.96.0.2:80", "10.0.1.2:8080")
 	b.Frontend.ID = 7
 	h.call(&messages.UpsertBatch{Services: []*lb.Service{a, b}, Reply: make(chan messages.UpsertBatchReply, 1)})
-	// One op for the run: one message to the allocator carrying both
-	// requests (printed one per line), then one request per child.
-	h.expect(
-		"alloc: acquire service 10.96.0.1:80/TCP backends [10.0.1.1:8080/TCP]",
-		"alloc: acquire service 10.96.0.2:80/TCP id 7 backends [10.0.1.2:8080/TCP]",
-	)
-	h.reply("alloc", acquired(1, 1))
-	h.reply("alloc", fail(ErrServiceIDInUse))
+	// One op for the run: one request to the allocator for both services
+	// (an item each), then one request per child.
+	h.expect("alloc: acquire service 10.96.0.1:80/TCP backends [10.0.1.1:8080/TCP]; service 10.96.0.2:80/TCP id 7 backends [10.0.1.2:8080/TCP]")
+	h.reply("alloc", acquiredEach(granted(1, 1), refused(ErrServiceIDInUse)))
 	h.expect("be4: write [1=10.0.1.1:8080]", "revnat: write [1=10.96.0.1:80]")
 	h.reply("be4", ok())
 	h.reply("revnat", ok())
@@ -115,12 +111,8 @@ func TestScriptBatchServiceSharingABackendWithTheRunStartsTheNextRun(t *testing.
 	h.expect("svc4: write [10.96.0.1:80/TCP#1 10.96.0.1:80/TCP#0]")
 	h.reply("svc4", ok())
 	// The first op is done: the second run (b and c) begins.
-	h.expect(
-		"alloc: acquire service 10.96.0.2:80/TCP backends [10.0.1.2:8080/TCP]",
-		"alloc: acquire service 10.96.0.3:80/TCP backends [10.0.1.3:8080/TCP]",
-	)
-	h.reply("alloc", acquired(2, 2))
-	h.reply("alloc", acquired(3, 3))
+	h.expect("alloc: acquire service 10.96.0.2:80/TCP backends [10.0.1.2:8080/TCP]; service 10.96.0.3:80/TCP backends [10.0.1.3:8080/TCP]")
+	h.reply("alloc", acquiredEach(granted(2, 2), granted(3, 3)))
 	h.flushAnswering(t)
 	h.expectAnswers("upsert batch: [id 1 created true id 2 created true id 3 created true]")
 	h.expectQueuesEmpty()
@@ -207,12 +199,16 @@ func (h *harness) flushAnswering(t *testing.T) {
 				if h.freshID == 0 {
 					h.freshID = 1000
 				}
-				ids := make([]lb.BackendID, len(a.Backends))
-				for i := range ids {
-					ids[i] = lb.BackendID(h.freshID + i)
+				items := make([]messages.AcquiredItem, len(a.Items))
+				for n, it := range a.Items {
+					ids := make([]lb.BackendID, len(it.Backends))
+					for i := range ids {
+						ids[i] = lb.BackendID(h.freshID + i)
+					}
+					items[n] = granted(lb.ServiceID(h.freshID), ids...)
+					h.freshID += len(ids) + 1
 				}
-				h.reply(child, acquired(lb.ServiceID(h.freshID), ids...))
-				h.freshID += len(ids) + 1
+				h.reply(child, acquiredEach(items...))
 			}
 		}
 	}
@@ -565,14 +561,10 @@ func TestScriptBatchThatFillsAMapCreatesWhatFits(t *testing.T) {
 	h := newHarness(t)
 	a, b := svc(t, "10.96.0.1:80", "10.0.1.1:8080"), svc(t, "10.96.0.2:80", "10.0.1.2:8080")
 	h.call(&messages.UpsertBatch{Services: []*lb.Service{a, b}, Reply: make(chan messages.UpsertBatchReply, 1)})
-	h.expect(
-		"alloc: acquire service 10.96.0.1:80/TCP backends [10.0.1.1:8080/TCP]",
-		"alloc: acquire service 10.96.0.2:80/TCP backends [10.0.1.2:8080/TCP]",
-	)
+	h.expect("alloc: acquire service 10.96.0.1:80/TCP backends [10.0.1.1:8080/TCP]; service 10.96.0.2:80/TCP backends [10.0.1.2:8080/TCP]")
 	h.call(deleteFE(t, "10.96.0.1:80"))
 	h.expect() // queued behind the batch
-	h.reply("alloc", acquired(1, 1))
-	h.reply("alloc", acquired(2, 2))
+	h.reply("alloc", acquiredEach(granted(1, 1), granted(2, 2)))
 	h.expect("be4: write [1=10.0.1.1:8080 2=10.0.1.2:8080]", "revnat: write [1=10.96.0.1:80 2=10.96.0.2:80]")
 	h.reply("be4", ok())
 	h.reply("revnat", ok())
@@ -823,14 +815,8 @@ func TestScriptSyncCreatesNewServicesAsOneRun(t *testing.T) {
 	a, b, c := svc(t, "10.96.0.1:80", "10.0.1.1:8080"), svc(t, "10.96.0.2:80", "10.0.1.2:8080"), svc(t, "10.96.0.3:80", "10.0.1.3:8080")
 	c.Frontend.ID = 7
 	h.call(&messages.Sync{Source: lb.SourceAPI, Desired: []*lb.Service{a, b, c}, Reply: make(chan messages.SyncReply, 1)})
-	h.expect(
-		"alloc: acquire service 10.96.0.1:80/TCP backends [10.0.1.1:8080/TCP]",
-		"alloc: acquire service 10.96.0.2:80/TCP backends [10.0.1.2:8080/TCP]",
-		"alloc: acquire service 10.96.0.3:80/TCP id 7 backends [10.0.1.3:8080/TCP]",
-	)
-	h.reply("alloc", acquired(1, 1))
-	h.reply("alloc", acquired(2, 2))
-	h.reply("alloc", fail(ErrServiceIDInUse))
+	h.expect("alloc: acquire service 10.96.0.1:80/TCP backends [10.0.1.1:8080/TCP]; service 10.96.0.2:80/TCP backends [10.0.1.2:8080/TCP]; service 10.96.0.3:80/TCP id 7 backends [10.0.1.3:8080/TCP]")
+	h.reply("alloc", acquiredEach(granted(1, 1), granted(2, 2), refused(ErrServiceIDInUse)))
 	h.expect("be4: write [1=10.0.1.1:8080 2=10.0.1.2:8080]", "revnat: write [1=10.96.0.1:80 2=10.96.0.2:80]")
 	h.reply("be4", ok())
 	h.reply("revnat", ok())

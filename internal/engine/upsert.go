@@ -29,6 +29,11 @@ type upsertPlan struct {
 	committed bool
 	// new services asked of the allocator (to size the op's holds once)
 	asked int
+	// asking are the items the allocator is asked for in the op's one
+	// AllocAcquire, in its order (its reply's items are parallel); one
+	// backs it for a plan of one service (no allocation).
+	asking []int32
+	one    [1]int32
 	releaser
 }
 
@@ -280,8 +285,11 @@ func (p *upsertPlan) live(yield func(*upsertItem) bool) {
 // it meanwhile; the others (it.fresh), and a new service's ID, are asked
 // of the allocator.
 func (p *upsertPlan) acquireIDs(c *Core, o *op) {
-	folded := p.folder(c)
 	lease := c.leaseServes(p, o)
+	p.asking = p.one[:0]
+	if len(p.items) > 1 {
+		p.asking = make([]int32, 0, len(p.items))
+	}
 	if lease {
 		defer c.refillLease()
 	}
@@ -324,59 +332,97 @@ func (p *upsertPlan) acquireIDs(c *Core, o *op) {
 				continue
 			}
 		}
-		p.ask(c, o, i, folded)
+		p.asking = append(p.asking, int32(i))
 	}
+	p.ask(c, o)
 }
 
 // folder returns the fold of p's acquire replies.
 func (p *upsertPlan) folder(c *Core) fold {
-	return func(o *op, i int, reply any) error { return p.acquired(c, o, i, reply) }
+	return func(o *op, _ int, reply any) error { return p.acquired(c, o, reply) }
 }
 
-// ask asks the allocator for item i's IDs: a new service's, and its fresh
-// backends'.
-func (p *upsertPlan) ask(c *Core, o *op, i int, folded fold) {
-	it := &p.items[i]
-	fresh := it.svc.Spec.Backends // most often all of them (a new service): no copy
-	if len(it.fresh) < len(fresh) {
-		fresh = make([]lb.Backend, len(it.fresh))
-		for n, j := range it.fresh {
-			fresh[n] = it.svc.Spec.Backends[it.acquireIdx[j]]
-		}
-	}
-	if it.old == nil {
-		p.asked++
-		if want := it.spec.Frontend.ID; want != 0 {
-			c.unlease(o, want)
-		}
-	}
-	c.request(o, ChildAllocator, i, folded, &messages.AllocAcquire{
-		ReqID: c.reqID(), Service: it.old == nil, Frontend: it.svc.Frontend(), WantID: it.spec.Frontend.ID, Backends: fresh,
-	})
+// acquireOne is the AllocAcquire of one service, its item beside it (one
+// allocation).
+type acquireOne struct {
+	m    messages.AllocAcquire
+	item [1]messages.AcquireItem
 }
 
-// acquired folds the allocator's answer for item i: the fresh IDs are
-// bound to their backends at once (a restarted allocator is told they are
-// in use). A refusal fails that service alone: the allocator took
-// nothing for it, and it gives back the backends it held.
-func (p *upsertPlan) acquired(c *Core, o *op, i int, reply any) error {
-	it := &p.items[i]
+// ask asks the allocator, in one request, for the IDs of the items of
+// p.asking: a new service's, and its fresh backends'.
+func (p *upsertPlan) ask(c *Core, o *op) {
+	if len(p.asking) == 0 {
+		return
+	}
+	var m *messages.AllocAcquire
+	if len(p.asking) == 1 {
+		one := &acquireOne{}
+		one.m.Items = one.item[:]
+		m = &one.m
+	} else {
+		m = &messages.AllocAcquire{Items: make([]messages.AcquireItem, len(p.asking))}
+	}
+	for n, i := range p.asking {
+		it := &p.items[i]
+		fresh := it.svc.Spec.Backends // most often all of them (a new service): no copy
+		if len(it.fresh) < len(fresh) {
+			fresh = make([]lb.Backend, len(it.fresh))
+			for n, j := range it.fresh {
+				fresh[n] = it.svc.Spec.Backends[it.acquireIdx[j]]
+			}
+		}
+		if it.old == nil {
+			p.asked++
+			if want := it.spec.Frontend.ID; want != 0 {
+				c.unlease(o, want) // its AllocUnhold goes ahead of the acquire
+			}
+		}
+		m.Items[n] = messages.AcquireItem{Service: it.old == nil, Frontend: it.svc.Frontend(), WantID: it.spec.Frontend.ID, Backends: fresh}
+	}
+	m.ReqID = c.reqID()
+	c.request(o, ChildAllocator, 0, p.folder(c), m)
+}
+
+// acquired folds the allocator's answer for the items of p.asking, all of
+// them (a refusal or a wrong answer for one leaves the others granted, so
+// that the rollback gives back what they took); it returns the first
+// error of the op's own.
+func (p *upsertPlan) acquired(c *Core, o *op, reply any) error {
 	rep := reply.(*messages.AllocAcquired)
-	if rep.Err != nil {
-		it.err = fmt.Errorf("%s: %w", StepAcquire, rep.Err)
+	if len(rep.Items) != len(p.asking) {
+		return fmt.Errorf("the allocator answered %d services of %d", len(rep.Items), len(p.asking)) // the op's error: the step prefixes it
+	}
+	var first error
+	for n, i := range p.asking {
+		if err := p.acquiredItem(c, o, int(i), &rep.Items[n]); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// acquiredItem folds the allocator's answer r for item i: the fresh IDs
+// are bound to their backends at once (a restarted allocator is told they
+// are in use). A refusal fails that service alone: the allocator took
+// nothing for it, and it gives back the backends it held.
+func (p *upsertPlan) acquiredItem(c *Core, o *op, i int, r *messages.AcquiredItem) error {
+	it := &p.items[i]
+	if r.Err != nil {
+		it.err = fmt.Errorf("%s: %w", StepAcquire, r.Err)
 		p.unholdAll(c, o, it)
 		return nil
 	}
-	if len(rep.BackendIDs) != len(it.fresh) {
-		return fmt.Errorf("the allocator gave %d backend IDs for %d backends", len(rep.BackendIDs), len(it.fresh)) // the op's error: the step prefixes it
+	if len(r.BackendIDs) != len(it.fresh) {
+		return fmt.Errorf("the allocator gave %d backend IDs for %d backends", len(r.BackendIDs), len(it.fresh)) // the op's error: the step prefixes it
 	}
 	if it.old == nil {
 		if o.svcHolds == nil {
 			o.svcHolds = make([]messages.AllocBinding, 0, p.asked)
 		}
-		o.svcHolds = append(o.svcHolds, messages.AllocBinding{Key: it.svc.Frontend(), ID: uint64(rep.ServiceID), Refs: 1})
+		o.svcHolds = append(o.svcHolds, messages.AllocBinding{Key: it.svc.Frontend(), ID: uint64(r.ServiceID), Refs: 1})
 	}
-	p.grant(c, o, it, rep.ServiceID, rep.BackendIDs)
+	p.grant(c, o, it, r.ServiceID, r.BackendIDs)
 	return nil
 }
 

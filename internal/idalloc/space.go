@@ -29,20 +29,26 @@ func (s *Space[I]) Take(n int) ([]I, error) {
 	if n == 0 {
 		return nil, nil
 	}
+	return s.TakeAppend(make([]I, 0, n), n)
+}
+
+// TakeAppend is Take appending the IDs to dst (one array for the IDs of
+// several takes); on error dst is returned unchanged.
+func (s *Space[I]) TakeAppend(dst []I, n int) ([]I, error) {
 	if free := uint64(s.max) - uint64(s.used.len()); uint64(n) > free {
-		return nil, fmt.Errorf("%w: %d ids wanted, %d of %d free", ErrIDSpaceExhausted, n, free, s.max)
+		return dst, fmt.Errorf("%w: %d ids wanted, %d of %d free", ErrIDSpaceExhausted, n, free, s.max)
 	}
-	ids := make([]I, 0, n)
+	want := len(dst) + n
 	id := s.cursor
-	for len(ids) < n { // ends: at least n IDs are free
+	for len(dst) < want { // ends: at least n IDs are free
 		if !s.used.has(uint64(id)) {
 			s.used.add(uint64(id))
-			ids = append(ids, id)
+			dst = append(dst, id)
 		}
 		id = s.next(id)
 	}
 	s.cursor = id
-	return ids, nil
+	return dst, nil
 }
 
 // Claim marks id in use (a restore: the owner says which IDs it has).

@@ -37,6 +37,26 @@ func TestSpaceTakesFreeIDsInCursorOrderAllOrNothing(t *testing.T) {
 	}
 }
 
+// TakeAppend appends after what dst holds, and a refused take leaves dst
+// as it was and takes nothing.
+func TestSpaceTakeAppendAppendsAndLeavesDstOnRefusal(t *testing.T) {
+	s := NewSpace[uint32](4)
+	ids, err := s.TakeAppend([]uint32{9}, 2)
+	if err != nil || len(ids) != 3 || ids[0] != 9 || ids[1] != 1 || ids[2] != 2 {
+		t.Fatalf("TakeAppend([9], 2) = %v, %v; want [9 1 2]", ids, err)
+	}
+	got, err := s.TakeAppend(ids, 3)
+	if !errors.Is(err, ErrIDSpaceExhausted) || len(got) != 3 {
+		t.Fatalf("TakeAppend(3) with two free = %v, %v; want the 3 given back and ErrIDSpaceExhausted", got, err)
+	}
+	if s.Len() != 2 {
+		t.Fatalf("a refused TakeAppend took IDs: %d in use, want 2", s.Len())
+	}
+	if got, err = s.TakeAppend(got, 0); err != nil || len(got) != 3 {
+		t.Fatalf("TakeAppend(0) = %v, %v; want dst unchanged", got, err)
+	}
+}
+
 func TestSpaceRefusesBadClaimsAndFrees(t *testing.T) {
 	s := NewSpace[uint32](10)
 	for _, tc := range []struct {
