@@ -16,7 +16,10 @@
 //     when a flush message to itself comes back, after the messages that
 //     were in its mailbox: the requests of every op they advanced go to
 //     each child together (one message per child: the request itself, or
-//     a messages.Batch of several).
+//     a messages.Batch of several). While the core's outbox is urgent
+//     (Core.Urgent: it holds a request of a large op, a batch's run), the
+//     supervisor sends it at once, after the input, so that the children
+//     start on a large op while the calls queued behind it are stepped.
 //   - The allocator (allocator.go) owns the service and backend ID
 //     spaces (internal/idalloc): service IDs bound to their frontends,
 //     backend IDs only as in use or free (the core's backend index binds

@@ -226,10 +226,7 @@ func (s *Supervisor) Receive(ctx actor.Context) {
 		s.step(ctx, engine.TakeIn{})
 	case *flush:
 		s.flushing = false
-		for _, out := range s.core.Ready().Requests {
-			ctx.Request(s.children[out.Child], out.Msg)
-		}
-		s.core.Advance()
+		s.flush(ctx)
 	case messages.Reply, *messages.Replies, messages.Call:
 		s.step(ctx, m)
 	}
@@ -244,7 +241,10 @@ func (s *Supervisor) step(ctx actor.Context, in engine.Input) {
 	for _, a := range s.core.Answers() {
 		a.Call.Answer(a.Reply)
 	}
-	if !s.flushing && s.core.HasReady() {
+	switch {
+	case s.core.Urgent():
+		s.flush(ctx) // the flush queued, if any, finds what comes after
+	case !s.flushing && s.core.HasReady():
 		s.flushing = true
 		ctx.Send(ctx.Self(), &flush{})
 	}
@@ -258,6 +258,14 @@ func (s *Supervisor) step(ctx actor.Context, in engine.Input) {
 			ctx.Send(s.children[name], &indexMirror{})
 		}
 	}
+}
+
+// flush sends the core's outbox.
+func (s *Supervisor) flush(ctx actor.Context) {
+	for _, out := range s.core.Ready().Requests {
+		ctx.Request(s.children[out.Child], out.Msg)
+	}
+	s.core.Advance()
 }
 
 func (s *Supervisor) props(name string) *actor.Props {

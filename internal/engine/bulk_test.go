@@ -219,3 +219,28 @@ func mustAddr(t *testing.T, s string) lb.L3n4Addr {
 	}
 	return a
 }
+
+// The outbox is urgent while it holds a request of an op of urgentKeys
+// queue keys or more (a batch's run: its children may start at once),
+// not for a single call's op, and no longer once sent.
+func TestOutboxIsUrgentWithALargeOpsRequestsUntilSent(t *testing.T) {
+	h := newHarness(t)
+	n := urgentKeys/2 + 1 // services of one backend: two keys each
+	h.call(batchOf(t, 1, n))
+	if !h.c.Urgent() {
+		t.Fatalf("not urgent with the acquire of a run of %d keys", 2*n)
+	}
+	h.expectAny()
+	if h.c.Urgent() {
+		t.Fatal("still urgent once the outbox was sent")
+	}
+	h.flushAnswering(t)
+	h.call(upsert(svc(t, "10.96.9.1:80", "10.0.9.1:8080")))
+	if h.c.Urgent() {
+		t.Fatal("urgent with a single call's acquire")
+	}
+	h.flushAnswering(t)
+	if got := len(h.answered); got != 2 {
+		t.Fatalf("%d calls answered, want 2", got)
+	}
+}

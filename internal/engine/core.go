@@ -85,6 +85,7 @@ type Core struct {
 	sending    []Outgoing                 // Ready's array, reused (valid until Advance)
 	answers    []Answer                   // reused once every answer was taken
 	taken      int                        // answers handed out by Answers
+	urgent     bool                       // the outbox holds a request of a large op (Urgent)
 
 	// Stats.
 	requestsSent, childMessages uint64
@@ -271,6 +272,7 @@ func (c *Core) Ready() Ready {
 
 // Advance acknowledges the last Ready: its requests were sent.
 func (c *Core) Advance() {
+	c.urgent = false
 	clear(c.sending) // the messages are the children's now
 	for i, ps := range &c.outbox {
 		if len(ps) == 0 {

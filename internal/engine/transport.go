@@ -64,7 +64,21 @@ func (c *Core) request(o *op, child string, item int, f fold, msg messages.Reque
 func (c *Core) enqueue(p *pendingReq) {
 	p.sent = false
 	c.outbox[p.child] = append(c.outbox[p.child], p)
+	if p.op != nil && len(p.op.keys) >= urgentKeys {
+		c.urgent = true
+	}
 }
+
+// urgentKeys is the size (queue keys: services and backends) from which
+// an op's requests make the outbox urgent (Urgent).
+const urgentKeys = 256
+
+// Urgent reports whether the outbox holds a request of a large op (of
+// urgentKeys or more): the children have work worth starting on at once,
+// rather than after the inputs queued meanwhile (the supervisor sends the
+// outbox after each input while it is urgent, and otherwise once those
+// inputs are stepped, so that small requests travel together).
+func (c *Core) Urgent() bool { return c.urgent }
 
 // onReply folds a child's reply to request id into its op.
 func (c *Core) onReply(id uint64, reply any) {
