@@ -97,7 +97,9 @@
 //     more Steps (their requests then travel together). Send each
 //     Outgoing to its child, then call Advance before the next Step.
 //     Advance marks the requests sent (only sent requests are resent
-//     when a child fails) and empties the outbox.
+//     when a child fails) and empties the outbox. While Urgent reports
+//     a large op's requests there, send them after that Step, without
+//     waiting for more.
 //  4. Step the children's replies, and tell the core when a child failed
 //     (ChildFailed, with the message it failed on) or stopped and was
 //     spawned again (ChildStopped).
