@@ -226,15 +226,16 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 			return err
 		}
 		u0, s0 := cpuSplit()
-		cpu0, gc0, f0, start := cpuTime(), gcCPUTime(), minorFaults(), time.Now()
+		gc0, f0, start := gcCPUTime(), minorFaults(), time.Now()
 		if err := forAll(chunk(bulk, bulkBatch), callers, func(c []*lb.Service) error {
 			rs, err := e.UpsertBatch(ctx, c)
 			return firstErr(rs, err, func(r actorlb.UpsertResult) error { return r.Err })
 		}); err != nil {
 			return err
 		}
-		bulkTimes, bulkCPUs = append(bulkTimes, time.Since(start)), append(bulkCPUs, cpuTime()-cpu0)
+		bulkTimes = append(bulkTimes, time.Since(start))
 		u1, s1 := cpuSplit()
+		bulkCPUs = append(bulkCPUs, u1-u0+s1-s0)
 		bulkUser, bulkSys = append(bulkUser, u1-u0), append(bulkSys, s1-s0)
 		bulkGCs, bulkFaults = append(bulkGCs, gcCPUTime()-gc0), append(bulkFaults, minorFaults()-f0)
 		if err := retire(e, dir, nil); err != nil {
@@ -720,14 +721,6 @@ type rawMap struct {
 	vals [][]byte
 }
 
-// floors writes the bulk scenario's entries to fresh pinned maps: once
-// with one update per entry, three times with one BatchUpdate per map
-// (the median counts).
-func floors(root string, sizes maps.Sizes, svcs []*lb.Service) (put, batch time.Duration, err error) {
-	f, err := floorsCPU(root, sizes, svcs)
-	return f.put, f.batch, err
-}
-
 // floorTimes are the floors' wall and CPU times.
 type floorTimes struct {
 	put, batch       time.Duration
@@ -771,7 +764,7 @@ func floorsCPU(root string, sizes maps.Sizes, svcs []*lb.Service) (f floorTimes,
 			raws = append(raws, rawMap{m, x.k, x.v})
 		}
 		u0, s0 := cpuSplit()
-		cpu0, start := cpuTime(), time.Now()
+		start := time.Now()
 		for _, r := range raws {
 			if pass == 0 {
 				for i := range r.keys {
@@ -783,8 +776,9 @@ func floorsCPU(root string, sizes maps.Sizes, svcs []*lb.Service) (f floorTimes,
 				return f, err
 			}
 		}
-		d, cpu := time.Since(start), cpuTime()-cpu0
+		d := time.Since(start)
 		u1, s1 := cpuSplit()
+		cpu := u1 - u0 + s1 - s0
 		for _, r := range raws {
 			r.m.Close()
 		}
