@@ -25,6 +25,13 @@ type deletePlan struct {
 	releaser
 }
 
+// deleteOne is the op of a delete of one frontend, allocated together.
+type deleteOne struct {
+	op   op
+	plan deletePlan
+	key  [1]qkey
+}
+
 // deleteItem is one frontend of a delete plan.
 type deleteItem struct {
 	fe   lb.L3n4Addr
@@ -38,7 +45,17 @@ type deleteItem struct {
 }
 
 func (c *Core) deleteOp(items []deleteItem) *op {
-	o := &op{plan: &deletePlan{items: items}, keys: make([]qkey, len(items))}
+	var o *op
+	if len(items) == 1 {
+		// A single call's op: the op, its plan and its one key in one
+		// allocation.
+		d := &deleteOne{}
+		d.plan.items = items
+		d.op.plan, d.op.keys = &d.plan, d.key[:]
+		o = &d.op
+	} else {
+		o = &op{plan: &deletePlan{items: items}, keys: make([]qkey, len(items))}
+	}
 	for i, it := range items {
 		o.keys[i] = feQueue(it.fe)
 	}
@@ -109,6 +126,11 @@ func (p *deletePlan) deleteServices(c *Core, o *op) {
 // backend services of the op shared, once: by the drop that leaves it
 // unbound). The op holds the service IDs until it releases them.
 func (p *deletePlan) commit(c *Core, o *op) {
+	var n [2]int // the most backends the drops can free
+	for it := range p.live {
+		n[famIndex(it.old.Family())] += len(it.old.Spec.Backends)
+	}
+	p.expectFrees(o, n)
 	for it := range p.live {
 		c.backendsLeft(it.old, nil)
 		fam := it.old.Family()

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"slices"
+
 	"github.com/actorlb/actorlb/internal/table"
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/maps"
@@ -269,6 +271,16 @@ func (c *Core) releaseServices(o *op, fes []lb.L3n4Addr) {
 func releasedServices(o *op, _ int, reply any) error {
 	o.svcHolds = nil
 	return reply.(*messages.AllocReleased).Err
+}
+
+// expectFrees makes room for up to n[f] more freed backend IDs of family
+// index f, so that freeing a service's backends one by one does not grow
+// the lists through every size on the way.
+func (r *releaser) expectFrees(o *op, n [2]int) {
+	for f := range n {
+		r.freed[f] = slices.Grow(r.freed[f], n[f])
+	}
+	o.freed = slices.Grow(o.freed, n[0]+n[1])
 }
 
 // free records that backend ID id, of a service of family f, is unbound:

@@ -77,11 +77,30 @@ func (c *Core) upsertOp(specs []*lb.Service, to *waiter, slots []int) *op {
 	for _, spec := range specs {
 		n += 1 + len(spec.Backends)
 	}
-	o := &op{plan: newUpsertPlan(specs, to, slots), keys: make([]qkey, 0, n)}
+	var o *op
+	if len(specs) == 1 {
+		// A single call's op: the op, its plan and its one item in one
+		// allocation.
+		u := &upsertOne{}
+		u.item[0] = upsertItem{spec: specs[0], to: to, slot: slots[0]}
+		u.plan.items = u.item[:]
+		u.op.plan = &u.plan
+		o = &u.op
+		o.keys = make([]qkey, 0, n)
+	} else {
+		o = &op{plan: newUpsertPlan(specs, to, slots), keys: make([]qkey, 0, n)}
+	}
 	for _, spec := range specs {
 		o.keys = appendUpsertKeys(o.keys, spec)
 	}
 	return o
+}
+
+// upsertOne is the op of an upsert of one service, allocated together.
+type upsertOne struct {
+	op   op
+	plan upsertPlan
+	item [1]upsertItem
 }
 
 // newUpsertPlan is the plan of upserting specs for to, spec i answering

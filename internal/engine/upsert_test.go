@@ -3,10 +3,12 @@ package engine
 import (
 	"net/netip"
 	"testing"
+	"unsafe"
 
 	"github.com/actorlb/actorlb/internal/table"
 	"github.com/actorlb/actorlb/internal/testutil"
 	lb "github.com/actorlb/actorlb/loadbalancer"
+	"github.com/actorlb/actorlb/maps"
 	"github.com/stretchr/testify/require"
 )
 
@@ -50,4 +52,61 @@ func TestOldBackendsFindEachBackendOnceByScanOrMap(t *testing.T) {
 	var none oldBackends // a new service: nothing to find
 	_, ok := none.take(table.BackendKey(backend(1)))
 	require.False(t, ok)
+}
+
+// A single call's op (one service to upsert, one frontend to delete) is
+// the op, its plan and its item in one allocation, plus the upsert's
+// queue keys; a batch's op keeps its parts apart, the plan holding every
+// item.
+func TestASingleCallsOpIsOneAllocation(t *testing.T) {
+	svcs := benchServices(2, 10)
+	slots := []int{0, 1}
+	var o *op
+	allocs := testing.AllocsPerRun(100, func() { o = (&Core{}).upsertOp(svcs[:1], nil, slots[:1]) })
+	require.Equal(t, 2.0, allocs, "the upsert op and its keys")
+	require.Len(t, o.keys, 11, "the frontend's queue and ten backends'")
+	p := o.plan.(*upsertPlan)
+	require.Len(t, p.items, 1)
+	require.Same(t, svcs[0], p.items[0].spec)
+	require.Equal(t, 0, p.items[0].slot)
+
+	o = (&Core{}).upsertOp(svcs, nil, slots)
+	p = o.plan.(*upsertPlan)
+	require.Len(t, p.items, 2)
+	require.Same(t, svcs[1], p.items[1].spec)
+	require.Equal(t, 1, p.items[1].slot)
+
+	items := []deleteItem{{fe: svcs[0].Frontend.L3n4Addr}}
+	allocs = testing.AllocsPerRun(100, func() { o = (&Core{}).deleteOp(items) })
+	require.Equal(t, 1.0, allocs, "the delete op, its plan and its key")
+	require.Equal(t, []qkey{feQueue(svcs[0].Frontend.L3n4Addr)}, o.keys)
+	require.Len(t, o.plan.(*deletePlan).items, 1)
+}
+
+// Freeing the backends of the services an op drops fills the room
+// expectFrees made: the freed lists are grown once, not through every size
+// on the way.
+func TestFreeingBackendsFillsTheRoomExpectFreesMade(t *testing.T) {
+	var r releaser
+	o := &op{}
+	r.expectFrees(o, [2]int{10, 3})
+	require.GreaterOrEqual(t, cap(r.freed[0]), 10)
+	require.GreaterOrEqual(t, cap(r.freed[1]), 3)
+	require.GreaterOrEqual(t, cap(o.freed), 13)
+	arrays := []*uint32{unsafe.SliceData(r.freed[0]), unsafe.SliceData(r.freed[1]), unsafe.SliceData(o.freed)}
+	for i := range 10 {
+		r.free(o, maps.IPv4, lb.BackendID(i+1))
+	}
+	for i := range 3 {
+		r.free(o, maps.IPv6, lb.BackendID(100+i))
+	}
+	require.Equal(t, []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, r.freed[0])
+	require.Equal(t, []uint32{100, 101, 102}, r.freed[1])
+	require.Equal(t, []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 100, 101, 102}, o.freed)
+	require.Equal(t, arrays, []*uint32{unsafe.SliceData(r.freed[0]), unsafe.SliceData(r.freed[1]), unsafe.SliceData(o.freed)}, "a list was grown again")
+
+	// Room for more adds to what is there.
+	r.expectFrees(o, [2]int{5, 0})
+	require.GreaterOrEqual(t, cap(r.freed[0]), 15)
+	require.Equal(t, []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, r.freed[0])
 }
