@@ -481,6 +481,11 @@ func (c *Core) startUpserts(svcs []*lb.Service, base int, w *waiter, lane *bulkL
 				if !first {
 					n = min(n, runKeysMax)
 				}
+				if first {
+					// The run may take the rest of the call (most do).
+					m := len(svcs) - (i - base)
+					run, runIdx = make([]*lb.Service, 0, m), make([]int, 0, m)
+				}
 				first = false
 				ro = &op{keys: make([]qkey, 0, n)}
 			}

@@ -126,9 +126,18 @@ func appendUpsertKeys(keys []qkey, spec *lb.Service) []qkey {
 }
 
 func (p *upsertPlan) start(c *Core, o *op) []step {
+	// The items' backend index lists (acquireIdx, fresh) in one array.
+	n := 0
+	for i := range p.items {
+		n += 2 * len(p.items[i].spec.Backends)
+	}
+	idx := make([]int, n)
 	live := 0
 	for i := range p.items {
-		if it := &p.items[i]; c.planUpsert(it) == nil {
+		it := &p.items[i]
+		k := 2 * len(it.spec.Backends)
+		it.acquireIdx, idx = idx[:0:k], idx[k:]
+		if c.planUpsert(it) == nil {
 			live++
 		}
 	}
@@ -180,7 +189,7 @@ func (c *Core) planUpsert(it *upsertItem) error {
 		old = newOldBackends(it.old)
 	}
 	bs := it.svc.Spec.Backends
-	idx := make([]int, 0, 2*len(bs)) // acquireIdx and fresh in one allocation
+	idx := it.acquireIdx[: 0 : 2*len(bs)] // room for both lists (start)
 	it.acquireIdx, it.fresh = idx[:0:len(bs)], idx[len(bs):len(bs):2*len(bs)]
 	for i, b := range bs {
 		k := table.BackendKey(b)
