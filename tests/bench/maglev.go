@@ -131,7 +131,7 @@ func maglevServiceScenarios(res *results, root string, n, callers int, log *logr
 			suffix = "_" + how
 		}
 		res.add(scen, "create_services_per_s"+suffix, float64(len(svcs))/wall.Seconds(), "services/s")
-		res.add(scen, "create_cpu_us_per_service"+suffix, float64(cpu.Microseconds())/float64(len(svcs)), "us")
+		res.add(scen, "create_cpu_us_per_service"+suffix, usPer(cpu, len(svcs)), "us")
 		if how == "batched" {
 			// A warm restart: ready once every table was read, built
 			// again and compared.
@@ -157,7 +157,7 @@ func maglevServiceScenarios(res *results, root string, n, callers int, log *logr
 				return fmt.Errorf("%s: delete: %w", scen, err)
 			}
 			res.add(scen, "delete_services_per_s", float64(len(svcs))/wall.Seconds(), "services/s")
-			res.add(scen, "delete_cpu_us_per_service", float64(cpu.Microseconds())/float64(len(svcs)), "us")
+			res.add(scen, "delete_cpu_us_per_service", usPer(cpu, len(svcs)), "us")
 		}
 		if err := retire(e, dir, nil); err != nil {
 			return err

@@ -207,10 +207,10 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 	putFloor, batchFloor := fl.put, fl.batch
 	res.add("floor", "put_services_per_s", float64(bulkN)/putFloor.Seconds(), "services/s")
 	res.add("floor", "batch_services_per_s", float64(bulkN)/batchFloor.Seconds(), "services/s")
-	res.add("floor", "put_cpu_us_per_service", float64(fl.putCPU.Microseconds())/float64(bulkN), "us")
-	res.add("floor", "batch_cpu_us_per_service", float64(fl.batchCPU.Microseconds())/float64(bulkN), "us")
-	res.add("floor", "batch_user_cpu_us_per_service", float64(fl.batchUser.Microseconds())/float64(bulkN), "us")
-	res.add("floor", "batch_system_cpu_us_per_service", float64(fl.batchSys.Microseconds())/float64(bulkN), "us")
+	res.add("floor", "put_cpu_us_per_service", usPer(fl.putCPU, bulkN), "us")
+	res.add("floor", "batch_cpu_us_per_service", usPer(fl.batchCPU, bulkN), "us")
+	res.add("floor", "batch_user_cpu_us_per_service", usPer(fl.batchUser, bulkN), "us")
+	res.add("floor", "batch_system_cpu_us_per_service", usPer(fl.batchSys, bulkN), "us")
 
 	// Bulk through UpsertBatch: callers goroutines, bulkBatch services per
 	// call, three rounds on fresh engines and maps; the median is reported.
@@ -247,11 +247,11 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 	res.add("bulk-10k-x10", "services_per_s", float64(bulkN)/batched.Seconds(), "services/s")
 	res.add("bulk-10k-x10", "ratio_to_put_floor", putFloor.Seconds()/batched.Seconds(), "x")
 	res.add("bulk-10k-x10", "ratio_to_batch_floor", batchFloor.Seconds()/batched.Seconds(), "x")
-	res.add("bulk-10k-x10", "cpu_us_per_service", float64(median(bulkCPUs).Microseconds())/float64(bulkN), "us")
+	res.add("bulk-10k-x10", "cpu_us_per_service", usPer(median(bulkCPUs), bulkN), "us")
 	res.add("bulk-10k-x10", "cpu_ratio_to_batch_floor", median(bulkCPUs).Seconds()/fl.batchCPU.Seconds(), "x")
-	res.add("bulk-10k-x10", "user_cpu_us_per_service", float64(median(bulkUser).Microseconds())/float64(bulkN), "us")
-	res.add("bulk-10k-x10", "system_cpu_us_per_service", float64(median(bulkSys).Microseconds())/float64(bulkN), "us")
-	res.add("bulk-10k-x10", "gc_cpu_us_per_service", float64(median(bulkGCs).Microseconds())/float64(bulkN), "us")
+	res.add("bulk-10k-x10", "user_cpu_us_per_service", usPer(median(bulkUser), bulkN), "us")
+	res.add("bulk-10k-x10", "system_cpu_us_per_service", usPer(median(bulkSys), bulkN), "us")
+	res.add("bulk-10k-x10", "gc_cpu_us_per_service", usPer(median(bulkGCs), bulkN), "us")
 	res.add("bulk-10k-x10", "page_faults_per_service", float64(median(bulkFaults))/float64(bulkN), "faults")
 
 	// The same services as one call, the shape of a Kubernetes initial
@@ -285,7 +285,7 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 			}
 		}
 		res.add("bulk-10k-x10", "services_per_s_"+how, float64(bulkN)/median(walls).Seconds(), "services/s")
-		res.add("bulk-10k-x10", "cpu_us_per_service_"+how, float64(median(cpus).Microseconds())/float64(bulkN), "us")
+		res.add("bulk-10k-x10", "cpu_us_per_service_"+how, usPer(median(cpus), bulkN), "us")
 		res.add("bulk-10k-x10", "alloc_bytes_per_service_"+how, median(allocs), "bytes")
 		res.add("bulk-10k-x10", "page_faults_per_service_"+how, median(faults), "faults")
 	}
@@ -381,8 +381,8 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 	res.add("bulk-10k-x10", "services_per_s_single_calls", rate, "services/s")
 	res.add("bulk-10k-x10", "ratio_to_put_floor_single_calls", putFloor.Seconds()/bulkTime.Seconds(), "x")
 	res.add("bulk-10k-x10", "ratio_to_batch_floor_single_calls", batchFloor.Seconds()/bulkTime.Seconds(), "x")
-	res.add("bulk-10k-x10", "cpu_us_per_service_single_calls", float64(bulkCPU.Microseconds())/float64(bulkN), "us")
-	res.add("bulk-10k-x10", "gc_cpu_us_per_service_single_calls", float64(bulkGC.Microseconds())/float64(bulkN), "us")
+	res.add("bulk-10k-x10", "cpu_us_per_service_single_calls", usPer(bulkCPU, bulkN), "us")
+	res.add("bulk-10k-x10", "gc_cpu_us_per_service_single_calls", usPer(bulkGC, bulkN), "us")
 	res.add("bulk-10k-x10", "allocs_per_service", float64(m1.Mallocs-m0.Mallocs)/float64(bulkN), "allocs")
 	res.add("bulk-10k-x10", "alloc_bytes_per_service", float64(m1.TotalAlloc-m0.TotalAlloc)/float64(bulkN), "bytes")
 	res.add("bulk-10k-x10", "requests_per_child_message", float64(st1.RequestsSent-st0.RequestsSent)/float64(max(1, st1.ChildMessages-st0.ChildMessages)), "requests")
@@ -392,7 +392,7 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 	} {
 		a, b := st0.Steps[step.name], st1.Steps[step.name]
 		if n := b.Count - a.Count; n > 0 {
-			res.add("bulk-10k-x10", step.metric, float64((b.Total-a.Total).Microseconds())/float64(n), "us")
+			res.add("bulk-10k-x10", step.metric, usPer(b.Total-a.Total, int(n)), "us")
 		}
 	}
 	res.add("bulk-10k-x10", "cores_busy", bulkCPU.Seconds()/bulkTime.Seconds(), "cores")
@@ -1061,10 +1061,10 @@ func insertDelete(res *results, root string, sizes maps.Sizes, n, callers, batch
 	// rounds, user and system apart), the batch floor's for the same
 	// entries, and the cores the engine kept busy (CPU over wall, as the
 	// median round).
-	res.add("insert-50k-x1", "cpu_us_per_service", float64(median(insCPUs).Microseconds())/float64(n), "us")
-	res.add("insert-50k-x1", "user_cpu_us_per_service", float64(median(insUser).Microseconds())/float64(n), "us")
-	res.add("insert-50k-x1", "system_cpu_us_per_service", float64(median(insSys).Microseconds())/float64(n), "us")
-	res.add("insert-50k-x1", "batch_floor_cpu_us_per_service", float64(fl.batchCPU.Microseconds())/float64(n), "us")
+	res.add("insert-50k-x1", "cpu_us_per_service", usPer(median(insCPUs), n), "us")
+	res.add("insert-50k-x1", "user_cpu_us_per_service", usPer(median(insUser), n), "us")
+	res.add("insert-50k-x1", "system_cpu_us_per_service", usPer(median(insSys), n), "us")
+	res.add("insert-50k-x1", "batch_floor_cpu_us_per_service", usPer(fl.batchCPU, n), "us")
 	res.add("insert-50k-x1", "cpu_ratio_to_batch_floor", median(insCPUs).Seconds()/fl.batchCPU.Seconds(), "x")
 	res.add("insert-50k-x1", "cores_busy", median(insCPUs).Seconds()/median(inss).Seconds(), "cores")
 	res.add("insert-50k-x1", "delete_services_per_s", float64(n)/median(dels).Seconds(), "services/s")
@@ -1147,6 +1147,12 @@ func retire(e *actorlb.Engine, dir string, err error) error {
 		return err
 	}
 	return maps.Remove(dir)
+}
+
+// usPer is d in microseconds (whole ones, as Duration.Microseconds
+// gives) per one of n: the CPU rows' "µs per service".
+func usPer(d time.Duration, n int) float64 {
+	return float64(d.Microseconds()) / float64(n)
 }
 
 // median returns the median of xs.
