@@ -478,15 +478,14 @@ func (c *Core) startUpserts(svcs []*lb.Service, base int, w *waiter, lane *bulkL
 		if !exists && !queued {
 			if ro == nil {
 				n := 1 + len(svc.Backends) + left // the rest of the call, for its first run
-				if !first {
-					n = min(n, runKeysMax)
-				}
 				if first {
 					// The run may take the rest of the call (most do).
 					m := len(svcs) - (i - base)
 					run, runIdx = make([]*lb.Service, 0, m), make([]int, 0, m)
+					first = false
+				} else {
+					n = min(n, runKeysMax)
 				}
-				first = false
 				ro = &op{keys: make([]qkey, 0, n)}
 			}
 			for j, k := range keys {

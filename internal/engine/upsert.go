@@ -82,14 +82,14 @@ func (c *Core) upsertOp(specs []*lb.Service, to *waiter, slots []int) *op {
 		// A single call's op: the op, its plan and its one item in one
 		// allocation.
 		u := &upsertOne{}
-		u.item[0] = upsertItem{spec: specs[0], to: to, slot: slots[0]}
+		u.item[0] = newUpsertItem(specs[0], to, slots[0])
 		u.plan.items = u.item[:]
 		u.op.plan = &u.plan
 		o = &u.op
-		o.keys = make([]qkey, 0, n)
 	} else {
-		o = &op{plan: newUpsertPlan(specs, to, slots), keys: make([]qkey, 0, n)}
+		o = &op{plan: newUpsertPlan(specs, to, slots)}
 	}
+	o.keys = make([]qkey, 0, n)
 	for _, spec := range specs {
 		o.keys = appendUpsertKeys(o.keys, spec)
 	}
@@ -108,9 +108,14 @@ type upsertOne struct {
 func newUpsertPlan(specs []*lb.Service, to *waiter, slots []int) *upsertPlan {
 	p := &upsertPlan{items: make([]upsertItem, len(specs))}
 	for i, spec := range specs {
-		p.items[i] = upsertItem{spec: spec, to: to, slot: slots[i]}
+		p.items[i] = newUpsertItem(spec, to, slots[i])
 	}
 	return p
+}
+
+// newUpsertItem is the item of upserting spec for to, answering in slot.
+func newUpsertItem(spec *lb.Service, to *waiter, slot int) upsertItem {
+	return upsertItem{spec: spec, to: to, slot: slot}
 }
 
 // appendUpsertKeys appends the queues an upsert of spec waits in: its
@@ -136,10 +141,10 @@ func (p *upsertPlan) start(c *Core, o *op) []step {
 	for i := range p.items {
 		it := &p.items[i]
 		k := 2 * len(it.spec.Backends)
-		it.acquireIdx, idx = idx[:0:k], idx[k:]
-		if c.planUpsert(it) == nil {
+		if c.planUpsert(it, idx[:k:k]) == nil {
 			live++
 		}
+		idx = idx[k:]
 	}
 	if live == 0 {
 		return nil
@@ -160,9 +165,10 @@ var upsertSteps = []step{
 	{name: StepReuseBackendIDs, send: on((*upsertPlan).reuse)},
 }
 
-// planUpsert checks it against the table and plans it; the error (also
-// in it.err) fails this service alone.
-func (c *Core) planUpsert(it *upsertItem) error {
+// planUpsert checks it against the table and plans it, its backend
+// index lists (acquireIdx, fresh) in room, two per backend; the error
+// (also in it.err) fails this service alone.
+func (c *Core) planUpsert(it *upsertItem, room []int) error {
 	fe := it.spec.Frontend.L3n4Addr
 	want := it.spec.Frontend.ID
 	if id, ok := c.byFE.Get(fe); ok {
@@ -189,8 +195,7 @@ func (c *Core) planUpsert(it *upsertItem) error {
 		old = newOldBackends(it.old)
 	}
 	bs := it.svc.Spec.Backends
-	idx := it.acquireIdx[: 0 : 2*len(bs)] // room for both lists (start)
-	it.acquireIdx, it.fresh = idx[:0:len(bs)], idx[len(bs):len(bs):2*len(bs)]
+	it.acquireIdx, it.fresh = room[:0:len(bs)], room[len(bs):len(bs):2*len(bs)]
 	for i, b := range bs {
 		k := table.BackendKey(b)
 		if j, mine := old.take(k); mine {
