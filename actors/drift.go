@@ -38,20 +38,28 @@ func diffEntries[E, K comparable](got, want []E, key func(E) K) (writes []E, del
 }
 
 // reconcileMap checks m's pin (re-pinning it if it was removed or
-// replaced) and makes m hold exactly want, writes first, then deletes
-// (make-before-break: a service slot never points at a backend that is
-// written after it). The mirror is not changed: it is what was written,
-// the map is what drifted.
-func reconcileMap[E, K comparable](m maps.Map[E, K], want []E, key func(E) K) messages.Drift {
+// replaced) and makes m hold exactly what its owner wrote: n entries,
+// those has accepts, listed by want. The map is first compared as it is
+// read, against has, with nothing built (Map.Holds): the common case,
+// where nothing drifted, costs the dump and a lookup an entry. Only when
+// that finds a difference (or cannot tell) is the dump compared exactly
+// (diffEntries, which builds an index of it), and the repairs written:
+// writes first, then deletes (make-before-break: a service slot never
+// points at a backend that is written after it). The mirror is not
+// changed: it is what was written, the map is what drifted.
+func reconcileMap[E, K comparable](m maps.Map[E, K], n int, has func(E) bool, want func() []E, key func(E) K) messages.Drift {
 	d := messages.Drift{Map: m.Name()}
 	d.Pin, d.Err = checkPin(m)
-	got, err := m.Dump()
+	got, same, err := m.Holds(n, has)
 	if err != nil {
 		d.Err = errors.Join(d.Err, err)
 		return d
 	}
-	ws, ds, n := diffEntries(got, want, key)
-	d.Missing, d.Changed, d.Extra = n.Missing, n.Changed, n.Extra
+	if same {
+		return d
+	}
+	ws, ds, c := diffEntries(got.Slice(), want(), key)
+	d.Missing, d.Changed, d.Extra = c.Missing, c.Changed, c.Extra
 	if err := m.Update(ws); err != nil {
 		d.Err = errors.Join(d.Err, err)
 		return d
@@ -85,11 +93,24 @@ func checkPin(m interface {
 // reconcile is reconcileMap for the mirror's map.
 func (o *mirror[E, K, V]) reconcile() messages.Drift {
 	o.index()
-	return reconcileMap(o.m, o.collect(), func(e E) K { k, _ := o.split(e); return k })
+	return reconcileMap(o.m, o.entries.len(), o.holds, o.collect, func(e E) K { k, _ := o.split(e); return k })
+}
+
+// holds reports whether the mirror holds e, exactly as its owner would
+// write it.
+func (o *mirror[E, K, V]) holds(e E) bool {
+	k, _ := o.split(e)
+	v, ok := o.entries.get(k)
+	return ok && o.join(k, v) == e
 }
 
 // reconcile is reconcileMap for the service mirror's map.
 func (o *svcMirror) reconcile() messages.Drift {
 	o.index()
-	return reconcileMap(o.m, o.collect(), func(e maps.ServiceEntry) maps.ServiceKey { return e.Key })
+	c := cursor{o: o}
+	holds := func(e maps.ServiceEntry) bool {
+		v, ok := c.get(e.Key)
+		return ok && v == e.Value
+	}
+	return reconcileMap(o.m, o.n, holds, o.collect, func(e maps.ServiceEntry) maps.ServiceKey { return e.Key })
 }

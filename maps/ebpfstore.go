@@ -94,11 +94,11 @@ func (s *ebpfStore[K, V]) delete(keys []K) error {
 	return nil
 }
 
-func (s *ebpfStore[K, V]) dump(chunk func([]K, []V), reset func()) error {
+func (s *ebpfStore[K, V]) dump(chunk func([]K, []V), reset func()) (distinct bool, err error) {
 	if s.batch.Load() {
 		err := s.dumpBatch(chunk, reset)
 		if err == nil || !errors.Is(err, ebpf.ErrNotSupported) {
-			return err
+			return err == nil, err
 		}
 		s.batch.Store(false)
 		reset()
@@ -119,10 +119,10 @@ func (s *ebpfStore[K, V]) dump(chunk func([]K, []V), reset func()) error {
 		}
 	}
 	if err := it.Err(); err != nil {
-		return fmt.Errorf("iterate: %w", err)
+		return false, fmt.Errorf("iterate: %w", err)
 	}
 	chunk(keys, values)
-	return nil
+	return false, nil
 }
 
 // dumpBatch reads the map with batch lookups, each into fresh buffers

@@ -24,6 +24,13 @@ type Map[E, KT any] interface {
 	// they are iterated (see Entries): for a reader that goes through
 	// them once or twice.
 	DumpEntries() (Entries[E], error)
+	// Holds dumps the map and reports whether it holds exactly n entries
+	// under n distinct keys, each of which has accepts (a drift check's
+	// common case, decided without building anything); the dump comes
+	// back either way. False is not proof of a difference (a dump that
+	// may repeat keys, or a key read in another encoding than its own,
+	// answers false): compare the dump exactly then.
+	Holds(n int, has func(E) bool) (Entries[E], bool, error)
 	// Lookup returns the entry for key and whether it exists.
 	Lookup(key KT) (E, bool, error)
 	// Counters returns the number of entries written and deleted so far.
@@ -199,18 +206,68 @@ func (m *typedMap[E, KT, K, V]) Dump() ([]E, error) {
 }
 
 func (m *typedMap[E, KT, K, V]) DumpEntries() (Entries[E], error) {
-	// The raw chunks are kept as they come (no growing slice copied over
-	// and over) and decoded as the list is read.
-	var ks [][]K
-	var vs [][]V
-	n := 0
-	err := m.st.dump(func(keys []K, values []V) {
-		ks, vs, n = append(ks, keys), append(vs, values), n+len(keys)
-	}, func() { ks, vs, n = nil, nil, 0 })
+	d, err := m.dumpRaw()
 	if err != nil {
-		return Entries[E]{}, fmt.Errorf("dump %s: %w", m.Name(), err)
+		return Entries[E]{}, err
 	}
-	return dumpedEntries(ks, vs, n, m.c.decode), nil
+	return dumpedEntries(d.ks, d.vs, d.n, m.c.decode), nil
+}
+
+// rawDump is a dump as read: the raw chunks (the values of chunk c are
+// vs[c], as many as its keys), n entries in all; distinct says whether it
+// read each raw key once (store.dump).
+type rawDump[K, V any] struct {
+	ks       [][]K
+	vs       [][]V
+	n        int
+	distinct bool
+}
+
+// dumpRaw dumps the map, keeping the raw chunks as they come (no growing
+// slice copied over and over), to be decoded as they are read.
+func (m *typedMap[E, KT, K, V]) dumpRaw() (rawDump[K, V], error) {
+	var d rawDump[K, V]
+	var err error
+	d.distinct, err = m.st.dump(func(keys []K, values []V) {
+		d.ks, d.vs, d.n = append(d.ks, keys), append(d.vs, values), d.n+len(keys)
+	}, func() { d.ks, d.vs, d.n = nil, nil, 0 })
+	if err != nil {
+		return rawDump[K, V]{}, fmt.Errorf("dump %s: %w", m.Name(), err)
+	}
+	return d, nil
+}
+
+// Holds dumps the map and reports whether it holds exactly n entries, each
+// of which has accepts, under n distinct keys: it does when the dump read
+// each raw key once (store.dump's distinct), every key read is the
+// encoding of the entry decoded from it (so that no two raw keys decode to
+// one entry key: a key written with stray bytes in its padding does not),
+// and n entries were read, each accepted. It answers false at the first
+// entry that fails (the rest are not decoded), and returns the dump either
+// way, for the caller's exact comparison when it answers false.
+func (m *typedMap[E, KT, K, V]) Holds(n int, has func(E) bool) (Entries[E], bool, error) {
+	d, err := m.dumpRaw()
+	if err != nil {
+		return Entries[E]{}, false, err
+	}
+	es := dumpedEntries(d.ks, d.vs, d.n, m.c.decode)
+	if !d.distinct || d.n != n {
+		return es, false, nil
+	}
+	var e E
+	for c, kc := range d.ks {
+		vc := d.vs[c][:len(kc)]
+		for i := range kc {
+			m.c.decode(&e, &kc[i], &vc[i])
+			if !has(e) {
+				return es, false, nil
+			}
+			if k, _, err := m.c.encode(e); err != nil || k != kc[i] {
+				return es, false, nil
+			}
+		}
+	}
+	return es, true, nil
 }
 
 func (m *typedMap[E, KT, K, V]) Lookup(key KT) (E, bool, error) {

@@ -55,8 +55,12 @@ type store[K rawKey, V rawValue] interface {
 	delete(keys []K) error
 	// dump returns every entry, in no particular order.
 	// dump hands every entry to chunk, a chunk at a time (chunk may keep
-	// the slices). If it must start over, it calls reset first.
-	dump(chunk func(keys []K, values []V), reset func()) error
+	// the slices). If it must start over, it calls reset first. distinct
+	// reports whether the dump read each key once: a batch lookup reads a
+	// hash map bucket by bucket, each bucket whole and once, and a key
+	// lives in one bucket; an iteration (get-next-key) may read a key
+	// again when the map changes under it.
+	dump(chunk func(keys []K, values []V), reset func()) (distinct bool, err error)
 	lookup(key K) (V, bool, error)
 	close() error
 	// pinPath, checkPin and repin: see Map.PinPath, CheckPin, Repin.
@@ -104,7 +108,7 @@ func (s *memStore[K, V]) delete(keys []K) error {
 	return nil
 }
 
-func (s *memStore[K, V]) dump(chunk func([]K, []V), _ func()) error {
+func (s *memStore[K, V]) dump(chunk func([]K, []V), _ func()) (bool, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	keys := make([]K, 0, len(s.entries))
@@ -118,7 +122,7 @@ func (s *memStore[K, V]) dump(chunk func([]K, []V), _ func()) error {
 		values[i] = s.entries[k]
 	}
 	chunk(keys, values)
-	return nil
+	return true, nil
 }
 
 func (s *memStore[K, V]) lookup(key K) (V, bool, error) {
@@ -174,9 +178,9 @@ func (s *faultyStore[K, V]) delete(keys []K) error {
 	return s.store.delete(keys)
 }
 
-func (s *faultyStore[K, V]) dump(chunk func([]K, []V), reset func()) error {
+func (s *faultyStore[K, V]) dump(chunk func([]K, []V), reset func()) (bool, error) {
 	if err := s.check(OpDump, 0); err != nil {
-		return err
+		return false, err
 	}
 	return s.store.dump(chunk, reset)
 }
