@@ -28,7 +28,8 @@
 // on a heap already faulted in, *_prefaulted, with the cost of one first
 // write of a fresh page),
 // reconcile-10k-x10 (one drift check of the restored maps after each
-// restart, nothing to repair: wall and CPU time, against the raw dump),
+// restart, nothing to repair: wall and CPU time, against the raw dump,
+// and the bytes it allocates),
 // sequential-2k-x10 (2,000 single Upsert calls of 10-backend services one
 // after the other on an otherwise idle engine, with the supervisor's ID
 // lease and without it, three alternated rounds each on fresh engines:

@@ -429,6 +429,7 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 	// small VM).
 	var readies, dumps, typed, readyCPU, dumpCPU []time.Duration
 	var recWall, recCPU []time.Duration
+	var recAlloc []float64
 	var warmFaults, warmAllocs []float64
 	recRepairs := 0
 	restoreSteps := map[string][]time.Duration{}
@@ -464,13 +465,17 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 			return err
 		}
 		// One reconcile of the restored maps (nothing to repair): what the
-		// periodic drift check costs at this size.
+		// periodic drift check costs at this size, and what it allocates.
+		var r0, r1 runtime.MemStats
+		runtime.ReadMemStats(&r0)
 		cpu0, t0 := cpuTime(), time.Now()
 		ds, err := e.Reconcile(ctx)
 		if err != nil {
 			return err
 		}
 		recWall, recCPU = append(recWall, time.Since(t0)), append(recCPU, cpuTime()-cpu0)
+		runtime.ReadMemStats(&r1)
+		recAlloc = append(recAlloc, float64(r1.TotalAlloc-r0.TotalAlloc)/(1<<20))
 		for _, d := range ds {
 			recRepairs += d.Repairs()
 		}
@@ -502,6 +507,7 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 	res.add("reconcile-10k-x10", "ms", float64(median(recWall).Microseconds())/1000, "ms")
 	res.add("reconcile-10k-x10", "cpu_ms", float64(median(recCPU).Microseconds())/1000, "ms")
 	res.add("reconcile-10k-x10", "ratio_to_batch_dump", median(recWall).Seconds()/dumpTime.Seconds(), "x")
+	res.add("reconcile-10k-x10", "alloc_mib", median(recAlloc), "MiB")
 	res.add("reconcile-10k-x10", "repairs", float64(recRepairs), "entries")
 	res.add("restore-10k-x10", "map_writes", writes, "entries")
 	res.add("restore-10k-x10", "services", float64(restored), "count")
