@@ -183,6 +183,17 @@ func TestReconcileRepairsExactlyWhatDrifted(t *testing.T) {
 		require.NoError(t, mr.load())
 		_, _, err := mr.apply(svcEntries(fam, 0, 200, 3), nil)
 		require.NoError(t, err)
+		// Some frontends the mirror holds whole (a slot the compact form
+		// cannot hold: flags, a hole).
+		whole := svcEntries(fam, 500, 5, 3)
+		for i := range whole {
+			if whole[i].Key.Slot == 2 {
+				whole[i].Value.Flags = 1
+			}
+		}
+		_, _, err = mr.apply(whole, nil)
+		require.NoError(t, err)
+		require.Equal(t, 5, mr.whole.Len(), "frontends held whole")
 		for round := range 30 {
 			var dels []maps.ServiceKey
 			var ws []maps.ServiceEntry
