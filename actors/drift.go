@@ -108,9 +108,5 @@ func (o *mirror[E, K, V]) holds(e E) bool {
 func (o *svcMirror) reconcile() messages.Drift {
 	o.index()
 	c := cursor{o: o}
-	holds := func(e maps.ServiceEntry) bool {
-		v, ok := c.get(e.Key)
-		return ok && v == e.Value
-	}
-	return reconcileMap(o.m, o.n, holds, o.collect, func(e maps.ServiceEntry) maps.ServiceKey { return e.Key })
+	return reconcileMap(o.m, o.n, c.holds, o.collect, func(e maps.ServiceEntry) maps.ServiceKey { return e.Key })
 }

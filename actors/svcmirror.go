@@ -265,6 +265,12 @@ func (c *cursor) get(k maps.ServiceKey) (maps.ServiceValue, bool) {
 	return maps.ServiceValue{}, false
 }
 
+// holds reports whether the mirror holds e: its key, with its value.
+func (c *cursor) holds(e maps.ServiceEntry) bool {
+	v, ok := c.get(e.Key)
+	return ok && v == e.Value
+}
+
 // fits reports whether v at slot fits the cursor's frontend compact (a
 // frontend the mirror does not hold yet included).
 func (c *cursor) fits(slot uint16, v maps.ServiceValue) bool {
@@ -463,10 +469,7 @@ func (c *cursor) delCompact(slot uint16) {
 func (o *svcMirror) apply(writes []maps.ServiceEntry, deletes []maps.ServiceKey) (written, deleted int, err error) {
 	o.index()
 	c := cursor{o: o}
-	ws, copied := changedOnly(writes, o.ws, func(e maps.ServiceEntry) bool {
-		cur, ok := c.get(e.Key)
-		return !ok || cur != e.Value
-	})
+	ws, copied := changedOnly(writes, o.ws, func(e maps.ServiceEntry) bool { return !c.holds(e) })
 	ds := o.ds[:0]
 	defer func() {
 		o.ws, o.ds = scratch(o.ws, ws, copied, ds)
