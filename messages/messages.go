@@ -271,7 +271,8 @@ type Replies struct {
 // ---- Supervisor -> map owners. Every request carries a ReqID the reply echoes.
 
 // MapApply writes then deletes entries of one map, in the given order.
-// Entries equal to what the map already holds are skipped.
+// Entries equal to what the map already holds are skipped. Its slices
+// are lent (see the package doc): the owner keeps none once it answered.
 type MapApply[E, K any] struct {
 	ReqID   uint64
 	Writes  []E
@@ -315,6 +316,7 @@ type (
 )
 
 // RevNATApply writes and deletes revNAT entries of both families.
+// Its slices are lent, as MapApply's.
 type RevNATApply struct {
 	ReqID    uint64
 	Writes   []maps.RevNATEntry // family from the address

@@ -82,6 +82,7 @@ type Core struct {
 	intake     []*intakeCall              // large calls being taken in, oldest first (intake.go)
 	lease      idLease                    // IDs leased from the allocator (lease.go)
 	outbox     [numChildren][]*pendingReq // by childIndex
+	spares     mapSpares                  // slices of answered map writes, for the next (spares.go)
 	sending    []Outgoing                 // Ready's array, reused (valid until Advance)
 	answers    []Answer                   // reused once every answer was taken
 	taken      int                        // answers handed out by Answers

@@ -111,14 +111,14 @@ func (p *deletePlan) deleteServices(c *Core, o *op) {
 	var ds [2][]maps.ServiceKey
 	for f := range ds {
 		if n[f] > 0 {
-			ds[f] = make([]maps.ServiceKey, 0, n[f])
+			ds[f] = c.spares.svcDeletes.take(n[f])
 		}
 	}
 	for it := range p.live {
 		f := famIndex(it.old.Family())
 		ds[f] = appendAllKeys(ds[f], it.old) // master first
 	}
-	c.applyServices(o, [2][]maps.ServiceEntry{}, ds)
+	c.lendServices(o, [2][]maps.ServiceEntry{}, ds)
 }
 
 // commit drops the services from the table; their backends that no

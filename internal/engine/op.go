@@ -219,6 +219,9 @@ func (c *Core) complete(o *op) {
 	}
 	o.done = true
 	c.inflight--
+	if c.inflight == 0 {
+		c.spares.trim() // at rest: what single calls use (spares.go)
+	}
 	c.bulkBusy -= o.bulk
 	err := o.err
 	if err != nil && o.rbErr != nil {

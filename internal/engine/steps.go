@@ -47,18 +47,38 @@ const (
 // applyServices sends each family's service map owner its writes (slots
 // then masters, make before break) and deletes (masters first).
 func (c *Core) applyServices(o *op, writes [2][]maps.ServiceEntry, deletes [2][]maps.ServiceKey) {
+	c.serviceRequests(o, writes, deletes, false)
+}
+
+// lendServices is applyServices for slices made for these requests alone
+// (each writes and deletes slice sent once, none kept by the op): they
+// go to the core's spares once answered (spares.go).
+func (c *Core) lendServices(o *op, writes [2][]maps.ServiceEntry, deletes [2][]maps.ServiceKey) {
+	c.serviceRequests(o, writes, deletes, true)
+}
+
+func (c *Core) serviceRequests(o *op, writes [2][]maps.ServiceEntry, deletes [2][]maps.ServiceKey, lent bool) {
 	for f := range families {
 		if len(writes[f]) > 0 || len(deletes[f]) > 0 {
-			c.request(o, svcChild(families[f]), 0, replyErr, &messages.ServiceApply{ReqID: c.reqID(), Writes: writes[f], Deletes: deletes[f]})
+			c.send(o, svcChild(families[f]), 0, replyErr, &messages.ServiceApply{ReqID: c.reqID(), Writes: writes[f], Deletes: deletes[f]}, lent)
 		}
 	}
 }
 
 // applyBackends is applyServices for the backend maps.
 func (c *Core) applyBackends(o *op, writes [2][]maps.BackendEntry, deletes [2][]uint32) {
+	c.backendRequests(o, writes, deletes, false)
+}
+
+// lendBackendWrites is lendServices for the backend maps' writes.
+func (c *Core) lendBackendWrites(o *op, writes [2][]maps.BackendEntry) {
+	c.backendRequests(o, writes, [2][]uint32{}, true)
+}
+
+func (c *Core) backendRequests(o *op, writes [2][]maps.BackendEntry, deletes [2][]uint32, lent bool) {
 	for f := range families {
 		if len(writes[f]) > 0 || len(deletes[f]) > 0 {
-			c.request(o, beChild(families[f]), 0, replyErr, &messages.BackendApply{ReqID: c.reqID(), Writes: writes[f], Deletes: deletes[f]})
+			c.send(o, beChild(families[f]), 0, replyErr, &messages.BackendApply{ReqID: c.reqID(), Writes: writes[f], Deletes: deletes[f]}, lent)
 		}
 	}
 }
@@ -66,10 +86,19 @@ func (c *Core) applyBackends(o *op, writes [2][]maps.BackendEntry, deletes [2][]
 // applyRevNAT sends the revNAT owner writes (of both families) and
 // deletes by family.
 func (c *Core) applyRevNAT(o *op, writes []maps.RevNATEntry, deletes [2][]uint16) {
+	c.revNATRequest(o, writes, deletes, false)
+}
+
+// lendRevNATWrites is lendServices for the revNAT owner's writes.
+func (c *Core) lendRevNATWrites(o *op, writes []maps.RevNATEntry) {
+	c.revNATRequest(o, writes, [2][]uint16{}, true)
+}
+
+func (c *Core) revNATRequest(o *op, writes []maps.RevNATEntry, deletes [2][]uint16, lent bool) {
 	if len(writes) == 0 && len(deletes[0]) == 0 && len(deletes[1]) == 0 {
 		return
 	}
-	c.request(o, ChildRevNAT, 0, replyErr, &messages.RevNATApply{ReqID: c.reqID(), Writes: writes, Deletes4: deletes[0], Deletes6: deletes[1]})
+	c.send(o, ChildRevNAT, 0, replyErr, &messages.RevNATApply{ReqID: c.reqID(), Writes: writes, Deletes4: deletes[0], Deletes6: deletes[1]}, lent)
 }
 
 // applyMembers sends the lb_members owner writes and deletes, and the

@@ -24,6 +24,9 @@ type pendingReq struct {
 	// sent is set once the request has left the outbox: only requests a
 	// child has seen are sent again when it fails.
 	sent bool
+	// lent: msg's slices are the core's spares, lent to the child until
+	// it answers (spares.go); cleared when the request is sent again.
+	lent bool
 }
 
 // childName returns the name of the child p is for.
@@ -50,8 +53,15 @@ func (c *Core) reqID() uint64 { return c.reqs.reserve() }
 // current step; f folds its reply (for item). Folds are plain functions,
 // not bound methods, so that a request allocates only itself.
 func (c *Core) request(o *op, child string, item int, f fold, msg messages.Request) {
+	c.send(o, child, item, f, msg, false)
+}
+
+// send is request; lent says msg's slices were made for it alone (from
+// the core's spares, or new) and go to the spares once the child answers
+// (spares.go).
+func (c *Core) send(o *op, child string, item int, f fold, msg messages.Request, lent bool) {
 	id := msg.RequestID()
-	p := &pendingReq{op: o, child: uint8(childIndex(child)), msg: msg, item: int32(item), fold: f}
+	p := &pendingReq{op: o, child: uint8(childIndex(child)), msg: msg, item: int32(item), fold: f, lent: lent}
 	o.pending++
 	c.reqs.set(id, p)
 	c.enqueue(p)
@@ -62,6 +72,11 @@ func (c *Core) request(o *op, child string, item int, f fold, msg messages.Reque
 // made (after a crash: the allocator's fresh snapshot first, see
 // snapshotFirst).
 func (c *Core) enqueue(p *pendingReq) {
+	if p.sent {
+		// Sent again: the first copy may still be in the child's
+		// mailbox when this one is answered, so its slices stay its.
+		p.lent = false
+	}
 	p.sent = false
 	c.outbox[p.child] = append(c.outbox[p.child], p)
 	if p.op != nil && len(p.op.keys) >= urgentKeys {
@@ -91,6 +106,9 @@ func (c *Core) onReply(id uint64, reply any) {
 	o.pending--
 	if p.fold != nil {
 		o.fail(p.fold(o, int(p.item), reply))
+	}
+	if p.lent {
+		c.spares.giveBack(p.msg)
 	}
 	c.advance(o)
 }

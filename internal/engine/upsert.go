@@ -532,8 +532,13 @@ func (p *upsertPlan) writeBackends(c *Core, o *op) {
 		nbe[famIndex(it.svc.Family())] += len(it.svc.Spec.Backends)
 		nsvc++
 	}
-	bes := [2][]maps.BackendEntry{make([]maps.BackendEntry, 0, nbe[0]), make([]maps.BackendEntry, 0, nbe[1])}
-	revs := make([]maps.RevNATEntry, 0, nsvc)
+	var bes [2][]maps.BackendEntry
+	for f, n := range nbe {
+		if n > 0 {
+			bes[f] = c.spares.beWrites.take(n)
+		}
+	}
+	revs := c.spares.revWrites.take(nsvc)
 	var ms []maps.MemberEntry
 	var as []maps.AffinityMatchKey
 	var rs []maps.SourceRangeKey
@@ -545,8 +550,8 @@ func (p *upsertPlan) writeBackends(c *Core, o *op) {
 		as = append(as, table.AffinityMatches(it.svc)...)
 		rs = append(rs, table.SourceRanges(it.svc)...)
 	}
-	c.applyBackends(o, bes, [2][]uint32{})
-	c.applyRevNAT(o, revs, [2][]uint16{})
+	c.lendBackendWrites(o, bes)
+	c.lendRevNATWrites(o, revs)
 	c.applyMembers(o, ms, nil, as, nil)
 	// Before the master: a master carrying FlagSourceRange never goes
 	// live without its ranges (the datapath would drop every client).
@@ -558,7 +563,12 @@ func (p *upsertPlan) writeService(c *Core, o *op) {
 	for it := range p.live {
 		n[famIndex(it.svc.Family())] += table.ServiceEntriesMax(it.svc)
 	}
-	ws := [2][]maps.ServiceEntry{make([]maps.ServiceEntry, 0, n[0]), make([]maps.ServiceEntry, 0, n[1])}
+	var ws [2][]maps.ServiceEntry
+	for f := range n {
+		if n[f] > 0 {
+			ws[f] = c.spares.svcWrites.take(n[f])
+		}
+	}
 	var ds [2][]maps.ServiceKey
 	var mg maglevs
 	for it := range p.live {
@@ -567,7 +577,7 @@ func (p *upsertPlan) writeService(c *Core, o *op) {
 		ds[f] = append(ds[f], staleKeys(it.svc, it.maxSlots, it.maxInner, it.old != nil && it.old.Spec.TwoScopes())...)
 		mg.put(it.svc, it.old)
 	}
-	c.applyServices(o, ws, ds)
+	c.lendServices(o, ws, ds) // ds: appended to nil, the request's alone
 	// Beside the service: its backends are written, and those it drops
 	// are deleted only after the commit.
 	c.applyMaglev(o, mg)

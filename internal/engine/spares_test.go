@@ -1,0 +1,194 @@
+package engine
+
+import (
+	"fmt"
+	"testing"
+
+	lb "github.com/actorlb/actorlb/loadbalancer"
+	"github.com/actorlb/actorlb/maps"
+	"github.com/actorlb/actorlb/messages"
+	"github.com/stretchr/testify/require"
+)
+
+func TestSparesLendTheSmallestSliceWithRoomWithinTheirBounds(t *testing.T) {
+	var s spares[int]
+	require.Nil(t, s.take(0), "nothing to hold: no slice")
+	fresh := s.take(5)
+	require.Equal(t, 0, len(fresh))
+	require.Equal(t, 5, cap(fresh), "nothing kept: a new slice of the size asked")
+
+	small, mid, big := make([]int, 3, 10), make([]int, 7, 100), make([]int, 0, 1000)
+	s.give(big)
+	s.give(small)
+	s.give(mid)
+	require.Equal(t, 1110, s.room)
+
+	got := s.take(50)
+	require.Equal(t, 0, len(got), "a kept slice comes back empty")
+	require.Equal(t, 100, cap(got), "the smallest with room")
+	require.Same(t, &mid[:1][0], &got[:1][0])
+	got = s.take(10)
+	require.Same(t, &small[:1][0], &got[:1][0])
+	got = s.take(1001)
+	require.Equal(t, 1001, cap(got), "none has room: a new one")
+	require.Equal(t, 1000, s.room, "the big one is still kept")
+
+	// The bounds: room summed over the slices, and their count.
+	s.give(make([]int, 0, sparesEntries-1000+1))
+	require.Equal(t, 1000, s.room, "a slice past the room bound is left to the collector")
+	s = spares[int]{}
+	for range sparesKept + 3 {
+		s.give(make([]int, 0, 1))
+	}
+	require.Len(t, s.free, sparesKept)
+	require.Equal(t, sparesKept, s.room)
+	s.give(nil)
+	require.Len(t, s.free, sparesKept)
+}
+
+func TestTrimmingSparesDropsTheLargestFirst(t *testing.T) {
+	var s spares[int]
+	for _, n := range []int{300, 10, 200, 20, 100} {
+		s.give(make([]int, 0, n))
+	}
+	s.trim(130)
+	require.Equal(t, 130, s.room)
+	var caps []int
+	for _, xs := range s.free {
+		caps = append(caps, cap(xs))
+	}
+	require.ElementsMatch(t, []int{10, 20, 100}, caps)
+	s.trim(sparesIdle)
+	require.Equal(t, 130, s.room, "within the bound: nothing dropped")
+	s.give(make([]int, 0, 2*sparesIdle))
+	s.trim(sparesIdle)
+	require.Equal(t, 130, s.room, "a slice larger than the bound never stays")
+}
+
+// Once no op is in flight the core keeps what single calls use, not the
+// arrays of the large ops that ran.
+func TestAnEngineAtRestKeepsSmallSparesOnly(t *testing.T) {
+	h := newHarness(t)
+	create(t, h, svc(t, "10.96.0.1:80", "10.0.1.1:8080"), 1, 1)
+	h.call(upsert(svc(t, "10.96.0.2:80", "10.0.2.1:8080")))
+	h.expect("alloc: acquire service 10.96.0.2:80/TCP backends [10.0.2.1:8080/TCP]")
+	// A large op's arrays come back while this one is in flight.
+	h.c.spares.svcWrites.give(make([]maps.ServiceEntry, 0, 4*sparesIdle))
+	h.c.spares.beWrites.give(make([]maps.BackendEntry, 0, 4*sparesIdle))
+	h.reply("alloc", acquired(2, 2))
+	h.flushAnswering(t)
+	h.expectAnswers("upsert: id 2 created true")
+	require.Zero(t, h.c.stats().OpsInFlight)
+	for _, room := range []int{h.c.spares.svcWrites.room, h.c.spares.svcDeletes.room, h.c.spares.beWrites.room, h.c.spares.revWrites.room} {
+		require.LessOrEqual(t, room, sparesIdle)
+	}
+	require.Equal(t, 2, h.c.spares.svcWrites.room, "the ops' own service writes, two entries, are kept")
+	require.Equal(t, 1, h.c.spares.beWrites.room)
+}
+
+// sameArray reports whether a and b share their first element's memory.
+func sameArray[E any](a, b []E) bool {
+	return cap(a) > 0 && cap(b) > 0 && &a[:1][0] == &b[:1][0]
+}
+
+// An answered write request's slices hold the next op's entries: the
+// second upsert's backend, revNAT and service writes are made in the
+// first one's arrays (and say the second one's entries).
+func TestAnsweredWritesAreFilledAgainByTheNextOp(t *testing.T) {
+	h := newHarness(t)
+	first := h.upsertCapturing(t, "10.96.0.1:80", []string{"10.0.1.1:8080", "10.0.1.2:8080"}, 1, 1, 2,
+		"be4: write [1=10.0.1.1:8080 2=10.0.1.2:8080]", "revnat: write [1=10.96.0.1:80]",
+		"svc4: write [10.96.0.1:80/TCP#1 10.96.0.1:80/TCP#2 10.96.0.1:80/TCP#0]")
+	second := h.upsertCapturing(t, "10.96.0.2:80", []string{"10.0.2.1:8080", "10.0.2.2:8080"}, 2, 3, 4,
+		"be4: write [3=10.0.2.1:8080 4=10.0.2.2:8080]", "revnat: write [2=10.96.0.2:80]",
+		"svc4: write [10.96.0.2:80/TCP#1 10.96.0.2:80/TCP#2 10.96.0.2:80/TCP#0]")
+	require.True(t, sameArray(first.be, second.be), "backend writes in a new array")
+	require.True(t, sameArray(first.rev, second.rev), "revNAT writes in a new array")
+	require.True(t, sameArray(first.svc, second.svc), "service writes in a new array")
+
+	// A delete's service keys are lent too: the next delete's are made
+	// in the same array.
+	var dels [][]maps.ServiceKey
+	for _, fe := range []string{"10.96.0.1:80", "10.96.0.2:80"} {
+		h.call(deleteFE(t, fe))
+		h.expect("svc4: write [] delete [" + fe + "/TCP#0 " + fe + "/TCP#1 " + fe + "/TCP#2]")
+		dels = append(dels, h.sent[ChildService4][0].(*messages.ServiceApply).Deletes)
+		h.flushAnswering(t)
+	}
+	require.True(t, sameArray(dels[0], dels[1]), "service deletes in a new array")
+}
+
+// A request sent twice (its owner failed, with it or with it queued) is
+// never lent again: the first copy may be answered while the second is
+// still in the owner's mailbox, so its arrays stay the request's.
+func TestARequestSentTwiceIsNeverFilledAgain(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		failed bool // the owner failed on this request (else on another, with it queued)
+	}{{"failed on it", true}, {"failed with it queued", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.call(upsert(svc(t, "10.96.0.1:80", "10.0.1.1:8080")))
+			h.expect("alloc: acquire service 10.96.0.1:80/TCP backends [10.0.1.1:8080/TCP]")
+			h.reply("alloc", acquired(1, 1))
+			h.expect("be4: write [1=10.0.1.1:8080]", "revnat: write [1=10.96.0.1:80]")
+			h.reply("be4", ok())
+			h.reply("revnat", ok())
+			const write1 = "svc4: write [10.96.0.1:80/TCP#1 10.96.0.1:80/TCP#0]"
+			h.expect(write1)
+			sent := h.sent[ChildService4][0].(*messages.ServiceApply)
+			failed := ChildFailed{Child: ChildService4}
+			if tc.failed {
+				failed.Failed = sent
+			}
+			h.step(failed)
+			h.expect(write1)             // sent again, the same request
+			h.reply(ChildService4, ok()) // the first copy's answer
+			h.reply(ChildService4, ok()) // the second's, ignored
+			h.expectAnswers("upsert: id 1 created true")
+
+			h.call(upsert(svc(t, "10.96.0.2:80", "10.0.2.1:8080")))
+			h.expect("alloc: acquire service 10.96.0.2:80/TCP backends [10.0.2.1:8080/TCP]")
+			h.reply("alloc", acquired(2, 2))
+			h.expect("be4: write [2=10.0.2.1:8080]", "revnat: write [2=10.96.0.2:80]")
+			h.reply("be4", ok())
+			h.reply("revnat", ok())
+			h.expect("svc4: write [10.96.0.2:80/TCP#1 10.96.0.2:80/TCP#0]")
+			next := h.sent[ChildService4][0].(*messages.ServiceApply)
+			require.False(t, sameArray(sent.Writes, next.Writes), "a request sent twice was filled again")
+			require.Equal(t, write1, ChildService4+": "+printRequest(sent), "the request sent twice changed")
+			h.reply(ChildService4, ok())
+			h.expectAnswers("upsert: id 2 created true")
+		})
+	}
+}
+
+// lentWrites are the slices of the write requests of one upsert, as
+// sent (once answered, a request's lent slices are no longer its).
+type lentWrites struct {
+	be  []maps.BackendEntry
+	rev []maps.RevNATEntry
+	svc []maps.ServiceEntry
+}
+
+// upsertCapturing creates fe with backends, granted svcID and
+// backendIDs, expecting its writes as printed (backends, revNAT, then
+// service), and returns the write requests.
+func (h *harness) upsertCapturing(t *testing.T, fe string, backends []string, svcID lb.ServiceID, b1, b2 lb.BackendID, beWrite, revWrite, svcWrite string) lentWrites {
+	t.Helper()
+	var w lentWrites
+	h.call(upsert(svc(t, fe, backends...)))
+	h.expect("alloc: acquire service " + fe + "/TCP backends [" + backends[0] + "/TCP " + backends[1] + "/TCP]")
+	h.reply("alloc", acquired(svcID, b1, b2))
+	h.expect(beWrite, revWrite)
+	w.be = h.sent[ChildBackend4][0].(*messages.BackendApply).Writes
+	w.rev = h.sent[ChildRevNAT][0].(*messages.RevNATApply).Writes
+	h.reply(ChildBackend4, ok())
+	h.reply(ChildRevNAT, ok())
+	h.expect(svcWrite)
+	w.svc = h.sent[ChildService4][0].(*messages.ServiceApply).Writes
+	h.reply(ChildService4, ok())
+	h.expect()
+	h.expectAnswers(fmt.Sprintf("upsert: id %d created true", svcID))
+	return w
+}
