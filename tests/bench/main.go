@@ -218,6 +218,7 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 	var bulkTimes []time.Duration
 	var bulkCPUs, bulkGCs, bulkUser, bulkSys []time.Duration
 	var bulkFaults []int64
+	var bulkAllocs []float64
 	stopBatched := profileTo(batchedProfile)
 	for round := range 3 {
 		dir := fmt.Sprintf("%s/bulk-%d", root, round)
@@ -225,6 +226,8 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 		if err != nil {
 			return err
 		}
+		var m0, m1 runtime.MemStats
+		runtime.ReadMemStats(&m0)
 		u0, s0 := cpuSplit()
 		gc0, f0, start := gcCPUTime(), minorFaults(), time.Now()
 		if err := forAll(chunk(bulk, bulkBatch), callers, func(c []*lb.Service) error {
@@ -238,6 +241,8 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 		bulkCPUs = append(bulkCPUs, u1-u0+s1-s0)
 		bulkUser, bulkSys = append(bulkUser, u1-u0), append(bulkSys, s1-s0)
 		bulkGCs, bulkFaults = append(bulkGCs, gcCPUTime()-gc0), append(bulkFaults, minorFaults()-f0)
+		runtime.ReadMemStats(&m1)
+		bulkAllocs = append(bulkAllocs, float64(m1.TotalAlloc-m0.TotalAlloc)/float64(bulkN))
 		if err := retire(e, dir, nil); err != nil {
 			return err
 		}
@@ -253,6 +258,7 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 	res.add("bulk-10k-x10", "system_cpu_us_per_service", usPer(median(bulkSys), bulkN), "us")
 	res.add("bulk-10k-x10", "gc_cpu_us_per_service", usPer(median(bulkGCs), bulkN), "us")
 	res.add("bulk-10k-x10", "page_faults_per_service", float64(median(bulkFaults))/float64(bulkN), "faults")
+	res.add("bulk-10k-x10", "alloc_bytes_per_service_batched", median(bulkAllocs), "bytes")
 
 	// The same services as one call, the shape of a Kubernetes initial
 	// sync: one UpsertBatch, then one SyncSource, of all of them, three
