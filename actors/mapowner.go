@@ -46,6 +46,7 @@ type indexMirror struct{}
 // in the mailbox meanwhile goes to the kernel in one batch.
 type batcher[R any] struct {
 	buf      []queuedReq[R]
+	reqs     []R // flush's scratch
 	flushing bool
 }
 
@@ -69,16 +70,27 @@ func (b *batcher[R]) add(ctx actor.Context, req R) {
 // safe, and writes first keep make-before-break. A single request, or a
 // batch that fails, is applied request by request (applyOne) so that each
 // gets its own answer.
+//
+// The batcher keeps its arrays for the next flush (emptied, and cleared:
+// the requests they pointed to are answered), up to scratchMax requests.
 func (b *batcher[R]) flush(ctx actor.Context, applyAll func([]R) error, applyOne func(R) *messages.MapApplied, reqID func(R) uint64) {
 	buf := b.buf
 	b.buf = nil
-	replies := make([]any, len(buf))
+	defer func() { clear(buf); b.buf = kept(buf) }()
+	if len(buf) == 1 {
+		ctx.Send(buf[0].sender, applyOne(buf[0].req))
+		return
+	}
+	replies := make([]any, len(buf)) // sent: not kept
 	if len(buf) > 1 {
-		reqs := make([]R, len(buf))
-		for i, p := range buf {
-			reqs[i] = p.req
+		reqs := grown(b.reqs, len(buf))
+		for _, p := range buf {
+			reqs = append(reqs, p.req)
 		}
-		if applyAll(reqs) == nil {
+		err := applyAll(reqs)
+		clear(reqs)
+		b.reqs = kept(reqs)
+		if err == nil {
 			for i, p := range buf {
 				replies[i] = &messages.MapApplied{ReqID: reqID(p.req)}
 			}
