@@ -128,15 +128,8 @@ func TestARequestSentTwiceIsNeverFilledAgain(t *testing.T) {
 	}{{"failed on it", true}, {"failed with it queued", false}} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t)
-			h.call(upsert(svc(t, "10.96.0.1:80", "10.0.1.1:8080")))
-			h.expect("alloc: acquire service 10.96.0.1:80/TCP backends [10.0.1.1:8080/TCP]")
-			h.reply("alloc", acquired(1, 1))
-			h.expect("be4: write [1=10.0.1.1:8080]", "revnat: write [1=10.96.0.1:80]")
-			h.reply("be4", ok())
-			h.reply("revnat", ok())
 			const write1 = "svc4: write [10.96.0.1:80/TCP#1 10.96.0.1:80/TCP#0]"
-			h.expect(write1)
-			sent := h.sent[ChildService4][0].(*messages.ServiceApply)
+			sent := h.upsertToServiceWrite(t, "10.96.0.1:80", "10.0.1.1:8080", 1)
 			failed := ChildFailed{Child: ChildService4}
 			if tc.failed {
 				failed.Failed = sent
@@ -147,20 +140,28 @@ func TestARequestSentTwiceIsNeverFilledAgain(t *testing.T) {
 			h.reply(ChildService4, ok()) // the second's, ignored
 			h.expectAnswers("upsert: id 1 created true")
 
-			h.call(upsert(svc(t, "10.96.0.2:80", "10.0.2.1:8080")))
-			h.expect("alloc: acquire service 10.96.0.2:80/TCP backends [10.0.2.1:8080/TCP]")
-			h.reply("alloc", acquired(2, 2))
-			h.expect("be4: write [2=10.0.2.1:8080]", "revnat: write [2=10.96.0.2:80]")
-			h.reply("be4", ok())
-			h.reply("revnat", ok())
-			h.expect("svc4: write [10.96.0.2:80/TCP#1 10.96.0.2:80/TCP#0]")
-			next := h.sent[ChildService4][0].(*messages.ServiceApply)
+			next := h.upsertToServiceWrite(t, "10.96.0.2:80", "10.0.2.1:8080", 2)
 			require.False(t, sameArray(sent.Writes, next.Writes), "a request sent twice was filled again")
 			require.Equal(t, write1, ChildService4+": "+printRequest(sent), "the request sent twice changed")
 			h.reply(ChildService4, ok())
 			h.expectAnswers("upsert: id 2 created true")
 		})
 	}
+}
+
+// upsertToServiceWrite creates fe with one backend be (service ID and
+// backend ID id) up to its service write, sent and not answered, which
+// it returns.
+func (h *harness) upsertToServiceWrite(t *testing.T, fe, be string, id int) *messages.ServiceApply {
+	t.Helper()
+	h.call(upsert(svc(t, fe, be)))
+	h.expect(fmt.Sprintf("alloc: acquire service %s/TCP backends [%s/TCP]", fe, be))
+	h.reply("alloc", acquired(lb.ServiceID(id), lb.BackendID(id)))
+	h.expect(fmt.Sprintf("be4: write [%d=%s]", id, be), fmt.Sprintf("revnat: write [%d=%s]", id, fe))
+	h.reply("be4", ok())
+	h.reply("revnat", ok())
+	h.expect(fmt.Sprintf("svc4: write [%s/TCP#1 %s/TCP#0]", fe, fe))
+	return h.sent[ChildService4][0].(*messages.ServiceApply)
 }
 
 // lentWrites are the slices of the write requests of one upsert, as
