@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -13,9 +14,9 @@ import (
 // and after each flush reports the requests its batcher's kept arrays
 // still point to.
 type batcherProbe struct {
-	b        batcher[*messages.ServiceApply]
-	failAll  bool          // applyAll fails: each request is applied alone
-	flushes  chan<- flushSeen
+	b       batcher[*messages.ServiceApply]
+	failAll bool // applyAll fails: each request is applied alone
+	flushes chan<- flushSeen
 }
 
 // flushSeen is what a batcherProbe saw of one flush.
@@ -53,11 +54,7 @@ func (p *batcherProbe) Receive(ctx actor.Context) {
 	}
 }
 
-var errInjected = errorString("injected")
-
-type errorString string
-
-func (e errorString) Error() string { return string(e) }
+var errInjected = errors.New("injected")
 
 // A batcher keeps its arrays from one flush to the next, but no request
 // in them: once a flush has answered its requests (merged, alone, or
