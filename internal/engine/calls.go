@@ -33,7 +33,7 @@ func (c *Core) handleCall(call messages.Call) {
 			return
 		}
 		c.interactive()
-		c.run(c.upsertOp([]*lb.Service{m.Service}, newWaiter(m, waitUpsert, 1), []int{0}))
+		c.run(c.singleUpsertOp(m))
 	case *messages.UpsertBatch:
 		c.upsertBatch(m)
 	case *messages.Delete:
@@ -43,10 +43,10 @@ func (c *Core) handleCall(call messages.Call) {
 			return
 		}
 		c.interactive()
-		c.run(c.deleteOp([]deleteItem{{fe: s.frontend(), want: m.ID, as: m.As, to: newWaiter(m, waitDelete, 1)}}))
+		c.run(c.singleDeleteOp(m, deleteItem{fe: s.frontend(), want: m.ID, as: m.As}))
 	case *messages.DeleteByFrontend:
 		c.interactive()
-		c.run(c.deleteOp([]deleteItem{{fe: m.Frontend, as: m.As, to: newWaiter(m, waitDelete, 1)}}))
+		c.run(c.singleDeleteOp(m, deleteItem{fe: m.Frontend, as: m.As}))
 	case *messages.DeleteBatch:
 		c.deleteBatch(m)
 	case *messages.Get:
@@ -131,7 +131,15 @@ const (
 )
 
 func newWaiter(call messages.Call, kind waitKind, n int) *waiter {
-	w := &waiter{call: call, kind: kind, left: n}
+	w := &waiter{}
+	w.init(call, kind, n)
+	return w
+}
+
+// init makes w, zero, the waiter of call (newWaiter; a single call's
+// reused op holds its waiter: opPool).
+func (w *waiter) init(call messages.Call, kind waitKind, n int) {
+	w.call, w.kind, w.left = call, kind, n
 	switch {
 	case (kind == waitUpsert || kind == waitUpsertBatch) && n == 1:
 		w.upserts = w.upsert1[:]
@@ -142,7 +150,6 @@ func newWaiter(call messages.Call, kind waitKind, n int) *waiter {
 	case kind == waitDelete || kind == waitDeleteBatch:
 		w.deletes = make([]messages.DeleteReply, n)
 	}
-	return w
 }
 
 // upserted records the outcome of the upsert in slot of w (nil: a refresh,

@@ -83,6 +83,7 @@ type Core struct {
 	lease      idLease                    // IDs leased from the allocator (lease.go)
 	outbox     [numChildren][]*pendingReq // by childIndex
 	spares     mapSpares                  // slices of answered map writes, for the next (spares.go)
+	ops        opPool                     // single calls' ops, reused (opspool.go)
 	sending    []Outgoing                 // Ready's array, reused (valid until Advance)
 	answers    []Answer                   // reused once every answer was taken
 	taken      int                        // answers handed out by Answers
@@ -227,6 +228,7 @@ func (c *Core) Step(in Input) {
 	case messages.Call:
 		c.handleCall(m)
 	}
+	c.ops.reuse() // the single calls' ops this input completed
 }
 
 // Answers returns the replies to callers produced since the last call.

@@ -23,13 +23,34 @@ type deletePlan struct {
 	items     []deleteItem
 	committed bool
 	releaser
+	// pooled is the object the plan is part of when it is a single
+	// call's (singleDeleteOp), reused once its op is complete (opPool).
+	pooled *deleteOne
 }
 
-// deleteOne is the op of a delete of one frontend, allocated together.
+// deleteOne is the op of a delete of one frontend, allocated together;
+// a single call's also holds its item and waiter, and is reused once
+// complete (opPool).
 type deleteOne struct {
 	op   op
 	plan deletePlan
 	key  [1]qkey
+	item [1]deleteItem
+	w    waiter
+}
+
+// singleDeleteOp is deleteOp for a Delete or DeleteByFrontend call of
+// item (its waiter unset): its op, plan, item and waiter are one reused
+// object (opPool).
+func (c *Core) singleDeleteOp(call messages.Call, item deleteItem) *op {
+	d := c.ops.takeDelete()
+	d.w.init(call, waitDelete, 1)
+	item.to = &d.w
+	d.item[0] = item
+	d.plan.items, d.plan.pooled = d.item[:], d
+	d.key[0] = feQueue(item.fe)
+	d.op.plan, d.op.keys = &d.plan, d.key[:]
+	return &d.op
 }
 
 // deleteItem is one frontend of a delete plan.

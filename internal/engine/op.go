@@ -244,6 +244,7 @@ func (c *Core) complete(o *op) {
 	o.plan.finish(c, o, err)
 	c.dequeue(o)
 	c.admit()
+	c.ops.completed(o)
 }
 
 // splitter is a plan of several independent items that, having failed

@@ -35,6 +35,9 @@ type upsertPlan struct {
 	asking []int32
 	one    [1]int32
 	releaser
+	// pooled is the object the plan is part of when it is a single
+	// call's (singleUpsertOp), reused once its op is complete (opPool).
+	pooled *upsertOne
 }
 
 // upsertItem is one service of an upsert plan.
@@ -96,11 +99,28 @@ func (c *Core) upsertOp(specs []*lb.Service, to *waiter, slots []int) *op {
 	return o
 }
 
-// upsertOne is the op of an upsert of one service, allocated together.
+// upsertOne is the op of an upsert of one service, allocated together;
+// a single call's also holds its waiter and its queue keys' array, and
+// is reused once complete (opPool).
 type upsertOne struct {
 	op   op
 	plan upsertPlan
 	item [1]upsertItem
+	w    waiter
+	keys []qkey // kept when reused
+}
+
+// singleUpsertOp is upsertOp for an Upsert call: its op, plan, item and
+// waiter are one reused object (opPool).
+func (c *Core) singleUpsertOp(m *messages.Upsert) *op {
+	u := c.ops.takeUpsert()
+	u.w.init(m, waitUpsert, 1)
+	u.item[0] = newUpsertItem(m.Service, &u.w, 0)
+	u.plan.items, u.plan.pooled = u.item[:], u
+	u.op.plan = &u.plan
+	u.keys = appendUpsertKeys(u.keys[:0], m.Service)
+	u.op.keys = u.keys
+	return &u.op
 }
 
 // newUpsertPlan is the plan of upserting specs for to, spec i answering

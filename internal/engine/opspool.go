@@ -1,0 +1,90 @@
+package engine
+
+// A single call's op (an Upsert's, a Delete's) is one object with its
+// plan, item and waiter (upsertOne, deleteOne), some 1.3 KB together with
+// an upsert's queue keys. Once complete it is reused for the next single
+// call instead of left to the collector: complete hands it to the pool,
+// and the pool takes it back only when the input being stepped is done
+// (Step), so that code of the same input that still holds the op never
+// reads a zeroed one (the lease's wake loop reads the done flag of each
+// op it woke after advancing the others). Nothing else refers to a
+// completed op: it
+// left its queues (dequeue), its requests are all answered (a request
+// sent twice and answered once may still sit in the outbox, whose sends
+// never read its op), and an op waiting for the lease has a reply
+// pending and cannot complete. An op completed otherwise (split into
+// others, aborted on Stop) is never reused.
+
+// opsKept bounds the single calls' ops the pool keeps, of each kind.
+const opsKept = 32
+
+// opPool keeps single calls' ops for reuse.
+type opPool struct {
+	upserts []*upsertOne
+	deletes []*deleteOne
+	spent   []*op // completed during the input being stepped
+}
+
+// takeUpsert returns a zero upsertOne but for its keys' array.
+func (p *opPool) takeUpsert() *upsertOne {
+	n := len(p.upserts)
+	if n == 0 {
+		return &upsertOne{}
+	}
+	u := p.upserts[n-1]
+	p.upserts[n-1] = nil
+	p.upserts = p.upserts[:n-1]
+	return u
+}
+
+// takeDelete returns a zero deleteOne.
+func (p *opPool) takeDelete() *deleteOne {
+	n := len(p.deletes)
+	if n == 0 {
+		return &deleteOne{}
+	}
+	d := p.deletes[n-1]
+	p.deletes[n-1] = nil
+	p.deletes = p.deletes[:n-1]
+	return d
+}
+
+// completed notes o, which complete has just ended (answered and out of
+// its queues), for reuse once the input is stepped, if it is a single
+// call's op.
+func (p *opPool) completed(o *op) {
+	switch pl := o.plan.(type) {
+	case *upsertPlan:
+		if pl.pooled == nil {
+			return
+		}
+	case *deletePlan:
+		if pl.pooled == nil {
+			return
+		}
+	default:
+		return
+	}
+	p.spent = append(p.spent, o)
+}
+
+// reuse takes back the ops completed during the input just stepped:
+// zeroed (an upsert's keys' array kept), up to opsKept of each kind.
+func (p *opPool) reuse() {
+	for i, o := range p.spent {
+		p.spent[i] = nil
+		switch pl := o.plan.(type) {
+		case *upsertPlan:
+			if u := pl.pooled; len(p.upserts) < opsKept {
+				*u = upsertOne{keys: u.keys[:0]}
+				p.upserts = append(p.upserts, u)
+			}
+		case *deletePlan:
+			if d := pl.pooled; len(p.deletes) < opsKept {
+				*d = deleteOne{}
+				p.deletes = append(p.deletes, d)
+			}
+		}
+	}
+	p.spent = p.spent[:0]
+}

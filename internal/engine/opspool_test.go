@@ -1,0 +1,58 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	lb "github.com/actorlb/actorlb/loadbalancer"
+	"github.com/actorlb/actorlb/messages"
+	"github.com/stretchr/testify/require"
+)
+
+// A single call's op is reused by the next single call once complete:
+// the second Upsert (and the second delete) runs in the object of the
+// first, which answered its own caller, and the second's answer and
+// requests are its own.
+func TestASingleCallsOpIsReusedByTheNextOne(t *testing.T) {
+	h := newHarness(t)
+	create(t, h, svc(t, "10.96.0.1:80", "10.0.1.1:8080"), 1, 1)
+	require.Len(t, h.c.ops.upserts, 1, "the completed op was not kept")
+	first := h.c.ops.upserts[0]
+	require.Equal(t, upsertOne{keys: first.keys[:0]}, *first, "a kept op is zero but for its keys' array")
+
+	up := upsert(svc(t, "10.96.0.2:80", "10.0.2.1:8080"))
+	h.call(up)
+	require.Empty(t, h.c.ops.upserts, "the second upsert took the kept op")
+	require.Same(t, up, first.w.call, "the second upsert runs in the first one's object")
+	h.expect("alloc: acquire service 10.96.0.2:80/TCP backends [10.0.2.1:8080/TCP]")
+	h.reply("alloc", acquired(2, 2))
+	h.flushAnswering(t)
+	h.expectAnswers("upsert: id 2 created true")
+	require.Equal(t, []*upsertOne{first}, h.c.ops.upserts)
+
+	for i, fe := range []string{"10.96.0.1:80", "10.96.0.2:80"} {
+		h.call(deleteFE(t, fe))
+		h.flushAnswering(t)
+		h.expectAnswers(fmt.Sprintf("delete: id %d", i+1))
+		require.Len(t, h.c.ops.deletes, 1)
+	}
+	require.Empty(t, h.c.queues)
+	require.Zero(t, h.c.stats().OpsInFlight)
+}
+
+// Ops the pool does not take back: a batch's, and a single call's that
+// was aborted (Stop) rather than completed.
+func TestOnlyCompletedSingleCallOpsAreReused(t *testing.T) {
+	h := newHarness(t)
+	h.call(&messages.UpsertBatch{Services: []*lb.Service{svc(t, "10.96.0.1:80", "10.0.1.1:8080"), svc(t, "10.96.0.2:80", "10.0.2.1:8080")}, Reply: make(chan messages.UpsertBatchReply, 1)})
+	h.flushAnswering(t)
+	require.Len(t, h.answered, 1)
+	h.answered = nil
+	require.Empty(t, h.c.ops.upserts, "a batch's op was kept")
+
+	h.call(upsert(svc(t, "10.96.0.3:80", "10.0.3.1:8080")))
+	h.step(Stop{Err: errors.New("engine gone")})
+	require.Empty(t, h.c.ops.upserts, "an aborted op was kept")
+	require.Empty(t, h.c.ops.spent)
+}
