@@ -61,7 +61,10 @@
 // recorded. When no step is left, complete answers the callers
 // (plan.finish), and dequeue begins the ops that were waiting behind it.
 // Upserts and deletes write in make-before-break order and roll back only
-// before their commit step.
+// before their commit step. A single call's op (Upsert, Delete,
+// DeleteByFrontend: one object with its plan, item and waiter) is reused
+// by a later single call once complete, taken back when the input that
+// completed it has been stepped (opspool.go).
 //
 // # Bulk lane
 //
