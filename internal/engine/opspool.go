@@ -1,8 +1,8 @@
 package engine
 
 // A single call's op (an Upsert's, a Delete's) is one object with its
-// plan, item and waiter (upsertOne, deleteOne), some 1.3 KB together with
-// an upsert's queue keys. Once complete it is reused for the next single
+// plan, item and waiter (upsertOne, deleteOne): some 1.1 KB with an
+// upsert's queue keys, 0.7 KB for a delete. Once complete it is reused for the next single
 // call instead of left to the collector: complete hands it to the pool,
 // and the pool takes it back only when the input being stepped is done
 // (Step), so that code of the same input that still holds the op never
