@@ -82,7 +82,7 @@ chaos:
 	CHAOS_OPS=$(CHAOS_OPS) $(GO) test -race -count=1 -timeout 60m -run TestChaos -v ./tests/chaos 2>&1 | grep -v 'level=' | tail -20
 
 lint:
-	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	@out=$$(gofmt -l $$(git ls-files --cached --others --exclude-standard '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
