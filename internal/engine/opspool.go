@@ -26,27 +26,21 @@ type opPool struct {
 }
 
 // takeUpsert returns a zero upsertOne but for its keys' array.
-func (p *opPool) takeUpsert() *upsertOne {
-	n := len(p.upserts)
-	if n == 0 {
-		return &upsertOne{}
-	}
-	u := p.upserts[n-1]
-	p.upserts[n-1] = nil
-	p.upserts = p.upserts[:n-1]
-	return u
-}
+func (p *opPool) takeUpsert() *upsertOne { return pop(&p.upserts) }
 
 // takeDelete returns a zero deleteOne.
-func (p *opPool) takeDelete() *deleteOne {
-	n := len(p.deletes)
+func (p *opPool) takeDelete() *deleteOne { return pop(&p.deletes) }
+
+// pop takes the last of the kept objects, or a new zero one.
+func pop[T any](kept *[]*T) *T {
+	n := len(*kept)
 	if n == 0 {
-		return &deleteOne{}
+		return new(T)
 	}
-	d := p.deletes[n-1]
-	p.deletes[n-1] = nil
-	p.deletes = p.deletes[:n-1]
-	return d
+	x := (*kept)[n-1]
+	(*kept)[n-1] = nil
+	*kept = (*kept)[:n-1]
+	return x
 }
 
 // completed notes o, which complete has just ended (answered and out of
