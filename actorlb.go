@@ -191,8 +191,11 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	// takes milliseconds of a new process (prepareRestoreHeap's
 	// collection starts the collector's workers), and neither needs the
 	// other.
+	// Whether a service map is pinned is read here, before Open: read in
+	// the goroutine, it could see the map Open has just created.
+	pinned := servicesPinned(cfg)
 	heapc := make(chan func(), 1)
-	go func() { heapc <- prepareRestoreHeap(cfg, servicesPinned(cfg), log) }()
+	go func() { heapc <- prepareRestoreHeap(cfg, pinned, log) }()
 	lbm, err := maps.Open(maps.Config{
 		Root: cfg.BPFRoot, MaxEntries: cfg.MaxEntries, Recreate: cfg.RecreateMaps, InMemory: cfg.InMemory, Fault: cfg.hooks.Fault,
 		MaglevTableSize: cfg.MaglevTableSize,
