@@ -85,7 +85,7 @@ func TestNorthSouthSpreadsConnectionsOverBackends(t *testing.T) {
 				}
 				x := chiSquare(counts, names(echoes...))
 				t.Logf("TCP spread %v, χ²=%.2f", counts, x)
-				require.Less(t, x, 13.8, "χ² with 2 degrees of freedom, p=0.001: %v", counts)
+				require.Less(t, x, chiSquareBound, "χ² with 2 degrees of freedom, p = 1e-6: %v", counts)
 
 				ucounts := map[string]int{}
 				for i := range 60 {
