@@ -2,18 +2,17 @@ package engine
 
 // A single call's op (an Upsert's, a Delete's) is one object with its
 // plan, item and waiter (upsertOne, deleteOne): some 1.1 KB with an
-// upsert's queue keys, 0.7 KB for a delete. Once complete it is reused for the next single
-// call instead of left to the collector: complete hands it to the pool,
-// and the pool takes it back only when the input being stepped is done
-// (Step), so that code of the same input that still holds the op never
-// reads a zeroed one (the lease's wake loop reads the done flag of each
-// op it woke after advancing the others). Nothing else refers to a
-// completed op: it
-// left its queues (dequeue), its requests are all answered (a request
-// sent twice and answered once may still sit in the outbox, whose sends
-// never read its op), and an op waiting for the lease has a reply
-// pending and cannot complete. An op completed otherwise (split into
-// others, aborted on Stop) is never reused.
+// upsert's queue keys, 0.7 KB for a delete. Once complete it is reused
+// for the next single call instead of left to the collector: complete
+// hands it to the pool, and the pool takes it back only when the input
+// being stepped is done (Step), so that code of the same input that still
+// holds the op never reads a zeroed one (the lease's wake loop reads the
+// done flag of each op it woke after advancing the others). Nothing else
+// refers to a completed op: it left its queues (dequeue), its requests
+// are all answered (a request sent twice and answered once may still sit
+// in the outbox, whose sends never read its op), and an op waiting for
+// the lease has a reply pending and cannot complete. An op completed
+// otherwise (split into others, aborted on Stop) is never reused.
 
 // opsKept bounds the single calls' ops the pool keeps, of each kind.
 const opsKept = 32
@@ -22,7 +21,9 @@ const opsKept = 32
 type opPool struct {
 	upserts []*upsertOne
 	deletes []*deleteOne
-	spent   []*op // completed during the input being stepped
+	// Completed during the input being stepped.
+	spentUpserts []*upsertOne
+	spentDeletes []*deleteOne
 }
 
 // takeUpsert returns a zero upsertOne but for its keys' array.
@@ -49,36 +50,33 @@ func pop[T any](kept *[]*T) *T {
 func (p *opPool) completed(o *op) {
 	switch pl := o.plan.(type) {
 	case *upsertPlan:
-		if pl.pooled == nil {
-			return
+		if pl.pooled != nil {
+			p.spentUpserts = append(p.spentUpserts, pl.pooled)
 		}
 	case *deletePlan:
-		if pl.pooled == nil {
-			return
+		if pl.pooled != nil {
+			p.spentDeletes = append(p.spentDeletes, pl.pooled)
 		}
-	default:
-		return
 	}
-	p.spent = append(p.spent, o)
 }
 
 // reuse takes back the ops completed during the input just stepped:
 // zeroed (an upsert's keys' array kept), up to opsKept of each kind.
 func (p *opPool) reuse() {
-	for i, o := range p.spent {
-		p.spent[i] = nil
-		switch pl := o.plan.(type) {
-		case *upsertPlan:
-			if u := pl.pooled; len(p.upserts) < opsKept {
-				*u = upsertOne{keys: u.keys[:0]}
-				p.upserts = append(p.upserts, u)
-			}
-		case *deletePlan:
-			if d := pl.pooled; len(p.deletes) < opsKept {
-				*d = deleteOne{}
-				p.deletes = append(p.deletes, d)
-			}
+	for i, u := range p.spentUpserts {
+		p.spentUpserts[i] = nil
+		if len(p.upserts) < opsKept {
+			*u = upsertOne{keys: u.keys[:0]}
+			p.upserts = append(p.upserts, u)
 		}
 	}
-	p.spent = p.spent[:0]
+	p.spentUpserts = p.spentUpserts[:0]
+	for i, d := range p.spentDeletes {
+		p.spentDeletes[i] = nil
+		if len(p.deletes) < opsKept {
+			*d = deleteOne{}
+			p.deletes = append(p.deletes, d)
+		}
+	}
+	p.spentDeletes = p.spentDeletes[:0]
 }

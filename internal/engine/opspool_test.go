@@ -54,5 +54,5 @@ func TestOnlyCompletedSingleCallOpsAreReused(t *testing.T) {
 	h.call(upsert(svc(t, "10.96.0.3:80", "10.0.3.1:8080")))
 	h.step(Stop{Err: errors.New("engine gone")})
 	require.Empty(t, h.c.ops.upserts, "an aborted op was kept")
-	require.Empty(t, h.c.ops.spent)
+	require.Empty(t, h.c.ops.spentUpserts)
 }

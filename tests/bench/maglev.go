@@ -47,7 +47,7 @@ func maglevScenarios(res *results) error {
 		scen := fmt.Sprintf("maglev-%d-x1000", m)
 		res.add(scen, "build_ms", float64(median(walls).Microseconds())/1000, "ms")
 		res.add(scen, "build_cpu_ms", float64(cpu.Microseconds())/1000/rounds, "ms")
-		res.add(scen, "alloc_bytes_per_build", float64(m1.TotalAlloc-m0.TotalAlloc)/rounds, "bytes")
+		res.add(scen, "alloc_bytes_per_build", allocated(&m0, &m1)/rounds, "bytes")
 		res.add(scen, "table_bytes", float64(4*m), "bytes")
 	}
 

@@ -242,7 +242,7 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 		bulkUser, bulkSys = append(bulkUser, u1-u0), append(bulkSys, s1-s0)
 		bulkGCs, bulkFaults = append(bulkGCs, gcCPUTime()-gc0), append(bulkFaults, minorFaults()-f0)
 		runtime.ReadMemStats(&m1)
-		bulkAllocs = append(bulkAllocs, float64(m1.TotalAlloc-m0.TotalAlloc)/float64(bulkN))
+		bulkAllocs = append(bulkAllocs, allocated(&m0, &m1)/float64(bulkN))
 		if err := retire(e, dir, nil); err != nil {
 			return err
 		}
@@ -285,7 +285,7 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 			walls, cpus = append(walls, time.Since(start)), append(cpus, cpuTime()-cpu0)
 			faults = append(faults, float64(minorFaults()-f0)/float64(bulkN))
 			runtime.ReadMemStats(&m1)
-			allocs = append(allocs, float64(m1.TotalAlloc-m0.TotalAlloc)/float64(bulkN))
+			allocs = append(allocs, allocated(&m0, &m1)/float64(bulkN))
 			if err := retire(e, dir, err); err != nil {
 				return err
 			}
@@ -390,7 +390,7 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 	res.add("bulk-10k-x10", "cpu_us_per_service_single_calls", usPer(bulkCPU, bulkN), "us")
 	res.add("bulk-10k-x10", "gc_cpu_us_per_service_single_calls", usPer(bulkGC, bulkN), "us")
 	res.add("bulk-10k-x10", "allocs_per_service", float64(m1.Mallocs-m0.Mallocs)/float64(bulkN), "allocs")
-	res.add("bulk-10k-x10", "alloc_bytes_per_service", float64(m1.TotalAlloc-m0.TotalAlloc)/float64(bulkN), "bytes")
+	res.add("bulk-10k-x10", "alloc_bytes_per_service", allocated(&m0, &m1)/float64(bulkN), "bytes")
 	res.add("bulk-10k-x10", "requests_per_child_message", float64(st1.RequestsSent-st0.RequestsSent)/float64(max(1, st1.ChildMessages-st0.ChildMessages)), "requests")
 	for _, step := range []struct{ name, metric string }{
 		{engine.StepQueued, "step_us_queued"}, {engine.StepAcquire, "step_us_acquire"},
@@ -465,7 +465,7 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 		readyCPU = append(readyCPU, cpuTime()-cpu0)
 		warmFaults = append(warmFaults, float64(minorFaults()-f0))
 		runtime.ReadMemStats(&m1)
-		warmAllocs = append(warmAllocs, float64(m1.TotalAlloc-m0.TotalAlloc)/(1<<20))
+		warmAllocs = append(warmAllocs, allocated(&m0, &m1)/(1<<20))
 		st, err := e.Stats(ctx)
 		if err != nil {
 			return err
@@ -481,7 +481,7 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 		}
 		recWall, recCPU = append(recWall, time.Since(t0)), append(recCPU, cpuTime()-cpu0)
 		runtime.ReadMemStats(&r1)
-		recAlloc = append(recAlloc, float64(r1.TotalAlloc-r0.TotalAlloc)/(1<<20))
+		recAlloc = append(recAlloc, allocated(&r0, &r1)/(1<<20))
 		for _, d := range ds {
 			recRepairs += d.Repairs()
 		}
@@ -1167,6 +1167,12 @@ func usPer(d time.Duration, n int) float64 {
 	return float64(d.Microseconds()) / float64(n)
 }
 
+// allocated returns the bytes allocated between two readings of the
+// memory statistics.
+func allocated(before, after *runtime.MemStats) float64 {
+	return float64(after.TotalAlloc - before.TotalAlloc)
+}
+
 // median returns the median of xs.
 func median[T cmp.Ordered](xs []T) T {
 	xs = slices.Clone(xs)
@@ -1348,7 +1354,7 @@ func probedRuns(ctx context.Context, dir string, sizes maps.Sizes, log *logrus.L
 		pr.samples = append(pr.samples, lat.stop().samples...)
 		runtime.ReadMemStats(&m1)
 		pr.gcs = append(pr.gcs, float64(m1.NumGC-m0.NumGC))
-		pr.allocs = append(pr.allocs, float64(m1.TotalAlloc-m0.TotalAlloc))
+		pr.allocs = append(pr.allocs, allocated(&m0, &m1))
 		if err := retire(e, d, err); err != nil {
 			return pr, err
 		}

@@ -75,7 +75,7 @@ func endpointChange(res *results, root string, sizes maps.Sizes, bulk []*lb.Serv
 		walls, cpus = append(walls, time.Since(start)), append(cpus, cpuTime()-cpu0)
 		stopProfile()
 		runtime.ReadMemStats(&m1)
-		allocs = append(allocs, float64(m1.TotalAlloc-m0.TotalAlloc)/float64(len(updated)))
+		allocs = append(allocs, allocated(&m0, &m1)/float64(len(updated)))
 		if err := retire(e, dir, err); err != nil {
 			return err
 		}
