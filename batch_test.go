@@ -235,6 +235,53 @@ func TestUpsertBatchMapFailureRollsBackTheRun(t *testing.T) {
 	checkInvariants(t, e)
 }
 
+// A terminating backend that an earlier service of an UpsertBatch drops
+// may come back, in another state, in a later one, as when the two are
+// upserted one by one (the first leaves it free); one that a service
+// outside the call still uses may not, nor one the earlier service keeps.
+func TestUpsertBatchTakesABackendAnEarlierServiceDropsAsIfOneByOne(t *testing.T) {
+	e := newEngine(t, "", Config{})
+	ctx := ctxT(t)
+	terminating := func(s *lb.Service, i int) *lb.Service {
+		s.Backends[i].State = lb.BackendStateTerminating
+		return s
+	}
+	for _, s := range []*lb.Service{
+		terminating(mustService(t, "10.96.0.1:80", "10.0.1.1:8080", "10.0.1.2:8080"), 1),
+		terminating(mustService(t, "10.96.0.3:80", "10.0.1.3:8080", "10.0.1.4:8080"), 1),
+		terminating(mustService(t, "10.96.0.4:80", "10.0.1.4:8080", "10.0.1.5:8080"), 0),
+	} {
+		_, _, err := e.Upsert(ctx, s)
+		require.NoError(t, err)
+	}
+
+	// 10.0.1.2 is 10.96.0.1's alone: dropped first, then taken active.
+	rs, err := e.UpsertBatch(ctx, []*lb.Service{
+		mustService(t, "10.96.0.1:80", "10.0.1.1:8080"),
+		mustService(t, "10.96.0.2:80", "10.0.1.2:8080"),
+	})
+	require.NoError(t, err)
+	require.NoError(t, rs[0].Err)
+	require.NoError(t, rs[1].Err)
+	got, err := e.Get(ctx, rs[1].ID)
+	require.NoError(t, err)
+	require.Equal(t, lb.BackendStateActive, got.Backends[0].State)
+	checkInvariants(t, e)
+
+	// 10.0.1.4 is also 10.96.0.4's, which the batch leaves alone; and a
+	// batch whose earlier service keeps it: refused both times.
+	for _, first := range []*lb.Service{
+		mustService(t, "10.96.0.3:80", "10.0.1.3:8080"),
+		terminating(mustService(t, "10.96.0.4:80", "10.0.1.4:8080", "10.0.1.5:8080"), 0),
+	} {
+		rs, err = e.UpsertBatch(ctx, []*lb.Service{first, mustService(t, "10.96.0.5:80", "10.0.1.4:8080")})
+		require.NoError(t, err)
+		require.NoError(t, rs[0].Err)
+		require.ErrorContains(t, rs[1].Err, "terminating is final")
+	}
+	checkInvariants(t, e)
+}
+
 // A frontend given twice in one UpsertBatch: created by the first, updated
 // by the second, in that order (the second waits behind the run).
 func TestUpsertBatchSameFrontendTwice(t *testing.T) {

@@ -131,34 +131,52 @@ func TestRandomOperationsAgainstModel(t *testing.T) {
 			for i := range fes {
 				fes[i] = lb.L3n4Addr{Addr: netip.AddrFrom4([4]byte{10, 96, byte(w), byte(i + 1)}), Port: 80, Protocol: lb.TCP}
 			}
+			// gen returns a random upsert of fe over the worker's backends,
+			// their states what the model allows, and the states it gives.
+			gen := func(fe lb.L3n4Addr) (*lb.Service, map[string]lb.BackendState) {
+				svc := &lb.Service{Frontend: lb.Frontend{L3n4Addr: fe}}
+				nb := 1 + rng.IntN(8)
+				picked := map[int]bool{}
+				next := map[string]lb.BackendState{}
+				for len(picked) < nb {
+					i := rng.IntN(len(pool))
+					if picked[i] {
+						continue
+					}
+					picked[i] = true
+					b := pool[i]
+					prev, had := stateOf(b.String())
+					switch {
+					case had && prev == lb.BackendStateTerminating:
+						b.State = lb.BackendStateTerminating
+					case had:
+						b.State = []lb.BackendState{lb.BackendStateActive, lb.BackendStateQuarantined}[rng.IntN(2)]
+					default:
+						b.State = []lb.BackendState{lb.BackendStateActive, lb.BackendStateActive, lb.BackendStateTerminating}[rng.IntN(3)]
+					}
+					svc.Backends = append(svc.Backends, b)
+					next[b.String()] = b.State
+				}
+				return svc, next
+			}
+			// apply records an upsert of fe in the model (one state per
+			// backend).
+			apply := func(fe lb.L3n4Addr, id lb.ServiceID, next map[string]lb.BackendState) {
+				model[fe.String()] = &modelSvc{id: id, backends: next}
+				for _, m := range model {
+					for b := range m.backends {
+						if st, ok := next[b]; ok {
+							m.backends[b] = st
+						}
+					}
+				}
+			}
 			for n := range opsPer {
 				fe := fes[rng.IntN(len(fes))]
 				cur := model[fe.String()]
 				switch r := rng.IntN(10); {
-				case r < 7: // upsert
-					svc := &lb.Service{Frontend: lb.Frontend{L3n4Addr: fe}}
-					nb := 1 + rng.IntN(8)
-					picked := map[int]bool{}
-					next := map[string]lb.BackendState{}
-					for len(picked) < nb {
-						i := rng.IntN(len(pool))
-						if picked[i] {
-							continue
-						}
-						picked[i] = true
-						b := pool[i]
-						prev, had := stateOf(b.String())
-						switch {
-						case had && prev == lb.BackendStateTerminating:
-							b.State = lb.BackendStateTerminating
-						case had:
-							b.State = []lb.BackendState{lb.BackendStateActive, lb.BackendStateQuarantined}[rng.IntN(2)]
-						default:
-							b.State = []lb.BackendState{lb.BackendStateActive, lb.BackendStateActive, lb.BackendStateTerminating}[rng.IntN(3)]
-						}
-						svc.Backends = append(svc.Backends, b)
-						next[b.String()] = b.State
-					}
+				case r < 6: // upsert
+					svc, next := gen(fe)
 					id, created, err := e.Upsert(ctx, svc)
 					if err != nil {
 						errs <- fmt.Errorf("worker %d op %d upsert: %w", w, n, err)
@@ -168,13 +186,27 @@ func TestRandomOperationsAgainstModel(t *testing.T) {
 						errs <- fmt.Errorf("worker %d op %d: created=%v id=%d, model %+v", w, n, created, id, cur)
 						return
 					}
-					model[fe.String()] = &modelSvc{id: id, backends: next}
-					for _, m := range model { // one state per backend
-						for b := range m.backends {
-							if st, ok := next[b]; ok {
-								m.backends[b] = st
-							}
+					apply(fe, id, next)
+				case r < 7: // 2..4 upserts of distinct frontends in one batch
+					var svcs []*lb.Service
+					var olds []*modelSvc
+					for _, i := range rng.Perm(len(fes))[:2+rng.IntN(3)] {
+						svc, next := gen(fes[i])
+						svcs, olds = append(svcs, svc), append(olds, model[fes[i].String()])
+						apply(fes[i], 0, next) // as if called one by one; IDs below
+					}
+					rs, err := e.UpsertBatch(ctx, svcs)
+					if err != nil {
+						errs <- fmt.Errorf("worker %d op %d upsert batch: %w", w, n, err)
+						return
+					}
+					for i, r := range rs {
+						old := olds[i]
+						if r.Err != nil || r.Created != (old == nil) || (old != nil && old.id != r.ID) {
+							errs <- fmt.Errorf("worker %d op %d batch service %d: %+v, model had %+v", w, n, i, r, old)
+							return
 						}
+						model[svcs[i].Frontend.L3n4Addr.String()].id = r.ID
 					}
 				case r < 9: // delete
 					var err error

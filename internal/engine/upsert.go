@@ -232,7 +232,7 @@ func (c *Core) planUpsert(it *upsertItem, room []int) error {
 			}
 			continue
 		}
-		bound, err := c.checkSharedState(b, k, it.spec.Source, &it.restoreShared)
+		bound, err := c.checkSharedState(it, b, k)
 		if err != nil {
 			it.err = err
 			return it.err
@@ -865,26 +865,72 @@ func (c *Core) checkWantedID(fe lb.L3n4Addr, want lb.ServiceID) error {
 }
 
 // checkSharedState checks b's state against the one backend k, which the
-// service does not use yet, has in the other services (one state per
-// backend, across services). If b changes it, the entry that gives the
-// other services theirs back is added to *restore: the backend is
-// written with the new state before the commit, so a rollback needs it.
-// It also reports whether k is bound (planUpsert's one look at the index
-// for a backend new to the service).
-func (c *Core) checkSharedState(b lb.Backend, k lb.L3n4Addr, src lb.Source, restore *[]maps.BackendEntry) (bound bool, err error) {
+// service of it does not use yet, has in the other services (one state
+// per backend, across services). If b changes it, the entry that gives
+// the other services theirs back is added to it.restoreShared: the
+// backend is written with the new state before the commit, so a rollback
+// needs it. It also reports whether k is bound (planUpsert's one look at
+// the index for a backend new to the service).
+func (c *Core) checkSharedState(it *upsertItem, b lb.Backend, k lb.L3n4Addr) (bound bool, err error) {
 	u, bound := c.users.Get(addrkey.BackendOf(k))
 	if !bound || u.one == 0 {
 		return bound, nil // no other service uses it
 	}
-	if err := checkTransition(u.state, b, src); err != nil {
+	if err := checkTransition(u.state, b, it.spec.Source); err != nil && !c.droppedEarlier(it, k) {
 		return true, err
 	}
 	if u.state != b.State {
 		prev := b
 		prev.State = u.state
-		*restore = append(*restore, table.BackendEntry(prev, u.id))
+		it.restoreShared = append(it.restoreShared, table.BackendEntry(prev, u.id))
 	}
 	return true, nil
+}
+
+// droppedEarlier reports whether every service using backend k has its
+// frontend upserted without k by an earlier service of it's call (an
+// UpsertBatch, a Sync; the last such of the call for each). Called one by
+// one, those would have run first and left k free, to be taken as a new
+// backend in any state, as after a call that drops it (a terminating
+// backend may come back so). An op's queues are the backends it takes,
+// not those it drops, so they may run beside it instead: it then holds k
+// while they drop it, and the services end as if called one by one.
+// Read only when a state transition is refused; an earlier service that
+// is invalid or another source's does not count (it fails).
+func (c *Core) droppedEarlier(it *upsertItem, k lb.L3n4Addr) bool {
+	if it.to == nil {
+		return false
+	}
+	var svcs []*lb.Service
+	switch m := it.to.call.(type) {
+	case *messages.UpsertBatch:
+		svcs = m.Services
+	case *messages.Sync:
+		svcs = m.Desired
+	default:
+		return false
+	}
+	earlier := svcs[:min(it.slot, len(svcs))]
+	for id := range c.usersOf(addrkey.BackendOf(k)) {
+		s := c.services.stored(id)
+		if s == nil {
+			return false
+		}
+		fe := s.frontend()
+		j := len(earlier) - 1
+		for j >= 0 && (earlier[j] == nil || earlier[j].Frontend.L3n4Addr != fe) {
+			j--
+		}
+		if j < 0 {
+			return false
+		}
+		spec := earlier[j]
+		if spec.Source != s.source || spec.Validate() != nil ||
+			slices.ContainsFunc(spec.Backends, func(b lb.Backend) bool { return table.BackendKey(b) == k }) {
+			return false
+		}
+	}
+	return true
 }
 
 // checkTransition checks that backend b may go from state cur to its own.
