@@ -427,9 +427,10 @@ type UpsertResult struct {
 // UpsertBatch upserts every service of svcs, each as Upsert would, and
 // returns one result per service, in order. The services enter the engine
 // together, in order, so their map writes share batched system calls: for
-// many services this is much faster than one Upsert each. Runs of new
-// services (no backend in common) are created as one operation: an
-// invalid service or an ID the allocator refuses fails alone, but a map
+// many services this is much faster than one Upsert each. Runs of
+// services, new or updated (no frontend or backend taken in common), go
+// as one operation: an invalid service or an ID the allocator refuses
+// fails alone, but a map
 // that refuses the writes fails every service of that operation and
 // leaves the maps as they were for them. While single-service calls are
 // being made (one within the last second), a run is cut into chunks of

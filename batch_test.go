@@ -71,9 +71,13 @@ func TestUpsertBatchAnswersEachServiceOnItsOwn(t *testing.T) {
 	st, err = e.Stats(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 50, st.Backends, "the shared backend is gone")
-	// No backend in common now: the 50 ops ran side by side and their
-	// requests to each child shared messages.
-	require.Greater(t, st.RequestsSent-sent, 2*(st.ChildMessages-msgs), "requests per child message")
+	// No frontend or backend in common now: the 50 updates ran as one op
+	// (a run), one request per child and step for all of them.
+	for _, step := range []string{"wait in queue", "write backends and revNAT", "write service", "commit"} {
+		require.EqualValues(t, 51, st.Steps[step].Count, "step %q", step)
+	}
+	require.Less(t, st.RequestsSent-sent, uint64(20), "requests for the 50 updates")
+	require.LessOrEqual(t, st.ChildMessages-msgs, st.RequestsSent-sent, "child messages")
 
 	fes := []lb.L3n4Addr{svcs[0].Frontend.L3n4Addr, bad.Frontend.L3n4Addr}
 	for _, s := range svcs[1:] {
@@ -232,6 +236,96 @@ func TestUpsertBatchMapFailureRollsBackTheRun(t *testing.T) {
 	list, err := e.List(ctx)
 	require.NoError(t, err)
 	require.Len(t, list, 4)
+	checkInvariants(t, e)
+}
+
+// Updates of existing services in one UpsertBatch go as one run with the
+// new services beside them (no frontend or new backend in common), with
+// what one update does to another's backends as separate calls would: a
+// backend one update drops and another takes stays bound, one two
+// updates drop is freed once, a shared backend's new state reaches the
+// service outside the batch. A map that refuses the run's writes rolls
+// every service of it back, the maps as they were.
+func TestUpsertBatchRunsUpdatesTogetherAndRollsThemBackTogether(t *testing.T) {
+	var failWrites atomic.Bool
+	e := newEngine(t, "", Config{hooks: enginetest.Hooks{Fault: func(name string, op maps.Op, n uint64, entries int) error {
+		if failWrites.Load() && op == maps.OpUpdate && (name == maps.Service4Name || name == maps.Service6Name) {
+			return syscall.EBUSY
+		}
+		return nil
+	}}})
+	ctx := ctxT(t)
+	be := func(i int) string { return fmt.Sprintf("10.0.1.%d:8080", i) }
+	existing := []*lb.Service{
+		mustService(t, "10.96.0.1:80", be(1), be(2)), // drops 2, takes 8 (fresh)
+		mustService(t, "10.96.0.2:80", be(3)),        // takes 2
+		mustService(t, "10.96.0.3:80", be(9), be(4)), // drops 9
+		mustService(t, "10.96.0.4:80", be(9), be(5)), // drops 9
+		mustService(t, "10.96.0.5:80", be(6)),        // 6 quarantined
+		mustService(t, "10.96.0.6:80", be(6), be(7)), // not in the batch
+		mustService(t, "[fd00::1]:80", "[fd00::10]:8080"),
+	}
+	ids := map[string]lb.ServiceID{}
+	for _, s := range existing {
+		id, _, err := e.Upsert(ctx, s)
+		require.NoError(t, err)
+		ids[s.Frontend.L3n4Addr.String()] = id
+	}
+	quarantined := mustService(t, "10.96.0.5:80", be(6))
+	quarantined.Backends[0].State = lb.BackendStateQuarantined
+	batch := []*lb.Service{
+		mustService(t, "10.96.0.1:80", be(1), be(8)),
+		mustService(t, "10.96.0.2:80", be(3), be(2)),
+		mustService(t, "10.96.0.3:80", be(4)),
+		mustService(t, "10.96.0.4:80", be(5)),
+		quarantined,
+		mustService(t, "[fd00::1]:80", "[fd00::10]:8080", "[fd00::11]:8080"),
+		mustService(t, "10.96.0.10:80", be(20)), // new
+	}
+	before, err := e.List(ctx)
+	require.NoError(t, err)
+	mapsBefore := dumpAll(t, e)
+	st0, err := e.Stats(ctx)
+	require.NoError(t, err)
+
+	failWrites.Store(true)
+	rs, err := e.UpsertBatch(ctx, batch)
+	require.NoError(t, err)
+	for i, r := range rs {
+		require.ErrorIs(t, r.Err, syscall.EBUSY, "service %d", i)
+	}
+	after, err := e.List(ctx)
+	require.NoError(t, err)
+	require.Equal(t, before, after, "the run was rolled back")
+	require.Equal(t, mapsBefore, dumpAll(t, e), "maps as before, the shared backend's state included")
+	checkInvariants(t, e)
+	st1, err := e.Stats(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, st1.Steps["write service"].Count-st0.Steps["write service"].Count, "the seven services as one op")
+
+	failWrites.Store(false)
+	rs, err = e.UpsertBatch(ctx, batch)
+	require.NoError(t, err)
+	for i, r := range rs {
+		require.NoError(t, r.Err, "service %d", i)
+		require.Equal(t, i == len(batch)-1, r.Created, "service %d", i)
+		if !r.Created {
+			require.Equal(t, ids[batch[i].Frontend.L3n4Addr.String()], r.ID, "service %d", i)
+		}
+	}
+	st2, err := e.Stats(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, st2.Steps["commit"].Count-st1.Steps["commit"].Count, "the seven services as one op")
+	// 1, 8, 3, 2, 4, 5, 6, 7, 20 and two IPv6: 9 dropped by both, freed.
+	require.Equal(t, 11, st2.Backends)
+	outside, err := e.Get(ctx, ids[existing[5].Frontend.L3n4Addr.String()])
+	require.NoError(t, err)
+	require.Contains(t, outside.Backends, quarantined.Backends[0], "the shared backend's state reached the service outside the batch")
+	for i, want := range batch[:len(batch)-1] {
+		got, err := e.Get(ctx, rs[i].ID)
+		require.NoError(t, err)
+		require.ElementsMatch(t, want.Backends, got.Backends, "service %d", i)
+	}
 	checkInvariants(t, e)
 }
 

@@ -18,7 +18,7 @@ import (
 // While single-service calls (Upsert, Delete, DeleteByFrontend, a batch
 // of one) are about — one was stepped within Config.BulkWindow — the lane
 // is throttled:
-//   - an op of more than Config.BulkChunk services (a run of new services,
+//   - an op of more than Config.BulkChunk services (a run of services,
 //     a run of frontends to delete) is cut when it is admitted: its first
 //     BulkChunk services become an op of their own, which takes the op's
 //     place at the head of their queues (the services of a run share no

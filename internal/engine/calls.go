@@ -416,10 +416,10 @@ const reserveMin = 1024
 
 // startUpserts starts the upserts of svcs, in order, for waiter w (service
 // i answers in its slot i), skipping those valid refuses (nil: none). Runs
-// of new services (a frontend without a service or a queued op, no
-// frontend or backend in two of them) go as one op each; the others as
-// one op each. A run is one plan, one request per map owner and step,
-// instead of one per service: a batch or sync that creates 10,000
+// of services (a frontend without a queued op, no queue key in two of
+// them), new ones and updates alike, go as one op each; the others as one
+// op each. A run is one plan, one request per map owner and step, instead
+// of one per service: a batch or sync that creates or changes 10,000
 // services sends tens of requests, not hundreds of thousands. The ops are
 // in lane, the call's bulk lane (nil: one service, it begins at once),
 // where a run may be cut into chunks when it begins (bulk.go).
@@ -468,7 +468,6 @@ func (c *Core) startUpserts(svcs []*lb.Service, base int, w *waiter, lane *bulkL
 		if valid != nil && !valid(i, svc) {
 			continue
 		}
-		fe := svc.Frontend.L3n4Addr
 		// The queues upsertOp gives it, the other scope's frontend
 		// included: a run holding two services of one queue would wait
 		// behind itself there.
@@ -480,9 +479,8 @@ func (c *Core) startUpserts(svcs []*lb.Service, base int, w *waiter, lane *bulkL
 			flush()
 			lookup()
 		}
-		_, exists := c.byFE.Get(fe)
 		queued := found[0].head != nil // keys[0] is the frontend's: a flushed run counts
-		if !exists && !queued {
+		if !queued {
 			if ro == nil {
 				n := 1 + len(svc.Backends) + left // the rest of the call, for its first run
 				if first {

@@ -12,11 +12,12 @@ import (
 	"github.com/actorlb/actorlb/messages"
 )
 
-// upsertPlan creates or updates services: one for Upsert, a run of new
-// services for UpsertBatch. Each step sends one request per child (and
-// family) for all its services. A service that the table or the allocator
-// refuses fails alone; a map write that fails fails the op, whose
-// rollback undoes what every service still in it may have written.
+// upsertPlan creates or updates services: one for Upsert, a run of
+// services (new or updated) for UpsertBatch and Sync. Each step sends one
+// request per child (and family) for all its services. A service that the
+// table or the allocator refuses fails alone; a map write that fails
+// fails the op, whose rollback undoes what every service still in it may
+// have written.
 //
 // Steps, in make-before-break order: acquire IDs (the backends bound
 // already are held at once, the others get fresh IDs); write backends and
