@@ -244,3 +244,30 @@ func TestOutboxIsUrgentWithALargeOpsRequestsUntilSent(t *testing.T) {
 		t.Fatalf("%d calls answered, want 2", got)
 	}
 }
+
+// Updates join runs like new services, and such a run is cut into chunks
+// too while single calls are about: each chunk one op (one acquire for
+// its fresh backends), one in flight; the answer has every result.
+func TestScriptBatchOfUpdatesBeginsInChunks(t *testing.T) {
+	h := newHarness(t, bulkChunks)
+	h.call(batchOf(t, 1, 4))
+	h.expect(acquireLine(1, 1, 2, 3, 4)) // alone: one op
+	h.drain(t)
+	h.expectAnswers("upsert batch: [id 101 created true id 103 created true id 105 created true id 107 created true]")
+	create(t, h, svc(t, "10.96.9.1:80", "10.0.9.1:8080"), 1, 1) // the lane is throttled
+	m := batchOf(t, 1, 4)
+	for i, s := range m.Services {
+		s.Backends = append(s.Backends, svc(t, "10.96.0.1:80", fmt.Sprintf("10.0.2.%d:8080", i+1)).Backends...)
+	}
+	h.call(m)
+	require.Equal(t, []string{
+		"alloc: acquire backends [10.0.2.1:8080/TCP]; backends [10.0.2.2:8080/TCP]",
+		"alloc: acquire backends [10.0.2.3:8080/TCP]; backends [10.0.2.4:8080/TCP]",
+	}, h.drain(t))
+	h.expectAnswers("upsert batch: [id 101 created false id 103 created false id 105 created false id 107 created false]")
+	for _, s := range m.Services {
+		id, ok := h.c.byFE.Get(s.Frontend.L3n4Addr)
+		require.True(t, ok)
+		require.Len(t, h.c.services.get(id).Spec.Backends, 2, "%s", s.Frontend.L3n4Addr)
+	}
+}
