@@ -9,6 +9,34 @@ type pendingTable struct {
 	slots []pendingSlot
 	free  []uint32
 	n     int
+	// spare are answered requests kept for the next ones (take, recycle).
+	spare []*pendingReq
+}
+
+// reqsKept bounds the answered requests the table keeps for reuse.
+const reqsKept = 256
+
+// take returns a zero request: a spare one, or a new one.
+func (t *pendingTable) take() *pendingReq {
+	if n := len(t.spare); n > 0 {
+		p := t.spare[n-1]
+		t.spare[n-1] = nil
+		t.spare = t.spare[:n-1]
+		return p
+	}
+	return new(pendingReq)
+}
+
+// recycle keeps p, answered and out of the table, for reuse, unless it is
+// still in an outbox (sent again and not yet sent there: an outbox's
+// requests are those not sent) or enough are kept. The caller no longer
+// reads p.
+func (t *pendingTable) recycle(p *pendingReq) {
+	if !p.sent || len(t.spare) >= reqsKept {
+		return
+	}
+	*p = pendingReq{}
+	t.spare = append(t.spare, p)
 }
 
 type pendingSlot struct {

@@ -193,3 +193,33 @@ func (h *harness) upsertCapturing(t *testing.T, fe string, backends []string, sv
 	h.expectAnswers(fmt.Sprintf("upsert: id %d created true", svcID))
 	return w
 }
+
+// Answered requests are reused for the next ones, but not one whose
+// second copy still waits in the outbox (it was sent again after its
+// owner failed, and the first copy's answer came before the outbox was
+// sent): that copy goes out as it was made.
+func TestAnsweredRequestsAreReusedButNotOneWaitingInTheOutbox(t *testing.T) {
+	h := newHarness(t)
+	const write1 = "svc4: write [10.96.0.1:80/TCP#1 10.96.0.1:80/TCP#0]"
+	sent := h.upsertToServiceWrite(t, "10.96.0.1:80", "10.0.1.1:8080", 1)
+	require.NotEmpty(t, h.c.reqs.spare, "the answered requests of the upsert were kept")
+	h.step(ChildFailed{Child: ChildService4, Failed: sent}) // the copy waits in the outbox
+	kept := len(h.c.reqs.spare)
+	h.reply(ChildService4, ok()) // the first copy's answer, the outbox not sent yet
+	h.expectAnswers("upsert: id 1 created true")
+	require.Len(t, h.c.reqs.spare, kept, "a request still in the outbox was kept for reuse")
+	h.call(upsert(svc(t, "10.96.0.2:80", "10.0.2.1:8080"))) // takes the spare requests
+	h.expect("alloc: acquire service 10.96.0.2:80/TCP backends [10.0.2.1:8080/TCP]", write1)
+}
+
+// The spare requests are zero when taken and bounded.
+func TestSpareRequestsAreZeroAndBounded(t *testing.T) {
+	var tb pendingTable
+	for range reqsKept + 10 {
+		tb.recycle(&pendingReq{sent: true, item: 7, msg: &messages.AllocRestore{}})
+	}
+	require.Len(t, tb.spare, reqsKept)
+	require.Equal(t, pendingReq{}, *tb.take())
+	tb.recycle(&pendingReq{item: 7}) // not sent: in an outbox
+	require.Len(t, tb.spare, reqsKept-1)
+}

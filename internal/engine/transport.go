@@ -12,8 +12,9 @@ import (
 type fold func(o *op, item int, reply any) error
 
 // pendingReq is a request sent to a child and not yet answered: 48
-// bytes, made for every request (some five an upsert), so its fields are
-// no wider than they need be.
+// bytes, one for every request (some five an upsert), so its fields are
+// no wider than they need be; answered ones are reused (pendingTable's
+// take and recycle).
 type pendingReq struct {
 	op    *op
 	msg   messages.Request
@@ -61,7 +62,8 @@ func (c *Core) request(o *op, child string, item int, f fold, msg messages.Reque
 // (spares.go).
 func (c *Core) send(o *op, child string, item int, f fold, msg messages.Request, lent bool) {
 	id := msg.RequestID()
-	p := &pendingReq{op: o, child: uint8(childIndex(child)), msg: msg, item: int32(item), fold: f, lent: lent}
+	p := c.reqs.take()
+	*p = pendingReq{op: o, child: uint8(childIndex(child)), msg: msg, item: int32(item), fold: f, lent: lent}
 	o.pending++
 	c.reqs.set(id, p)
 	c.enqueue(p)
@@ -110,6 +112,7 @@ func (c *Core) onReply(id uint64, reply any) {
 	if p.lent {
 		c.spares.giveBack(p.msg)
 	}
+	c.reqs.recycle(p)
 	c.advance(o)
 }
 
@@ -120,9 +123,11 @@ func (c *Core) failRequest(id uint64, err error) {
 		return
 	}
 	c.reqs.del(id)
-	p.op.pending--
-	p.op.fail(err)
-	c.advance(p.op)
+	o := p.op
+	o.pending--
+	o.fail(err)
+	c.reqs.recycle(p)
+	c.advance(o)
 }
 
 // onChildStopped resends what a child that stopped for good and was
