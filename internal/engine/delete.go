@@ -37,6 +37,7 @@ type deleteOne struct {
 	key  [1]qkey
 	item [1]deleteItem
 	w    waiter
+	old  oldService // the service it deletes (kept when reused)
 }
 
 // singleDeleteOp is deleteOp for a Delete or DeleteByFrontend call of
@@ -92,7 +93,12 @@ func (p *deletePlan) start(c *Core, _ *op) []step {
 			it.err = ErrServiceNotFound
 			continue
 		}
-		old := c.services.get(id)
+		var old *table.Service
+		if p.pooled != nil {
+			old = p.pooled.old.read(&c.services, c.services.stored(id))
+		} else {
+			old = c.services.get(id)
+		}
 		if old.Spec.Source != it.as {
 			it.err = ownedError(old, it.as)
 			continue

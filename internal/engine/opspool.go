@@ -1,5 +1,10 @@
 package engine
 
+import (
+	"github.com/actorlb/actorlb/internal/table"
+	lb "github.com/actorlb/actorlb/loadbalancer"
+)
+
 // A single call's op (an Upsert's, a Delete's) is one object with its
 // plan, item and waiter (upsertOne, deleteOne): some 1.1 KB with an
 // upsert's queue keys, 0.7 KB for a delete. Once complete it is reused
@@ -17,6 +22,32 @@ package engine
 // opsKept bounds the single calls' ops the pool keeps, of each kind.
 const opsKept = 32
 
+// oldKeptMax bounds the backends the arrays of a kept op's old service
+// hold (a call on a service of thousands does not leave its arrays in
+// the pool).
+const oldKeptMax = 128
+
+// oldService is where a single call's op reads the service it replaces or
+// deletes (svcTable.expandInto), its arrays kept when the op is reused.
+type oldService struct {
+	svc table.Service
+	bes []lb.Backend
+	ids []lb.BackendID
+}
+
+// read returns service s whole, in o.
+func (o *oldService) read(t *svcTable, s *storedService) *table.Service {
+	return t.expandInto(s, &o.svc, &o.bes, &o.ids)
+}
+
+// kept returns o emptied for reuse: its arrays if small enough.
+func (o *oldService) kept() oldService {
+	if cap(o.bes) > oldKeptMax || cap(o.ids) > oldKeptMax {
+		return oldService{}
+	}
+	return oldService{bes: o.bes[:0], ids: o.ids[:0]}
+}
+
 // opPool keeps single calls' ops for reuse.
 type opPool struct {
 	upserts []*upsertOne
@@ -26,10 +57,10 @@ type opPool struct {
 	spentDeletes []*deleteOne
 }
 
-// takeUpsert returns a zero upsertOne but for its keys' array.
+// takeUpsert returns a zero upsertOne but for its arrays.
 func (p *opPool) takeUpsert() *upsertOne { return pop(&p.upserts) }
 
-// takeDelete returns a zero deleteOne.
+// takeDelete returns a zero deleteOne but for its old service's arrays.
 func (p *opPool) takeDelete() *deleteOne { return pop(&p.deletes) }
 
 // pop takes the last of the kept objects, or a new zero one.
@@ -61,12 +92,13 @@ func (p *opPool) completed(o *op) {
 }
 
 // reuse takes back the ops completed during the input just stepped:
-// zeroed (an upsert's keys' array kept), up to opsKept of each kind.
+// zeroed (an upsert's keys' array and the old service's arrays kept), up
+// to opsKept of each kind.
 func (p *opPool) reuse() {
 	for i, u := range p.spentUpserts {
 		p.spentUpserts[i] = nil
 		if len(p.upserts) < opsKept {
-			*u = upsertOne{keys: u.keys[:0]}
+			*u = upsertOne{keys: u.keys[:0], old: u.old.kept()}
 			p.upserts = append(p.upserts, u)
 		}
 	}
@@ -74,7 +106,7 @@ func (p *opPool) reuse() {
 	for i, d := range p.spentDeletes {
 		p.spentDeletes[i] = nil
 		if len(p.deletes) < opsKept {
-			*d = deleteOne{}
+			*d = deleteOne{old: d.old.kept()}
 			p.deletes = append(p.deletes, d)
 		}
 	}

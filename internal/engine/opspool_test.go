@@ -19,7 +19,8 @@ func TestASingleCallsOpIsReusedByTheNextOne(t *testing.T) {
 	create(t, h, svc(t, "10.96.0.1:80", "10.0.1.1:8080"), 1, 1)
 	require.Len(t, h.c.ops.upserts, 1, "the completed op was not kept")
 	first := h.c.ops.upserts[0]
-	require.Equal(t, upsertOne{keys: first.keys[:0]}, *first, "a kept op is zero but for its keys' array")
+	require.Equal(t, upsertOne{keys: first.keys[:0], old: first.old}, *first, "a kept op is zero but for its arrays")
+	require.Equal(t, oldService{}, first.old, "a creation read no old service")
 
 	up := upsert(svc(t, "10.96.0.2:80", "10.0.2.1:8080"))
 	h.call(up)
@@ -55,4 +56,40 @@ func TestOnlyCompletedSingleCallOpsAreReused(t *testing.T) {
 	h.step(Stop{Err: errors.New("engine gone")})
 	require.Empty(t, h.c.ops.upserts, "an aborted op was kept")
 	require.Empty(t, h.c.ops.spentUpserts)
+}
+
+// A single call's op reads the service it replaces or deletes into arrays
+// it keeps when reused, up to oldKeptMax backends: the next call on a
+// service of as many backends or fewer reads into the same arrays, and
+// its outcome is its own.
+func TestASingleCallReadsTheOldServiceIntoKeptArrays(t *testing.T) {
+	h := newHarness(t)
+	create(t, h, svc(t, "10.96.0.1:80", "10.0.1.1:8080", "10.0.1.2:8080"), 1, 1)
+	create(t, h, svc(t, "10.96.0.2:80", "10.0.2.1:8080"), 2, 3)
+	h.call(deleteFE(t, "10.96.0.1:80"))
+	h.flushAnswering(t)
+	h.expectAnswers("delete: id 1")
+	require.Len(t, h.c.ops.deletes, 1)
+	d := h.c.ops.deletes[0]
+	require.Equal(t, 2, cap(d.old.bes), "the deleted service's two backends were read into kept arrays")
+	bes := d.old.bes[:1]
+	h.call(deleteFE(t, "10.96.0.2:80"))
+	h.flushAnswering(t)
+	h.expectAnswers("delete: id 2")
+	require.Same(t, &bes[0], &h.c.ops.deletes[0].old.bes[:1][0], "the second delete read into the first one's arrays")
+	require.Zero(t, h.c.services.len())
+	require.Zero(t, h.c.users.Len(), "every backend of both services was freed")
+
+	// Too large to keep.
+	var many []string
+	for i := range oldKeptMax + 1 {
+		many = append(many, fmt.Sprintf("10.0.%d.%d:8080", 3+i/250, 1+i%250))
+	}
+	h.call(upsert(svc(t, "10.96.0.3:80", many...)))
+	h.flushAnswering(t)
+	h.answered = nil
+	h.call(deleteFE(t, "10.96.0.3:80"))
+	h.flushAnswering(t)
+	require.Len(t, h.c.ops.deletes, 1)
+	require.Equal(t, oldService{}, h.c.ops.deletes[0].old, "the arrays of a large service were kept")
 }

@@ -370,14 +370,41 @@ func (t *svcTable) backends(s *storedService, ids []lb.BackendID) []lb.Backend {
 		return nil
 	}
 	out := make([]lb.Backend, n)
-	for i := range n {
+	t.fillBackends(s, out, ids)
+	return out
+}
+
+// fillBackends fills out (one per backend) with s's backends and ids
+// (nil, or one per backend) with their IDs.
+func (t *svcTable) fillBackends(s *storedService, out []lb.Backend, ids []lb.BackendID) {
+	for i := range out {
 		b := s.backend(t.packer, i)
 		out[i] = b.backend()
 		if ids != nil {
 			ids[i] = b.id
 		}
 	}
-	return out
+}
+
+// expandInto is expand into dst, the backends and their IDs in the arrays
+// of *bes and *ids (made anew when short, and kept there): for a single
+// call's op, reused once complete (opPool), which reads the service it
+// replaces or deletes and keeps nothing of it past its end.
+func (t *svcTable) expandInto(s *storedService, dst *table.Service, bes *[]lb.Backend, ids *[]lb.BackendID) *table.Service {
+	*dst = table.Service{Spec: t.specOf(s)}
+	n := s.nbe()
+	if n == 0 {
+		return dst
+	}
+	if cap(*bes) < n {
+		*bes = make([]lb.Backend, n)
+	}
+	if cap(*ids) < n {
+		*ids = make([]lb.BackendID, n)
+	}
+	dst.Spec.Backends, dst.BackendIDs = (*bes)[:n], (*ids)[:n]
+	t.fillBackends(s, dst.Spec.Backends, dst.BackendIDs)
+	return dst
 }
 
 // put stores svc (replacing the service of its ID). svc is not kept: the

@@ -108,7 +108,8 @@ type upsertOne struct {
 	plan upsertPlan
 	item [1]upsertItem
 	w    waiter
-	keys []qkey // kept when reused
+	keys []qkey     // kept when reused
+	old  oldService // the service it replaces (its arrays kept when reused)
 }
 
 // singleUpsertOp is upsertOp for an Upsert call: its op, plan, item and
@@ -162,7 +163,7 @@ func (p *upsertPlan) start(c *Core, o *op) []step {
 	for i := range p.items {
 		it := &p.items[i]
 		k := 2 * len(it.spec.Backends)
-		if c.planUpsert(it, idx[:k:k]) == nil {
+		if c.planUpsert(it, idx[:k:k], p.pooled) == nil {
 			live++
 		}
 		idx = idx[k:]
@@ -188,12 +189,17 @@ var upsertSteps = []step{
 
 // planUpsert checks it against the table and plans it, its backend
 // index lists (acquireIdx, fresh) in room, two per backend; the error
-// (also in it.err) fails this service alone.
-func (c *Core) planUpsert(it *upsertItem, room []int) error {
+// (also in it.err) fails this service alone. one is the single call's op
+// it is the item of (nil: none), where it reads the service it replaces.
+func (c *Core) planUpsert(it *upsertItem, room []int, one *upsertOne) error {
 	fe := it.spec.Frontend.L3n4Addr
 	want := it.spec.Frontend.ID
 	if id, ok := c.byFE.Get(fe); ok {
-		it.old = c.services.get(id)
+		if one != nil {
+			it.old = one.old.read(&c.services, c.services.stored(id))
+		} else {
+			it.old = c.services.get(id)
+		}
 		if it.old.Spec.Source != it.spec.Source {
 			it.err = ownedError(it.old, it.spec.Source)
 			return it.err
