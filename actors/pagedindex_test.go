@@ -106,3 +106,34 @@ func TestPagedIndexPagesRunsAndKeepsStragglersLoose(t *testing.T) {
 		}
 	}
 }
+
+// The page of a range that goes loose is kept, empty, for the next range
+// that gets one: ranges that come and go (IDs taken and freed) do not
+// make a page each time.
+func TestPagedIndexReusesTheLastPageItDropped(t *testing.T) {
+	x := newPagedIndex[uint64](0)
+	for k := range uint32(pageSize) {
+		x.set(k, uint64(k)+1)
+	}
+	first := x.pages[0]
+	require.NotNil(t, first)
+	for k := range uint32(pageSize) {
+		x.del(k)
+	}
+	require.Empty(t, x.pages)
+	require.Same(t, first, x.spare)
+	require.Equal(t, valPage[uint64]{}, *x.spare, "the kept page is empty")
+	for k := range uint32(promoteAt) {
+		x.set(5*pageSize+k, 7)
+	}
+	require.Same(t, first, x.pages[5], "the next range's page is the kept one")
+	require.Nil(t, x.spare)
+	for k := range uint32(pageSize) {
+		v, ok := x.get(5*pageSize + k)
+		require.Equal(t, k < promoteAt, ok, "id %d", k)
+		if ok {
+			require.Equal(t, uint64(7), v)
+		}
+	}
+	require.Equal(t, promoteAt, x.len())
+}
