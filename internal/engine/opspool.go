@@ -92,13 +92,18 @@ func (p *opPool) completed(o *op) {
 }
 
 // reuse takes back the ops completed during the input just stepped:
-// zeroed (an upsert's keys' array and the old service's arrays kept), up
-// to opsKept of each kind.
+// zeroed (an upsert's keys' and backend index lists' arrays and the old
+// service's arrays kept, the last two when small), up to opsKept of each
+// kind.
 func (p *opPool) reuse() {
 	for i, u := range p.spentUpserts {
 		p.spentUpserts[i] = nil
 		if len(p.upserts) < opsKept {
-			*u = upsertOne{keys: u.keys[:0], old: u.old.kept()}
+			idx := u.idx
+			if cap(idx) > 2*oldKeptMax {
+				idx = nil
+			}
+			*u = upsertOne{keys: u.keys[:0], idx: idx, old: u.old.kept()}
 			p.upserts = append(p.upserts, u)
 		}
 	}

@@ -19,7 +19,8 @@ func TestASingleCallsOpIsReusedByTheNextOne(t *testing.T) {
 	create(t, h, svc(t, "10.96.0.1:80", "10.0.1.1:8080"), 1, 1)
 	require.Len(t, h.c.ops.upserts, 1, "the completed op was not kept")
 	first := h.c.ops.upserts[0]
-	require.Equal(t, upsertOne{keys: first.keys[:0], old: first.old}, *first, "a kept op is zero but for its arrays")
+	require.Equal(t, upsertOne{keys: first.keys[:0], idx: first.idx, old: first.old}, *first, "a kept op is zero but for its arrays")
+	require.Len(t, first.idx, 2, "its backend index lists' array was kept")
 	require.Equal(t, oldService{}, first.old, "a creation read no old service")
 
 	up := upsert(svc(t, "10.96.0.2:80", "10.0.2.1:8080"))

@@ -109,6 +109,7 @@ type upsertOne struct {
 	item [1]upsertItem
 	w    waiter
 	keys []qkey     // kept when reused
+	idx  []int      // its item's backend index lists (kept when reused)
 	old  oldService // the service it replaces (its arrays kept when reused)
 }
 
@@ -158,7 +159,15 @@ func (p *upsertPlan) start(c *Core, o *op) []step {
 	for i := range p.items {
 		n += 2 * len(p.items[i].spec.Backends)
 	}
-	idx := make([]int, n)
+	var idx []int
+	if u := p.pooled; u != nil {
+		if cap(u.idx) < n {
+			u.idx = make([]int, n)
+		}
+		idx = u.idx[:n]
+	} else {
+		idx = make([]int, n)
+	}
 	live := 0
 	for i := range p.items {
 		it := &p.items[i]
