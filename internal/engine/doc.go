@@ -64,7 +64,10 @@
 // before their commit step. A single call's op (Upsert, Delete,
 // DeleteByFrontend: one object with its plan, item and waiter) is reused
 // by a later single call once complete, taken back when the input that
-// completed it has been stepped (opspool.go).
+// completed it has been stepped (opspool.go), with the arrays it read the
+// old service into. An answered request is reused too (pendingTable's
+// take and recycle), unless a second copy of it still waits in the
+// outbox.
 //
 // # Bulk lane
 //
