@@ -107,13 +107,7 @@ func TestUpsertBatchAnswersEachServiceOnItsOwn(t *testing.T) {
 // a frontend given twice is deleted once (then not found), and a map that
 // refuses the deletes leaves every service of the batch as it was.
 func TestDeleteBatchMapFailureKeepsEveryServiceOfTheRun(t *testing.T) {
-	var failDeletes atomic.Bool
-	e := newEngine(t, "", Config{hooks: enginetest.Hooks{Fault: func(name string, op maps.Op, n uint64, entries int) error {
-		if failDeletes.Load() && op == maps.OpDelete && (name == maps.Service4Name || name == maps.Service6Name) {
-			return syscall.EBUSY
-		}
-		return nil
-	}}})
+	e, failDeletes := engineFailingServiceMaps(t, maps.OpDelete)
 	ctx := ctxT(t)
 	keep := mustService(t, "10.96.9.9:80", "10.0.1.1:8080")
 	a := mustService(t, "10.96.0.1:80", "10.0.1.1:8080", "10.0.1.2:8080")
@@ -180,13 +174,7 @@ func TestDeleteBatchMapFailureKeepsEveryServiceOfTheRun(t *testing.T) {
 // the service that had it, and a service map that refuses the writes rolls
 // back every service of the run (shared state restored, IDs free again).
 func TestUpsertBatchMapFailureRollsBackTheRun(t *testing.T) {
-	var failWrites atomic.Bool
-	e := newEngine(t, "", Config{hooks: enginetest.Hooks{Fault: func(name string, op maps.Op, n uint64, entries int) error {
-		if failWrites.Load() && op == maps.OpUpdate && (name == maps.Service4Name || name == maps.Service6Name) {
-			return syscall.EBUSY
-		}
-		return nil
-	}}})
+	e, failWrites := engineFailingServiceMaps(t, maps.OpUpdate)
 	ctx := ctxT(t)
 	old := mustService(t, "10.96.9.9:80", "10.0.1.1:8080")
 	oldID, _, err := e.Upsert(ctx, old)
@@ -247,13 +235,7 @@ func TestUpsertBatchMapFailureRollsBackTheRun(t *testing.T) {
 // service outside the batch. A map that refuses the run's writes rolls
 // every service of it back, the maps as they were.
 func TestUpsertBatchRunsUpdatesTogetherAndRollsThemBackTogether(t *testing.T) {
-	var failWrites atomic.Bool
-	e := newEngine(t, "", Config{hooks: enginetest.Hooks{Fault: func(name string, op maps.Op, n uint64, entries int) error {
-		if failWrites.Load() && op == maps.OpUpdate && (name == maps.Service4Name || name == maps.Service6Name) {
-			return syscall.EBUSY
-		}
-		return nil
-	}}})
+	e, failWrites := engineFailingServiceMaps(t, maps.OpUpdate)
 	ctx := ctxT(t)
 	be := func(i int) string { return fmt.Sprintf("10.0.1.%d:8080", i) }
 	existing := []*lb.Service{
@@ -506,4 +488,18 @@ func TestUpsertBatchOfTwoScopeServiceAndItsInternalFrontendAnswers(t *testing.T)
 	require.NoError(t, err)
 	require.Len(t, list, 1)
 	require.Empty(t, verify.Check(dumpMaps(t, e)))
+}
+
+// engineFailingServiceMaps returns an engine whose service maps refuse
+// every op of kind op (EBUSY) while the returned switch is on.
+func engineFailingServiceMaps(t *testing.T, op maps.Op) (*Engine, *atomic.Bool) {
+	t.Helper()
+	var failing atomic.Bool
+	e := newEngine(t, "", Config{hooks: enginetest.Hooks{Fault: func(name string, o maps.Op, n uint64, entries int) error {
+		if failing.Load() && o == op && (name == maps.Service4Name || name == maps.Service6Name) {
+			return syscall.EBUSY
+		}
+		return nil
+	}}})
+	return e, &failing
 }
