@@ -706,7 +706,7 @@ func (p *upsertPlan) rollbackBackends(c *Core, o *op) {
 	for it := range p.undone {
 		f := famIndex(it.svc.Family())
 		if it.old != nil {
-			bes[f] = append(bes[f], table.BackendEntries(it.old)...)
+			bes[f] = appendKeptBackendEntries(bes[f], it)
 			revs = append(revs, table.RevNAT(it.old))
 			ms = append(ms, table.MemberEntries(it.old)...)
 			as = append(as, table.AffinityMatches(it.old)...)
@@ -719,6 +719,33 @@ func (p *upsertPlan) rollbackBackends(c *Core, o *op) {
 	c.applyMembers(o, ms, nil, as, nil)
 	c.applyRanges(o, rs, nil) // before the old master is written back
 }
+
+// appendKeptBackendEntries appends the backend entries of it.old but
+// those it drops (it.removed): the op wrote the backends it keeps, with
+// their states, and not those it drops, which an op taking one may write
+// meanwhile (they are not its queues); writing a dropped one back would
+// undo that op's state.
+func appendKeptBackendEntries(dst []maps.BackendEntry, it *upsertItem) []maps.BackendEntry {
+	var removed map[lb.L3n4Addr]bool // when too many to scan
+	if len(it.removed) > droppedScanMax {
+		removed = make(map[lb.L3n4Addr]bool, len(it.removed))
+		for _, k := range it.removed {
+			removed[k] = true
+		}
+	}
+	for i, b := range it.old.Spec.Backends {
+		k := table.BackendKey(b)
+		if removed != nil && removed[k] || removed == nil && slices.Contains(it.removed, k) {
+			continue
+		}
+		dst = append(dst, table.BackendEntry(b, it.old.BackendIDs[i]))
+	}
+	return dst
+}
+
+// droppedScanMax is the most dropped backends appendKeptBackendEntries
+// looks each old backend up in by a scan.
+const droppedScanMax = 16
 
 func (p *upsertPlan) rollbackService(c *Core, o *op) {
 	var ws [2][]maps.ServiceEntry

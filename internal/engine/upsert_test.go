@@ -2,6 +2,7 @@ package engine
 
 import (
 	"net/netip"
+	"slices"
 	"testing"
 	"unsafe"
 
@@ -109,4 +110,68 @@ func TestFreeingBackendsFillsTheRoomExpectFreesMade(t *testing.T) {
 	r.expectFrees(o, [2]int{5, 0})
 	require.GreaterOrEqual(t, cap(r.freed[0]), 15)
 	require.Equal(t, []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, r.freed[0])
+}
+
+// An update that drops a backend and fails rolls back what it wrote, not
+// the backend it dropped: an op taking that backend may have written it
+// meanwhile (a backend dropped is not one of the dropping op's queues),
+// and its state is that op's.
+func TestAFailedUpdateLeavesTheBackendItDroppedAlone(t *testing.T) {
+	h := newHarness(t)
+	create(t, h, svc(t, "10.96.0.1:80", "10.0.1.1:8080", "10.0.1.2:8080"), 1, 1)
+	// A drops 10.0.1.1 and waits for its service write.
+	h.call(upsert(svc(t, "10.96.0.1:80", "10.0.1.2:8080")))
+	h.expect("be4: write [2=10.0.1.2:8080]", "revnat: write [1=10.96.0.1:80]")
+	h.reply("be4", ok())
+	h.reply("revnat", ok())
+	h.expect("svc4: write [10.96.0.1:80/TCP#1 10.96.0.1:80/TCP#0] delete [10.96.0.1:80/TCP#2]")
+	// B takes 10.0.1.1, quarantined, and completes first.
+	b := svc(t, "10.96.0.2:80", "10.0.1.1:8080")
+	b.Backends[0].State = lb.BackendStateQuarantined
+	h.call(upsert(b))
+	h.expect("alloc: acquire service 10.96.0.2:80/TCP backends []")
+	h.reply("alloc", acquired(2))
+	h.expect("be4: write [1=10.0.1.1:8080(quarantined)]", "revnat: write [2=10.96.0.2:80]")
+	h.reply("be4", ok())
+	h.reply("revnat", ok())
+	h.expect("svc4: write [10.96.0.2:80/TCP#1 10.96.0.2:80/TCP#0]")
+	h.replyTo("svc4", "write [10.96.0.2:80", ok())
+	h.expectAnswers("upsert: id 2 created true")
+	// A's service write fails: it rolls back.
+	h.replyTo("svc4", "write [10.96.0.1:80", fail(maps.ErrFamily))
+	h.expect("be4: write [2=10.0.1.2:8080]", "revnat: write [1=10.96.0.1:80]") // not 1=10.0.1.1 (active)
+	h.reply("be4", ok())
+	h.reply("revnat", ok())
+	h.flushAnswering(t)
+	h.expectAnswers("upsert: error: upsert service 10.96.0.1:80/TCP: write service: " + maps.ErrFamily.Error())
+	for _, fe := range []string{"10.96.0.1:80", "10.96.0.2:80"} {
+		id, ok := h.c.byFE.Get(mustAddr(t, fe))
+		require.True(t, ok)
+		got := h.c.services.get(id)
+		i := slices.IndexFunc(got.Spec.Backends, func(b lb.Backend) bool { return b.Addr.String() == "10.0.1.1" })
+		require.GreaterOrEqual(t, i, 0, "%s", fe)
+		require.Equal(t, lb.BackendStateQuarantined, got.Spec.Backends[i].State, "%s", fe)
+	}
+}
+
+// appendKeptBackendEntries leaves out the dropped backends, scanned when
+// few and looked up in a set when many.
+func TestRollbackWritesTheKeptBackendsOnly(t *testing.T) {
+	for _, dropped := range []int{0, 3, droppedScanMax + 5} {
+		old := &table.Service{}
+		var removed []lb.L3n4Addr
+		for i := range 30 {
+			b := lb.Backend{L3n4Addr: lb.L3n4Addr{Addr: netip.AddrFrom4([4]byte{10, 0, 1, byte(i + 1)}), Port: 8080, Protocol: lb.TCP}}
+			old.Spec.Backends = append(old.Spec.Backends, b)
+			old.BackendIDs = append(old.BackendIDs, lb.BackendID(i+1))
+			if i%30 < dropped {
+				removed = append(removed, table.BackendKey(b))
+			}
+		}
+		got := appendKeptBackendEntries(nil, &upsertItem{old: old, removed: removed})
+		require.Len(t, got, 30-dropped, "%d dropped", dropped)
+		for _, e := range got {
+			require.Greater(t, e.ID, uint32(dropped), "%d dropped: backend %d written back", dropped, e.ID)
+		}
+	}
 }
