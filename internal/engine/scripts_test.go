@@ -236,12 +236,7 @@ func (h *harness) expectAny() int {
 // reused.
 func TestScriptAllocatorRestartBetweenCommitAndReuse(t *testing.T) {
 	h := newHarness(t)
-	create(t, h, svc(t, "10.96.0.1:80", "10.0.1.1:8080", "10.0.1.2:8080"), 1, 1)
-	h.call(upsert(svc(t, "10.96.0.1:80", "10.0.1.1:8080")))
-	h.expect("be4: write [1=10.0.1.1:8080]", "revnat: write [1=10.96.0.1:80]")
-	h.reply("be4", ok())
-	h.reply("revnat", ok())
-	h.expect("svc4: write [10.96.0.1:80/TCP#1 10.96.0.1:80/TCP#0] delete [10.96.0.1:80/TCP#2]")
+	dropOneToServiceWrite(t, h, 1)
 	h.reply("svc4", ok())
 	h.expect("be4: write [] delete [2]")
 	h.step(ChildStopped{Child: ChildAllocator})
@@ -870,4 +865,17 @@ func TestScriptDeleteByIDWithAnotherFrontendFindsNothing(t *testing.T) {
 	require.NoError(t, err)
 	h.call(&messages.Delete{ID: 1, Frontend: mine, Reply: make(chan messages.DeleteReply, 1)})
 	h.expect("svc4: write [] delete [10.96.0.1:80/TCP#0 10.96.0.1:80/TCP#1]")
+}
+
+// dropOneToServiceWrite creates service 10.96.0.1:80 (ID 1) with backends
+// 10.0.1.1 and 10.0.1.2 (IDs 1 and 2), then upserts it with backend keep
+// (1 or 2) alone, up to its service write, sent and not answered.
+func dropOneToServiceWrite(t *testing.T, h *harness, keep int) {
+	t.Helper()
+	create(t, h, svc(t, "10.96.0.1:80", "10.0.1.1:8080", "10.0.1.2:8080"), 1, 1)
+	h.call(upsert(svc(t, "10.96.0.1:80", fmt.Sprintf("10.0.1.%d:8080", keep))))
+	h.expect(fmt.Sprintf("be4: write [%d=10.0.1.%d:8080]", keep, keep), "revnat: write [1=10.96.0.1:80]")
+	h.reply("be4", ok())
+	h.reply("revnat", ok())
+	h.expect("svc4: write [10.96.0.1:80/TCP#1 10.96.0.1:80/TCP#0] delete [10.96.0.1:80/TCP#2]")
 }

@@ -118,13 +118,7 @@ func TestFreeingBackendsFillsTheRoomExpectFreesMade(t *testing.T) {
 // and its state is that op's.
 func TestAFailedUpdateLeavesTheBackendItDroppedAlone(t *testing.T) {
 	h := newHarness(t)
-	create(t, h, svc(t, "10.96.0.1:80", "10.0.1.1:8080", "10.0.1.2:8080"), 1, 1)
-	// A drops 10.0.1.1 and waits for its service write.
-	h.call(upsert(svc(t, "10.96.0.1:80", "10.0.1.2:8080")))
-	h.expect("be4: write [2=10.0.1.2:8080]", "revnat: write [1=10.96.0.1:80]")
-	h.reply("be4", ok())
-	h.reply("revnat", ok())
-	h.expect("svc4: write [10.96.0.1:80/TCP#1 10.96.0.1:80/TCP#0] delete [10.96.0.1:80/TCP#2]")
+	dropOneToServiceWrite(t, h, 2) // A drops 10.0.1.1 and waits for its service write
 	// B takes 10.0.1.1, quarantined, and completes first.
 	b := svc(t, "10.96.0.2:80", "10.0.1.1:8080")
 	b.Backends[0].State = lb.BackendStateQuarantined
