@@ -354,12 +354,9 @@ func (t *svcTable) specOf(s *storedService) lb.Service {
 
 // expand returns s whole (a copy the caller owns).
 func (t *svcTable) expand(s *storedService) *table.Service {
-	svc := &table.Service{Spec: t.specOf(s)}
-	if n := s.nbe(); n > 0 {
-		svc.BackendIDs = make([]lb.BackendID, n)
-	}
-	svc.Spec.Backends = t.backends(s, svc.BackendIDs)
-	return svc
+	var bes []lb.Backend
+	var ids []lb.BackendID
+	return t.expandInto(s, &table.Service{}, &bes, &ids)
 }
 
 // backends returns s's backends as the user gave them (nil for none),
