@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/actorlb/actorlb/maps"
 	"github.com/actorlb/actorlb/messages"
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/stretchr/testify/require"
@@ -31,7 +32,7 @@ func (p *batcherProbe) Receive(ctx actor.Context) {
 	case *flushMsg:
 		p.b.flushing = false
 		n := len(p.b.buf)
-		p.b.flush(ctx, func(reqs []*messages.ServiceApply) error {
+		p.b.flush(ctx, func(r *messages.ServiceApply) int { return len(r.Writes) + len(r.Deletes) }, func(reqs []*messages.ServiceApply) error {
 			if p.failAll {
 				return errInjected
 			}
@@ -91,4 +92,65 @@ func TestABatcherKeepsItsArraysButNoAnsweredRequest(t *testing.T) {
 		}
 		require.NotZero(t, merged, "no flush merged requests: the test did not exercise it")
 	}
+}
+
+// batchProbe is an owner that holds the requests it is sent until it has
+// want of them, then flushes them together and reports the batches the
+// flush applied: each merged batch's request sizes (applyAll), or one
+// request's size for a request applied alone (applyOne).
+type batchProbe struct {
+	b       batcher[*messages.ServiceApply]
+	want    int
+	batches chan<- [][]int
+}
+
+func (p *batchProbe) Receive(ctx actor.Context) {
+	m, ok := ctx.Message().(*messages.ServiceApply)
+	if !ok {
+		return
+	}
+	p.b.buf = append(p.b.buf, queuedReq[*messages.ServiceApply]{ctx.Sender(), m})
+	if len(p.b.buf) < p.want {
+		return
+	}
+	size := func(r *messages.ServiceApply) int { return len(r.Writes) + len(r.Deletes) }
+	var seen [][]int
+	p.b.flush(ctx, size, func(reqs []*messages.ServiceApply) error {
+		var sizes []int
+		for _, r := range reqs {
+			sizes = append(sizes, size(r))
+		}
+		seen = append(seen, sizes)
+		return nil
+	}, func(r *messages.ServiceApply) *messages.MapApplied {
+		seen = append(seen, []int{size(r)})
+		return &messages.MapApplied{ReqID: r.ReqID}
+	}, func(r *messages.ServiceApply) uint64 { return r.ReqID })
+	p.batches <- seen
+}
+
+// A flush merges consecutive requests while their entries sum to at most
+// scratchMax (the arrays it merges and encodes them in are then kept for
+// the next flush), and applies a larger request alone, in arrival order;
+// every request is answered.
+func TestAFlushMergesRequestsUpToTheKeptArraysSize(t *testing.T) {
+	sizes := []int{1100, 1100, 1100, 1100, 1100, 1100, 1100, 1100, 10, scratchMax + 1, 5, 7}
+	want := [][]int{{1100, 1100, 1100}, {1100, 1100, 1100}, {1100, 1100, 10}, {scratchMax + 1}, {5, 7}}
+	sys := actor.NewActorSystem()
+	t.Cleanup(sys.Shutdown)
+	batches := make(chan [][]int, 1)
+	pid := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor {
+		return &batchProbe{want: len(sizes), batches: batches}
+	}))
+	var fs []*actor.Future
+	for i, n := range sizes {
+		r := &messages.ServiceApply{ReqID: uint64(i + 1), Writes: make([]maps.ServiceEntry, n/2), Deletes: make([]maps.ServiceKey, n-n/2)}
+		fs = append(fs, sys.Root.RequestFuture(pid, r, 10*time.Second))
+	}
+	for i, f := range fs {
+		res, err := f.Result()
+		require.NoError(t, err)
+		require.Equal(t, uint64(i+1), res.(*messages.MapApplied).ReqID)
+	}
+	require.Equal(t, want, <-batches)
 }

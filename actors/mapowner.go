@@ -63,17 +63,21 @@ func (b *batcher[R]) add(ctx actor.Context, req R) {
 	}
 }
 
-// flush applies the buffered requests in arrival order. Several go as one
-// batch (applyAll: all their writes, then all their deletes). Requests in
-// flight together come from operations on different frontends writing
-// different backends (the supervisor orders the others), so this order is
-// safe, and writes first keep make-before-break. A single request, or a
-// batch that fails, is applied request by request (applyOne) so that each
-// gets its own answer.
+// flush applies the buffered requests in arrival order. Consecutive
+// requests go as one batch (applyAll: all their writes, then all their
+// deletes) while their entries (size) sum to at most scratchMax, so that
+// the arrays a batch is merged and encoded in stay small enough to keep
+// for the next flush: a flush of eight bulk requests of 1,100 entries
+// each is three batches in kept arrays, not one of 8,800 in new ones. A
+// larger request goes alone. Requests in flight together come from
+// operations on different frontends writing different backends (the
+// supervisor orders the others), so this order is safe, and writes first
+// keep make-before-break. A request alone, or a batch that fails, is
+// applied request by request (applyOne) so that each gets its own answer.
 //
 // The batcher keeps its arrays for the next flush (emptied, and cleared:
 // the requests they pointed to are answered), up to scratchMax requests.
-func (b *batcher[R]) flush(ctx actor.Context, applyAll func([]R) error, applyOne func(R) *messages.MapApplied, reqID func(R) uint64) {
+func (b *batcher[R]) flush(ctx actor.Context, size func(R) int, applyAll func([]R) error, applyOne func(R) *messages.MapApplied, reqID func(R) uint64) {
 	buf := b.buf
 	b.buf = nil
 	defer func() { clear(buf); b.buf = kept(buf) }()
@@ -82,26 +86,39 @@ func (b *batcher[R]) flush(ctx actor.Context, applyAll func([]R) error, applyOne
 		return
 	}
 	replies := make([]any, len(buf)) // sent: not kept
-	if len(buf) > 1 {
-		reqs := grown(b.reqs, len(buf))
-		for _, p := range buf {
+	for lo := 0; lo < len(buf); {
+		hi, n := lo+1, size(buf[lo].req)
+		for hi < len(buf) && n+size(buf[hi].req) <= scratchMax {
+			n += size(buf[hi].req)
+			hi++
+		}
+		b.apply(buf[lo:hi], replies[lo:hi], applyAll, applyOne, reqID)
+		lo = hi
+	}
+	b.reply(ctx, buf, replies)
+}
+
+// apply applies one batch of a flush (merged when it holds several
+// requests) and puts each request's answer in replies.
+func (b *batcher[R]) apply(batch []queuedReq[R], replies []any, applyAll func([]R) error, applyOne func(R) *messages.MapApplied, reqID func(R) uint64) {
+	if len(batch) > 1 {
+		reqs := grown(b.reqs, len(batch))
+		for _, p := range batch {
 			reqs = append(reqs, p.req)
 		}
 		err := applyAll(reqs)
 		clear(reqs)
 		b.reqs = kept(reqs)
 		if err == nil {
-			for i, p := range buf {
+			for i, p := range batch {
 				replies[i] = &messages.MapApplied{ReqID: reqID(p.req)}
 			}
-			b.reply(ctx, buf, replies)
 			return
 		}
 	}
-	for i, p := range buf {
+	for i, p := range batch {
 		replies[i] = applyOne(p.req)
 	}
-	b.reply(ctx, buf, replies)
 }
 
 // reply sends each sender of buf its replies (replies[i] answers
@@ -190,7 +207,7 @@ func (a *mapActor[E, K]) receive(ctx actor.Context, msg any) {
 }
 
 func (a *mapActor[E, K]) flush(ctx actor.Context) {
-	a.batch.flush(ctx, func(reqs []*messages.MapApply[E, K]) error {
+	a.batch.flush(ctx, func(r *messages.MapApply[E, K]) int { return len(r.Writes) + len(r.Deletes) }, func(reqs []*messages.MapApply[E, K]) error {
 		nw, nd := 0, 0
 		for _, r := range reqs {
 			nw += len(r.Writes)
@@ -280,7 +297,7 @@ func (a *revNATActor) apply(writes []maps.RevNATEntry, del4, del6 []uint16) (int
 }
 
 func (a *revNATActor) flush(ctx actor.Context) {
-	a.batch.flush(ctx, func(reqs []*messages.RevNATApply) error {
+	a.batch.flush(ctx, func(r *messages.RevNATApply) int { return len(r.Writes) + len(r.Deletes4) + len(r.Deletes6) }, func(reqs []*messages.RevNATApply) error {
 		ws, d4, d6 := a.ws[:0], a.d4[:0], a.d6[:0]
 		for _, r := range reqs {
 			ws = append(ws, r.Writes...)
