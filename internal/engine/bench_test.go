@@ -21,6 +21,8 @@ import (
 type autoChildren struct {
 	c      *Core
 	nextID uint32
+	// sent, if set, sees every request before it is answered.
+	sent func(messages.Request)
 }
 
 func (a *autoChildren) answer(r messages.Request) any {
@@ -66,6 +68,9 @@ func (a *autoChildren) settle() {
 		for _, out := range rd.Requests {
 			messages.EachRequest(out.Msg, func(m any) {
 				r := m.(messages.Request)
+				if a.sent != nil {
+					a.sent(r)
+				}
 				if _, dump := r.(*messages.MapDump); dump {
 					replies = append(replies, dumpEmpty(out.Child, r))
 					return

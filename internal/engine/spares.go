@@ -15,20 +15,32 @@ import (
 // sent twice (after a child failed) is never given back: a second copy
 // may still be in a mailbox.
 
-// Bounds of what a spares keeps. While ops are in flight: enough slices
-// for the ops of eight bulk calls in flight at once (100 services of ten
-// backends each: some 1,100 service entries an op). Once none is
-// (Core.complete), what is kept is trimmed to what single calls use, so
-// that an engine at rest keeps at most some 40 KB of spares.
+// Bounds of what a spares keeps: enough slices for the ops of eight bulk
+// calls in flight at once (100 services of ten backends each: some 1,100
+// service entries an op).
+//
+// When no op is left in flight (Core.complete) the slices that sat unused
+// since the last such time are dropped (rest): what the ops just run had
+// given back stays, for the next ones. Bulk calls come in waves whose ops
+// all complete before their callers' next calls arrive, so the engine is
+// at rest between waves for a moment each time; dropping everything but
+// what single calls use then (sessions 35 and 36) made each wave allocate
+// its slices again, some 450 bytes of the 3.6 KB a batched service
+// allocated. A single call after a bulk leaves at rest with the slice it
+// used: the bulk's others go then. An engine at rest keeps what its last
+// ops used, within these bounds (some 2.6 MB at the most, four kinds of
+// 16k entries of 32-48 bytes; a single call's few dozen entries).
 const (
 	sparesKept    = 16        // slices kept, at most
-	sparesEntries = 16 * 1024 // entries' room kept over all of them, at most, while busy
-	sparesIdle    = 256       // the same, at rest
+	sparesEntries = 16 * 1024 // entries' room kept over all of them, at most
 )
 
 // spares holds empty slices of E given back, for take.
 type spares[E any] struct {
 	free [][]E
+	// used[i]: free[i] was given back since the last rest (else it sat
+	// unused since, and the next rest drops it).
+	used []bool
 	room int // the capacities of free, summed
 }
 
@@ -48,11 +60,17 @@ func (s *spares[E]) take(n int) []E {
 		return make([]E, 0, n)
 	}
 	xs := s.free[best]
-	last := len(s.free) - 1
-	s.free[best], s.free[last] = s.free[last], nil
-	s.free = s.free[:last]
-	s.room -= cap(xs)
+	s.drop(best)
 	return xs[:0]
+}
+
+// drop removes free[i] (the last one takes its place).
+func (s *spares[E]) drop(i int) {
+	s.room -= cap(s.free[i])
+	last := len(s.free) - 1
+	s.free[i], s.free[last] = s.free[last], nil
+	s.used[i] = s.used[last]
+	s.free, s.used = s.free[:last], s.used[:last]
 }
 
 // give keeps xs (no one else may use it any more) if the bounds allow.
@@ -62,25 +80,19 @@ func (s *spares[E]) give(xs []E) {
 	if cap(xs) == 0 || len(s.free) >= sparesKept || s.room+cap(xs) > sparesEntries {
 		return
 	}
-	s.free = append(s.free, xs)
+	s.free, s.used = append(s.free, xs), append(s.used, true)
 	s.room += cap(xs)
 }
 
-// trim drops slices until the room kept is at most max, the largest
-// first: a slice larger than max never stays.
-func (s *spares[E]) trim(max int) {
-	for s.room > max {
-		big := 0
-		for i, xs := range s.free {
-			if cap(xs) > cap(s.free[big]) {
-				big = i
-			}
+// rest drops the slices not given back since the last rest and starts
+// the next period.
+func (s *spares[E]) rest() {
+	for i := len(s.free) - 1; i >= 0; i-- {
+		if !s.used[i] {
+			s.drop(i)
 		}
-		s.room -= cap(s.free[big])
-		last := len(s.free) - 1
-		s.free[big], s.free[last] = s.free[last], nil
-		s.free = s.free[:last]
 	}
+	clear(s.used)
 }
 
 // mapSpares are the core's spares, one per kind of slice it lends.
@@ -108,10 +120,11 @@ func (s *mapSpares) giveBack(msg any) {
 	}
 }
 
-// trim trims each spares to what an engine at rest keeps.
-func (s *mapSpares) trim() {
-	s.svcWrites.trim(sparesIdle)
-	s.svcDeletes.trim(sparesIdle)
-	s.beWrites.trim(sparesIdle)
-	s.revWrites.trim(sparesIdle)
+// rest drops, in each spares, the slices no op used since the last rest
+// (Core.complete, when the last op in flight completes).
+func (s *mapSpares) rest() {
+	s.svcWrites.rest()
+	s.svcDeletes.rest()
+	s.beWrites.rest()
+	s.revWrites.rest()
 }

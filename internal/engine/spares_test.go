@@ -46,44 +46,85 @@ func TestSparesLendTheSmallestSliceWithRoomWithinTheirBounds(t *testing.T) {
 	require.Len(t, s.free, sparesKept)
 }
 
-func TestTrimmingSparesDropsTheLargestFirst(t *testing.T) {
+// A rest drops the slices that were not given back since the last one,
+// and keeps the others for the next period.
+func TestARestDropsTheSparesNotGivenBackSinceTheLastRest(t *testing.T) {
 	var s spares[int]
-	for _, n := range []int{300, 10, 200, 20, 100} {
+	for _, n := range []int{300, 10, 200} {
 		s.give(make([]int, 0, n))
 	}
-	s.trim(130)
-	require.Equal(t, 130, s.room)
-	var caps []int
-	for _, xs := range s.free {
-		caps = append(caps, cap(xs))
-	}
-	require.ElementsMatch(t, []int{10, 20, 100}, caps)
-	s.trim(sparesIdle)
-	require.Equal(t, 130, s.room, "within the bound: nothing dropped")
-	s.give(make([]int, 0, 2*sparesIdle))
-	s.trim(sparesIdle)
-	require.Equal(t, 130, s.room, "a slice larger than the bound never stays")
+	s.rest()
+	require.Equal(t, 510, s.room, "all given back since the last rest: kept")
+	got := s.take(150) // the 200 one
+	s.give(got)
+	s.rest()
+	require.Equal(t, 200, s.room, "the two not taken and given back again went")
+	require.Len(t, s.used, 1)
+	s.rest()
+	require.Zero(t, s.room, "unused for a whole period: gone")
+	require.Empty(t, s.free)
+	require.Empty(t, s.used)
 }
 
-// Once no op is in flight the core keeps what single calls use, not the
-// arrays of the large ops that ran.
-func TestAnEngineAtRestKeepsSmallSparesOnly(t *testing.T) {
+// At rest (no op in flight) the core keeps the spares its last ops gave
+// back, for the next ops, and drops those they did not use: a single
+// upsert after a large op leaves with its own small arrays only.
+func TestAtRestTheCoreKeepsTheSparesItsLastOpsUsed(t *testing.T) {
 	h := newHarness(t)
 	create(t, h, svc(t, "10.96.0.1:80", "10.0.1.1:8080"), 1, 1)
 	h.call(upsert(svc(t, "10.96.0.2:80", "10.0.2.1:8080")))
 	h.expect("alloc: acquire service 10.96.0.2:80/TCP backends [10.0.2.1:8080/TCP]")
 	// A large op's arrays come back while this one is in flight.
-	h.c.spares.svcWrites.give(make([]maps.ServiceEntry, 0, 4*sparesIdle))
-	h.c.spares.beWrites.give(make([]maps.BackendEntry, 0, 4*sparesIdle))
+	h.c.spares.svcWrites.give(make([]maps.ServiceEntry, 0, 1024))
+	h.c.spares.beWrites.give(make([]maps.BackendEntry, 0, 1024))
 	h.reply("alloc", acquired(2, 2))
 	h.flushAnswering(t)
 	h.expectAnswers("upsert: id 2 created true")
 	require.Zero(t, h.c.stats().OpsInFlight)
-	for _, room := range []int{h.c.spares.svcWrites.room, h.c.spares.svcDeletes.room, h.c.spares.beWrites.room, h.c.spares.revWrites.room} {
-		require.LessOrEqual(t, room, sparesIdle)
-	}
-	require.Equal(t, 2, h.c.spares.svcWrites.room, "the ops' own service writes, two entries, are kept")
+	require.Equal(t, 1024+2, h.c.spares.svcWrites.room, "given back since the last rest: kept with the op's own")
+	require.Equal(t, 1024+1, h.c.spares.beWrites.room)
+
+	h.call(upsert(svc(t, "10.96.0.3:80", "10.0.3.1:8080")))
+	h.expect("alloc: acquire service 10.96.0.3:80/TCP backends [10.0.3.1:8080/TCP]")
+	h.reply("alloc", acquired(3, 3))
+	h.flushAnswering(t)
+	h.expectAnswers("upsert: id 3 created true")
+	require.Zero(t, h.c.stats().OpsInFlight)
+	require.Equal(t, 2, h.c.spares.svcWrites.room, "the large array sat unused: gone; the op's own is kept")
 	require.Equal(t, 1, h.c.spares.beWrites.room)
+}
+
+// Bulk calls come in waves whose ops all complete (the engine at rest for
+// a moment) before the callers' next calls: the next wave writes in the
+// arrays the last one gave back, however large.
+func TestTheNextWaveOfBulkOpsWritesInTheLastOnesArrays(t *testing.T) {
+	c, a := startedCore()
+	svcs := benchServices(160, 10)
+	var arrays [2][]*maps.ServiceEntry // the service writes' arrays of each wave
+	wave := 0
+	a.sent = func(r messages.Request) {
+		if m, ok := r.(*messages.ServiceApply); ok && len(m.Writes) > 0 {
+			arrays[wave] = append(arrays[wave], &m.Writes[:1][0])
+		}
+	}
+	for ; wave < 2; wave++ {
+		var replies []chan messages.UpsertBatchReply
+		for i := range 2 { // two calls of 40 services in flight at once
+			lo := wave*80 + i*40
+			r := make(chan messages.UpsertBatchReply, 1)
+			replies = append(replies, r)
+			c.Step(&messages.UpsertBatch{Services: svcs[lo : lo+40], Reply: r})
+		}
+		a.settle()
+		for _, r := range replies {
+			for _, res := range (<-r).Results {
+				require.NoError(t, res.Err)
+			}
+		}
+		require.Zero(t, c.stats().OpsInFlight, "wave %d: at rest", wave)
+	}
+	require.Len(t, arrays[0], 2, "one service write a call")
+	require.ElementsMatch(t, arrays[0], arrays[1], "the second wave's service writes are in the first one's arrays")
 }
 
 // sameArray reports whether a and b share their first element's memory.
