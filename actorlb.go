@@ -225,6 +225,7 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		OnBackendsLeft: onLeft,
 		Maps:           lbm, Log: e.log, Restore: !cfg.NoRestore, ChildMiddleware: cfg.hooks.ChildMiddleware,
 		NoIDLease:       cfg.hooks.NoIDLease,
+		QuietAfter:      cfg.hooks.QuietAfter,
 		OnStopped:       func() { once.Do(func() { close(e.stopped) }) },
 		OnUp:            e.gate.setUp,
 		OnDown:          e.gate.setDown,

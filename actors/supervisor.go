@@ -51,6 +51,18 @@ type Config struct {
 	// its IDs (tests of that path); by default the supervisor keeps a
 	// lease of free IDs (engine.Config.LeaseServiceIDs).
 	NoIDLease bool
+	// QuietAfter is how long the core must rest (no op in flight) while
+	// it keeps more for reuse than an engine at rest does before the
+	// supervisor tells it Quiet, and it trims that (default 1 s).
+	QuietAfter time.Duration
+}
+
+// quietAfter is cfg.QuietAfter, or its default.
+func (cfg Config) quietAfter() time.Duration {
+	if cfg.QuietAfter > 0 {
+		return cfg.QuietAfter
+	}
+	return time.Second
 }
 
 // The ID lease the supervisor keeps by default: enough for 64 new
@@ -87,7 +99,17 @@ type Supervisor struct {
 	// up is set when the core has just restored (its OnUp ran in the
 	// step): step then tells the map owners to index their mirrors.
 	up bool
+	// quiet tells the core Quiet once it has rested for
+	// Config.QuietAfter (armed while engine.Core.Resting, see step): its
+	// timer sends a quiet message of the generation it was armed in,
+	// which counts only if no arming or disarming came since.
+	quiet      *time.Timer
+	quietGen   uint64
+	quietArmed bool
 }
+
+// quiet is sent by the supervisor's quiet timer.
+type quiet struct{ gen uint64 }
 
 // mirrorOwners are the children that keep a mirror of their maps, which
 // they index once the core has restored (indexMirror).
@@ -205,6 +227,9 @@ func (s *Supervisor) Receive(ctx actor.Context) {
 	case *actor.Restarting, *actor.Stopping:
 		s.stopping = true
 		s.step(ctx, engine.Stop{Err: engine.ErrEngineRestarted})
+		if s.quiet != nil {
+			s.quiet.Stop()
+		}
 	case *actor.Terminated:
 		// A child stopped for good (retries exhausted, or stopped from
 		// outside). Terminated is a system message: it overtakes the
@@ -224,6 +249,10 @@ func (s *Supervisor) Receive(ctx actor.Context) {
 	case *takeIn:
 		s.takingIn = false
 		s.step(ctx, engine.TakeIn{})
+	case *quiet:
+		if m.gen == s.quietGen && s.quietArmed && !s.stopping {
+			s.step(ctx, engine.Quiet{})
+		}
 	case *flush:
 		s.flushing = false
 		s.flush(ctx)
@@ -252,11 +281,30 @@ func (s *Supervisor) step(ctx actor.Context, in engine.Input) {
 		s.takingIn = true
 		ctx.Send(ctx.Self(), &takeIn{})
 	}
+	if r := s.core.Resting(); r != s.quietArmed && !s.stopping {
+		s.armQuiet(ctx, r)
+	}
 	if s.up { // after the flush is queued: the allocator's snapshot goes first
 		s.up = false
 		for _, name := range mirrorOwners {
 			ctx.Send(s.children[name], &indexMirror{})
 		}
+	}
+}
+
+// armQuiet arms the quiet timer (on: the core rests and keeps more than
+// at rest) or disarms it; a quiet message of an earlier arming is then
+// ignored.
+func (s *Supervisor) armQuiet(ctx actor.Context, on bool) {
+	s.quietArmed = on
+	s.quietGen++
+	if s.quiet != nil {
+		s.quiet.Stop()
+		s.quiet = nil
+	}
+	if on {
+		msg, self, root := &quiet{gen: s.quietGen}, ctx.Self(), ctx.ActorSystem().Root
+		s.quiet = time.AfterFunc(s.cfg.quietAfter(), func() { root.Send(self, msg) })
 	}
 }
 

@@ -232,6 +232,9 @@ type StatsReply struct {
 	// in queue": behind other ops on the same frontend or backend), since
 	// the engine started (the last incarnation of the supervisor).
 	Steps map[string]StepTiming
+	// SpareEntries is the room, in entries, of the write arrays the core
+	// keeps for reuse (internal/engine/spares.go), summed over their kinds.
+	SpareEntries int
 }
 
 // StepTiming counts the runs of one step of the engine's operations and

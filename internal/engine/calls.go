@@ -277,6 +277,7 @@ func (c *Core) stats() messages.StatsReply {
 		Services: c.services.len(), Backends: c.users.Len(), RevNAT: c.services.len() + len(c.standalone),
 		ActorRestarts: restarts, Restore: c.restore, Ready: c.ready, OpsInFlight: c.inflight + len(c.intake), RequestsResent: c.resent,
 		RequestsSent: c.requestsSent, ChildMessages: c.childMessages, Steps: steps,
+		SpareEntries: c.spares.room(),
 	}
 }
 

@@ -150,9 +150,14 @@ func New(cfg Config) *Core {
 }
 
 // Input is what Step takes: Start, Stop, a messages.Call, a
-// messages.Reply (or messages.Replies), ChildFailed, ChildStopped or
-// TakeIn.
+// messages.Reply (or messages.Replies), ChildFailed, ChildStopped, TakeIn
+// or Quiet.
 type Input any
+
+// Quiet tells the core that it has had no input for a while (its actor's
+// receive timeout, armed while Resting): it trims what it keeps for
+// reuse to what an engine at rest keeps (spares.go).
+type Quiet struct{}
 
 // Start begins the restore from the children's maps.
 type Start struct{}
@@ -209,6 +214,10 @@ func (c *Core) Step(in Input) {
 		c.cfg.OnDown()
 		c.abortIntake(m.Err)
 		c.abortAll(m.Err)
+	case Quiet:
+		if c.inflight == 0 {
+			c.spares.trim()
+		}
 	case TakeIn:
 		c.takeIn()
 	case ChildFailed:

@@ -220,7 +220,7 @@ func (c *Core) complete(o *op) {
 	o.done = true
 	c.inflight--
 	if c.inflight == 0 {
-		c.spares.rest() // the spares no op used since the last rest go (spares.go)
+		c.spares.rest() // the large spares no op used since the last rest go (spares.go)
 	}
 	c.bulkBusy -= o.bulk
 	err := o.err

@@ -19,20 +19,21 @@ import (
 // calls in flight at once (100 services of ten backends each: some 1,100
 // service entries an op).
 //
-// When no op is left in flight (Core.complete) the slices that sat unused
-// since the last such time are dropped (rest): what the ops just run had
-// given back stays, for the next ones. Bulk calls come in waves whose ops
+// When no op is left in flight (Core.complete) the spares rest: the
+// slices that sat unused since the last rest are dropped, the largest
+// first, until the room kept is at most sparesIdle; what the ops just run
+// gave back stays, for the next ones. Bulk calls come in waves whose ops
 // all complete before their callers' next calls arrive, so the engine is
-// at rest between waves for a moment each time; dropping everything but
-// what single calls use then (sessions 35 and 36) made each wave allocate
-// its slices again, some 450 bytes of the 3.6 KB a batched service
-// allocated. A single call after a bulk leaves at rest with the slice it
-// used: the bulk's others go then. An engine at rest keeps what its last
-// ops used, within these bounds (some 2.6 MB at the most, four kinds of
-// 16k entries of 32-48 bytes; a single call's few dozen entries).
+// at rest between waves for a moment each time; trimming everything to
+// sparesIdle then (sessions 35 and 36) made each wave allocate its slices
+// again, some 250 bytes of the 3.5 KB a batched service allocated. Once
+// the engine has been quiet for a while (Quiet: no input for a second, see
+// actors.Supervisor) the spares are trimmed to sparesIdle, the largest
+// first, used or not: an engine at rest keeps some 40 KB at most.
 const (
 	sparesKept    = 16        // slices kept, at most
 	sparesEntries = 16 * 1024 // entries' room kept over all of them, at most
+	sparesIdle    = 256       // entries' room a rest or a trim leaves, at most, of the slices it may drop
 )
 
 // spares holds empty slices of E given back, for take.
@@ -84,16 +85,44 @@ func (s *spares[E]) give(xs []E) {
 	s.room += cap(xs)
 }
 
-// rest drops the slices not given back since the last rest and starts
-// the next period.
+// rest drops the slices not given back since the last rest, the largest
+// first, until the room kept is at most sparesIdle (what was given back
+// stays), and starts the next period.
 func (s *spares[E]) rest() {
-	for i := len(s.free) - 1; i >= 0; i-- {
-		if !s.used[i] {
-			s.drop(i)
-		}
-	}
+	s.dropWhile(func(i int) bool { return !s.used[i] })
 	clear(s.used)
 }
+
+// trim drops slices, the largest first, until the room kept is at most
+// sparesIdle.
+func (s *spares[E]) trim() {
+	s.dropWhile(func(int) bool { return true })
+}
+
+// dropWhile drops, the largest first, the slices i for which may(i) until
+// the room kept is at most sparesIdle.
+func (s *spares[E]) dropWhile(may func(i int) bool) {
+	for s.room > sparesIdle {
+		big := -1
+		for i, xs := range s.free {
+			if may(i) && (big < 0 || cap(xs) > cap(s.free[big])) {
+				big = i
+			}
+		}
+		if big < 0 {
+			return
+		}
+		s.drop(big)
+	}
+}
+
+// large reports whether more than sparesIdle entries' room is kept.
+func (s *spares[E]) large() bool { return s.room > sparesIdle }
+
+// Resting reports whether no op is in flight while the core keeps more
+// for reuse than an engine at rest does: its actor then tells it Quiet
+// once it has had no input for a while.
+func (c *Core) Resting() bool { return c.inflight == 0 && c.spares.large() }
 
 // mapSpares are the core's spares, one per kind of slice it lends.
 type mapSpares struct {
@@ -120,11 +149,29 @@ func (s *mapSpares) giveBack(msg any) {
 	}
 }
 
-// rest drops, in each spares, the slices no op used since the last rest
-// (Core.complete, when the last op in flight completes).
+// rest rests each spares (Core.complete, when the last op in flight
+// completes).
 func (s *mapSpares) rest() {
 	s.svcWrites.rest()
 	s.svcDeletes.rest()
 	s.beWrites.rest()
 	s.revWrites.rest()
+}
+
+// trim trims each spares to what an engine at rest keeps (Quiet).
+func (s *mapSpares) trim() {
+	s.svcWrites.trim()
+	s.svcDeletes.trim()
+	s.beWrites.trim()
+	s.revWrites.trim()
+}
+
+// room is the entries' room kept, over every kind.
+func (s *mapSpares) room() int {
+	return s.svcWrites.room + s.svcDeletes.room + s.beWrites.room + s.revWrites.room
+}
+
+// large reports whether any spares keeps more than an engine at rest.
+func (s *mapSpares) large() bool {
+	return s.svcWrites.large() || s.svcDeletes.large() || s.beWrites.large() || s.revWrites.large()
 }

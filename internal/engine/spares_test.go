@@ -47,8 +47,9 @@ func TestSparesLendTheSmallestSliceWithRoomWithinTheirBounds(t *testing.T) {
 }
 
 // A rest drops the slices that were not given back since the last one,
-// and keeps the others for the next period.
-func TestARestDropsTheSparesNotGivenBackSinceTheLastRest(t *testing.T) {
+// the largest first, until what is kept is within sparesIdle, and keeps
+// those given back; a trim drops any, the largest first.
+func TestARestDropsTheLargeSparesNotGivenBackSinceTheLastRest(t *testing.T) {
 	var s spares[int]
 	for _, n := range []int{300, 10, 200} {
 		s.give(make([]int, 0, n))
@@ -57,13 +58,24 @@ func TestARestDropsTheSparesNotGivenBackSinceTheLastRest(t *testing.T) {
 	require.Equal(t, 510, s.room, "all given back since the last rest: kept")
 	got := s.take(150) // the 200 one
 	s.give(got)
+	s.give(make([]int, 0, 1000))
 	s.rest()
-	require.Equal(t, 200, s.room, "the two not taken and given back again went")
-	require.Len(t, s.used, 1)
+	require.Equal(t, 1200, s.room, "the 300 and 10 ones, unused, went (the used ones alone are past the bound)")
+	require.Len(t, s.used, 2)
 	s.rest()
-	require.Zero(t, s.room, "unused for a whole period: gone")
-	require.Empty(t, s.free)
-	require.Empty(t, s.used)
+	require.Equal(t, 200, s.room, "the 1,000 one, unused for a period, went first; then within the bound")
+	require.False(t, s.large())
+	s.give(make([]int, 0, 400))
+	s.trim()
+	require.Equal(t, 200, s.room, "a trim drops what was used too, the largest first")
+	s.give(make([]int, 0, 100))
+	s.trim()
+	require.Equal(t, 100, s.room)
+	var caps []int
+	for _, xs := range s.free {
+		caps = append(caps, cap(xs))
+	}
+	require.ElementsMatch(t, []int{100}, caps)
 }
 
 // At rest (no op in flight) the core keeps the spares its last ops gave
@@ -92,6 +104,29 @@ func TestAtRestTheCoreKeepsTheSparesItsLastOpsUsed(t *testing.T) {
 	require.Zero(t, h.c.stats().OpsInFlight)
 	require.Equal(t, 2, h.c.spares.svcWrites.room, "the large array sat unused: gone; the op's own is kept")
 	require.Equal(t, 1, h.c.spares.beWrites.room)
+}
+
+// Quiet (the engine had no input for a while) trims what the core keeps
+// for reuse to what an engine at rest keeps, used or not, and the core
+// rests no longer; with an op in flight it does nothing.
+func TestQuietTrimsTheSparesToWhatAnEngineAtRestKeeps(t *testing.T) {
+	h := newHarness(t)
+	create(t, h, svc(t, "10.96.0.1:80", "10.0.1.1:8080"), 1, 1)
+	require.False(t, h.c.Resting(), "small spares: nothing to trim")
+	h.call(upsert(svc(t, "10.96.0.2:80", "10.0.2.1:8080")))
+	h.expect("alloc: acquire service 10.96.0.2:80/TCP backends [10.0.2.1:8080/TCP]")
+	h.c.spares.svcWrites.give(make([]maps.ServiceEntry, 0, 1024))
+	require.False(t, h.c.Resting(), "an op in flight")
+	h.step(Quiet{})
+	require.Equal(t, 1024+2, h.c.spares.svcWrites.room, "Quiet with an op in flight trims nothing")
+	h.reply("alloc", acquired(2, 2))
+	h.flushAnswering(t)
+	h.expectAnswers("upsert: id 2 created true")
+	require.True(t, h.c.Resting(), "at rest with the large array, given back since the last rest, kept")
+	h.step(Quiet{})
+	require.False(t, h.c.Resting())
+	require.Equal(t, 2, h.c.spares.svcWrites.room, "the ops' own small array is kept (the second filled the first's)")
+	require.Equal(t, 2+1+1, h.c.stats().SpareEntries, "service, backend and revNAT writes")
 }
 
 // Bulk calls come in waves whose ops all complete (the engine at rest for

@@ -2,6 +2,7 @@ package enginetest
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/actorlb/actorlb/maps"
 	"github.com/asynkron/protoactor-go/actor"
@@ -25,6 +26,9 @@ type Hooks struct {
 	// (a datapath-like reader, lookups, counters). Never write them: their
 	// owners' copies would no longer match.
 	Maps func(*maps.LBMaps)
+	// QuietAfter, if set, replaces the supervisor's default rest (1 s)
+	// before it tells its core Quiet (actors.Config.QuietAfter).
+	QuietAfter time.Duration
 }
 
 // field returns where the hooks of cfg (a pointer to an actorlb.Config)
