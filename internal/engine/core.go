@@ -154,9 +154,9 @@ func New(cfg Config) *Core {
 // or Quiet.
 type Input any
 
-// Quiet tells the core that it has had no input for a while (its actor's
-// receive timeout, armed while Resting): it trims what it keeps for
-// reuse to what an engine at rest keeps (spares.go).
+// Quiet tells the core that it has been at rest for a while (its actor's
+// quiet timer, armed while Resting): it trims what it keeps for reuse to
+// what an engine at rest keeps (spares.go).
 type Quiet struct{}
 
 // Start begins the restore from the children's maps.

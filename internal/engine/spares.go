@@ -27,9 +27,10 @@ import (
 // at rest between waves for a moment each time; trimming everything to
 // sparesIdle then (sessions 35 and 36) made each wave allocate its slices
 // again, some 250 bytes of the 3.5 KB a batched service allocated. Once
-// the engine has been quiet for a while (Quiet: no input for a second, see
-// actors.Supervisor) the spares are trimmed to sparesIdle, the largest
-// first, used or not: an engine at rest keeps some 40 KB at most.
+// the core has been at rest for a while with more than that kept (Quiet:
+// a second with no op in flight, see actors.Supervisor) the spares are
+// trimmed to sparesIdle, the largest first, used or not: an engine at
+// rest keeps some 40 KB at most.
 const (
 	sparesKept    = 16        // slices kept, at most
 	sparesEntries = 16 * 1024 // entries' room kept over all of them, at most
@@ -40,7 +41,7 @@ const (
 type spares[E any] struct {
 	free [][]E
 	// used[i]: free[i] was given back since the last rest (else it sat
-	// unused since, and the next rest drops it).
+	// unused since, and the next rest may drop it).
 	used []bool
 	room int // the capacities of free, summed
 }
