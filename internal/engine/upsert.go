@@ -57,7 +57,7 @@ type upsertItem struct {
 	// once freshHeld: it bound them itself (bindFresh, see unholdAll).
 	holding   int
 	freshHeld bool
-	removed   []lb.L3n4Addr // backends of old not in svc
+	removed   []lb.L3n4Addr // backends of old not in svc, in old's order
 	// touch lists the kept backends (of old, in svc: by index in svc)
 	// whose states svc changes (from old's: planUpsert reads no index entry
 	// of a kept backend): the commit writes their index entries.
@@ -724,28 +724,19 @@ func (p *upsertPlan) rollbackBackends(c *Core, o *op) {
 // those it drops (it.removed): the op wrote the backends it keeps, with
 // their states, and not those it drops, which an op taking one may write
 // meanwhile (they are not its queues); writing a dropped one back would
-// undo that op's state.
+// undo that op's state. it.removed is in it.old's order (planUpsert), so
+// one walk of both finds them.
 func appendKeptBackendEntries(dst []maps.BackendEntry, it *upsertItem) []maps.BackendEntry {
-	var removed map[lb.L3n4Addr]bool // when too many to scan
-	if len(it.removed) > droppedScanMax {
-		removed = make(map[lb.L3n4Addr]bool, len(it.removed))
-		for _, k := range it.removed {
-			removed[k] = true
-		}
-	}
+	removed := it.removed
 	for i, b := range it.old.Spec.Backends {
-		k := table.BackendKey(b)
-		if removed != nil && removed[k] || removed == nil && slices.Contains(it.removed, k) {
+		if len(removed) > 0 && table.BackendKey(b) == removed[0] {
+			removed = removed[1:]
 			continue
 		}
 		dst = append(dst, table.BackendEntry(b, it.old.BackendIDs[i]))
 	}
 	return dst
 }
-
-// droppedScanMax is the most dropped backends appendKeptBackendEntries
-// looks each old backend up in by a scan.
-const droppedScanMax = 16
 
 func (p *upsertPlan) rollbackService(c *Core, o *op) {
 	var ws [2][]maps.ServiceEntry

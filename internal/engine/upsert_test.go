@@ -148,10 +148,10 @@ func TestAFailedUpdateLeavesTheBackendItDroppedAlone(t *testing.T) {
 	}
 }
 
-// appendKeptBackendEntries leaves out the dropped backends, scanned when
-// few and looked up in a set when many.
+// appendKeptBackendEntries leaves out the dropped backends, few or many,
+// wherever they are in the old service.
 func TestRollbackWritesTheKeptBackendsOnly(t *testing.T) {
-	for _, dropped := range []int{0, 3, droppedScanMax + 5} {
+	for _, dropped := range []int{0, 3, 21} {
 		old := &table.Service{}
 		var removed []lb.L3n4Addr
 		for i := range 30 {
@@ -168,4 +168,23 @@ func TestRollbackWritesTheKeptBackendsOnly(t *testing.T) {
 			require.Greater(t, e.ID, uint32(dropped), "%d dropped: backend %d written back", dropped, e.ID)
 		}
 	}
+	// Every third dropped, the first and the last among them.
+	old := &table.Service{}
+	var removed []lb.L3n4Addr
+	var want []uint32
+	for i := range 10 {
+		b := lb.Backend{L3n4Addr: lb.L3n4Addr{Addr: netip.AddrFrom4([4]byte{10, 0, 2, byte(i + 1)}), Port: 8080, Protocol: lb.TCP}}
+		old.Spec.Backends = append(old.Spec.Backends, b)
+		old.BackendIDs = append(old.BackendIDs, lb.BackendID(i+1))
+		if i%3 == 0 {
+			removed = append(removed, table.BackendKey(b))
+		} else {
+			want = append(want, uint32(i+1))
+		}
+	}
+	var ids []uint32
+	for _, e := range appendKeptBackendEntries(nil, &upsertItem{old: old, removed: removed}) {
+		ids = append(ids, e.ID)
+	}
+	require.Equal(t, want, ids)
 }
