@@ -45,6 +45,12 @@ type idLease struct {
 	svc    []lb.ServiceID
 	be     []lb.BackendID
 	asking bool // a lease op is in flight
+	// svcBuf and beBuf are the arrays svc and be are windows of (taking
+	// IDs moves a window's start on): a refill moves what is left back to
+	// the array's start and adds the grant after it, rather than
+	// appending to a window with no room left at its end.
+	svcBuf []lb.ServiceID
+	beBuf  []lb.BackendID
 	// waiting are what waits for the refill in flight: services of
 	// single-service calls that the lease could not serve, and requests
 	// for an ID by name, which must not reach the allocator before the
@@ -179,6 +185,7 @@ func (p *upsertPlan) claimLeased(c *Core, o *op) {
 	if len(bs) == 0 {
 		return
 	}
+	p.roomForHolds(o, len(bs))
 	o.svcHolds = append(o.svcHolds, bs...)
 	c.request(o, ChildAllocator, 0, replyErr, &messages.AllocClaim{ReqID: c.reqID(), Bindings: bs})
 }
@@ -211,11 +218,25 @@ func (p *leasePlan) send(c *Core, o *op) {
 			return replyErr(o, 0, reply)
 		}
 		if r.Err == nil {
-			c.lease.svc = append(c.lease.svc, r.ServiceIDs...)
-			c.lease.be = append(c.lease.be, r.BackendIDs...)
+			c.lease.svc = topUp(&c.lease.svcBuf, c.lease.svc, r.ServiceIDs)
+			c.lease.be = topUp(&c.lease.beBuf, c.lease.be, r.BackendIDs)
 		}
 		return r.Err
 	}, &messages.AllocLease{ReqID: c.reqID(), ServiceIDs: p.svc, BackendIDs: p.be})
+}
+
+// topUp returns live, a window of the array *buf, followed by more: in
+// *buf, from its start, when it has room for both (taken IDs are copied
+// out of the window at once, so nothing else reads its old place), else
+// in a new array, which becomes *buf.
+func topUp[T any](buf *[]T, live, more []T) []T {
+	b := *buf
+	if n := len(live) + len(more); cap(b) < n {
+		b = make([]T, 0, n)
+	}
+	b = append(b[:copy(b[:len(live)], live)], more...)
+	*buf = b
+	return b
 }
 
 func (p *leasePlan) rollback(*Core, *op) []step { return nil }

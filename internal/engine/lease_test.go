@@ -6,6 +6,7 @@ import (
 
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/messages"
+	"github.com/stretchr/testify/require"
 )
 
 // The lease of the lease scripts: 4 service IDs and 8 backend IDs.
@@ -212,4 +213,37 @@ func TestScriptLeaseGivesUpTheIDOfAStandaloneRevNATEntry(t *testing.T) {
 	h.call(upsert(svc(t, "10.96.0.1:80", "10.0.1.1:8080")))
 	// Half the lease's service IDs are used: it is refilled.
 	h.expect("alloc: lease 2 services 1 backends", "alloc: claim [10.96.0.1:80/TCP=8]", "be4: write [100=10.0.1.1:8080]", "revnat: write [8=10.96.0.1:80]")
+}
+
+// A refill of the lease puts what is left of it, then the IDs granted, at
+// the start of the array the lease was a window of, when they fit: taking
+// IDs moves the window's start on, and appending to it would make a new
+// array at every refill.
+func TestALeaseRefillMovesWhatIsLeftToItsArraysStart(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		buf        []int // the lease's array; the lease is its last left
+		left       int
+		more, want []int
+		sameArray  bool
+	}{
+		{"room", append(make([]int, 0, 8), 1, 2, 3, 4, 5, 6), 2, []int{7, 8, 9}, []int{5, 6, 7, 8, 9}, true},
+		{"room exactly", append(make([]int, 0, 4), 1, 2, 3), 1, []int{4, 5, 6}, []int{3, 4, 5, 6}, true},
+		{"nothing left", append(make([]int, 0, 4), 1, 2), 0, []int{3, 4}, []int{3, 4}, true},
+		{"no room", append(make([]int, 0, 4), 1, 2, 3, 4), 2, []int{5, 6, 7}, []int{3, 4, 5, 6, 7}, false},
+		{"first refill", nil, 0, []int{1, 2}, []int{1, 2}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			buf := tc.buf
+			live := buf[len(buf)-tc.left:]
+			got := topUp(&buf, live, tc.more)
+			require.Equal(t, tc.want, got)
+			require.Equal(t, got, buf, "the new array was not kept")
+			if tc.sameArray {
+				require.Same(t, &tc.buf[:1][0], &got[0], "a refill with room made a new array")
+			} else if cap(tc.buf) > 0 {
+				require.NotSame(t, &tc.buf[:1][0], &got[0])
+			}
+		})
+	}
 }

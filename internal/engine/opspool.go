@@ -22,9 +22,9 @@ import (
 // opsKept bounds the single calls' ops the pool keeps, of each kind.
 const opsKept = 32
 
-// oldKeptMax bounds the backends the arrays of a kept op's old service
-// hold (a call on a service of thousands does not leave its arrays in
-// the pool).
+// oldKeptMax bounds the backends the arrays of a kept op's old service,
+// and the IDs' array of its new one, hold (a call on a service of
+// thousands does not leave its arrays in the pool).
 const oldKeptMax = 128
 
 // oldService is where a single call's op reads the service it replaces or
@@ -46,6 +46,30 @@ func (o *oldService) kept() oldService {
 		return oldService{}
 	}
 	return oldService{bes: o.bes[:0], ids: o.ids[:0]}
+}
+
+// newService is where a single call's op makes the service it writes
+// (newTableServiceIn), its IDs' array kept when the op is reused: nothing
+// refers to the service once the op is complete (the table keeps its own
+// form of it, svcTable.put; the requests carry map entries).
+type newService struct {
+	svc table.Service
+	ids []lb.BackendID
+}
+
+// make returns the table's form of spec, in n.
+func (n *newService) make(spec *lb.Service) *table.Service {
+	svc := newTableServiceIn(spec, &n.svc, n.ids)
+	n.ids = svc.BackendIDs
+	return svc
+}
+
+// kept returns n emptied for reuse: its IDs' array if small enough.
+func (n *newService) kept() newService {
+	if cap(n.ids) > oldKeptMax {
+		return newService{}
+	}
+	return newService{ids: n.ids[:0]}
 }
 
 // opPool keeps single calls' ops for reuse.
@@ -103,7 +127,7 @@ func (p *opPool) reuse() {
 			if cap(idx) > 2*oldKeptMax {
 				idx = nil
 			}
-			*u = upsertOne{keys: u.keys[:0], idx: idx, old: u.old.kept()}
+			*u = upsertOne{keys: u.keys[:0], idx: idx, old: u.old.kept(), next: u.next.kept()}
 			p.upserts = append(p.upserts, u)
 		}
 	}

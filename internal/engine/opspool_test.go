@@ -19,7 +19,8 @@ func TestASingleCallsOpIsReusedByTheNextOne(t *testing.T) {
 	create(t, h, svc(t, "10.96.0.1:80", "10.0.1.1:8080"), 1, 1)
 	require.Len(t, h.c.ops.upserts, 1, "the completed op was not kept")
 	first := h.c.ops.upserts[0]
-	require.Equal(t, upsertOne{keys: first.keys[:0], idx: first.idx, old: first.old}, *first, "a kept op is zero but for its arrays")
+	require.Equal(t, upsertOne{keys: first.keys[:0], idx: first.idx, old: first.old, next: first.next}, *first, "a kept op is zero but for its arrays")
+	require.Equal(t, newService{ids: first.next.ids[:0]}, first.next, "of the service it wrote, only the IDs' array was kept")
 	require.Len(t, first.idx, 2, "its backend index lists' array was kept")
 	require.Equal(t, oldService{}, first.old, "a creation read no old service")
 
@@ -93,4 +94,45 @@ func TestASingleCallReadsTheOldServiceIntoKeptArrays(t *testing.T) {
 	h.flushAnswering(t)
 	require.Len(t, h.c.ops.deletes, 1)
 	require.Equal(t, oldService{}, h.c.ops.deletes[0].old, "the arrays of a large service were kept")
+}
+
+// A single call's op makes the service it writes in the object it is
+// reused with, the backend IDs in the array the last call kept (up to
+// oldKeptMax of them): the table keeps a form of its own of each service,
+// so the one written first is unchanged by the next call.
+func TestASingleCallMakesTheServiceItWritesInKeptArrays(t *testing.T) {
+	h := newHarness(t)
+	create(t, h, svc(t, "10.96.0.1:80", "10.0.1.1:8080", "10.0.1.2:8080"), 1, 1)
+	require.Len(t, h.c.ops.upserts, 1)
+	ids := h.c.ops.upserts[0].next.ids[:1]
+	require.Equal(t, 2, cap(ids), "the two backends' IDs were not kept")
+
+	create(t, h, svc(t, "10.96.0.2:80", "10.0.2.1:8080"), 2, 3)
+	require.Same(t, &ids[0], &h.c.ops.upserts[0].next.ids[:1][0], "the second upsert made its service in other arrays")
+	require.Equal(t, []lb.BackendID{1, 2}, h.c.services.get(1).BackendIDs, "the first service changed when its op was reused")
+	require.Equal(t, []lb.BackendID{3}, h.c.services.get(2).BackendIDs)
+
+	// An update, in the same arrays: the kept backend keeps its ID.
+	h.call(upsert(svc(t, "10.96.0.2:80", "10.0.2.1:8080", "10.0.2.2:8080")))
+	h.expect("alloc: acquire backends [10.0.2.2:8080/TCP]")
+	h.reply("alloc", acquired(0, 4))
+	h.flushAnswering(t)
+	h.expectAnswers("upsert: id 2 created false")
+	require.Equal(t, []lb.BackendID{3, 4}, h.c.services.get(2).BackendIDs)
+	require.Equal(t, []lb.BackendID{1, 2}, h.c.services.get(1).BackendIDs)
+
+	// Too large to keep.
+	var many []string
+	for i := range oldKeptMax + 1 {
+		many = append(many, fmt.Sprintf("10.0.%d.%d:8080", 3+i/250, 1+i%250))
+	}
+	large := svc(t, "10.96.0.3:80", many...)
+	h.call(upsert(large))
+	h.flushAnswering(t)
+	h.answered = nil
+	require.Len(t, h.c.ops.upserts, 1)
+	require.Equal(t, newService{}, h.c.ops.upserts[0].next, "the IDs' array of a large service was kept")
+	id, ok := h.c.byFE.Get(large.Frontend.L3n4Addr)
+	require.True(t, ok)
+	require.Len(t, h.c.services.get(id).BackendIDs, oldKeptMax+1)
 }

@@ -111,6 +111,9 @@ type upsertOne struct {
 	keys []qkey     // kept when reused
 	idx  []int      // its item's backend index lists (kept when reused)
 	old  oldService // the service it replaces (its arrays kept when reused)
+	next newService // the service it writes (its IDs' array kept when reused)
+	// holds is the array of op.svcHolds (the one service ID it may take).
+	holds [1]messages.AllocBinding
 }
 
 // singleUpsertOp is upsertOp for an Upsert call: its op, plan, item and
@@ -224,7 +227,11 @@ func (c *Core) planUpsert(it *upsertItem, room []int, one *upsertOne) error {
 	if it.err = c.checkOtherScope(it.spec); it.err != nil {
 		return it.err
 	}
-	it.svc = newTableService(it.spec)
+	if one != nil {
+		it.svc = one.next.make(it.spec)
+	} else {
+		it.svc = newTableService(it.spec)
+	}
 	var old oldBackends // the old service's backends (none for a new service)
 	if it.old != nil {
 		it.svc.Spec.Frontend.ID = it.old.ID()
@@ -486,9 +493,7 @@ func (p *upsertPlan) acquiredItem(c *Core, o *op, i int, r *messages.AcquiredIte
 		return fmt.Errorf("the allocator gave %d backend IDs for %d backends", len(r.BackendIDs), len(it.fresh)) // the op's error: the step prefixes it
 	}
 	if it.old == nil {
-		if o.svcHolds == nil {
-			o.svcHolds = make([]messages.AllocBinding, 0, p.asked)
-		}
+		p.roomForHolds(o, p.asked)
 		o.svcHolds = append(o.svcHolds, messages.AllocBinding{Key: it.svc.Frontend(), ID: uint64(r.ServiceID), Refs: 1})
 	}
 	p.grant(c, o, it, r.ServiceID, r.BackendIDs)
@@ -508,6 +513,18 @@ func (p *upsertPlan) grant(c *Core, o *op, it *upsertItem, id lb.ServiceID, ids 
 		it.svc.BackendIDs[i] = id
 	}
 	it.freshHeld = true
+}
+
+// roomForHolds gives o, if it holds no service ID, room for n: a single
+// call's op its own array (upsertOne.holds).
+func (p *upsertPlan) roomForHolds(o *op, n int) {
+	switch {
+	case o.svcHolds != nil:
+	case p.pooled != nil:
+		o.svcHolds = p.pooled.holds[:0]
+	default:
+		o.svcHolds = make([]messages.AllocBinding, 0, n)
+	}
 }
 
 // acquire returns the key of backend j of acquire.
@@ -984,7 +1001,13 @@ func checkTransition(cur lb.BackendState, b lb.Backend, src lb.Source) error {
 // façade sends copies), and nothing reads their backends' order after the
 // intake (one of these per service is most of a batch's garbage).
 func newTableService(spec *lb.Service) *table.Service {
-	svc := &table.Service{Spec: *spec}
+	return newTableServiceIn(spec, new(table.Service), nil)
+}
+
+// newTableServiceIn is newTableService in svc, its backend IDs in ids'
+// array when it has room (a single call's op reuses both: newService).
+func newTableServiceIn(spec *lb.Service, svc *table.Service, ids []lb.BackendID) *table.Service {
+	*svc = table.Service{Spec: *spec}
 	if svc.Spec.SessionAffinity && svc.Spec.SessionAffinityTimeout == 0 {
 		// What the master slot holds, so Get answers the same before and
 		// after a restart.
@@ -996,6 +1019,11 @@ func newTableService(spec *lb.Service) *table.Service {
 		svc.Spec.SourceRanges = slices.Clone(svc.Spec.SourceRanges)
 		table.SortRanges(svc.Spec.SourceRanges)
 	}
-	svc.BackendIDs = make([]lb.BackendID, len(svc.Spec.Backends))
+	if n := len(svc.Spec.Backends); cap(ids) >= n {
+		svc.BackendIDs = ids[:n]
+		clear(svc.BackendIDs)
+	} else {
+		svc.BackendIDs = make([]lb.BackendID, n)
+	}
 	return svc
 }
