@@ -383,34 +383,56 @@ func call[R interface{ Error() error }](ctx context.Context, e *Engine, build fu
 			return r, attempt > 0, err
 		}
 		ch := make(chan R, 1)
-		e.sys.Root.Send(e.sup, build(ch))
-		select {
-		case r = <-ch:
-			if !errors.Is(r.Error(), engine.ErrEngineRestarted) || attempt == maxRetries {
-				return r, attempt > 0, nil
-			}
-		case <-down:
-			if attempt == maxRetries {
-				return r, true, engine.ErrEngineRestarted
-			}
-		case <-e.closed:
-			return r, attempt > 0, ErrClosed
-		case <-ctx.Done():
-			return r, attempt > 0, ctx.Err()
-		case <-timeout:
-			return r, attempt > 0, context.DeadlineExceeded
+		msg := build(ch)
+		e.sys.Root.Send(e.sup, msg)
+		r, done, err := await(ctx, e, ch, down, timeout, attempt)
+		if w, ok := msg.(withdrawable); ok {
+			w.Withdraw() // whatever the outcome: the engine no longer reads what the message lent it
 		}
+		if done {
+			return r, attempt > 0, err
+		}
+	}
+}
+
+// withdrawable is a call whose sender lends the engine what it carries
+// until it withdraws the call (messages.Upsert).
+type withdrawable interface{ Withdraw() bool }
+
+// await waits for the answer to one attempt of a call: done is false when
+// the call is to be sent again (the engine restarted), r and err are the
+// outcome otherwise.
+func await[R interface{ Error() error }](ctx context.Context, e *Engine, ch <-chan R, down <-chan struct{}, timeout <-chan time.Time, attempt int) (r R, done bool, err error) {
+	select {
+	case r = <-ch:
+		return r, !errors.Is(r.Error(), engine.ErrEngineRestarted) || attempt == maxRetries, nil
+	case <-down:
+		if attempt == maxRetries {
+			return r, true, engine.ErrEngineRestarted
+		}
+		return r, false, nil
+	case <-e.closed:
+		return r, true, ErrClosed
+	case <-ctx.Done():
+		return r, true, ctx.Err()
+	case <-timeout:
+		return r, true, context.DeadlineExceeded
 	}
 }
 
 // Upsert creates or updates the service of svc's frontend. A zero
 // Frontend.ID allocates one. It returns the service ID and whether the
-// service was created.
+// service was created. The engine copies svc when it takes the call and
+// keeps nothing of it: svc is the caller's again once Upsert returns,
+// whatever the outcome. A call whose ctx ends before the engine took it
+// is not done at all; one taken goes on, and may be applied, though
+// Upsert returned ctx's error.
 func (e *Engine) Upsert(ctx context.Context, svc *lb.Service) (lb.ServiceID, bool, error) {
 	if svc == nil {
 		return 0, false, fmt.Errorf("upsert service: %w", (&lb.Service{}).Validate())
 	}
-	svc = svc.DeepCopy()
+	// svc itself, not a copy: the engine copies it when it takes the call,
+	// and call withdraws the call before it returns (messages.Upsert).
 	r, _, err := call(ctx, e, func(ch chan<- messages.UpsertReply) any { return &messages.Upsert{Service: svc, Reply: ch} })
 	if err != nil {
 		return 0, false, fmt.Errorf("upsert service %s: %w", svc.Frontend.L3n4Addr, err)

@@ -2,6 +2,8 @@ package messages
 
 import (
 	"errors"
+	"runtime"
+	"sync/atomic"
 	"time"
 
 	"github.com/actorlb/actorlb/internal/maglev"
@@ -13,12 +15,56 @@ import (
 // Reply channels are buffered (capacity 1): the supervisor never blocks on them.
 // The services these messages carry are the supervisor's once sent: it
 // puts their backends in slot order in place, so a sender sends copies of
-// services it keeps (the façade does).
+// services it keeps (the façade does). Upsert is the exception: see there.
 
 // Upsert creates or updates a service. Service.Frontend.ID 0 means allocate.
+//
+// Service stays the sender's: the supervisor takes the call (Take)
+// before it reads the service, copies what it needs, releases it
+// (Release) and never reads it again. A sender that stops waiting for the
+// reply (its context ended) withdraws the call (Withdraw): taken already,
+// Withdraw waits for the release (a copy: short); not taken yet, it never
+// will be (the supervisor answers it unread). Either way the sender may
+// change the service once Withdraw returned, so the façade sends the
+// caller's service itself, not a copy.
 type Upsert struct {
 	Service *lb.Service
 	Reply   chan<- UpsertReply
+	state   atomic.Uint32 // upsertSent, then upsertTaken and upsertReleased, or upsertWithdrawn
+}
+
+// The states of an Upsert.
+const (
+	upsertSent = iota
+	upsertTaken
+	upsertReleased
+	upsertWithdrawn
+)
+
+// Take reports whether the receiver may read m.Service, until it calls
+// Release: true once, for the first Take of a call not withdrawn.
+func (m *Upsert) Take() bool { return m.state.CompareAndSwap(upsertSent, upsertTaken) }
+
+// Release ends the receiver's reading of m.Service, which Take began.
+func (m *Upsert) Release() { m.state.Store(upsertReleased) }
+
+// Withdraw ends the sender's lending of m.Service: from its return no one
+// reads it. It waits for a receiver reading it to release it. It reports
+// whether the call was withdrawn before it was taken (then nothing of it
+// is done).
+func (m *Upsert) Withdraw() bool {
+	for {
+		switch m.state.Load() {
+		case upsertSent:
+			if m.state.CompareAndSwap(upsertSent, upsertWithdrawn) {
+				return true
+			}
+		case upsertTaken:
+			runtime.Gosched() // the receiver copies the service: it releases it soon
+		default:
+			return false
+		}
+	}
 }
 
 // UpsertReply answers Upsert.

@@ -28,12 +28,20 @@ func (c *Core) handleCall(call messages.Call) {
 	}
 	switch m := call.(type) {
 	case *messages.Upsert:
-		if err := m.Service.Validate(); err != nil {
+		if !m.Take() {
+			c.answer(m, messages.UpsertReply{Err: fmt.Errorf("upsert service: %w", ErrCallWithdrawn)})
+			return
+		}
+		u := c.ops.takeUpsert()
+		spec := u.own(m.Service) // the caller's service is read here only
+		m.Release()
+		if err := spec.Validate(); err != nil {
+			c.ops.giveBack(u)
 			c.answer(m, messages.UpsertReply{Err: fmt.Errorf("upsert service: %w", err)})
 			return
 		}
 		c.interactive()
-		c.run(c.singleUpsertOp(m))
+		c.run(c.singleUpsertOp(u, m, spec))
 	case *messages.UpsertBatch:
 		c.upsertBatch(m)
 	case *messages.Delete:

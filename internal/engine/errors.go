@@ -13,6 +13,12 @@ var (
 	// service that does not exist.
 	ErrServiceNotFound = errors.New("service not found")
 
+	// ErrCallWithdrawn answers an Upsert its caller withdrew (it stopped
+	// waiting: its context ended) before the engine took it: nothing of it
+	// was done. No one reads the answer; it says what happened in logs
+	// and tests.
+	ErrCallWithdrawn = errors.New("call withdrawn before the engine took it")
+
 	// ErrServiceIDInUse occurs when an upsert asks for a service ID that is
 	// bound to another frontend.
 	ErrServiceIDInUse = errors.New("service ID in use")

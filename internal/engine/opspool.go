@@ -84,6 +84,10 @@ type opPool struct {
 // takeUpsert returns a zero upsertOne but for its arrays.
 func (p *opPool) takeUpsert() *upsertOne { return pop(&p.upserts) }
 
+// giveBack returns u, taken and not run (its call failed validation), to
+// the pool as a completed op's is: once the input is stepped.
+func (p *opPool) giveBack(u *upsertOne) { p.spentUpserts = append(p.spentUpserts, u) }
+
 // takeDelete returns a zero deleteOne but for its old service's arrays.
 func (p *opPool) takeDelete() *deleteOne { return pop(&p.deletes) }
 
@@ -127,7 +131,11 @@ func (p *opPool) reuse() {
 			if cap(idx) > 2*oldKeptMax {
 				idx = nil
 			}
-			*u = upsertOne{keys: u.keys[:0], idx: idx, old: u.old.kept(), next: u.next.kept()}
+			bes := u.bes
+			if cap(bes) > oldKeptMax {
+				bes = nil
+			}
+			*u = upsertOne{keys: u.keys[:0], idx: idx, old: u.old.kept(), next: u.next.kept(), bes: bes[:0]}
 			p.upserts = append(p.upserts, u)
 		}
 	}

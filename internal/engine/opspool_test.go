@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 
 	lb "github.com/actorlb/actorlb/loadbalancer"
@@ -19,7 +20,8 @@ func TestASingleCallsOpIsReusedByTheNextOne(t *testing.T) {
 	create(t, h, svc(t, "10.96.0.1:80", "10.0.1.1:8080"), 1, 1)
 	require.Len(t, h.c.ops.upserts, 1, "the completed op was not kept")
 	first := h.c.ops.upserts[0]
-	require.Equal(t, upsertOne{keys: first.keys[:0], idx: first.idx, old: first.old, next: first.next}, *first, "a kept op is zero but for its arrays")
+	require.Equal(t, upsertOne{keys: first.keys[:0], idx: first.idx, old: first.old, next: first.next, bes: first.bes}, *first, "a kept op is zero but for its arrays")
+	require.Equal(t, 1, cap(first.bes), "the array of its copy of the call's backends was not kept")
 	require.Equal(t, newService{ids: first.next.ids[:0]}, first.next, "of the service it wrote, only the IDs' array was kept")
 	require.Len(t, first.idx, 2, "its backend index lists' array was kept")
 	require.Equal(t, oldService{}, first.old, "a creation read no old service")
@@ -135,4 +137,42 @@ func TestASingleCallMakesTheServiceItWritesInKeptArrays(t *testing.T) {
 	id, ok := h.c.byFE.Get(large.Frontend.L3n4Addr)
 	require.True(t, ok)
 	require.Len(t, h.c.services.get(id).BackendIDs, oldKeptMax+1)
+}
+
+// An Upsert's service is its caller's (messages.Upsert): the core reads
+// it once, when it takes the call, into the op's own copy. The caller's
+// changes after that do not reach the op, and the core's slot order does
+// not reach the caller's backends.
+func TestAnUpsertReadsTheCallersServiceOnlyWhenItTakesTheCall(t *testing.T) {
+	h := newHarness(t)
+	s := svc(t, "10.96.0.1:80", "10.0.1.2:8080", "10.0.1.1:8080")
+	given := slices.Clone(s.Backends)
+	m := &messages.Upsert{Service: s, Reply: make(chan messages.UpsertReply, 1)}
+	h.call(m)
+	require.False(t, m.Withdraw(), "the core did not take the call")
+	require.Equal(t, given, s.Backends, "the core reordered the caller's backends")
+
+	s.Backends[0].Port, s.Backends = 9999, s.Backends[:1] // the caller's, from now on
+	h.flushAnswering(t)
+	require.Len(t, h.answered, 1)
+	require.Contains(t, h.answered[0], "created true")
+	id, ok := h.c.byFE.Get(s.Frontend.L3n4Addr)
+	require.True(t, ok)
+	got := h.c.services.get(id).Spec.Backends
+	require.ElementsMatch(t, given, got, "the op upserted the caller's changes")
+}
+
+// A call its caller withdrew before the core took it is answered unread:
+// nothing is done, and the caller's service is not read.
+func TestAWithdrawnUpsertIsAnsweredUnread(t *testing.T) {
+	h := newHarness(t)
+	m := &messages.Upsert{Service: svc(t, "10.96.0.1:80", "10.0.1.1:8080"), Reply: make(chan messages.UpsertReply, 1)}
+	require.True(t, m.Withdraw())
+	m.Service = nil // read, it would panic
+	h.call(m)
+	h.expect()
+	h.expectAnswers("upsert: error: upsert service: " + ErrCallWithdrawn.Error())
+	require.False(t, m.Take(), "a withdrawn call was taken")
+	require.Zero(t, h.c.services.len())
+	require.Empty(t, h.c.queues)
 }

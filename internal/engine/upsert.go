@@ -114,19 +114,37 @@ type upsertOne struct {
 	next newService // the service it writes (its IDs' array kept when reused)
 	// holds is the array of op.svcHolds (the one service ID it may take).
 	holds [1]messages.AllocBinding
+	// spec is its copy of the call's service (own), its backends in bes
+	// (kept when reused).
+	spec lb.Service
+	bes  []lb.Backend
 }
 
-// singleUpsertOp is upsertOp for an Upsert call: its op, plan, item and
-// waiter are one reused object (opPool).
-func (c *Core) singleUpsertOp(m *messages.Upsert) *op {
-	u := c.ops.takeUpsert()
+// singleUpsertOp is upsertOp for an Upsert call, of spec (u's copy of its
+// service, validated): its op, plan, item and waiter are u, an object
+// taken from the pool and reused (opPool).
+func (c *Core) singleUpsertOp(u *upsertOne, m *messages.Upsert, spec *lb.Service) *op {
 	u.w.init(m, waitUpsert, 1)
-	u.item[0] = newUpsertItem(m.Service, &u.w, 0)
+	u.item[0] = newUpsertItem(spec, &u.w, 0)
 	u.plan.items, u.plan.pooled = u.item[:], u
 	u.op.plan = &u.plan
-	u.keys = appendUpsertKeys(u.keys[:0], m.Service)
+	u.keys = appendUpsertKeys(u.keys[:0], spec)
 	u.op.keys = u.keys
 	return &u.op
+}
+
+// own copies s, an Upsert's service (its caller's, see messages.Upsert),
+// into u and returns the copy: the service the op upserts, its backends
+// in u's kept array (put in slot order in place later, as a sent copy's
+// were).
+func (u *upsertOne) own(s *lb.Service) *lb.Service {
+	u.spec = *s
+	if s.Backends != nil {
+		u.spec.Backends = append(u.bes[:0], s.Backends...)
+		u.bes = u.spec.Backends
+	}
+	u.spec.SourceRanges = slices.Clone(s.SourceRanges)
+	return &u.spec
 }
 
 // newUpsertPlan is the plan of upserting specs for to, spec i answering
