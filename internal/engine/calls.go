@@ -500,7 +500,7 @@ func (c *Core) startUpserts(svcs []*lb.Service, base int, w *waiter, lane *bulkL
 				} else {
 					n = min(n, runKeysMax)
 				}
-				ro = &op{keys: make([]qkey, 0, n)}
+				ro = &op{keys: c.ops.takeKeys(n), runKeys: true}
 			}
 			for j, k := range keys {
 				c.enter(ro, k, found[j])

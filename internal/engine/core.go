@@ -217,6 +217,7 @@ func (c *Core) Step(in Input) {
 	case Quiet:
 		if c.inflight == 0 {
 			c.spares.trim()
+			c.ops.trimRunArrays()
 		}
 	case TakeIn:
 		c.takeIn()

@@ -56,7 +56,8 @@ type op struct {
 	// whose state it writes. It runs when it heads all of them, so ops on
 	// one frontend, and ops writing one backend, apply in arrival order.
 	keys    []qkey
-	blocked int // queues where another op is ahead
+	runKeys bool // keys' array is the pool's (a large call's run): given back when complete
+	blocked int  // queues where another op is ahead
 	// lane is the bulk lane of the large call the op is a chunk of (nil:
 	// it begins as soon as it heads its queues); bulk the services it
 	// counts against the bulk budget while in flight.

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"slices"
+
 	"github.com/actorlb/actorlb/internal/table"
 	lb "github.com/actorlb/actorlb/loadbalancer"
 )
@@ -72,14 +74,66 @@ func (n *newService) kept() newService {
 	return newService{ids: n.ids[:0]}
 }
 
-// opPool keeps single calls' ops for reuse.
+// opPool keeps single calls' ops for reuse, and the arrays of the runs
+// of large calls (UpsertBatch, Sync): the queue keys startUpserts gives a
+// run's op and the backend index lists of its plan (upsertPlan.start),
+// some 300 bytes a 10-backend service, which the next wave of calls
+// takes again instead of making new ones. A run's arrays are given back
+// when its op completes, not when it is split or aborted, and kept up to
+// runArraysKept of each kind, of runArrayMax elements at most, until the
+// core is quiet (Quiet).
 type opPool struct {
 	upserts []*upsertOne
 	deletes []*deleteOne
+	keys    [][]qkey
+	idx     [][]int
 	// Completed during the input being stepped.
 	spentUpserts []*upsertOne
 	spentDeletes []*deleteOne
+	spentKeys    [][]qkey
+	spentIdx     [][]int
 }
+
+// The bounds of the run arrays the pool keeps: how many of each kind, and
+// their largest size (a larger one, a Sync's of thousands of services,
+// goes to the collector).
+const (
+	runArraysKept = 8
+	runArrayMax   = 1 << 14
+)
+
+// takeKeys returns an empty array of room for n queue keys: a kept one
+// if one has room, else a new one.
+func (p *opPool) takeKeys(n int) []qkey { return takeArray(&p.keys, n)[:0] }
+
+// takeIdx returns an array of room for n ints (not zeroed: the plan
+// writes what it reads), as takeKeys.
+func (p *opPool) takeIdx(n int) []int { return takeArray(&p.idx, n) }
+
+// takeArray takes the first kept array with room for n, or makes one.
+func takeArray[T any](kept *[][]T, n int) []T {
+	for i, a := range *kept {
+		if cap(a) >= n {
+			*kept = slices.Delete(*kept, i, i+1)
+			return a[:cap(a)]
+		}
+	}
+	return make([]T, n)
+}
+
+// keepArrays moves the spent arrays to the kept ones, within the bounds.
+func keepArrays[T any](kept, spent *[][]T) {
+	for i, a := range *spent {
+		(*spent)[i] = nil
+		if len(*kept) < runArraysKept && cap(a) <= runArrayMax {
+			*kept = append(*kept, a[:0])
+		}
+	}
+	*spent = (*spent)[:0]
+}
+
+// trimRunArrays drops the kept run arrays (the core is quiet).
+func (p *opPool) trimRunArrays() { p.keys, p.idx = nil, nil }
 
 // takeUpsert returns a zero upsertOne but for its arrays.
 func (p *opPool) takeUpsert() *upsertOne { return pop(&p.upserts) }
@@ -105,12 +159,18 @@ func pop[T any](kept *[]*T) *T {
 
 // completed notes o, which complete has just ended (answered and out of
 // its queues), for reuse once the input is stepped, if it is a single
-// call's op.
+// call's op, and the run arrays it holds, if any.
 func (p *opPool) completed(o *op) {
+	if o.runKeys {
+		p.spentKeys = append(p.spentKeys, o.keys)
+	}
 	switch pl := o.plan.(type) {
 	case *upsertPlan:
 		if pl.pooled != nil {
 			p.spentUpserts = append(p.spentUpserts, pl.pooled)
+		}
+		if pl.idx != nil {
+			p.spentIdx = append(p.spentIdx, pl.idx)
 		}
 	case *deletePlan:
 		if pl.pooled != nil {
@@ -148,4 +208,6 @@ func (p *opPool) reuse() {
 		}
 	}
 	p.spentDeletes = p.spentDeletes[:0]
+	keepArrays(&p.keys, &p.spentKeys)
+	keepArrays(&p.idx, &p.spentIdx)
 }

@@ -176,3 +176,48 @@ func TestAWithdrawnUpsertIsAnsweredUnread(t *testing.T) {
 	require.Zero(t, h.c.services.len())
 	require.Empty(t, h.c.queues)
 }
+
+// The runs of large calls take the arrays of their queue keys and backend
+// index lists from those the last runs gave back: bulk callers come in
+// waves, and the second wave's runs use the first one's arrays. Once the
+// core is quiet (Quiet), it keeps none.
+func TestTheNextWaveOfRunsTakesTheArraysTheLastOneGaveBack(t *testing.T) {
+	c, a := startedCore()
+	svcs := benchServices(160, 10)
+	firsts := func() (keys, idx []any) {
+		for _, k := range c.ops.keys {
+			keys = append(keys, &k[:1][0])
+		}
+		for _, x := range c.ops.idx {
+			idx = append(idx, &x[:1][0])
+		}
+		return keys, idx
+	}
+	var kept [2][2][]any // per wave: the keys' and the index lists' arrays kept after it
+	for wave := range 2 {
+		var replies []chan messages.UpsertBatchReply
+		for i := range 2 { // two calls of 40 services in flight at once
+			lo := wave*80 + i*40
+			r := make(chan messages.UpsertBatchReply, 1)
+			replies = append(replies, r)
+			c.Step(&messages.UpsertBatch{Services: svcs[lo : lo+40], Reply: r})
+		}
+		a.settle()
+		for _, r := range replies {
+			for _, res := range (<-r).Results {
+				require.NoError(t, res.Err)
+			}
+		}
+		require.Zero(t, c.stats().OpsInFlight, "wave %d: at rest", wave)
+		kept[wave][0], kept[wave][1] = firsts()
+	}
+	require.Len(t, kept[0][0], 2, "one run a call, its keys' array given back")
+	require.Len(t, kept[0][1], 2, "one run a call, its index lists' array given back")
+	require.ElementsMatch(t, kept[0][0], kept[1][0], "the second wave's runs made new keys' arrays")
+	require.ElementsMatch(t, kept[0][1], kept[1][1], "the second wave's runs made new index lists' arrays")
+	require.Equal(t, 160, c.services.len())
+
+	c.Step(Quiet{})
+	require.Empty(t, c.ops.keys, "a quiet core keeps run arrays")
+	require.Empty(t, c.ops.idx)
+}

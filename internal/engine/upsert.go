@@ -39,6 +39,10 @@ type upsertPlan struct {
 	// pooled is the object the plan is part of when it is a single
 	// call's (singleUpsertOp), reused once its op is complete (opPool).
 	pooled *upsertOne
+	// idx is the array of the items' backend index lists when the plan
+	// is not pooled: taken from the pool's run arrays, given back when
+	// the op is complete (opPool.completed).
+	idx []int
 }
 
 // upsertItem is one service of an upsert plan.
@@ -187,7 +191,8 @@ func (p *upsertPlan) start(c *Core, o *op) []step {
 		}
 		idx = u.idx[:n]
 	} else {
-		idx = make([]int, n)
+		idx = c.ops.takeIdx(n)[:n]
+		p.idx = idx // given back when the op is complete (opPool.completed)
 	}
 	live := 0
 	for i := range p.items {
