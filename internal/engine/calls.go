@@ -465,7 +465,7 @@ func (c *Core) startUpserts(svcs []*lb.Service, base int, w *waiter, lane *bulkL
 		if ro == nil {
 			return
 		}
-		ro.plan = newUpsertPlan(run, w, runIdx)
+		ro.plan = c.newRunPlan(run, w, runIdx)
 		ro.lane = lane
 		c.entered(ro)
 		ro, run, runIdx = nil, nil, nil

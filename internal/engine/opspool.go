@@ -85,30 +85,46 @@ func (n *newService) kept() newService {
 type opPool struct {
 	upserts []*upsertOne
 	deletes []*deleteOne
-	keys    [][]qkey
-	idx     [][]int
+	run     runArrays
 	// Completed during the input being stepped.
 	spentUpserts []*upsertOne
 	spentDeletes []*deleteOne
-	spentKeys    [][]qkey
-	spentIdx     [][]int
+	spent        runArrays
+}
+
+// runArrays are arrays of the runs of large calls, by kind: the op's
+// queue keys, its plan's items, their backend index lists, the services
+// they write and those's backend IDs.
+type runArrays struct {
+	keys  [][]qkey
+	items [][]upsertItem
+	idx   [][]int
+	svcs  [][]table.Service
+	ids   [][]lb.BackendID
 }
 
 // The bounds of the run arrays the pool keeps: how many of each kind, and
-// their largest size (a larger one, a Sync's of thousands of services,
-// goes to the collector).
+// their largest size, some 0.4 MB (a larger one, a Sync's of thousands of
+// services, goes to the collector).
 const (
 	runArraysKept = 8
-	runArrayMax   = 1 << 14
+	keptKeysMax   = 1 << 14 // 24 bytes each
+	keptItemsMax  = 1 << 11 // 208 bytes each (the services they write: 184)
+	keptIntsMax   = 1 << 15 // the index lists, the backend IDs
 )
 
 // takeKeys returns an empty array of room for n queue keys: a kept one
 // if one has room, else a new one.
-func (p *opPool) takeKeys(n int) []qkey { return takeArray(&p.keys, n)[:0] }
+func (p *opPool) takeKeys(n int) []qkey { return takeArray(&p.run.keys, n)[:0] }
 
-// takeIdx returns an array of room for n ints (not zeroed: the plan
-// writes what it reads), as takeKeys.
-func (p *opPool) takeIdx(n int) []int { return takeArray(&p.idx, n) }
+// takeItems, takeIdx, takeSvcs and takeIDs return an array of room for n,
+// as takeKeys; its elements are what the last op left in them (the
+// pointerful kinds are cleared when given back), and their users write
+// each one they read.
+func (p *opPool) takeItems(n int) []upsertItem   { return takeArray(&p.run.items, n) }
+func (p *opPool) takeIdx(n int) []int            { return takeArray(&p.run.idx, n) }
+func (p *opPool) takeSvcs(n int) []table.Service { return takeArray(&p.run.svcs, n) }
+func (p *opPool) takeIDs(n int) []lb.BackendID   { return takeArray(&p.run.ids, n) }
 
 // takeArray takes the first kept array with room for n, or makes one.
 func takeArray[T any](kept *[][]T, n int) []T {
@@ -121,19 +137,33 @@ func takeArray[T any](kept *[][]T, n int) []T {
 	return make([]T, n)
 }
 
-// keepArrays moves the spent arrays to the kept ones, within the bounds.
-func keepArrays[T any](kept, spent *[][]T) {
+// keepArrays moves the spent arrays to the kept ones, within the bounds
+// (max elements), cleared first if clean (of pointers, which would keep
+// what they point to alive).
+func keepArrays[T any](kept, spent *[][]T, max int, clean bool) {
 	for i, a := range *spent {
 		(*spent)[i] = nil
-		if len(*kept) < runArraysKept && cap(a) <= runArrayMax {
+		if len(*kept) < runArraysKept && cap(a) <= max {
+			if clean {
+				clear(a)
+			}
 			*kept = append(*kept, a[:0])
 		}
 	}
 	*spent = (*spent)[:0]
 }
 
+// keep moves the spent run arrays to the kept ones (opPool.reuse).
+func (r *runArrays) keep(spent *runArrays) {
+	keepArrays(&r.keys, &spent.keys, keptKeysMax, false)
+	keepArrays(&r.items, &spent.items, keptItemsMax, true)
+	keepArrays(&r.idx, &spent.idx, keptIntsMax, false)
+	keepArrays(&r.svcs, &spent.svcs, keptItemsMax, true)
+	keepArrays(&r.ids, &spent.ids, keptIntsMax, false)
+}
+
 // trimRunArrays drops the kept run arrays (the core is quiet).
-func (p *opPool) trimRunArrays() { p.keys, p.idx = nil, nil }
+func (p *opPool) trimRunArrays() { p.run = runArrays{} }
 
 // takeUpsert returns a zero upsertOne but for its arrays.
 func (p *opPool) takeUpsert() *upsertOne { return pop(&p.upserts) }
@@ -162,15 +192,20 @@ func pop[T any](kept *[]*T) *T {
 // call's op, and the run arrays it holds, if any.
 func (p *opPool) completed(o *op) {
 	if o.runKeys {
-		p.spentKeys = append(p.spentKeys, o.keys)
+		p.spent.keys = append(p.spent.keys, o.keys)
 	}
 	switch pl := o.plan.(type) {
 	case *upsertPlan:
 		if pl.pooled != nil {
 			p.spentUpserts = append(p.spentUpserts, pl.pooled)
 		}
+		if pl.runItems {
+			p.spent.items = append(p.spent.items, pl.items)
+		}
 		if pl.idx != nil {
-			p.spentIdx = append(p.spentIdx, pl.idx)
+			p.spent.idx = append(p.spent.idx, pl.idx)
+			p.spent.svcs = append(p.spent.svcs, pl.svcs)
+			p.spent.ids = append(p.spent.ids, pl.ids)
 		}
 	case *deletePlan:
 		if pl.pooled != nil {
@@ -208,6 +243,5 @@ func (p *opPool) reuse() {
 		}
 	}
 	p.spentDeletes = p.spentDeletes[:0]
-	keepArrays(&p.keys, &p.spentKeys)
-	keepArrays(&p.idx, &p.spentIdx)
+	p.run.keep(&p.spent)
 }

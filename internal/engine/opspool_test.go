@@ -177,23 +177,20 @@ func TestAWithdrawnUpsertIsAnsweredUnread(t *testing.T) {
 	require.Empty(t, h.c.queues)
 }
 
-// The runs of large calls take the arrays of their queue keys and backend
-// index lists from those the last runs gave back: bulk callers come in
-// waves, and the second wave's runs use the first one's arrays. Once the
-// core is quiet (Quiet), it keeps none.
+// The runs of large calls take the arrays of their queue keys, their
+// plan's items, backend index lists, services and backend IDs from those
+// the last runs gave back: bulk callers come in waves, and the second
+// wave's runs use the first one's arrays. Once the core is quiet (Quiet),
+// it keeps none.
 func TestTheNextWaveOfRunsTakesTheArraysTheLastOneGaveBack(t *testing.T) {
 	c, a := startedCore()
 	svcs := benchServices(160, 10)
-	firsts := func() (keys, idx []any) {
-		for _, k := range c.ops.keys {
-			keys = append(keys, &k[:1][0])
-		}
-		for _, x := range c.ops.idx {
-			idx = append(idx, &x[:1][0])
-		}
-		return keys, idx
+	kinds := []string{"keys", "items", "index lists", "services", "backend IDs"}
+	kept := func() [][]any {
+		r := &c.ops.run
+		return [][]any{firstElems(r.keys), firstElems(r.items), firstElems(r.idx), firstElems(r.svcs), firstElems(r.ids)}
 	}
-	var kept [2][2][]any // per wave: the keys' and the index lists' arrays kept after it
+	var waves [2][][]any // per wave, per kind: the arrays kept after it
 	for wave := range 2 {
 		var replies []chan messages.UpsertBatchReply
 		for i := range 2 { // two calls of 40 services in flight at once
@@ -209,15 +206,31 @@ func TestTheNextWaveOfRunsTakesTheArraysTheLastOneGaveBack(t *testing.T) {
 			}
 		}
 		require.Zero(t, c.stats().OpsInFlight, "wave %d: at rest", wave)
-		kept[wave][0], kept[wave][1] = firsts()
+		waves[wave] = kept()
 	}
-	require.Len(t, kept[0][0], 2, "one run a call, its keys' array given back")
-	require.Len(t, kept[0][1], 2, "one run a call, its index lists' array given back")
-	require.ElementsMatch(t, kept[0][0], kept[1][0], "the second wave's runs made new keys' arrays")
-	require.ElementsMatch(t, kept[0][1], kept[1][1], "the second wave's runs made new index lists' arrays")
+	for k, kind := range kinds {
+		require.Len(t, waves[0][k], 2, "one run a call, its %s' array given back", kind)
+		require.ElementsMatch(t, waves[0][k], waves[1][k], "the second wave's runs made new arrays of %s", kind)
+	}
 	require.Equal(t, 160, c.services.len())
+	for _, s := range svcs {
+		id, ok := c.byFE.Get(s.Frontend.L3n4Addr)
+		require.True(t, ok)
+		require.Len(t, c.services.get(id).BackendIDs, 10)
+	}
+	for _, items := range c.ops.run.items {
+		require.Equal(t, make([]upsertItem, cap(items)), items[:cap(items)], "a kept items' array holds pointers")
+	}
 
 	c.Step(Quiet{})
-	require.Empty(t, c.ops.keys, "a quiet core keeps run arrays")
-	require.Empty(t, c.ops.idx)
+	require.Equal(t, runArrays{}, c.ops.run, "a quiet core keeps run arrays")
+}
+
+// firstElems returns the address of the first element of each array.
+func firstElems[T any](arrays [][]T) []any {
+	var r []any
+	for _, a := range arrays {
+		r = append(r, &a[:1][0])
+	}
+	return r
 }

@@ -39,10 +39,15 @@ type upsertPlan struct {
 	// pooled is the object the plan is part of when it is a single
 	// call's (singleUpsertOp), reused once its op is complete (opPool).
 	pooled *upsertOne
-	// idx is the array of the items' backend index lists when the plan
-	// is not pooled: taken from the pool's run arrays, given back when
-	// the op is complete (opPool.completed).
-	idx []int
+	// idx, svcs and ids are the arrays of the items' backend index lists,
+	// of the services they write and of those's backend IDs when the plan
+	// is not pooled: taken from the pool's run arrays, given back when the
+	// op is complete (opPool.completed), as are items when a run's
+	// (runItems: newRunPlan).
+	idx      []int
+	svcs     []table.Service
+	ids      []lb.BackendID
+	runItems bool
 }
 
 // upsertItem is one service of an upsert plan.
@@ -161,6 +166,16 @@ func newUpsertPlan(specs []*lb.Service, to *waiter, slots []int) *upsertPlan {
 	return p
 }
 
+// newRunPlan is newUpsertPlan for a run of a large call (startUpserts),
+// its items in an array of the pool's run arrays.
+func (c *Core) newRunPlan(specs []*lb.Service, to *waiter, slots []int) *upsertPlan {
+	p := &upsertPlan{items: c.ops.takeItems(len(specs))[:len(specs)], runItems: true}
+	for i, spec := range specs {
+		p.items[i] = newUpsertItem(spec, to, slots[i])
+	}
+	return p
+}
+
 // newUpsertItem is the item of upserting spec for to, answering in slot.
 func newUpsertItem(spec *lb.Service, to *waiter, slot int) upsertItem {
 	return upsertItem{spec: spec, to: to, slot: slot}
@@ -185,20 +200,32 @@ func (p *upsertPlan) start(c *Core, o *op) []step {
 		n += 2 * len(p.items[i].spec.Backends)
 	}
 	var idx []int
+	var svcs []table.Service // where the items' services are made (nil: a single call's op, in its own)
+	var ids []lb.BackendID   // their backend IDs
 	if u := p.pooled; u != nil {
 		if cap(u.idx) < n {
 			u.idx = make([]int, n)
 		}
 		idx = u.idx[:n]
 	} else {
+		// The pool's run arrays, given back when the op is complete
+		// (opPool.completed).
 		idx = c.ops.takeIdx(n)[:n]
-		p.idx = idx // given back when the op is complete (opPool.completed)
+		svcs = c.ops.takeSvcs(len(p.items))[:len(p.items)]
+		ids = c.ops.takeIDs(n / 2)
+		p.idx, p.svcs, p.ids = idx, svcs, ids
 	}
 	live := 0
 	for i := range p.items {
 		it := &p.items[i]
-		k := 2 * len(it.spec.Backends)
-		if c.planUpsert(it, idx[:k:k], p.pooled) == nil {
+		b := len(it.spec.Backends)
+		k := 2 * b
+		var dst *table.Service
+		var dstIDs []lb.BackendID
+		if svcs != nil {
+			dst, dstIDs, ids = &svcs[i], ids[:b:b], ids[b:]
+		}
+		if c.planUpsert(it, idx[:k:k], p.pooled, dst, dstIDs) == nil {
 			live++
 		}
 		idx = idx[k:]
@@ -225,8 +252,10 @@ var upsertSteps = []step{
 // planUpsert checks it against the table and plans it, its backend
 // index lists (acquireIdx, fresh) in room, two per backend; the error
 // (also in it.err) fails this service alone. one is the single call's op
-// it is the item of (nil: none), where it reads the service it replaces.
-func (c *Core) planUpsert(it *upsertItem, room []int, one *upsertOne) error {
+// it is the item of (nil: none), where it reads the service it replaces
+// and makes the one it writes; otherwise it makes that in dst, its
+// backend IDs in ids, or in a new one (dst nil).
+func (c *Core) planUpsert(it *upsertItem, room []int, one *upsertOne, dst *table.Service, ids []lb.BackendID) error {
 	fe := it.spec.Frontend.L3n4Addr
 	want := it.spec.Frontend.ID
 	if id, ok := c.byFE.Get(fe); ok {
@@ -250,9 +279,12 @@ func (c *Core) planUpsert(it *upsertItem, room []int, one *upsertOne) error {
 	if it.err = c.checkOtherScope(it.spec); it.err != nil {
 		return it.err
 	}
-	if one != nil {
+	switch {
+	case one != nil:
 		it.svc = one.next.make(it.spec)
-	} else {
+	case dst != nil:
+		it.svc = newTableServiceIn(it.spec, dst, ids)
+	default:
 		it.svc = newTableService(it.spec)
 	}
 	var old oldBackends // the old service's backends (none for a new service)
