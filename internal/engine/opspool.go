@@ -75,12 +75,14 @@ func (n *newService) kept() newService {
 }
 
 // opPool keeps single calls' ops for reuse, and the arrays of the runs
-// of large calls (UpsertBatch, Sync): the queue keys startUpserts gives a
-// run's op and the backend index lists of its plan (upsertPlan.start),
-// some 300 bytes a 10-backend service, which the next wave of calls
-// takes again instead of making new ones. A run's arrays are given back
-// when its op completes, not when it is split or aborted, and kept up to
-// runArraysKept of each kind, of runArrayMax elements at most, until the
+// of large calls (UpsertBatch, Sync; runArrays): the queue keys
+// startUpserts gives a run's op, its plan's items (newRunPlan), and the
+// backend index lists, services and backend IDs upsertPlan.start makes
+// for a plan that is not a single call's, some 750 bytes a 10-backend
+// service, which the next wave of calls takes again instead of making
+// new ones. A run's arrays are given back when its op completes, not when
+// it is split or aborted (another op may still read them), and kept up
+// to runArraysKept of each kind, of some 0.4 MB at most each, until the
 // core is quiet (Quiet).
 type opPool struct {
 	upserts []*upsertOne
@@ -143,7 +145,7 @@ func takeArray[T any](kept *[][]T, n int) []T {
 func keepArrays[T any](kept, spent *[][]T, max int, clean bool) {
 	for i, a := range *spent {
 		(*spent)[i] = nil
-		if len(*kept) < runArraysKept && cap(a) <= max {
+		if len(*kept) < runArraysKept && cap(a) > 0 && cap(a) <= max {
 			if clean {
 				clear(a)
 			}

@@ -159,21 +159,23 @@ func (u *upsertOne) own(s *lb.Service) *lb.Service {
 // newUpsertPlan is the plan of upserting specs for to, spec i answering
 // in slot slots[i].
 func newUpsertPlan(specs []*lb.Service, to *waiter, slots []int) *upsertPlan {
-	p := &upsertPlan{items: make([]upsertItem, len(specs))}
-	for i, spec := range specs {
-		p.items[i] = newUpsertItem(spec, to, slots[i])
-	}
-	return p
+	return planIn(make([]upsertItem, len(specs)), specs, to, slots)
 }
 
 // newRunPlan is newUpsertPlan for a run of a large call (startUpserts),
 // its items in an array of the pool's run arrays.
 func (c *Core) newRunPlan(specs []*lb.Service, to *waiter, slots []int) *upsertPlan {
-	p := &upsertPlan{items: c.ops.takeItems(len(specs))[:len(specs)], runItems: true}
-	for i, spec := range specs {
-		p.items[i] = newUpsertItem(spec, to, slots[i])
-	}
+	p := planIn(c.ops.takeItems(len(specs))[:len(specs)], specs, to, slots)
+	p.runItems = true
 	return p
+}
+
+// planIn is newUpsertPlan with its items in items (one per spec).
+func planIn(items []upsertItem, specs []*lb.Service, to *waiter, slots []int) *upsertPlan {
+	for i, spec := range specs {
+		items[i] = newUpsertItem(spec, to, slots[i])
+	}
+	return &upsertPlan{items: items}
 }
 
 // newUpsertItem is the item of upserting spec for to, answering in slot.
