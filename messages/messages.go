@@ -45,7 +45,9 @@ const (
 // Release: true once, for the first Take of a call not withdrawn.
 func (m *Upsert) Take() bool { return m.state.CompareAndSwap(upsertSent, upsertTaken) }
 
-// Release ends the receiver's reading of m.Service, which Take began.
+// Release ends the receiver's reading of m.Service, which Take began. The
+// receiver releases within the step that took the call: nothing between
+// the two may fail (a sender's Withdraw waits for it).
 func (m *Upsert) Release() { m.state.Store(upsertReleased) }
 
 // Withdraw ends the sender's lending of m.Service: from its return no one

@@ -175,6 +175,16 @@ func TestAWithdrawnUpsertIsAnsweredUnread(t *testing.T) {
 	require.False(t, m.Take(), "a withdrawn call was taken")
 	require.Zero(t, h.c.services.len())
 	require.Empty(t, h.c.queues)
+
+	// Taken with no service (the façade never sends one): refused as an
+	// empty service is, and released.
+	m = &messages.Upsert{Reply: make(chan messages.UpsertReply, 1)}
+	h.call(m)
+	h.expect()
+	require.Len(t, h.answered, 1)
+	require.Contains(t, h.answered[0], "upsert service: ")
+	h.answered = nil
+	require.False(t, m.Withdraw(), "the call was not taken, or is still held")
 }
 
 // The runs of large calls take the arrays of their queue keys, their

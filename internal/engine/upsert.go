@@ -147,6 +147,10 @@ func (c *Core) singleUpsertOp(u *upsertOne, m *messages.Upsert, spec *lb.Service
 // in u's kept array (put in slot order in place later, as a sent copy's
 // were).
 func (u *upsertOne) own(s *lb.Service) *lb.Service {
+	if s == nil {
+		u.spec = lb.Service{} // fails validation, as the façade's nil does
+		return &u.spec
+	}
 	u.spec = *s
 	if s.Backends != nil {
 		u.spec.Backends = append(u.bes[:0], s.Backends...)
