@@ -202,20 +202,7 @@ func TestTheNextWaveOfRunsTakesTheArraysTheLastOneGaveBack(t *testing.T) {
 	}
 	var waves [2][][]any // per wave, per kind: the arrays kept after it
 	for wave := range 2 {
-		var replies []chan messages.UpsertBatchReply
-		for i := range 2 { // two calls of 40 services in flight at once
-			lo := wave*80 + i*40
-			r := make(chan messages.UpsertBatchReply, 1)
-			replies = append(replies, r)
-			c.Step(&messages.UpsertBatch{Services: svcs[lo : lo+40], Reply: r})
-		}
-		a.settle()
-		for _, r := range replies {
-			for _, res := range (<-r).Results {
-				require.NoError(t, res.Err)
-			}
-		}
-		require.Zero(t, c.stats().OpsInFlight, "wave %d: at rest", wave)
+		stepWave(t, c, a, svcs[wave*80:wave*80+80]) // two calls of 40 services in flight at once
 		waves[wave] = kept()
 	}
 	for k, kind := range kinds {

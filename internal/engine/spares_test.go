@@ -143,23 +143,31 @@ func TestTheNextWaveOfBulkOpsWritesInTheLastOnesArrays(t *testing.T) {
 		}
 	}
 	for ; wave < 2; wave++ {
-		var replies []chan messages.UpsertBatchReply
-		for i := range 2 { // two calls of 40 services in flight at once
-			lo := wave*80 + i*40
-			r := make(chan messages.UpsertBatchReply, 1)
-			replies = append(replies, r)
-			c.Step(&messages.UpsertBatch{Services: svcs[lo : lo+40], Reply: r})
-		}
-		a.settle()
-		for _, r := range replies {
-			for _, res := range (<-r).Results {
-				require.NoError(t, res.Err)
-			}
-		}
-		require.Zero(t, c.stats().OpsInFlight, "wave %d: at rest", wave)
+		stepWave(t, c, a, svcs[wave*80:wave*80+80])
 	}
 	require.Len(t, arrays[0], 2, "one service write a call")
 	require.ElementsMatch(t, arrays[0], arrays[1], "the second wave's service writes are in the first one's arrays")
+}
+
+// stepWave steps a wave of bulk calls, two calls of half of svcs each in
+// flight at once, lets the children answer everything, and requires
+// every service upserted and the core at rest.
+func stepWave(t *testing.T, c *Core, a *autoChildren, svcs []*lb.Service) {
+	t.Helper()
+	var replies []chan messages.UpsertBatchReply
+	half := len(svcs) / 2
+	for _, call := range [][]*lb.Service{svcs[:half], svcs[half:]} {
+		r := make(chan messages.UpsertBatchReply, 1)
+		replies = append(replies, r)
+		c.Step(&messages.UpsertBatch{Services: call, Reply: r})
+	}
+	a.settle()
+	for _, r := range replies {
+		for _, res := range (<-r).Results {
+			require.NoError(t, res.Err)
+		}
+	}
+	require.Zero(t, c.stats().OpsInFlight, "not at rest after the wave")
 }
 
 // sameArray reports whether a and b share their first element's memory.
