@@ -167,6 +167,13 @@ func (r *runArrays) keep(spent *runArrays) {
 // trimRunArrays drops the kept run arrays (the core is quiet).
 func (p *opPool) trimRunArrays() { p.run = runArrays{} }
 
+// keepsRunArrays reports whether the pool keeps a run array (Quiet would
+// drop it: Core.Resting).
+func (p *opPool) keepsRunArrays() bool {
+	r := &p.run
+	return len(r.keys)+len(r.items)+len(r.idx)+len(r.svcs)+len(r.ids) > 0
+}
+
 // takeUpsert returns a zero upsertOne but for its arrays.
 func (p *opPool) takeUpsert() *upsertOne { return pop(&p.upserts) }
 

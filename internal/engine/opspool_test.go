@@ -231,3 +231,18 @@ func firstElems[T any](arrays [][]T) []any {
 	}
 	return r
 }
+
+// A core that keeps run arrays and nothing else past what an engine at
+// rest keeps (a small batch's write arrays are within sparesIdle) rests
+// too, so that its actor tells it Quiet, which drops them.
+func TestACoreKeepingOnlyRunArraysRestsUntilQuiet(t *testing.T) {
+	c, a := startedCore()
+	stepWave(t, c, a, benchServices(4, 1))
+	require.False(t, c.spares.large(), "the small batches' write arrays are past what a core at rest keeps")
+	require.True(t, c.ops.keepsRunArrays())
+	require.True(t, c.Resting(), "run arrays kept, and the core does not rest: no Quiet would drop them")
+
+	c.Step(Quiet{})
+	require.False(t, c.ops.keepsRunArrays())
+	require.False(t, c.Resting())
+}

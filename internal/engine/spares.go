@@ -121,9 +121,12 @@ func (s *spares[E]) dropWhile(may func(i int) bool) {
 func (s *spares[E]) large() bool { return s.room > sparesIdle }
 
 // Resting reports whether no op is in flight while the core keeps more
-// for reuse than an engine at rest does: its actor then tells it Quiet
-// once it has had no input for a while.
-func (c *Core) Resting() bool { return c.inflight == 0 && c.spares.large() }
+// for reuse than an engine at rest does (spares past sparesIdle, or run
+// arrays: what Quiet trims): its actor then tells it Quiet once it has
+// had no input for a while.
+func (c *Core) Resting() bool {
+	return c.inflight == 0 && (c.spares.large() || c.ops.keepsRunArrays())
+}
 
 // mapSpares are the core's spares, one per kind of slice it lends.
 type mapSpares struct {
