@@ -289,6 +289,34 @@ func TestDumpLargeMap(t *testing.T) {
 	}
 }
 
+// A dump lets other goroutines run after each batch lookup but the last
+// (dumpYield): the owners of the largest maps no longer keep both
+// processors of a two-core machine while the others wait to load theirs.
+func TestADumpYieldsItsProcessorBetweenChunks(t *testing.T) {
+	lb := openTest(t, Config{})
+	var es []ServiceEntry
+	for i := range 3*dumpChunk + 17 {
+		es = append(es, svcEntry("10.96.0.1", uint16(i+1), 0, 0, uint16(i%65535+1)))
+	}
+	require.NoError(t, lb.Service4.Update(es))
+	yields := 0
+	old := dumpYield
+	dumpYield = func() { yields++ }
+	t.Cleanup(func() { dumpYield = old })
+	raw, err := lb.Service4.DumpEntries()
+	require.NoError(t, err)
+	require.Equal(t, len(es), raw.Len())
+	// A batch lookup stops at a bucket's end, so there may be more
+	// lookups than full chunks; each but the last yields.
+	require.GreaterOrEqual(t, yields, 3, "one yield per chunk but the last")
+
+	empty := 0
+	dumpYield = func() { empty++ }
+	_, err = lb.Service6.DumpEntries()
+	require.NoError(t, err)
+	require.Zero(t, empty, "an empty map's one lookup has nothing after it")
+}
+
 func TestFaultInjection(t *testing.T) {
 	calls := 0
 	lb := openTest(t, Config{InMemory: true, Fault: func(name string, op Op, n uint64, entries int) error {
