@@ -30,7 +30,11 @@
 //     service maps; be4, be6: the backend maps) or both revNAT maps
 //     (revnat), and an in-memory mirror of it (mirror.go, svcmirror.go).
 //     They write what their mailbox holds in one batched call, skip
-//     entries the map already holds, and answer dumps from the mirror.
+//     entries the map already holds, and answer dumps from the mirror. A
+//     drift check (MapReconcile) reads the map on a goroutine of its own
+//     while the owner goes on writing, and the owner finishes it when the
+//     dump is read (checks.go, drift.go); the owner waits for that
+//     goroutine before it stops or restarts.
 //     members and affinity own lb_members and lb_affinity_match the same
 //     way.
 //   - The Maglev owner (maglev.go, maglev) owns lb4_maglev and lb6_maglev.

@@ -305,3 +305,63 @@ func TestReconcileOfAnUndriftedMapCopiesNothing(t *testing.T) {
 	require.Zero(t, d.Repairs())
 	require.Less(t, got, 3*raw, "services: %d bytes allocated, %d of raw dump", got, raw)
 }
+
+// A drift check leaves out the keys its owner writes or deletes while the
+// map is read (before or after the dump saw them), and still finds and
+// repairs what someone else changed in the keys it did not write.
+func TestADriftCheckLeavesOutWhatItsOwnerWroteMeanwhile(t *testing.T) {
+	for _, when := range []string{"before the dump", "after the dump"} {
+		t.Run(when, func(t *testing.T) {
+			lb := openMaps(t)
+			m := lb.Backend4
+			mr := newMirror(maps.Map[maps.BackendEntry, uint32](m), splitBackend(addrkey.IP4Of), joinBackend[addrkey.IP4])
+			require.NoError(t, mr.load())
+			_, _, err := mr.apply([]maps.BackendEntry{be(1, "10.0.0.1"), be(2, "10.0.0.2"), be(3, "10.0.0.3"), be(4, "10.0.0.4")}, nil)
+			require.NoError(t, err)
+			// Someone else rewrites backend 4 behind the owner's back.
+			require.NoError(t, m.Update([]maps.BackendEntry{be(4, "10.9.9.9")}))
+
+			c := mr.beginCheck()
+			ownerWrites := func() {
+				// A new key, a changed one and a deleted one.
+				_, _, err := mr.apply([]maps.BackendEntry{be(5, "10.0.0.5"), be(2, "10.0.2.2")}, []uint32{3})
+				require.NoError(t, err)
+			}
+			if when == "before the dump" {
+				ownerWrites()
+				c.read()
+			} else {
+				c.read()
+				ownerWrites()
+			}
+			ds := c.finish()
+			require.Len(t, ds, 1)
+			require.NoError(t, ds[0].Err)
+			require.Equal(t, 1, ds[0].Changed, "backend 4, which the owner did not write")
+			require.Zero(t, ds[0].Missing+ds[0].Extra, "backends 2, 3 and 5 were the owner's writes: %+v", ds[0])
+			got, err := m.Dump()
+			require.NoError(t, err)
+			require.ElementsMatch(t, []maps.BackendEntry{be(1, "10.0.0.1"), be(2, "10.0.2.2"), be(4, "10.0.0.4"), be(5, "10.0.0.5")}, got)
+			require.Nil(t, mr.check, "the mirror forgets a finished check")
+			require.Zero(t, mr.reconcile().Repairs(), "the next check finds nothing")
+		})
+	}
+}
+
+// A mirror read again from its map (after a failed write) while a check
+// is in flight is its map then: the check reports no drift.
+func TestADriftCheckOfAReloadedMirrorReportsNothing(t *testing.T) {
+	lb := openMaps(t)
+	m := lb.Backend4
+	mr := newMirror(maps.Map[maps.BackendEntry, uint32](m), splitBackend(addrkey.IP4Of), joinBackend[addrkey.IP4])
+	require.NoError(t, mr.load())
+	_, _, err := mr.apply([]maps.BackendEntry{be(1, "10.0.0.1")}, nil)
+	require.NoError(t, err)
+	c := mr.beginCheck()
+	require.NoError(t, m.Update([]maps.BackendEntry{be(1, "10.9.9.9")})) // drift
+	c.read()
+	require.NoError(t, mr.load()) // as reloadAfter does
+	ds := c.finish()
+	require.Zero(t, ds[0].Repairs())
+	require.NoError(t, ds[0].Err)
+}

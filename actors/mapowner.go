@@ -16,6 +16,7 @@ type mapActor[E, K comparable] struct {
 	name   string
 	mirror mirrorOf[E, K]
 	batch  batcher[*messages.MapApply[E, K]]
+	checks checks
 	// ws and ds are the scratch a flush merges its requests' writes and
 	// deletes in, kept for the next flush (kept: up to scratchMax).
 	ws []E
@@ -28,7 +29,7 @@ type mirrorOf[E, K any] interface {
 	index()
 	apply(writes []E, deletes []K) (written, deleted int, err error)
 	dump() maps.Entries[E]
-	reconcile() messages.Drift
+	beginCheck() driftCheck
 }
 
 // flushMsg tells a map owner to write what it has buffered.
@@ -197,13 +198,19 @@ func (a *mapActor[E, K]) receive(ctx actor.Context, msg any) {
 	case *indexMirror:
 		a.mirror.index()
 	case *messages.MapReconcile:
-		a.flush(ctx) // the map must hold every write queued before it
-		if p, ok := a.mirror.(interface{ reconcileAll() []messages.Drift }); ok {
-			ctx.Respond(&messages.MapReconciled{ReqID: m.ReqID, Maps: p.reconcileAll()})
-			break
-		}
-		ctx.Respond(&messages.MapReconciled{ReqID: m.ReqID, Maps: []messages.Drift{a.mirror.reconcile()}})
+		a.checks.ask(ctx, m.ReqID, a.beginCheck)
+	case *checkRead:
+		a.checks.read(ctx, m, a.beginCheck)
+	case *actor.Restarting, *actor.Stopping:
+		a.checks.wait() // no dump reads the map once the owner is gone
 	}
+}
+
+// beginCheck begins a drift check of the map once every write queued
+// before it is in.
+func (a *mapActor[E, K]) beginCheck(ctx actor.Context) driftCheck {
+	a.flush(ctx)
+	return a.mirror.beginCheck()
 }
 
 func (a *mapActor[E, K]) flush(ctx actor.Context) {
@@ -232,6 +239,7 @@ func (a *mapActor[E, K]) flush(ctx actor.Context) {
 type revNATActor struct {
 	v4, v6 mirrorOf[maps.RevNATEntry, uint16]
 	batch  batcher[*messages.RevNATApply]
+	checks checks
 	// The scratch of apply (each family's writes) and of a flush (the
 	// merged writes and deletes), kept for the next (kept).
 	w4, w6, ws []maps.RevNATEntry
@@ -272,9 +280,19 @@ func (a *revNATActor) receive(ctx actor.Context, msg any) {
 		a.v4.index()
 		a.v6.index()
 	case *messages.MapReconcile:
-		a.flush(ctx)
-		ctx.Respond(&messages.MapReconciled{ReqID: m.ReqID, Maps: []messages.Drift{a.v4.reconcile(), a.v6.reconcile()}})
+		a.checks.ask(ctx, m.ReqID, a.beginCheck)
+	case *checkRead:
+		a.checks.read(ctx, m, a.beginCheck)
+	case *actor.Restarting, *actor.Stopping:
+		a.checks.wait()
 	}
+}
+
+// beginCheck begins a drift check of both maps once every write queued
+// before it is in.
+func (a *revNATActor) beginCheck(ctx actor.Context) driftCheck {
+	a.flush(ctx)
+	return pairCheck{a.v4.beginCheck(), a.v6.beginCheck()}
 }
 
 // apply writes then deletes one request's (or a merged batch's) entries.

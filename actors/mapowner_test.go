@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -153,4 +155,54 @@ func TestRevNATOwnerFlushesWriteExactlyTheirRequestsEntries(t *testing.T) {
 			require.Equal(t, want, got, "round %d, %s", round, m.Name())
 		}
 	})
+}
+
+// A map owner answers writes while its map is read for a drift check: the
+// dump runs beside the owner, which finishes the check when it is read.
+// The dump here waits (a fault hook) until the write sent after the check
+// is answered; before, the owner read its map in the handling of the
+// check, and the write waited behind it.
+func TestAMapOwnerWritesWhileItsMapIsReadForADriftCheck(t *testing.T) {
+	reading, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	var armed atomic.Bool // not the load at the owner's start
+	lb, err := maps.Open(maps.Config{InMemory: true, Fault: func(name string, op maps.Op, _ uint64, _ int) error {
+		if name == maps.Backend4Name && op == maps.OpDump && armed.Load() {
+			once.Do(func() {
+				close(reading)
+				<-release
+			})
+		}
+		return nil
+	}})
+	require.NoError(t, err)
+	t.Cleanup(func() { lb.Close() })
+	sys := actor.NewActorSystem()
+	t.Cleanup(sys.Shutdown)
+	pid := sys.Root.Spawn(actor.PropsFromProducer(newBackendMapActor(lb.Backend4)))
+	type req = messages.MapApply[maps.BackendEntry, uint32]
+	first := sys.Root.RequestFuture(pid, &req{ReqID: 1, Writes: []maps.BackendEntry{be(1, "10.0.0.1")}}, 10*time.Second)
+	res, err := first.Result()
+	require.NoError(t, err)
+	require.NoError(t, res.(*messages.MapApplied).Err)
+	// Someone else changes backend 1.
+	require.NoError(t, lb.Backend4.Update([]maps.BackendEntry{be(1, "10.9.9.9")}))
+
+	armed.Store(true)
+	check := sys.Root.RequestFuture(pid, &messages.MapReconcile{ReqID: 2}, 10*time.Second)
+	<-reading
+	write := sys.Root.RequestFuture(pid, &req{ReqID: 3, Writes: []maps.BackendEntry{be(2, "10.0.0.2")}}, 10*time.Second)
+	res, err = write.Result()
+	require.NoError(t, err, "the write is answered while the map is read")
+	require.NoError(t, res.(*messages.MapApplied).Err)
+	close(release)
+	res, err = check.Result()
+	require.NoError(t, err)
+	ds := res.(*messages.MapReconciled).Maps
+	require.Len(t, ds, 1)
+	require.Equal(t, 1, ds[0].Changed, "backend 1 repaired; backend 2, written meanwhile, left out: %+v", ds[0])
+	require.Zero(t, ds[0].Missing+ds[0].Extra)
+	got, err := lb.Backend4.Dump()
+	require.NoError(t, err)
+	require.ElementsMatch(t, []maps.BackendEntry{be(1, "10.0.0.1"), be(2, "10.0.0.2")}, got)
 }

@@ -18,6 +18,7 @@ type mirror[E, K, V comparable] struct {
 	newIndex func(n int) index[K, V] // an empty index with room for n
 	entries  index[K, V]             // nil until index
 	loaded   maps.Entries[E]         // the entries of the last load, until index
+	check    *mapCheck[E, K]         // the drift check in flight (beginCheck), if any
 	// scratch buffers of apply, kept between calls unless large.
 	ws []E
 	ds []K
@@ -126,6 +127,9 @@ func (o *mirror[E, K, V]) load() error {
 	}
 	o.loaded, o.entries = es, nil
 	o.m.SetEntries(es.Len())
+	if o.check != nil {
+		o.check.reloaded = true
+	}
 	return nil
 }
 
@@ -173,6 +177,7 @@ func (o *mirror[E, K, V]) apply(writes []E, deletes []K) (written, deleted int, 
 		for _, e := range ws {
 			k, v := o.split(e)
 			o.entries.set(k, v)
+			o.check.wrote(k)
 		}
 	}
 	for _, k := range deletes {
@@ -186,6 +191,7 @@ func (o *mirror[E, K, V]) apply(writes []E, deletes []K) (written, deleted int, 
 		}
 		for _, k := range ds {
 			o.entries.del(k)
+			o.check.wrote(k)
 		}
 	}
 	return len(ws), len(ds), nil

@@ -2,7 +2,6 @@ package actors
 
 import (
 	"github.com/actorlb/actorlb/maps"
-	"github.com/actorlb/actorlb/messages"
 	"github.com/asynkron/protoactor-go/actor"
 )
 
@@ -79,10 +78,7 @@ func (p *familyMirrors) dump() maps.Entries[maps.SourceRangeKey] {
 	return maps.EntriesOf(out)
 }
 
-// reconcile is that of the IPv4 map; reconcileAll (which the owner
-// prefers) reports both.
-func (p *familyMirrors) reconcile() messages.Drift { return p.v4.reconcile() }
-
-func (p *familyMirrors) reconcileAll() []messages.Drift {
-	return []messages.Drift{p.v4.reconcile(), p.v6.reconcile()}
+// beginCheck begins a drift check of both maps.
+func (p *familyMirrors) beginCheck() driftCheck {
+	return pairCheck{p.v4.beginCheck(), p.v6.beginCheck()}
 }

@@ -28,9 +28,10 @@ type svcMirror struct {
 	compact packedmap.Map[addrkey.ServiceKey, []uint32]    // IPv4 frontends packed; valid once indexed
 	whole   packedmap.Map[addrkey.ServiceKey, []slotValue] // the same
 	indexed bool
-	n       int                             // slots held, once indexed
-	loaded  maps.Entries[maps.ServiceEntry] // the last load, until index
-	ws      []maps.ServiceEntry             // scratch of apply
+	n       int                                           // slots held, once indexed
+	loaded  maps.Entries[maps.ServiceEntry]               // the last load, until index
+	check   *mapCheck[maps.ServiceEntry, maps.ServiceKey] // the drift check in flight (beginCheck), if any
+	ws      []maps.ServiceEntry                           // scratch of apply
 	ds      []maps.ServiceKey
 }
 
@@ -117,6 +118,9 @@ func (o *svcMirror) load() error {
 	}
 	o.loaded, o.indexed = es, false
 	o.m.SetEntries(es.Len())
+	if o.check != nil {
+		o.check.reloaded = true
+	}
 	return nil
 }
 
@@ -490,6 +494,7 @@ func (o *svcMirror) apply(writes []maps.ServiceEntry, deletes []maps.ServiceKey)
 				c.reserve(e.Key, ws[i:]) // the first write of a frontend's run
 			}
 			c.set(e.Key, e.Value)
+			o.check.wrote(e.Key)
 		}
 	}
 	c = cursor{o: o}
@@ -505,6 +510,7 @@ func (o *svcMirror) apply(writes []maps.ServiceEntry, deletes []maps.ServiceKey)
 		c = cursor{o: o}
 		for _, k := range ds {
 			c.del(k)
+			o.check.wrote(k)
 		}
 	}
 	return len(ws), len(ds), nil

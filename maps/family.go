@@ -31,6 +31,11 @@ type Map[E, KT any] interface {
 	// may repeat keys, or a key read in another encoding than its own,
 	// answers false): compare the dump exactly then.
 	Holds(n int, has func(E) bool) (Entries[E], bool, error)
+	// Read dumps the map for a drift check decided later (Read.Holds):
+	// Holds in two halves, so that the dump, which reads only the map,
+	// may run beside the owner's writes, and the check, which reads the
+	// owner's copy, in the owner.
+	Read() (Read[E], error)
 	// Lookup returns the entry for key and whether it exists.
 	Lookup(key KT) (E, bool, error)
 	// Counters returns the number of entries written and deleted so far.
@@ -246,28 +251,63 @@ func (m *typedMap[E, KT, K, V]) dumpRaw() (rawDump[K, V], error) {
 // entry that fails (the rest are not decoded), and returns the dump either
 // way, for the caller's exact comparison when it answers false.
 func (m *typedMap[E, KT, K, V]) Holds(n int, has func(E) bool) (Entries[E], bool, error) {
-	d, err := m.dumpRaw()
+	r, err := m.Read()
 	if err != nil {
 		return Entries[E]{}, false, err
 	}
-	es := dumpedEntries(d.ks, d.vs, d.n, m.c.decode)
-	if !d.distinct || d.n != n {
-		return es, false, nil
+	return r.Entries, r.Holds(n, has, nil), nil
+}
+
+// Read is a map's dump as Map.Read took it: its entries, and the check
+// Map.Holds makes of them, to be made later. Nothing writes a Read once
+// made.
+type Read[E any] struct {
+	Entries[E]
+	holds func(n int, has, skip func(E) bool) bool
+}
+
+// Holds reports whether the dump holds exactly n entries that skip does
+// not leave out (nil: none), under distinct keys, each of which has
+// accepts: Map.Holds's answer for the entries skip leaves in. A drift
+// check made while its owner went on writing leaves out the keys written
+// since the dump began (their entries may be read either way).
+func (r Read[E]) Holds(n int, has, skip func(E) bool) bool {
+	if r.holds == nil {
+		return n == 0
 	}
-	var e E
-	for c, kc := range d.ks {
-		vc := d.vs[c][:len(kc)]
-		for i := range kc {
-			m.c.decode(&e, &kc[i], &vc[i])
-			if !has(e) {
-				return es, false, nil
-			}
-			if k, _, err := m.c.encode(e); err != nil || k != kc[i] {
-				return es, false, nil
+	return r.holds(n, has, skip)
+}
+
+func (m *typedMap[E, KT, K, V]) Read() (Read[E], error) {
+	d, err := m.dumpRaw()
+	if err != nil {
+		return Read[E]{}, err
+	}
+	r := Read[E]{Entries: dumpedEntries(d.ks, d.vs, d.n, m.c.decode)}
+	r.holds = func(n int, has, skip func(E) bool) bool {
+		if !d.distinct || (skip == nil && d.n != n) {
+			return false
+		}
+		var e E
+		left := 0 // the entries skip leaves in
+		for c, kc := range d.ks {
+			vc := d.vs[c][:len(kc)]
+			for i := range kc {
+				m.c.decode(&e, &kc[i], &vc[i])
+				if skip != nil && skip(e) {
+					continue
+				}
+				if left++; left > n || !has(e) {
+					return false
+				}
+				if k, _, err := m.c.encode(e); err != nil || k != kc[i] {
+					return false
+				}
 			}
 		}
+		return left == n
 	}
-	return es, true, nil
+	return r, nil
 }
 
 func (m *typedMap[E, KT, K, V]) Lookup(key KT) (E, bool, error) {

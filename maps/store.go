@@ -145,7 +145,8 @@ func cmpBytes(a, b []byte) int {
 // op) of op on the named map fails, and with which error. A nil error lets
 // the call through. entries is the number of entries the call carries.
 // It is called from the map owners' goroutines, concurrently for different
-// maps, so it must be safe for concurrent use.
+// maps and, for one map, from the goroutine reading it for a drift check
+// beside its owner's writes, so it must be safe for concurrent use.
 type FaultFunc func(mapName string, op Op, n uint64, entries int) error
 
 // faultyStore is the fault-injecting decorator. An injected fault fails the
