@@ -29,7 +29,9 @@
 // write of a fresh page),
 // reconcile-10k-x10 (one drift check of the restored maps after each
 // restart, nothing to repair: wall and CPU time, against the raw dump,
-// and the bytes it allocates),
+// and the bytes it allocates; then single upserts, one probe loop, while
+// eight reconciles run one after the other: their p50, p99 and longest,
+// *_beside),
 // sequential-2k-x10 (2,000 single Upsert calls of 10-backend services one
 // after the other on an otherwise idle engine, with the supervisor's ID
 // lease and without it, three alternated rounds each on fresh engines:

@@ -438,6 +438,8 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 	var recAlloc []float64
 	var warmFaults, warmAllocs []float64
 	recRepairs := 0
+	var besideRec latencyProbe // single upserts while reconciles run back to back
+	recsBeside := 0
 	restoreSteps := map[string][]time.Duration{}
 	var writes float64
 	var restored int
@@ -485,6 +487,11 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 		for _, d := range ds {
 			recRepairs += d.Repairs()
 		}
+		n, err := upsertsBesideReconciles(ctx, e, &besideRec)
+		if err != nil {
+			return err
+		}
+		recsBeside += n
 		if err := e.Close(); err != nil {
 			return err
 		}
@@ -515,6 +522,12 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 	res.add("reconcile-10k-x10", "ratio_to_batch_dump", median(recWall).Seconds()/dumpTime.Seconds(), "x")
 	res.add("reconcile-10k-x10", "alloc_mib", median(recAlloc), "MiB")
 	res.add("reconcile-10k-x10", "repairs", float64(recRepairs), "entries")
+	slices.Sort(besideRec.samples)
+	res.add("reconcile-10k-x10", "upsert_p50_us_beside", besideRec.p(50), "us")
+	res.add("reconcile-10k-x10", "upsert_p99_us_beside", besideRec.p(99), "us")
+	res.add("reconcile-10k-x10", "upsert_max_us_beside", besideRec.p(100), "us")
+	res.add("reconcile-10k-x10", "upsert_samples_beside", float64(len(besideRec.samples)), "count")
+	res.add("reconcile-10k-x10", "reconciles_beside", float64(recsBeside), "count")
 	res.add("restore-10k-x10", "map_writes", writes, "entries")
 	res.add("restore-10k-x10", "services", float64(restored), "count")
 	if err := newProcessRestores(res, engRoot, restored, 3); err != nil {
@@ -1433,4 +1446,35 @@ func (h schedHist) quantile(q float64) float64 {
 		}
 	}
 	return h.buckets[len(h.buckets)-1] * 1e6
+}
+
+// reconcilesBeside is how many reconciles of the restored 10k×10 maps run
+// back to back while single upserts are timed beside them.
+const reconcilesBeside = 8
+
+// upsertsBesideReconciles times single upserts (one probe loop, as the
+// probes beside the bulks) while reconcilesBeside reconciles of e's maps
+// run one after the other, adds the samples to into, and deletes the
+// probe's service after (so that the next restart restores the same
+// maps). It returns the reconciles run.
+func upsertsBesideReconciles(ctx context.Context, e *actorlb.Engine, into *latencyProbe) (int, error) {
+	p := startLatencyProbe(e)
+	n := 0
+	var err error
+	for ; n < reconcilesBeside; n++ {
+		if _, err = e.Reconcile(ctx); err != nil {
+			break
+		}
+	}
+	p.stop()
+	into.samples = append(into.samples, p.samples...)
+	if err != nil {
+		return n, err
+	}
+	fe := bulkServices(1, 10)[0].Frontend
+	fe.Addr = netip.AddrFrom4([4]byte{10, 95, 0, 1}) // startLatencyProbes' loop 0
+	if _, err := e.DeleteByFrontend(ctx, fe.L3n4Addr); err != nil {
+		return n, fmt.Errorf("delete the probe's service: %w", err)
+	}
+	return n, nil
 }
