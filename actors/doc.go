@@ -32,9 +32,9 @@
 //     They write what their mailbox holds in one batched call, skip
 //     entries the map already holds, and answer dumps from the mirror. A
 //     drift check (MapReconcile) reads the map on a goroutine of its own
-//     while the owner goes on writing, and the owner finishes it when the
-//     dump is read (checks.go, drift.go); the owner waits for that
-//     goroutine before it stops or restarts.
+//     while the owner goes on writing, and the owner compares the dump a
+//     step a message, its writes between two steps (checks.go, drift.go);
+//     the owner waits for that goroutine before it stops or restarts.
 //     members and affinity own lb_members and lb_affinity_match the same
 //     way.
 //   - The Maglev owner (maglev.go, maglev) owns lb4_maglev and lb6_maglev.

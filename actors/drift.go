@@ -39,42 +39,74 @@ func diffEntries[E, K comparable](got, want []E, key func(E) K) (writes []E, del
 }
 
 // A drift check (a reconcile) of a map compares it with what its owner
-// wrote (the mirror) and repairs the difference. It runs in three parts,
-// so that the owner goes on writing while the map is read: begin (in the
-// owner: the pin checked, and from then on every key the owner writes or
-// deletes noted), read (on a goroutine of its own: the dump, which reads
-// only the map, tens of milliseconds of system calls for 10k services of
-// 10 backends), finish (in the owner: the dump compared with the mirror,
-// the keys written since begin left out on both sides, and the repairs
-// written). A key the owner wrote meanwhile may be read before or after
-// the write, so it is not checked this time; every other key is where it
-// was when begin ran, unless someone else changed it: the drift.
+// wrote (the mirror) and repairs the difference. It runs in parts, so
+// that the owner goes on writing meanwhile and no message of the owner's
+// takes long: begin (in the owner: the pin checked, and from then on every
+// key the owner writes or deletes noted), read (on a goroutine of its own:
+// the dump, which reads only the map, tens of milliseconds of system calls
+// for 10k services of 10 backends), then, in the owner again, the
+// comparison a step at a time (stepEntries entries a message, the owner's
+// other messages between two steps) and finish (the counts compared, and
+// the repairs written if anything drifted).
+//
+// A key the owner wrote while the map was read (between begin and the end
+// of read: frozen) may have been read before or after the write: it is
+// left out. A key the owner writes after that, while the comparison goes
+// on, was read before: its entry is compared with what the mirror held
+// before the owner's first such write (late). Every other key is compared
+// with the mirror, where it is as it was at begin. The map holds what the
+// mirror held when the dump entries left in are exactly the mirror's
+// entries left in: each accepted, under distinct keys, as many as the
+// mirror held when the read ended, less the frozen keys it held.
 //
 // driftCheck is one in flight, of one map or several (pairCheck).
 type driftCheck interface {
 	read()                    // off the owner
-	finish() []messages.Drift // in the owner, once read has returned
+	readDone()                // in the owner, once read has returned
+	step(budget int) int      // in the owner: compares up to budget entries, returns what is left of budget (0: maybe more to do)
+	finish() []messages.Drift // in the owner, once step has left budget
 }
+
+// stepEntries is how many dump entries a step of a drift check compares:
+// some 0.5-1 ms of the owner's time for service entries (a decode, an
+// encode and a mirror lookup an entry).
+const stepEntries = 1024
 
 // mapCheck is the drift check of one mirror's map; K is the map's key.
 type mapCheck[E, K comparable] struct {
 	m       maps.Map[E, K]
 	d       messages.Drift
 	written map[K]struct{} // keys written or deleted since begin
+	// frozen is written as the read ended; late is the keys written
+	// after (not frozen), each with what the mirror held before the
+	// owner's first write of it.
+	frozen map[K]struct{}
+	late   map[K]lateEntry[E]
 	// reloaded is set when the mirror was read again from the map since
 	// begin (after a failed write): it is the map then, and nothing is
 	// checked.
 	reloaded bool
 	got      maps.Read[E]
 	err      error
-	// The mirror's side, read in finish: how many entries it holds,
-	// whether it holds an entry (or a key), all its entries, an entry's key.
+	// The comparison: the next entry (chunk, at), the entries accepted so
+	// far, the mirror's count to match, and whether an entry was refused.
+	chunk, at, accepted, count int
+	refused                    bool
+	// The mirror's side: how many entries it holds, whether it holds an
+	// entry (or a key), all its entries, an entry's key.
 	n       func() int
 	has     func(E) bool
 	holdsK  func(K) bool
-	want    func() []E
+	all     func() []E
 	keyOf   func(E) K
 	release func() // the mirror forgets the check (finish)
+}
+
+// lateEntry is what a mirror held of a key before its owner's first
+// write of it after the read.
+type lateEntry[E any] struct {
+	e   E
+	had bool
 }
 
 // beginCheck is begin for the map m of a mirror: it checks the pin.
@@ -84,24 +116,88 @@ func beginCheck[E, K comparable](m maps.Map[E, K]) *mapCheck[E, K] {
 	return c
 }
 
-// wrote notes that the owner wrote or deleted k.
-func (c *mapCheck[E, K]) wrote(k K) {
-	if c != nil {
-		c.written[k] = struct{}{}
+// writing reports whether the owner must tell c what it writes (wrote).
+func (c *mapCheck[E, K]) writing() bool { return c != nil && !c.reloaded }
+
+// wrote notes that the owner is about to write or delete k, whose entry
+// in the mirror is old (had: it has one).
+func (c *mapCheck[E, K]) wrote(k K, old E, had bool) {
+	c.written[k] = struct{}{}
+	if c.frozen == nil {
+		return
+	}
+	if _, ok := c.frozen[k]; ok {
+		return
+	}
+	if _, ok := c.late[k]; !ok {
+		c.late[k] = lateEntry[E]{old, had}
 	}
 }
 
 func (c *mapCheck[E, K]) read() { c.got, c.err = c.m.Read() }
 
+// readDone freezes the keys written while the map was read, and the
+// mirror's count to match.
+func (c *mapCheck[E, K]) readDone() {
+	c.frozen, c.late = c.written, map[K]lateEntry[E]{}
+	c.written = make(map[K]struct{}, len(c.frozen))
+	for k := range c.frozen {
+		c.written[k] = struct{}{}
+	}
+	if c.err != nil || c.reloaded {
+		return
+	}
+	c.count = c.n()
+	for k := range c.frozen {
+		if c.holdsK(k) {
+			c.count--
+		}
+	}
+	c.refused = !c.got.Distinct()
+}
+
+func (c *mapCheck[E, K]) step(budget int) int {
+	if c.err != nil || c.reloaded {
+		return budget
+	}
+	for !c.refused && c.chunk < c.got.NumChunks() && budget > 0 {
+		to := min(c.got.ChunkEntries(c.chunk), c.at+budget)
+		budget -= to - c.at
+		c.refused = !c.got.Check(c.chunk, c.at, to, func(e E, canonical bool) bool {
+			k := c.keyOf(e)
+			if _, ok := c.frozen[k]; ok {
+				return true
+			}
+			if l, ok := c.late[k]; ok {
+				if !l.had || l.e != e {
+					return false
+				}
+			} else if !c.has(e) {
+				return false
+			}
+			c.accepted++
+			return canonical && c.accepted <= c.count
+		})
+		if c.at = to; c.at == c.got.ChunkEntries(c.chunk) {
+			c.chunk, c.at = c.chunk+1, 0
+		}
+	}
+	if c.refused || c.chunk == c.got.NumChunks() {
+		return max(budget, 1) // nothing more to do
+	}
+	return 0
+}
+
 func (c *mapCheck[E, K]) finish() []messages.Drift { return []messages.Drift{c.result()} }
 
-// result compares the dump with the mirror as finish does. The common
-// case, where nothing drifted, builds nothing (Read.Holds); only when
-// that finds a difference (or cannot tell) is the dump compared exactly
-// (diffEntries), and the repairs written: writes first, then deletes
-// (make-before-break: a service slot never points at a backend that is
-// written after it). The mirror is not changed: it is what was written,
-// the map is what drifted.
+// result is finish for one map. The common case, where nothing drifted,
+// built nothing; only when a step refused an entry, or the counts differ
+// (or the dump may repeat a key), is the dump compared exactly
+// (diffEntries, which indexes it), with every key the owner wrote since
+// begin left out on both sides, and the repairs written: writes first,
+// then deletes (make-before-break: a service slot never points at a
+// backend that is written after it). The mirror is not changed: it is
+// what was written, the map is what drifted.
 func (c *mapCheck[E, K]) result() messages.Drift {
 	c.release()
 	d := c.d
@@ -109,27 +205,12 @@ func (c *mapCheck[E, K]) result() messages.Drift {
 		d.Err = errors.Join(d.Err, c.err)
 		return d
 	}
-	if c.reloaded {
+	if c.reloaded || (!c.refused && c.accepted == c.count) {
 		return d
 	}
-	n := c.n()
-	var skip func(E) bool
-	if len(c.written) > 0 {
-		for k := range c.written {
-			if c.holdsK(k) {
-				n--
-			}
-		}
-		skip = func(e E) bool { _, ok := c.written[c.keyOf(e)]; return ok }
-	}
-	if c.got.Holds(n, c.has, skip) {
-		return d
-	}
-	got, want := c.got.Slice(), c.want()
-	if skip != nil {
-		got = slices.DeleteFunc(got, skip)
-		want = slices.DeleteFunc(want, skip)
-	}
+	skip := func(e E) bool { _, ok := c.written[c.keyOf(e)]; return ok }
+	got := slices.DeleteFunc(c.got.Slice(), skip)
+	want := slices.DeleteFunc(c.all(), skip)
 	ws, ds, diff := diffEntries(got, want, c.keyOf)
 	d.Missing, d.Changed, d.Extra = diff.Missing, diff.Changed, diff.Extra
 	if err := c.m.Update(ws); err != nil {
@@ -150,11 +231,26 @@ func (p pairCheck) read() {
 	p.b.read()
 }
 
+func (p pairCheck) readDone() {
+	p.a.readDone()
+	p.b.readDone()
+}
+
+func (p pairCheck) step(budget int) int {
+	if budget = p.a.step(budget); budget == 0 {
+		return 0
+	}
+	return p.b.step(budget)
+}
+
 func (p pairCheck) finish() []messages.Drift { return append(p.a.finish(), p.b.finish()...) }
 
-// checkNow runs a whole drift check in the caller (the owner, or a test).
+// checkNow runs a whole drift check in the caller (tests).
 func checkNow(c driftCheck) []messages.Drift {
 	c.read()
+	c.readDone()
+	for c.step(stepEntries) == 0 {
+	}
 	return c.finish()
 }
 
@@ -185,7 +281,7 @@ func (o *mirror[E, K, V]) beginCheck() driftCheck {
 	c.n = func() int { return o.entries.len() }
 	c.has = o.holds
 	c.holdsK = func(k K) bool { _, ok := o.entries.get(k); return ok }
-	c.want = o.collect
+	c.all = o.collect
 	c.keyOf = func(e E) K { k, _ := o.split(e); return k }
 	c.release = func() { o.check = nil }
 	o.check = c
@@ -219,7 +315,7 @@ func (o *svcMirror) beginCheck() driftCheck {
 	c.n = func() int { return o.n }
 	c.has = func(e maps.ServiceEntry) bool { return at().holds(e) }
 	c.holdsK = func(k maps.ServiceKey) bool { _, ok := at().get(k); return ok }
-	c.want = o.collect
+	c.all = o.collect
 	c.keyOf = func(e maps.ServiceEntry) maps.ServiceKey { return e.Key }
 	c.release = func() { o.check = nil }
 	o.check = c

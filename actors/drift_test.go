@@ -2,6 +2,7 @@ package actors
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
 	"os"
 	"runtime"
@@ -307,10 +308,12 @@ func TestReconcileOfAnUndriftedMapCopiesNothing(t *testing.T) {
 }
 
 // A drift check leaves out the keys its owner writes or deletes while the
-// map is read (before or after the dump saw them), and still finds and
-// repairs what someone else changed in the keys it did not write.
+// map is read (before or after the dump saw them), compares those it
+// writes while the dump is compared with what they held before, and still
+// finds and repairs what someone else changed in the keys it did not
+// write.
 func TestADriftCheckLeavesOutWhatItsOwnerWroteMeanwhile(t *testing.T) {
-	for _, when := range []string{"before the dump", "after the dump"} {
+	for _, when := range []string{"before the dump", "after the dump", "while the dump is compared"} {
 		t.Run(when, func(t *testing.T) {
 			lb := openMaps(t)
 			m := lb.Backend4
@@ -327,12 +330,21 @@ func TestADriftCheckLeavesOutWhatItsOwnerWroteMeanwhile(t *testing.T) {
 				_, _, err := mr.apply([]maps.BackendEntry{be(5, "10.0.0.5"), be(2, "10.0.2.2")}, []uint32{3})
 				require.NoError(t, err)
 			}
-			if when == "before the dump" {
+			switch when {
+			case "before the dump":
 				ownerWrites()
 				c.read()
-			} else {
+				c.readDone()
+			case "after the dump":
 				c.read()
 				ownerWrites()
+				c.readDone()
+			default:
+				c.read()
+				c.readDone()
+				ownerWrites()
+			}
+			for c.step(1) == 0 { // an entry a step
 			}
 			ds := c.finish()
 			require.Len(t, ds, 1)
@@ -348,6 +360,45 @@ func TestADriftCheckLeavesOutWhatItsOwnerWroteMeanwhile(t *testing.T) {
 	}
 }
 
+// Keys the owner writes while the dump is compared are compared with what
+// the mirror held before: with nothing drifted, nothing is reported, and
+// the check does not fall back to the exact comparison (a write of a key
+// compared already, and of one not yet compared, on either side of a
+// step).
+func TestADriftCheckComparesKeysWrittenDuringItWithWhatTheyHeld(t *testing.T) {
+	testutil.Privileged(t) // a dump in several chunks: the kernel's batch lookups
+	lb := openMaps(t)
+	m := lb.Backend4
+	mr := newMirror(maps.Map[maps.BackendEntry, uint32](m), splitBackend(addrkey.IP4Of), joinBackend[addrkey.IP4])
+	require.NoError(t, mr.load())
+	const n = 3*maps.ChunkLen + 100
+	var es []maps.BackendEntry
+	for i := range n {
+		es = append(es, be(uint32(i+1), fmt.Sprintf("10.0.%d.%d", i/250, i%250+1)))
+	}
+	_, _, err := mr.apply(es, nil)
+	require.NoError(t, err)
+	c := mr.beginCheck().(*mapCheck[maps.BackendEntry, uint32])
+	c.read()
+	c.readDone()
+	steps := 0
+	for ; c.step(500) == 0; steps++ {
+		// Between two steps, rewrite a backend and delete another (by
+		// ID: some compared already, some not yet), and add one.
+		for j := range 20 {
+			id := uint32(steps*20 + j + 1)
+			_, _, err := mr.apply([]maps.BackendEntry{be(id, "10.200.1.1"), be(uint32(n+steps*20+j+1), "10.200.2.2")}, []uint32{n - id})
+			require.NoError(t, err)
+		}
+	}
+	require.False(t, c.refused, "no entry refused")
+	require.GreaterOrEqual(t, steps, 20, "the owner wrote between steps")
+	require.Equal(t, c.count, c.accepted)
+	ds := c.finish()
+	require.Zero(t, ds[0].Repairs())
+	require.NoError(t, ds[0].Err)
+}
+
 // A mirror read again from its map (after a failed write) while a check
 // is in flight is its map then: the check reports no drift.
 func TestADriftCheckOfAReloadedMirrorReportsNothing(t *testing.T) {
@@ -361,6 +412,9 @@ func TestADriftCheckOfAReloadedMirrorReportsNothing(t *testing.T) {
 	require.NoError(t, m.Update([]maps.BackendEntry{be(1, "10.9.9.9")})) // drift
 	c.read()
 	require.NoError(t, mr.load()) // as reloadAfter does
+	c.readDone()
+	for c.step(stepEntries) == 0 {
+	}
 	ds := c.finish()
 	require.Zero(t, ds[0].Repairs())
 	require.NoError(t, ds[0].Err)

@@ -201,6 +201,8 @@ func (a *mapActor[E, K]) receive(ctx actor.Context, msg any) {
 		a.checks.ask(ctx, m.ReqID, a.beginCheck)
 	case *checkRead:
 		a.checks.read(ctx, m, a.beginCheck)
+	case *checkStep:
+		a.checks.step(ctx, m, a.beginCheck)
 	case *actor.Restarting, *actor.Stopping:
 		a.checks.wait() // no dump reads the map once the owner is gone
 	}
@@ -283,6 +285,8 @@ func (a *revNATActor) receive(ctx actor.Context, msg any) {
 		a.checks.ask(ctx, m.ReqID, a.beginCheck)
 	case *checkRead:
 		a.checks.read(ctx, m, a.beginCheck)
+	case *checkStep:
+		a.checks.step(ctx, m, a.beginCheck)
 	case *actor.Restarting, *actor.Stopping:
 		a.checks.wait()
 	}

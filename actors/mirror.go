@@ -176,8 +176,11 @@ func (o *mirror[E, K, V]) apply(writes []E, deletes []K) (written, deleted int, 
 		}
 		for _, e := range ws {
 			k, v := o.split(e)
+			if o.check.writing() {
+				old, had := o.entries.get(k)
+				o.check.wrote(k, o.join(k, old), had)
+			}
 			o.entries.set(k, v)
-			o.check.wrote(k)
 		}
 	}
 	for _, k := range deletes {
@@ -190,8 +193,11 @@ func (o *mirror[E, K, V]) apply(writes []E, deletes []K) (written, deleted int, 
 			return len(ws), 0, reloadAfter(err, o.load)
 		}
 		for _, k := range ds {
+			if o.check.writing() {
+				old, _ := o.entries.get(k) // ds holds only keys the mirror has
+				o.check.wrote(k, o.join(k, old), true)
+			}
 			o.entries.del(k)
-			o.check.wrote(k)
 		}
 	}
 	return len(ws), len(ds), nil

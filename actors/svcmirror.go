@@ -493,8 +493,11 @@ func (o *svcMirror) apply(writes []maps.ServiceEntry, deletes []maps.ServiceKey)
 			if fe := addrkey.ServiceKeyOf(e.Key); !c.valid || fe != c.fe {
 				c.reserve(e.Key, ws[i:]) // the first write of a frontend's run
 			}
+			if o.check.writing() {
+				old, had := c.get(e.Key)
+				o.check.wrote(e.Key, maps.ServiceEntry{Key: e.Key, Value: old}, had)
+			}
 			c.set(e.Key, e.Value)
-			o.check.wrote(e.Key)
 		}
 	}
 	c = cursor{o: o}
@@ -509,8 +512,11 @@ func (o *svcMirror) apply(writes []maps.ServiceEntry, deletes []maps.ServiceKey)
 		}
 		c = cursor{o: o}
 		for _, k := range ds {
+			if o.check.writing() {
+				old, _ := c.get(k) // ds holds only keys the mirror has
+				o.check.wrote(k, maps.ServiceEntry{Key: k, Value: old}, true)
+			}
 			c.del(k)
-			o.check.wrote(k)
 		}
 	}
 	return len(ws), len(ds), nil

@@ -259,23 +259,57 @@ func (m *typedMap[E, KT, K, V]) Holds(n int, has func(E) bool) (Entries[E], bool
 }
 
 // Read is a map's dump as Map.Read took it: its entries, and the check
-// Map.Holds makes of them, to be made later. Nothing writes a Read once
-// made.
+// Map.Holds makes of them, to be made later, at once (Holds) or a chunk
+// at a time (Check). Nothing writes a Read once made.
 type Read[E any] struct {
 	Entries[E]
-	holds func(n int, has, skip func(E) bool) bool
+	distinct bool
+	// check calls f with entries [from, to) of raw chunk c (decoded) and
+	// whether each raw key is the encoding of its key, until f answers
+	// false; it answers whether f accepted them all.
+	check   func(c, from, to int, f func(e E, canonical bool) bool) bool
+	entries func(c int) int // the entries of raw chunk c
+}
+
+// Distinct reports whether the dump read each key once (a batch lookup
+// of a hash map does; an iteration may read a key again).
+func (r Read[E]) Distinct() bool { return r.distinct }
+
+// NumChunks is the number of chunks Check takes.
+func (r Read[E]) NumChunks() int { return r.chunks }
+
+// ChunkEntries is the number of entries of chunk c.
+func (r Read[E]) ChunkEntries(c int) int { return r.entries(c) }
+
+// Check calls f with entries [from, to) of chunk c, decoded, and whether
+// each raw key is the encoding of its key (a key written with stray bytes
+// in its padding is not: it decodes to the key of another entry), until f
+// answers false; it answers whether f accepted them all.
+func (r Read[E]) Check(c, from, to int, f func(e E, canonical bool) bool) bool {
+	return r.check(c, from, to, f)
 }
 
 // Holds reports whether the dump holds exactly n entries that skip does
 // not leave out (nil: none), under distinct keys, each of which has
-// accepts: Map.Holds's answer for the entries skip leaves in. A drift
-// check made while its owner went on writing leaves out the keys written
-// since the dump began (their entries may be read either way).
+// accepts: Map.Holds's answer for the entries skip leaves in.
 func (r Read[E]) Holds(n int, has, skip func(E) bool) bool {
-	if r.holds == nil {
-		return n == 0
+	if !r.distinct || (skip == nil && r.Len() != n) {
+		return false
 	}
-	return r.holds(n, has, skip)
+	left := 0 // the entries skip leaves in
+	for c := range r.NumChunks() {
+		ok := r.Check(c, 0, r.ChunkEntries(c), func(e E, canonical bool) bool {
+			if skip != nil && skip(e) {
+				return true
+			}
+			left++
+			return left <= n && canonical && has(e)
+		})
+		if !ok {
+			return false
+		}
+	}
+	return left == n
 }
 
 func (m *typedMap[E, KT, K, V]) Read() (Read[E], error) {
@@ -283,29 +317,20 @@ func (m *typedMap[E, KT, K, V]) Read() (Read[E], error) {
 	if err != nil {
 		return Read[E]{}, err
 	}
-	r := Read[E]{Entries: dumpedEntries(d.ks, d.vs, d.n, m.c.decode)}
-	r.holds = func(n int, has, skip func(E) bool) bool {
-		if !d.distinct || (skip == nil && d.n != n) {
-			return false
-		}
+	r := Read[E]{Entries: dumpedEntries(d.ks, d.vs, d.n, m.c.decode), distinct: d.distinct}
+	r.entries = func(c int) int { return len(d.ks[c]) }
+	r.check = func(c, from, to int, f func(E, bool) bool) bool {
+		kc := d.ks[c][:to]
+		vc := d.vs[c][:to]
 		var e E
-		left := 0 // the entries skip leaves in
-		for c, kc := range d.ks {
-			vc := d.vs[c][:len(kc)]
-			for i := range kc {
-				m.c.decode(&e, &kc[i], &vc[i])
-				if skip != nil && skip(e) {
-					continue
-				}
-				if left++; left > n || !has(e) {
-					return false
-				}
-				if k, _, err := m.c.encode(e); err != nil || k != kc[i] {
-					return false
-				}
+		for i := from; i < to; i++ {
+			m.c.decode(&e, &kc[i], &vc[i])
+			k, _, err := m.c.encode(e)
+			if !f(e, err == nil && k == kc[i]) {
+				return false
 			}
 		}
-		return left == n
+		return true
 	}
 	return r, nil
 }
