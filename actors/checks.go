@@ -48,6 +48,23 @@ type (
 	checkStep struct{ run *checkRun }
 )
 
+// receive handles the messages of the owner's drift checks (MapReconcile,
+// checkRead, checkStep; begin begins a check), and waits for a dump being
+// read when the owner stops or restarts, so that no dump reads the map
+// once the owner is gone. It ignores any other message.
+func (k *checks) receive(ctx actor.Context, msg any, begin func(actor.Context) driftCheck) {
+	switch m := msg.(type) {
+	case *messages.MapReconcile:
+		k.ask(ctx, m.ReqID, begin)
+	case *checkRead:
+		k.read(ctx, m, begin)
+	case *checkStep:
+		k.step(ctx, m, begin)
+	case *actor.Restarting, *actor.Stopping:
+		k.wait()
+	}
+}
+
 // ask takes a MapReconcile: it begins a check (begin) unless one is in
 // flight.
 func (k *checks) ask(ctx actor.Context, reqID uint64, begin func(actor.Context) driftCheck) {

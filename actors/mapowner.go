@@ -197,14 +197,8 @@ func (a *mapActor[E, K]) receive(ctx actor.Context, msg any) {
 		ctx.Respond(&messages.MapDumped[E]{ReqID: m.ReqID, Entries: a.mirror.dump()})
 	case *indexMirror:
 		a.mirror.index()
-	case *messages.MapReconcile:
-		a.checks.ask(ctx, m.ReqID, a.beginCheck)
-	case *checkRead:
-		a.checks.read(ctx, m, a.beginCheck)
-	case *checkStep:
-		a.checks.step(ctx, m, a.beginCheck)
-	case *actor.Restarting, *actor.Stopping:
-		a.checks.wait() // no dump reads the map once the owner is gone
+	default:
+		a.checks.receive(ctx, msg, a.beginCheck)
 	}
 }
 
@@ -281,14 +275,8 @@ func (a *revNATActor) receive(ctx actor.Context, msg any) {
 	case *indexMirror:
 		a.v4.index()
 		a.v6.index()
-	case *messages.MapReconcile:
-		a.checks.ask(ctx, m.ReqID, a.beginCheck)
-	case *checkRead:
-		a.checks.read(ctx, m, a.beginCheck)
-	case *checkStep:
-		a.checks.step(ctx, m, a.beginCheck)
-	case *actor.Restarting, *actor.Stopping:
-		a.checks.wait()
+	default:
+		a.checks.receive(ctx, msg, a.beginCheck)
 	}
 }
 

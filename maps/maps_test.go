@@ -249,14 +249,22 @@ func TestBatchAndPerElementIdentical(t *testing.T) {
 	}
 }
 
-// A dump of a map larger than one batch chunk returns every entry once.
-func TestDumpLargeMap(t *testing.T) {
-	lb := openTest(t, Config{})
+// fillLarge writes lb's IPv4 service map with more entries than three
+// dump chunks hold, and returns them.
+func fillLarge(t *testing.T, lb *LBMaps) []ServiceEntry {
+	t.Helper()
 	var es []ServiceEntry
 	for i := range 3*dumpChunk + 17 {
 		es = append(es, svcEntry("10.96.0.1", uint16(i+1), 0, 0, uint16(i%65535+1)))
 	}
 	require.NoError(t, lb.Service4.Update(es))
+	return es
+}
+
+// A dump of a map larger than one batch chunk returns every entry once.
+func TestDumpLargeMap(t *testing.T) {
+	lb := openTest(t, Config{})
+	es := fillLarge(t, lb)
 	got, err := lb.Service4.Dump()
 	require.NoError(t, err)
 	require.Equal(t, es, sortServices(got))
@@ -294,11 +302,7 @@ func TestDumpLargeMap(t *testing.T) {
 // processors of a two-core machine while the others wait to load theirs.
 func TestADumpYieldsItsProcessorBetweenChunks(t *testing.T) {
 	lb := openTest(t, Config{})
-	var es []ServiceEntry
-	for i := range 3*dumpChunk + 17 {
-		es = append(es, svcEntry("10.96.0.1", uint16(i+1), 0, 0, uint16(i%65535+1)))
-	}
-	require.NoError(t, lb.Service4.Update(es))
+	es := fillLarge(t, lb)
 	yields := 0
 	old := dumpYield
 	dumpYield = func() { yields++ }
