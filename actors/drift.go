@@ -303,18 +303,13 @@ func (o *mirror[E, K, V]) holds(e E) bool {
 func (o *svcMirror) beginCheck() driftCheck {
 	o.index()
 	c := beginCheck(maps.Map[maps.ServiceEntry, maps.ServiceKey](o.m))
-	// The cursor caches a frontend's slots: made in finish, after the
-	// writes meanwhile.
-	var cur *cursor
-	at := func() *cursor {
-		if cur == nil {
-			cur = &cursor{o: o}
-		}
-		return cur
-	}
+	// A cursor caches a frontend's slots, which the owner's writes
+	// between two steps may replace: each lookup has one of its own (a
+	// dump comes in the kernel's hash order, a frontend's slots
+	// scattered over it, so a cursor kept would seldom be reused).
 	c.n = func() int { return o.n }
-	c.has = func(e maps.ServiceEntry) bool { return at().holds(e) }
-	c.holdsK = func(k maps.ServiceKey) bool { _, ok := at().get(k); return ok }
+	c.has = func(e maps.ServiceEntry) bool { cur := cursor{o: o}; return cur.holds(e) }
+	c.holdsK = func(k maps.ServiceKey) bool { cur := cursor{o: o}; _, ok := cur.get(k); return ok }
 	c.all = o.collect
 	c.keyOf = func(e maps.ServiceEntry) maps.ServiceKey { return e.Key }
 	c.release = func() { o.check = nil }
