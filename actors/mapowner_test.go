@@ -52,7 +52,8 @@ func TestMapOwnerFlushesWriteExactlyTheirRequestsEntries(t *testing.T) {
 	type req = messages.MapApply[maps.BackendEntry, uint32]
 	ownerRounds(t, sys, pid, 40, func(round int) []any {
 		// Requests in flight together touch distinct IDs (the supervisor
-		// orders the others): request j of a round owns IDs j*span+1...
+		// orders the others), and a request names an ID once: request j
+		// of a round owns IDs j*span+1...
 		n, span := 1+rng.IntN(8), 1+rng.IntN(700)
 		if round%10 == 9 {
 			n, span = 1, scratchMax+1+rng.IntN(2000) // larger than the kept buffers
@@ -60,8 +61,13 @@ func TestMapOwnerFlushesWriteExactlyTheirRequestsEntries(t *testing.T) {
 		var out []any
 		for j := range n {
 			r := &req{ReqID: uint64(round*100 + j)}
+			seen := map[uint32]bool{} // a request names a key once, as the supervisor's do
 			for range rng.IntN(span + 1) {
 				id := uint32(j*span + 1 + rng.IntN(span))
+				if seen[id] {
+					continue
+				}
+				seen[id] = true
 				if rng.IntN(4) == 0 {
 					r.Deletes = append(r.Deletes, id)
 					continue
@@ -111,8 +117,13 @@ func TestRevNATOwnerFlushesWriteExactlyTheirRequestsEntries(t *testing.T) {
 		for j := range n {
 			r := &messages.RevNATApply{ReqID: uint64(round*100 + j)}
 			var dels [2][]uint16
+			seen := map[uint16]bool{} // a request names a key once, as the supervisor's do
 			for range rng.IntN(span + 1) {
 				id := uint16(j*span + 1 + rng.IntN(span))
+				if seen[id] {
+					continue
+				}
+				seen[id] = true
 				fam := rng.IntN(2)
 				if rng.IntN(4) == 0 {
 					dels[fam] = append(dels[fam], id)

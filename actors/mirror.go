@@ -57,7 +57,11 @@ func kept[T any](buf []T) []T {
 }
 
 // changedOnly returns the writes for which changed is true, in order
-// (changed is called once per write, in order). When every write changes
+// (changed is called once per write, in order). The writes name each key
+// once (the supervisor never has two writes of one key in flight): a key
+// written twice in one batch would be compared with the mirror as it was
+// before the batch, and a second write equal to it dropped after a first
+// that differs. When every write changes
 // something, as when a batch creates services, it returns writes itself
 // (copied false: the caller must not write to it); else a copy in buf, or
 // in one new buffer of the size needed (copied true), never grown by
