@@ -24,17 +24,10 @@ type Map[E, KT any] interface {
 	// they are iterated (see Entries): for a reader that goes through
 	// them once or twice.
 	DumpEntries() (Entries[E], error)
-	// Holds dumps the map and reports whether it holds exactly n entries
-	// under n distinct keys, each of which has accepts (a drift check's
-	// common case, decided without building anything); the dump comes
-	// back either way. False is not proof of a difference (a dump that
-	// may repeat keys, or a key read in another encoding than its own,
-	// answers false): compare the dump exactly then.
-	Holds(n int, has func(E) bool) (Entries[E], bool, error)
-	// Read dumps the map for a drift check decided later (Read.Holds):
-	// Holds in two halves, so that the dump, which reads only the map,
-	// may run beside the owner's writes, and the check, which reads the
-	// owner's copy, in the owner.
+	// Read dumps the map for a drift check decided later (Read.Holds at
+	// once, or Read.Check a part at a time), so that the dump, which reads
+	// only the map, may run beside the owner's writes, and the check,
+	// which reads the owner's copy, in the owner.
 	Read() (Read[E], error)
 	// Lookup returns the entry for key and whether it exists.
 	Lookup(key KT) (E, bool, error)
@@ -242,25 +235,9 @@ func (m *typedMap[E, KT, K, V]) dumpRaw() (rawDump[K, V], error) {
 	return d, nil
 }
 
-// Holds dumps the map and reports whether it holds exactly n entries, each
-// of which has accepts, under n distinct keys: it does when the dump read
-// each raw key once (store.dump's distinct), every key read is the
-// encoding of the entry decoded from it (so that no two raw keys decode to
-// one entry key: a key written with stray bytes in its padding does not),
-// and n entries were read, each accepted. It answers false at the first
-// entry that fails (the rest are not decoded), and returns the dump either
-// way, for the caller's exact comparison when it answers false.
-func (m *typedMap[E, KT, K, V]) Holds(n int, has func(E) bool) (Entries[E], bool, error) {
-	r, err := m.Read()
-	if err != nil {
-		return Entries[E]{}, false, err
-	}
-	return r.Entries, r.Holds(n, has, nil), nil
-}
-
-// Read is a map's dump as Map.Read took it: its entries, and the check
-// Map.Holds makes of them, to be made later, at once (Holds) or a chunk
-// at a time (Check). Nothing writes a Read once made.
+// Read is a map's dump as Map.Read took it: its entries, and a check of
+// them against the owner's copy, to be made later, at once (Holds) or a
+// part of a chunk at a time (Check). Nothing writes a Read once made.
 type Read[E any] struct {
 	Entries[E]
 	distinct bool
@@ -289,27 +266,29 @@ func (r Read[E]) Check(c, from, to int, f func(e E, canonical bool) bool) bool {
 	return r.check(c, from, to, f)
 }
 
-// Holds reports whether the dump holds exactly n entries that skip does
-// not leave out (nil: none), under distinct keys, each of which has
-// accepts: Map.Holds's answer for the entries skip leaves in.
-func (r Read[E]) Holds(n int, has, skip func(E) bool) bool {
-	if !r.distinct || (skip == nil && r.Len() != n) {
+// Holds reports whether the dump holds exactly n entries under n
+// distinct keys, each of which has accepts (a drift check's common case,
+// decided without building anything): it does when the dump read each raw
+// key once (store.dump's distinct), every key read is the encoding of the
+// entry decoded from it (so that no two raw keys decode to one entry key:
+// a key written with stray bytes in its padding does not), and n entries
+// were read, each accepted. It answers false at the first entry that
+// fails (the rest are not decoded). False is not proof of a difference (a
+// dump that may repeat keys, or a key read in another encoding than its
+// own, answers false): compare the dump exactly then.
+func (r Read[E]) Holds(n int, has func(E) bool) bool {
+	if !r.distinct || r.Len() != n {
 		return false
 	}
-	left := 0 // the entries skip leaves in
 	for c := range r.NumChunks() {
 		ok := r.Check(c, 0, r.ChunkEntries(c), func(e E, canonical bool) bool {
-			if skip != nil && skip(e) {
-				return true
-			}
-			left++
-			return left <= n && canonical && has(e)
+			return canonical && has(e)
 		})
 		if !ok {
 			return false
 		}
 	}
-	return left == n
+	return true
 }
 
 func (m *typedMap[E, KT, K, V]) Read() (Read[E], error) {
