@@ -74,12 +74,12 @@ const stepEntries = 1024
 
 // mapCheck is the drift check of one mirror's map; K is the map's key.
 type mapCheck[E, K comparable] struct {
-	m       maps.Map[E, K]
-	d       messages.Drift
-	written map[K]struct{} // keys written or deleted since begin
-	// frozen is written as the read ended; late is the keys written
-	// after (not frozen), each with what the mirror held before the
-	// owner's first write of it.
+	m maps.Map[E, K]
+	d messages.Drift
+	// frozen is the keys written or deleted from begin to the end of the
+	// read (readDone); late (nil until readDone) the keys written after,
+	// not frozen, each with what the mirror held before the owner's first
+	// write of it. Together they are every key written since begin.
 	frozen map[K]struct{}
 	late   map[K]lateEntry[E]
 	// reloaded is set when the mirror was read again from the map since
@@ -111,7 +111,7 @@ type lateEntry[E any] struct {
 
 // beginCheck is begin for the map m of a mirror: it checks the pin.
 func beginCheck[E, K comparable](m maps.Map[E, K]) *mapCheck[E, K] {
-	c := &mapCheck[E, K]{m: m, d: messages.Drift{Map: m.Name()}, written: map[K]struct{}{}}
+	c := &mapCheck[E, K]{m: m, d: messages.Drift{Map: m.Name()}, frozen: map[K]struct{}{}}
 	c.d.Pin, c.d.Err = checkPin(m)
 	return c
 }
@@ -122,8 +122,8 @@ func (c *mapCheck[E, K]) writing() bool { return c != nil && !c.reloaded }
 // wrote notes that the owner is about to write or delete k, whose entry
 // in the mirror is old (had: it has one).
 func (c *mapCheck[E, K]) wrote(k K, old E, had bool) {
-	c.written[k] = struct{}{}
-	if c.frozen == nil {
+	if c.late == nil {
+		c.frozen[k] = struct{}{}
 		return
 	}
 	if _, ok := c.frozen[k]; ok {
@@ -139,11 +139,7 @@ func (c *mapCheck[E, K]) read() { c.got, c.err = c.m.Read() }
 // readDone freezes the keys written while the map was read, and the
 // mirror's count to match.
 func (c *mapCheck[E, K]) readDone() {
-	c.frozen, c.late = c.written, map[K]lateEntry[E]{}
-	c.written = make(map[K]struct{}, len(c.frozen))
-	for k := range c.frozen {
-		c.written[k] = struct{}{}
-	}
+	c.late = map[K]lateEntry[E]{}
 	if c.err != nil || c.reloaded {
 		return
 	}
@@ -208,7 +204,12 @@ func (c *mapCheck[E, K]) result() messages.Drift {
 	if c.reloaded || (!c.refused && c.accepted == c.count) {
 		return d
 	}
-	skip := func(e E) bool { _, ok := c.written[c.keyOf(e)]; return ok }
+	skip := func(e E) bool { // written since begin
+		k := c.keyOf(e)
+		_, frozen := c.frozen[k]
+		_, late := c.late[k]
+		return frozen || late
+	}
 	got := slices.DeleteFunc(c.got.Slice(), skip)
 	want := slices.DeleteFunc(c.all(), skip)
 	ws, ds, diff := diffEntries(got, want, c.keyOf)
