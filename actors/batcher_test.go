@@ -154,3 +154,61 @@ func TestAFlushMergesRequestsUpToTheKeptArraysSize(t *testing.T) {
 	}
 	require.Equal(t, want, <-batches)
 }
+
+// heldProbe is an owner that flushes the requests it is sent once it has
+// want of them, each applied alone (they are too large to merge); the
+// apply of request hold waits until release is closed.
+type heldProbe struct {
+	b       batcher[*messages.ServiceApply]
+	want    int
+	hold    uint64
+	release <-chan struct{}
+}
+
+func (p *heldProbe) Receive(ctx actor.Context) {
+	m, ok := ctx.Message().(*messages.ServiceApply)
+	if !ok {
+		return
+	}
+	p.b.buf = append(p.b.buf, queuedReq[*messages.ServiceApply]{ctx.Sender(), m})
+	if len(p.b.buf) < p.want {
+		return
+	}
+	p.b.flush(ctx, func(r *messages.ServiceApply) int { return len(r.Writes) }, func([]*messages.ServiceApply) error {
+		return errors.New("merged: the requests are too large to merge")
+	}, func(r *messages.ServiceApply) *messages.MapApplied {
+		if r.ReqID == p.hold {
+			<-p.release
+		}
+		return &messages.MapApplied{ReqID: r.ReqID}
+	}, func(r *messages.ServiceApply) uint64 { return r.ReqID })
+}
+
+// A flush answers each batch as soon as it is applied: the first of two
+// large requests is answered while the second is still being written,
+// not when the whole flush is done.
+func TestAFlushAnswersEachBatchOnceItIsApplied(t *testing.T) {
+	sys := actor.NewActorSystem()
+	t.Cleanup(sys.Shutdown)
+	release := make(chan struct{})
+	released := false
+	t.Cleanup(func() {
+		if !released {
+			close(release)
+		}
+	})
+	pid := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor {
+		return &heldProbe{want: 2, hold: 2, release: release}
+	}))
+	n := scratchMax/2 + 1 // two do not fit one batch
+	first := sys.Root.RequestFuture(pid, &messages.ServiceApply{ReqID: 1, Writes: make([]maps.ServiceEntry, n)}, 5*time.Second)
+	second := sys.Root.RequestFuture(pid, &messages.ServiceApply{ReqID: 2, Writes: make([]maps.ServiceEntry, n)}, 10*time.Second)
+	res, err := first.Result()
+	require.NoError(t, err, "the first request was not answered while the second was held")
+	require.Equal(t, uint64(1), res.(*messages.MapApplied).ReqID)
+	close(release)
+	released = true
+	res, err = second.Result()
+	require.NoError(t, err)
+	require.Equal(t, uint64(2), res.(*messages.MapApplied).ReqID)
+}

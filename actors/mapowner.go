@@ -70,7 +70,12 @@ func (b *batcher[R]) add(ctx actor.Context, req R) {
 // the arrays a batch is merged and encoded in stay small enough to keep
 // for the next flush: a flush of eight bulk requests of 1,100 entries
 // each is three batches in kept arrays, not one of 8,800 in new ones. A
-// larger request goes alone. Requests in flight together come from
+// larger request goes alone. Each batch's requests are answered as soon
+// as it is applied, not at the end of the flush: the supervisor commits
+// the first operations (and their callers send more) while the owner
+// writes the next, instead of every operation of the flush waiting for
+// its last batch (eight requests of 1,000 single-backend services, 2,000
+// entries each, are four batches: the first answer waited for all four). Requests in flight together come from
 // operations on different frontends writing different backends (the
 // supervisor orders the others), so this order is safe, and writes first
 // keep make-before-break. A request alone, or a batch that fails, is
@@ -94,9 +99,9 @@ func (b *batcher[R]) flush(ctx actor.Context, size func(R) int, applyAll func([]
 			hi++
 		}
 		b.apply(buf[lo:hi], replies[lo:hi], applyAll, applyOne, reqID)
+		b.reply(ctx, buf[lo:hi], replies[lo:hi])
 		lo = hi
 	}
-	b.reply(ctx, buf, replies)
 }
 
 // apply applies one batch of a flush (merged when it holds several
