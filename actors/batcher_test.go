@@ -2,6 +2,7 @@ package actors
 
 import (
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -184,19 +185,15 @@ func (p *heldProbe) Receive(ctx actor.Context) {
 	}, func(r *messages.ServiceApply) uint64 { return r.ReqID })
 }
 
-// A flush answers each batch as soon as it is applied: the first of two
-// large requests is answered while the second is still being written,
-// not when the whole flush is done.
-func TestAFlushAnswersEachBatchOnceItIsApplied(t *testing.T) {
+// A flush of large requests answers each batch as soon as it is applied:
+// the first of two large requests is answered while the second is still
+// being written, not when the whole flush is done.
+func TestAFlushOfLargeRequestsAnswersEachBatchOnceItIsApplied(t *testing.T) {
 	sys := actor.NewActorSystem()
 	t.Cleanup(sys.Shutdown)
 	release := make(chan struct{})
-	released := false
-	t.Cleanup(func() {
-		if !released {
-			close(release)
-		}
-	})
+	releaseHeld := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(releaseHeld)
 	pid := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor {
 		return &heldProbe{want: 2, hold: 2, release: release}
 	}))
@@ -206,9 +203,34 @@ func TestAFlushAnswersEachBatchOnceItIsApplied(t *testing.T) {
 	res, err := first.Result()
 	require.NoError(t, err, "the first request was not answered while the second was held")
 	require.Equal(t, uint64(1), res.(*messages.MapApplied).ReqID)
-	close(release)
-	released = true
+	releaseHeld()
 	res, err = second.Result()
 	require.NoError(t, err)
 	require.Equal(t, uint64(2), res.(*messages.MapApplied).ReqID)
+}
+
+// A flush that holds a small request (a single call's) answers all its
+// requests together at the end: the first of two large requests is not
+// answered while the second is being written.
+func TestAFlushWithASmallRequestAnswersAllTogether(t *testing.T) {
+	sys := actor.NewActorSystem()
+	t.Cleanup(sys.Shutdown)
+	release := make(chan struct{})
+	releaseHeld := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(releaseHeld)
+	pid := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor {
+		return &heldProbe{want: 3, hold: 2, release: release}
+	}))
+	n := scratchMax/2 + 1
+	first := sys.Root.RequestFuture(pid, &messages.ServiceApply{ReqID: 1, Writes: make([]maps.ServiceEntry, n)}, 300*time.Millisecond)
+	second := sys.Root.RequestFuture(pid, &messages.ServiceApply{ReqID: 2, Writes: make([]maps.ServiceEntry, n)}, 10*time.Second)
+	small := sys.Root.RequestFuture(pid, &messages.ServiceApply{ReqID: 3, Writes: make([]maps.ServiceEntry, earlyMin-1)}, 10*time.Second)
+	_, err := first.Result()
+	require.ErrorIs(t, err, actor.ErrTimeout, "the first request was answered while the second was held")
+	releaseHeld()
+	for i, f := range []*actor.Future{second, small} {
+		res, err := f.Result()
+		require.NoError(t, err)
+		require.Equal(t, uint64(i+2), res.(*messages.MapApplied).ReqID)
+	}
 }
