@@ -97,12 +97,16 @@ func TestABatcherKeepsItsArraysButNoAnsweredRequest(t *testing.T) {
 
 // batchProbe is an owner that holds the requests it is sent until it has
 // want of them, then flushes them together and reports the batches the
-// flush applied: each merged batch's request sizes (applyAll), or one
-// request's size for a request applied alone (applyOne).
+// flush applied (if batches is set): each merged batch's request sizes
+// (applyAll), or one request's size for a request applied alone
+// (applyOne). The apply of the batch that holds request hold (if set)
+// waits until release is closed.
 type batchProbe struct {
 	b       batcher[*messages.ServiceApply]
 	want    int
 	batches chan<- [][]int
+	hold    uint64
+	release <-chan struct{}
 }
 
 func (p *batchProbe) Receive(ctx actor.Context) {
@@ -115,19 +119,28 @@ func (p *batchProbe) Receive(ctx actor.Context) {
 		return
 	}
 	size := func(r *messages.ServiceApply) int { return len(r.Writes) + len(r.Deletes) }
+	held := func(r *messages.ServiceApply) {
+		if p.hold != 0 && r.ReqID == p.hold {
+			<-p.release
+		}
+	}
 	var seen [][]int
 	p.b.flush(ctx, size, func(reqs []*messages.ServiceApply) error {
 		var sizes []int
 		for _, r := range reqs {
+			held(r)
 			sizes = append(sizes, size(r))
 		}
 		seen = append(seen, sizes)
 		return nil
 	}, func(r *messages.ServiceApply) *messages.MapApplied {
+		held(r)
 		seen = append(seen, []int{size(r)})
 		return &messages.MapApplied{ReqID: r.ReqID}
 	}, func(r *messages.ServiceApply) uint64 { return r.ReqID })
-	p.batches <- seen
+	if p.batches != nil {
+		p.batches <- seen
+	}
 }
 
 // A flush merges consecutive requests while their entries sum to at most
@@ -156,81 +169,51 @@ func TestAFlushMergesRequestsUpToTheKeptArraysSize(t *testing.T) {
 	require.Equal(t, want, <-batches)
 }
 
-// heldProbe is an owner that flushes the requests it is sent once it has
-// want of them, each applied alone (they are too large to merge); the
-// apply of request hold waits until release is closed.
-type heldProbe struct {
-	b       batcher[*messages.ServiceApply]
-	want    int
-	hold    uint64
-	release <-chan struct{}
-}
-
-func (p *heldProbe) Receive(ctx actor.Context) {
-	m, ok := ctx.Message().(*messages.ServiceApply)
-	if !ok {
-		return
-	}
-	p.b.buf = append(p.b.buf, queuedReq[*messages.ServiceApply]{ctx.Sender(), m})
-	if len(p.b.buf) < p.want {
-		return
-	}
-	p.b.flush(ctx, func(r *messages.ServiceApply) int { return len(r.Writes) }, func([]*messages.ServiceApply) error {
-		return errors.New("merged: the requests are too large to merge")
-	}, func(r *messages.ServiceApply) *messages.MapApplied {
-		if r.ReqID == p.hold {
-			<-p.release
-		}
-		return &messages.MapApplied{ReqID: r.ReqID}
-	}, func(r *messages.ServiceApply) uint64 { return r.ReqID })
-}
-
 // A flush of large requests answers each batch as soon as it is applied:
 // the first of two large requests is answered while the second is still
-// being written, not when the whole flush is done.
-func TestAFlushOfLargeRequestsAnswersEachBatchOnceItIsApplied(t *testing.T) {
-	sys := actor.NewActorSystem()
-	t.Cleanup(sys.Shutdown)
-	release := make(chan struct{})
-	releaseHeld := sync.OnceFunc(func() { close(release) })
-	t.Cleanup(releaseHeld)
-	pid := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor {
-		return &heldProbe{want: 2, hold: 2, release: release}
-	}))
-	n := scratchMax/2 + 1 // two do not fit one batch
-	first := sys.Root.RequestFuture(pid, &messages.ServiceApply{ReqID: 1, Writes: make([]maps.ServiceEntry, n)}, 5*time.Second)
-	second := sys.Root.RequestFuture(pid, &messages.ServiceApply{ReqID: 2, Writes: make([]maps.ServiceEntry, n)}, 10*time.Second)
-	res, err := first.Result()
-	require.NoError(t, err, "the first request was not answered while the second was held")
-	require.Equal(t, uint64(1), res.(*messages.MapApplied).ReqID)
-	releaseHeld()
-	res, err = second.Result()
-	require.NoError(t, err)
-	require.Equal(t, uint64(2), res.(*messages.MapApplied).ReqID)
-}
-
-// A flush that holds a small request (a single call's) answers all its
-// requests together at the end: the first of two large requests is not
+// being written. A flush that also holds a small request (a single
+// call's) answers all its requests together at the end: the first is not
 // answered while the second is being written.
-func TestAFlushWithASmallRequestAnswersAllTogether(t *testing.T) {
-	sys := actor.NewActorSystem()
-	t.Cleanup(sys.Shutdown)
-	release := make(chan struct{})
-	releaseHeld := sync.OnceFunc(func() { close(release) })
-	t.Cleanup(releaseHeld)
-	pid := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor {
-		return &heldProbe{want: 3, hold: 2, release: release}
-	}))
-	n := scratchMax/2 + 1
-	first := sys.Root.RequestFuture(pid, &messages.ServiceApply{ReqID: 1, Writes: make([]maps.ServiceEntry, n)}, 300*time.Millisecond)
-	second := sys.Root.RequestFuture(pid, &messages.ServiceApply{ReqID: 2, Writes: make([]maps.ServiceEntry, n)}, 10*time.Second)
-	small := sys.Root.RequestFuture(pid, &messages.ServiceApply{ReqID: 3, Writes: make([]maps.ServiceEntry, earlyMin-1)}, 10*time.Second)
-	_, err := first.Result()
-	require.ErrorIs(t, err, actor.ErrTimeout, "the first request was answered while the second was held")
-	releaseHeld()
-	for i, f := range []*actor.Future{second, small} {
-		res, err := f.Result()
-		require.NoError(t, err)
-		require.Equal(t, uint64(i+2), res.(*messages.MapApplied).ReqID)
+func TestAFlushAnswersEachBatchOnceAppliedOnlyWhenAllItsRequestsAreLarge(t *testing.T) {
+	n := scratchMax/2 + 1 // two do not fit one batch
+	for _, tc := range []struct {
+		name       string
+		sizes      []int
+		firstEarly bool
+	}{
+		{"large requests only", []int{n, n}, true},
+		{"with a small request", []int{n, n, earlyMin - 1}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sys := actor.NewActorSystem()
+			t.Cleanup(sys.Shutdown)
+			release := make(chan struct{})
+			releaseHeld := sync.OnceFunc(func() { close(release) })
+			t.Cleanup(releaseHeld)
+			pid := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor {
+				return &batchProbe{want: len(tc.sizes), hold: 2, release: release}
+			}))
+			var fs []*actor.Future
+			for i, size := range tc.sizes {
+				wait := 10 * time.Second
+				if i == 0 && !tc.firstEarly {
+					wait = 300 * time.Millisecond // long enough for an early answer
+				}
+				fs = append(fs, sys.Root.RequestFuture(pid, &messages.ServiceApply{ReqID: uint64(i + 1), Writes: make([]maps.ServiceEntry, size)}, wait))
+			}
+			res, err := fs[0].Result() // while the second request's write is held
+			if tc.firstEarly {
+				require.NoError(t, err, "the first request was not answered while the second was held")
+				require.Equal(t, uint64(1), res.(*messages.MapApplied).ReqID)
+			} else {
+				require.ErrorIs(t, err, actor.ErrTimeout, "the first request was answered while the second was held")
+			}
+			releaseHeld()
+			for i, f := range fs[1:] {
+				res, err := f.Result()
+				require.NoError(t, err)
+				require.Equal(t, uint64(i+2), res.(*messages.MapApplied).ReqID)
+			}
+		})
 	}
 }

@@ -29,8 +29,10 @@
 //   - The map owners (mapowner.go) own one map each (svc4, svc6: the
 //     service maps; be4, be6: the backend maps) or both revNAT maps
 //     (revnat), and an in-memory mirror of it (mirror.go, svcmirror.go).
-//     They write what their mailbox holds in one batched call, skip
-//     entries the map already holds, and answer dumps from the mirror. A
+//     They write what their mailbox holds in batched calls of at most
+//     4,096 entries (a flush of bulk requests only is answered a batch
+//     at a time, any other at its end), skip entries the map already
+//     holds, and answer dumps from the mirror. A
 //     drift check (MapReconcile) reads the map on a goroutine of its own
 //     while the owner goes on writing, and the owner compares the dump a
 //     step a message, its writes between two steps (checks.go, drift.go);
