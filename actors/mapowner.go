@@ -123,7 +123,8 @@ func (b *batcher[R]) flush(ctx actor.Context, size func(R) int, applyAll func([]
 // flush: a flush of large requests only answers each batch once applied.
 // Bulk calls' runs are larger (1,000 to 2,200 entries in the bench);
 // single calls' requests and the chunks of a bulk taken in beside single
-// calls (16 services) smaller. The number is the core's urgentKeys (an op
+// calls (16 services: 176 service entries with ten backends each) are
+// smaller. The number is the core's urgentKeys (an op
 // of that many queue keys has its requests sent at once), here counted in
 // entries.
 const earlyMin = 256
