@@ -119,6 +119,14 @@ func beginCheck[E, K comparable](m maps.Map[E, K]) *mapCheck[E, K] {
 // writing reports whether the owner must tell c what it writes (wrote).
 func (c *mapCheck[E, K]) writing() bool { return c != nil && !c.reloaded }
 
+// reload notes that the mirror was read again from the map (c may be nil:
+// no check in flight).
+func (c *mapCheck[E, K]) reload() {
+	if c != nil {
+		c.reloaded = true
+	}
+}
+
 // wrote notes that the owner is about to write or delete k, whose entry
 // in the mirror is old (had: it has one).
 func (c *mapCheck[E, K]) wrote(k K, old E, had bool) {

@@ -102,7 +102,6 @@ func (b *batcher[R]) flush(ctx actor.Context, size func(R) int, applyAll func([]
 	}
 	replies := make([]any, len(buf)) // sent: not kept
 	early := !slices.ContainsFunc(buf, func(p queuedReq[R]) bool { return size(p.req) < earlyMin })
-	answered := 0
 	for lo := 0; lo < len(buf); {
 		hi, n := lo+1, size(buf[lo].req)
 		for hi < len(buf) && n+size(buf[hi].req) <= scratchMax {
@@ -112,11 +111,12 @@ func (b *batcher[R]) flush(ctx actor.Context, size func(R) int, applyAll func([]
 		b.apply(buf[lo:hi], replies[lo:hi], applyAll, applyOne, reqID)
 		if early {
 			b.reply(ctx, buf[lo:hi], replies[lo:hi])
-			answered = hi
 		}
 		lo = hi
 	}
-	b.reply(ctx, buf[answered:], replies[answered:])
+	if !early {
+		b.reply(ctx, buf, replies)
+	}
 }
 
 // earlyMin is the size (entries) from which a request counts as large for
@@ -124,9 +124,8 @@ func (b *batcher[R]) flush(ctx actor.Context, size func(R) int, applyAll func([]
 // Bulk calls' runs are larger (1,000 to 2,200 entries in the bench);
 // single calls' requests and the chunks of a bulk taken in beside single
 // calls (16 services: 176 service entries with ten backends each) are
-// smaller. The number is the core's urgentKeys (an op
-// of that many queue keys has its requests sent at once), here counted in
-// entries.
+// smaller. The number is the core's urgentKeys (an op of that many queue
+// keys has its requests sent at once), here counted in entries.
 const earlyMin = 256
 
 // apply applies one batch of a flush (merged when it holds several

@@ -131,9 +131,7 @@ func (o *mirror[E, K, V]) load() error {
 	}
 	o.loaded, o.entries = es, nil
 	o.m.SetEntries(es.Len())
-	if o.check != nil {
-		o.check.reloaded = true
-	}
+	o.check.reload()
 	return nil
 }
 

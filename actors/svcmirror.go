@@ -118,9 +118,7 @@ func (o *svcMirror) load() error {
 	}
 	o.loaded, o.indexed = es, false
 	o.m.SetEntries(es.Len())
-	if o.check != nil {
-		o.check.reloaded = true
-	}
+	o.check.reload()
 	return nil
 }
 

@@ -1235,17 +1235,23 @@ const (
 
 func startLatencyProbe(e *actorlb.Engine) *latencyProbe { return startLatencyProbes(e, 1) }
 
-// startLatencyProbes runs n probe loops, loop i on frontend 10.95.0.(i+1)
-// with backends 10.94.i.1-10 of its own (no queue shared with another
+// probeService is the service of probe loop k: frontend 10.95.0.(k+1)
+// with backends 10.94.k.1-10 of its own (no queue shared with another
 // loop or the bulk).
+func probeService(k int) *lb.Service {
+	svc := bulkServices(1, 10)[0]
+	svc.Frontend.Addr = netip.AddrFrom4([4]byte{10, 95, 0, byte(k + 1)})
+	for i := range svc.Backends {
+		svc.Backends[i].Addr = netip.AddrFrom4([4]byte{10, 94, byte(k), byte(i + 1)})
+	}
+	return svc
+}
+
+// startLatencyProbes runs n probe loops, loop k upserting probeService(k).
 func startLatencyProbes(e *actorlb.Engine, n int) *latencyProbe {
 	p := &latencyProbe{done: make(chan struct{})}
 	for k := range n {
-		svc := bulkServices(1, 10)[0]
-		svc.Frontend.Addr = netip.AddrFrom4([4]byte{10, 95, 0, byte(k + 1)})
-		for i := range svc.Backends {
-			svc.Backends[i].Addr = netip.AddrFrom4([4]byte{10, 94, byte(k), byte(i + 1)})
-		}
+		svc := probeService(k)
 		p.wg.Add(1)
 		go func() {
 			defer p.wg.Done()
@@ -1471,9 +1477,7 @@ func upsertsBesideReconciles(ctx context.Context, e *actorlb.Engine, into *laten
 	if err != nil {
 		return n, err
 	}
-	fe := bulkServices(1, 10)[0].Frontend
-	fe.Addr = netip.AddrFrom4([4]byte{10, 95, 0, 1}) // startLatencyProbes' loop 0
-	if _, err := e.DeleteByFrontend(ctx, fe.L3n4Addr); err != nil {
+	if _, err := e.DeleteByFrontend(ctx, probeService(0).Frontend.L3n4Addr); err != nil {
 		return n, fmt.Errorf("delete the probe's service: %w", err)
 	}
 	return n, nil
