@@ -60,15 +60,17 @@ func startedCore() (*Core, *autoChildren) {
 	return c, a
 }
 
-// settle runs the core until nothing is left to send, and delivers its
-// answers (also those of calls it answered at once, sending nothing).
+// settle runs the core until nothing is left to send, delivering its
+// answers as they come (also those of calls it answered at once, sending
+// nothing).
 func (a *autoChildren) settle() {
-	defer func() {
+	for {
 		for _, an := range a.c.Answers() {
 			an.Call.Answer(an.Reply)
 		}
-	}()
-	for a.c.HasReady() {
+		if !a.c.HasReady() {
+			return
+		}
 		rd := a.c.Ready()
 		var replies []any
 		for _, out := range rd.Requests {
@@ -87,9 +89,6 @@ func (a *autoChildren) settle() {
 		a.c.Advance()
 		for _, r := range replies {
 			a.c.Step(r)
-		}
-		for _, an := range a.c.Answers() {
-			an.Call.Answer(an.Reply)
 		}
 	}
 }
