@@ -7,7 +7,9 @@
 //
 // Scenarios: bulk-10k-x10 (10,000 services of 10 backends by 8 callers,
 // through UpsertBatch, then again with one Upsert each while the latency
-// probes run: upsert-latency; the *_during_batches rows pool the samples
+// probes run, three rounds on fresh engines, the medians reported with
+// the range of the rate's ratio (*_min, *_max) and the probes' samples
+// pooled: upsert-latency; the *_during_batches rows pool the samples
 // of four probe loops beside the batched bulk, on three fresh engines, the
 // *_during_sync rows those of the same probes beside one SyncSource of the
 // whole set, a Kubernetes resync, each with the collections per round
@@ -16,7 +18,7 @@
 // and the scheduler's wait, runnable goroutine for a processor, over the
 // single-call bulk: sched_wait_*),
 // memory-10k-x10 (heap retained by the
-// single-call engine, the callers' services live before and after, so
+// last single-call round's engine, the callers' services live before and after, so
 // that only the engine's own memory counts), restore-10k-x10 (three warm
 // restarts on its maps, against a raw and a typed dump, with the phases,
 // page faults, CPU time and heap allocated (alloc_mib) of each restore

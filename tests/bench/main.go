@@ -55,7 +55,7 @@ func main() {
 	batch := pflag.Int("batch", 1000, "services per UpsertBatch/DeleteBatch call in the insert/delete scenario")
 	pflag.IntVar(&bulkBatch, "bulk-batch", 100, "services per UpsertBatch call in the batched bulk scenario")
 	cpuProfile := pflag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
-	pflag.StringVar(&bulkProfile, "cpuprofile-bulk", "", "write a CPU profile of the single-call bulk scenario alone to this file")
+	pflag.StringVar(&bulkProfile, "cpuprofile-bulk", "", "write a CPU profile of the single-call bulk scenario (its last round) alone to this file")
 	pflag.StringVar(&batchedProfile, "cpuprofile-batched", "", "write a CPU profile of the batched bulk scenario (three rounds of UpsertBatch calls) alone to this file")
 	pflag.StringVar(&restoreProfile, "cpuprofile-restore", "", "write a CPU profile of the warm restarts (restore-10k-x10) alone to this file")
 	pflag.StringVar(&insertProfile, "cpuprofile-insert", "", "write a CPU profile of the batched insert and delete (insert-50k-x1) alone to this file")
@@ -337,79 +337,73 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 	res.add("bulk-10k-x10", "services_per_s_sync_during_probes", float64(bulkN)/median(duringSync.walls).Seconds(), "services/s")
 
 	// Bulk again with one Upsert call per service, the latency probes
-	// running alongside; the memory, restore and step figures come from
-	// this engine.
+	// running alongside: singleRounds rounds on fresh engines and maps,
+	// their medians reported and the probes' samples pooled. The last
+	// round's engine is the one the memory, restore and step figures
+	// come from.
 	engRoot := root + "/engine"
-	e, err := actorlb.New(ctx, engineConfig(engRoot, sizes, log))
-	if err != nil {
-		return err
+	var singles []singleRound
+	var e *actorlb.Engine
+	var before uint64
+	for round := range singleRounds {
+		last := round == singleRounds-1
+		dir := fmt.Sprintf("%s/single-%d", root, round)
+		if last {
+			dir = engRoot
+		}
+		e, err = actorlb.New(ctx, engineConfig(dir, sizes, log))
+		if err != nil {
+			return err
+		}
+		var stop func()
+		if last {
+			before = heapAfterGC()
+			stop = profileBulk() // the last round alone
+		} else {
+			runtime.GC() // as the last round's heapAfterGC does
+		}
+		r, err := singleCallRound(ctx, e, bulk, callers, log)
+		if stop != nil {
+			stop()
+		}
+		if !last || err != nil {
+			if err := retire(e, dir, err); err != nil {
+				return err
+			}
+		}
+		singles = append(singles, r)
 	}
-	before := heapAfterGC()
-	sockDir, err := os.MkdirTemp("", "actorlb-bench-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(sockDir)
-	srv, client, err := serveREST(e, sockDir+"/s.sock", log)
-	if err != nil {
-		return err
-	}
-	lat := startLatencyProbe(e)
-	restLat := startRESTProbe(client)
-	start := time.Now()
-	st0, err := e.Stats(ctx)
-	if err != nil {
-		return err
-	}
-	stopProfile := profileBulk()
-	cpu0, gc0, sched0 := cpuTime(), gcCPUTime(), schedLatencies()
-	var m0 runtime.MemStats
-	runtime.ReadMemStats(&m0)
-	if err := upsertAll(ctx, e, bulk, callers); err != nil {
-		return err
-	}
-	bulkTime := time.Since(start)
-	bulkCPU, bulkGC, sched := cpuTime()-cpu0, gcCPUTime()-gc0, schedLatencies().minus(sched0)
-	stopProfile()
-	st1, err := e.Stats(ctx)
-	if err != nil {
-		return err
-	}
-	var m1 runtime.MemStats
-	runtime.ReadMemStats(&m1)
-	probe := lat.stop()
-	restProbe := restLat.stop()
-	client.Close()
-	if err := srv.Shutdown(ctx); err != nil {
-		return err
-	}
-	rate := float64(bulkN) / bulkTime.Seconds()
+	sr := pooledSingleRounds(singles)
+	rate := float64(bulkN) / sr.wall.Seconds()
 	res.add("bulk-10k-x10", "services_per_s_single_calls", rate, "services/s")
-	res.add("bulk-10k-x10", "ratio_to_put_floor_single_calls", putFloor.Seconds()/bulkTime.Seconds(), "x")
-	res.add("bulk-10k-x10", "ratio_to_batch_floor_single_calls", batchFloor.Seconds()/bulkTime.Seconds(), "x")
-	res.add("bulk-10k-x10", "cpu_us_per_service_single_calls", usPer(bulkCPU, bulkN), "us")
-	res.add("bulk-10k-x10", "gc_cpu_us_per_service_single_calls", usPer(bulkGC, bulkN), "us")
-	res.add("bulk-10k-x10", "allocs_per_service", float64(m1.Mallocs-m0.Mallocs)/float64(bulkN), "allocs")
-	res.add("bulk-10k-x10", "alloc_bytes_per_service", allocated(&m0, &m1)/float64(bulkN), "bytes")
-	res.add("bulk-10k-x10", "requests_per_child_message", float64(st1.RequestsSent-st0.RequestsSent)/float64(max(1, st1.ChildMessages-st0.ChildMessages)), "requests")
+	res.add("bulk-10k-x10", "ratio_to_put_floor_single_calls", putFloor.Seconds()/sr.wall.Seconds(), "x")
+	res.add("bulk-10k-x10", "ratio_to_put_floor_single_calls_min", putFloor.Seconds()/sr.slowest.Seconds(), "x")
+	res.add("bulk-10k-x10", "ratio_to_put_floor_single_calls_max", putFloor.Seconds()/sr.fastest.Seconds(), "x")
+	res.add("bulk-10k-x10", "ratio_to_batch_floor_single_calls", batchFloor.Seconds()/sr.wall.Seconds(), "x")
+	res.add("bulk-10k-x10", "cpu_us_per_service_single_calls", usPer(sr.cpu, bulkN), "us")
+	res.add("bulk-10k-x10", "gc_cpu_us_per_service_single_calls", usPer(sr.gc, bulkN), "us")
+	res.add("bulk-10k-x10", "allocs_per_service", sr.mallocs/float64(bulkN), "allocs")
+	res.add("bulk-10k-x10", "alloc_bytes_per_service", sr.allocBytes/float64(bulkN), "bytes")
+	res.add("bulk-10k-x10", "requests_per_child_message", float64(sr.requests)/float64(max(1, sr.childMessages)), "requests")
 	for _, step := range []struct{ name, metric string }{
 		{engine.StepQueued, "step_us_queued"}, {engine.StepAcquire, "step_us_acquire"},
 		{engine.StepWriteBackends, "step_us_backends_revnat"}, {engine.StepWriteService, "step_us_service"},
 	} {
-		a, b := st0.Steps[step.name], st1.Steps[step.name]
-		if n := b.Count - a.Count; n > 0 {
-			res.add("bulk-10k-x10", step.metric, usPer(b.Total-a.Total, int(n)), "us")
+		if t := sr.steps[step.name]; t.Count > 0 {
+			res.add("bulk-10k-x10", step.metric, usPer(t.Total, int(t.Count)), "us")
 		}
 	}
-	res.add("bulk-10k-x10", "cores_busy", bulkCPU.Seconds()/bulkTime.Seconds(), "cores")
+	res.add("bulk-10k-x10", "cores_busy", sr.cpu.Seconds()/sr.wall.Seconds(), "cores")
+	res.add("bulk-10k-x10", "single_call_rounds", float64(len(singles)), "count")
+	probe, restProbe := &latencyProbe{samples: sr.probe}, &latencyProbe{samples: sr.rest}
 	res.add("upsert-latency", "p50_us_library", probe.p(50), "us")
 	res.add("upsert-latency", "p90_us_library", probe.p(90), "us")
 	res.add("upsert-latency", "p99_us_library", probe.p(99), "us")
 	res.add("upsert-latency", "max_us_library", probe.p(100), "us")
 	res.add("upsert-latency", "samples_library", float64(len(probe.samples)), "count")
-	res.add("upsert-latency", "sched_wait_p50_us_single_calls", sched.quantile(0.50), "us")
-	res.add("upsert-latency", "sched_wait_p99_us_single_calls", sched.quantile(0.99), "us")
-	res.add("upsert-latency", "sched_wait_p999_us_single_calls", sched.quantile(0.999), "us")
+	res.add("upsert-latency", "sched_wait_p50_us_single_calls", sr.sched.quantile(0.50), "us")
+	res.add("upsert-latency", "sched_wait_p99_us_single_calls", sr.sched.quantile(0.99), "us")
+	res.add("upsert-latency", "sched_wait_p999_us_single_calls", sr.sched.quantile(0.999), "us")
 	res.add("upsert-latency", "p50_us_rest", restProbe.p(50), "us")
 	res.add("upsert-latency", "p99_us_rest", restProbe.p(99), "us")
 	res.add("upsert-latency", "max_us_rest", restProbe.p(100), "us")
@@ -443,7 +437,7 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 	restoreSteps := map[string][]time.Duration{}
 	var writes float64
 	var restored int
-	stopProfile = profileTo(restoreProfile)
+	stopProfile := profileTo(restoreProfile)
 	for range 3 {
 		dumpTime, dumpCPUTime, err := batchDumpTime(engRoot, sizes)
 		if err != nil {
@@ -458,7 +452,7 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 		var m0, m1 runtime.MemStats
 		runtime.ReadMemStats(&m0)
 		f0, cpu0 := minorFaults(), cpuTime()
-		start = time.Now()
+		start := time.Now()
 		e, err = actorlb.New(ctx, engineConfig(engRoot, sizes, log))
 		if err != nil {
 			return err
@@ -1481,4 +1475,122 @@ func upsertsBesideReconciles(ctx context.Context, e *actorlb.Engine, into *laten
 		return n, fmt.Errorf("delete the probe's service: %w", err)
 	}
 	return n, nil
+}
+
+// singleRounds is how many rounds the single-call bulk runs, each on a
+// fresh engine and maps.
+const singleRounds = 3
+
+// singleRound is what one round of the single-call bulk measured: the
+// bulk's wall time, CPU and collector CPU, the goroutines' waits for a
+// processor, the mallocs and bytes allocated, the engine's counters
+// (requests, child messages, step timings) over the round, and the
+// samples of the library and REST latency probes beside it.
+type singleRound struct {
+	wall, cpu, gc           time.Duration
+	fastest, slowest        time.Duration // of the rounds pooled (pooledSingleRounds)
+	sched                   schedHist
+	mallocs, allocBytes     float64
+	requests, childMessages uint64
+	steps                   map[string]actorlb.StepTiming
+	probe, rest             []time.Duration
+}
+
+// singleCallRound upserts bulk on e with one Upsert call per service from
+// callers goroutines, with a library latency probe and a REST probe (the
+// agent's API served for e on a socket of its own) running beside.
+func singleCallRound(ctx context.Context, e *actorlb.Engine, bulk []*lb.Service, callers int, log *logrus.Logger) (r singleRound, err error) {
+	sockDir, err := os.MkdirTemp("", "actorlb-bench-")
+	if err != nil {
+		return r, err
+	}
+	defer os.RemoveAll(sockDir)
+	srv, client, err := serveREST(e, sockDir+"/s.sock", log)
+	if err != nil {
+		return r, err
+	}
+	defer func() {
+		client.Close()
+		if serr := srv.Shutdown(ctx); err == nil {
+			err = serr
+		}
+	}()
+	lat := startLatencyProbe(e)
+	restLat := startRESTProbe(client)
+	st0, err := e.Stats(ctx)
+	if err != nil {
+		lat.stop()
+		restLat.stop()
+		return r, err
+	}
+	cpu0, gc0, sched0 := cpuTime(), gcCPUTime(), schedLatencies()
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	start := time.Now()
+	err = upsertAll(ctx, e, bulk, callers)
+	r.wall = time.Since(start)
+	r.cpu, r.gc, r.sched = cpuTime()-cpu0, gcCPUTime()-gc0, schedLatencies().minus(sched0)
+	runtime.ReadMemStats(&m1)
+	r.probe, r.rest = lat.stop().samples, restLat.stop().samples
+	if err != nil {
+		return r, err
+	}
+	st1, err := e.Stats(ctx)
+	if err != nil {
+		return r, err
+	}
+	r.mallocs, r.allocBytes = float64(m1.Mallocs-m0.Mallocs), allocated(&m0, &m1)
+	r.requests, r.childMessages = st1.RequestsSent-st0.RequestsSent, st1.ChildMessages-st0.ChildMessages
+	r.steps = make(map[string]actorlb.StepTiming, len(st1.Steps))
+	for name, b := range st1.Steps {
+		a := st0.Steps[name]
+		r.steps[name] = actorlb.StepTiming{Count: b.Count - a.Count, Total: b.Total - a.Total}
+	}
+	return r, nil
+}
+
+// pooledSingleRounds returns, of rs, the medians of the wall time, CPU,
+// collector CPU, mallocs and bytes allocated, the shortest and longest
+// wall time, and the pooled rest: the
+// sched waits, counters and step timings summed, the probes' samples
+// together, sorted.
+func pooledSingleRounds(rs []singleRound) singleRound {
+	var walls, cpus, gcs []time.Duration
+	var mallocs, allocs []float64
+	p := singleRound{steps: map[string]actorlb.StepTiming{}}
+	for _, r := range rs {
+		walls, cpus, gcs = append(walls, r.wall), append(cpus, r.cpu), append(gcs, r.gc)
+		mallocs, allocs = append(mallocs, r.mallocs), append(allocs, r.allocBytes)
+		p.sched = p.sched.plus(r.sched)
+		p.requests += r.requests
+		p.childMessages += r.childMessages
+		for name, t := range r.steps {
+			s := p.steps[name]
+			s.Count += t.Count
+			s.Total += t.Total
+			p.steps[name] = s
+		}
+		p.probe, p.rest = append(p.probe, r.probe...), append(p.rest, r.rest...)
+	}
+	p.wall, p.cpu, p.gc = median(walls), median(cpus), median(gcs)
+	p.fastest, p.slowest = slices.Min(walls), slices.Max(walls)
+	p.mallocs, p.allocBytes = median(mallocs), median(allocs)
+	slices.Sort(p.probe)
+	slices.Sort(p.rest)
+	return p
+}
+
+// plus is h and o pooled: their counts added, bucket by bucket (o's
+// buckets when h has none).
+func (h schedHist) plus(o schedHist) schedHist {
+	if len(h.counts) == 0 {
+		return schedHist{counts: slices.Clone(o.counts), buckets: o.buckets}
+	}
+	d := schedHist{counts: slices.Clone(h.counts), buckets: h.buckets}
+	for i := range d.counts {
+		if i < len(o.counts) {
+			d.counts[i] += o.counts[i]
+		}
+	}
+	return d
 }
