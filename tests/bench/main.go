@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -14,6 +15,7 @@ import (
 	"runtime/metrics"
 	"runtime/pprof"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -33,18 +35,23 @@ import (
 	"github.com/spf13/pflag"
 )
 
-// Row is one figure of bench-results.json.
+// Row is one figure of bench-results.json. The rows of an issue's
+// targets (targets.go) also carry the target's name, its bound and
+// whether the figure meets it.
 type Row struct {
 	Scenario string  `json:"scenario"`
 	Metric   string  `json:"metric"`
 	Value    float64 `json:"value"`
 	Unit     string  `json:"unit"`
+	Name     string  `json:"name,omitempty"`
+	Target   string  `json:"target,omitempty"`
+	Met      *bool   `json:"met,omitempty"`
 }
 
 type results struct{ rows []Row }
 
 func (r *results) add(scenario, metric string, v float64, unit string) {
-	r.rows = append(r.rows, Row{scenario, metric, v, unit})
+	r.rows = append(r.rows, Row{Scenario: scenario, Metric: metric, Value: v, Unit: unit})
 }
 
 func main() {
@@ -157,11 +164,21 @@ func run(out string, bulkN, insertN, callers, batch int) error {
 	if maglevOnly {
 		kube.run = false
 	}
+	var targets []Row
 	if !kubeOnly && !packetOnly {
 		if !maglevOnly {
 			if err := engineScenarios(&res, root, bulkN, insertN, callers, batch); err != nil {
 				return err
 			}
+			// Issue 18's targets, judged on this run's figures.
+			ts, missing, err := targetRows(18, issue18, res.rows)
+			if err != nil {
+				return err
+			}
+			if len(missing) > 0 {
+				return fmt.Errorf("targets: the engine scenarios wrote no row %s", strings.Join(missing, ", "))
+			}
+			targets = ts
 		}
 		if err := maglevScenarios(&res); err != nil {
 			return err
@@ -184,11 +201,15 @@ func run(out string, bulkN, insertN, callers, batch int) error {
 		return err
 	}
 	print(res.rows)
-	b, err := json.MarshalIndent(res.rows, "", "  ")
-	if err != nil {
+	printTargets(os.Stdout, 18, targets)
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false) // the targets' bounds read "<= 2", not "\u003c= 2"
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(append(res.rows, targets...)); err != nil {
 		return err
 	}
-	return os.WriteFile(out, append(b, '\n'), 0o644)
+	return os.WriteFile(out, b.Bytes(), 0o644)
 }
 
 // engineScenarios runs the engine's scenarios (all but the Kubernetes
