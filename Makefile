@@ -30,7 +30,7 @@ test: lint test-deps kube-tools
 # once; go test's -timeout did not end that hang: the binary sat idle past
 # it), so timeout(1) bounds the run. Figures from it mean nothing; `make
 # bench` measures.
-MICRO_BENCH_PKGS := ./maps ./internal/... ./tests/datapath
+MICRO_BENCH_PKGS := ./api ./maps ./internal/... ./tests/datapath
 bench-smoke:
 	@timeout -k 10s 5m $(GO) test -count=1 -run '^$$' -bench . -benchtime 3x $(MICRO_BENCH_PKGS) || \
 	  { echo "bench-smoke: a micro-benchmark failed, or hung (no end in 5 minutes)" >&2; exit 1; }
