@@ -465,9 +465,13 @@ func (s *Server) dispatch(rt route) http.Handler {
 				s.metrics.observeItems(op, items)
 			}
 		}
+		failed := rep.code >= 500 && rep.code != http.StatusServiceUnavailable
+		if !failed && !s.log.Logger.IsLevelEnabled(logrus.DebugLevel) {
+			return // the fields are not built for a line nobody logs
+		}
 		fields := logrus.Fields{"method": r.Method, "path": r.URL.Path, "status": rep.code, "duration": d.Round(time.Microsecond).String()} // with its unit, in JSON logs too
 		switch {
-		case rep.code >= 500 && rep.code != http.StatusServiceUnavailable:
+		case failed:
 			s.log.WithFields(fields).WithError(rep.err).Error("api request failed")
 		case rep.err != nil:
 			s.log.WithFields(fields).WithError(rep.err).Debug("api request refused")
@@ -637,7 +641,9 @@ func (s *Server) putService(w http.ResponseWriter, r *http.Request) reply {
 	if created {
 		code = http.StatusCreated
 	}
-	s.log.WithFields(logrus.Fields{"id": id, "frontend": svc.Frontend.L3n4Addr.String(), "backends": len(svc.Backends), "created": created}).Debug("service upserted")
+	if s.log.Logger.IsLevelEnabled(logrus.DebugLevel) {
+		s.log.WithFields(logrus.Fields{"id": id, "frontend": svc.Frontend.L3n4Addr.String(), "backends": len(svc.Backends), "created": created}).Debug("service upserted")
+	}
 	got, err := s.engine.Get(ctx, id)
 	if err != nil {
 		// Deleted by a concurrent call already: answer with what was written.
