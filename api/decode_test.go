@@ -118,12 +118,26 @@ func TestTokensReadStringsAsEncodingJSONDoes(t *testing.T) {
 	}
 }
 
+// FuzzDecodeStrict checks decodeStrict against the reference on any body,
+// and that a body it accepts becomes a valid service or a *FieldError
+// (ToService, as a PUT does), never a panic nor an invalid service.
 func FuzzDecodeStrict(f *testing.F) {
 	for _, body := range decodeSeeds {
 		f.Add([]byte(body))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		requireSameDecoding(t, body)
+		var spec ServiceSpec
+		if decodeStrict(body, &spec) != nil {
+			return
+		}
+		svc, err := ToService(1, &spec)
+		if err != nil {
+			var fe *FieldError
+			require.ErrorAs(t, err, &fe, "body %q", body)
+			return
+		}
+		require.NoError(t, svc.Validate(), "body %q: ToService made an invalid service", body)
 	})
 }
 
