@@ -629,6 +629,16 @@ func TestCallWithoutDeadlineGivesUpAfterCallTimeout(t *testing.T) {
 	require.ErrorIs(t, err, context.DeadlineExceeded, "the gate never opened")
 }
 
+// releasesServiceIDs reports whether msg is the allocator's answer to a
+// release of service IDs (a delete's last step), alone or among Replies.
+func releasesServiceIDs(msg any) bool {
+	if rs, ok := msg.(*messages.Replies); ok {
+		return slices.ContainsFunc(rs.Msgs, releasesServiceIDs)
+	}
+	_, ok := msg.(*messages.AllocReleased)
+	return ok
+}
+
 // A delete by ID sent again after a supervisor restart deletes only the
 // service it was meant for. The first attempt deletes A, whose ID is then
 // free; the supervisor crashes before answering; the restarted allocator
@@ -643,8 +653,8 @@ func TestRetriedDeleteByIDLeavesTheServiceThatTookItsIDAlone(t *testing.T) {
 	mw := func(next actor.ReceiverFunc) actor.ReceiverFunc {
 		return func(c actor.ReceiverContext, env *actor.MessageEnvelope) {
 			if armed.Load() {
-				if _, ok := env.Message.(*messages.Replies); ok && replies.Add(1) == 1 {
-					close(crashed) // the delete's last replies: A's entries are gone
+				if releasesServiceIDs(env.Message) && replies.Add(1) == 1 {
+					close(crashed) // the delete's last reply: A's entries are gone
 					panic("injected supervisor crash before the delete is answered")
 				}
 				if _, ok := env.Message.(*messages.Delete); ok && deletes.Add(1) == 2 {

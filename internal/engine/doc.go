@@ -37,7 +37,8 @@
 //   - lease: free IDs the allocator granted the core in advance
 //     (idLease, lease.go), which it gives to the services of
 //     single-service calls without a round trip, and claims (AllocClaim)
-//     beside their writes.
+//     beside their writes; the backend IDs ops free join it while it has
+//     room (keepFreed).
 //   - snapshot: the allocator's whole state computed from the table,
 //     the backend index, the holds and the lease (allocBindings), sent
 //     after an allocator crash and at the end of restore ahead of every

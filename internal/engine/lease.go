@@ -29,6 +29,11 @@ import (
 // other. A backend ID from the lease is bound in the backend index at
 // once, as an acquired one is.
 //
+// The backend IDs an op frees (their entries deleted) join the lease's
+// end when it has room (keepFreed), rather than going back to the
+// allocator: it has them in use, as it has the lease's, so an update
+// that drops a backend needs no allocator round trip.
+//
 // The lease is refilled by an op of its own once half of either part is
 // used, one at a time. A service the lease cannot serve while a refill is
 // in flight waits for it (waitForLease), so that IDs come in the
@@ -251,6 +256,38 @@ func (p *leasePlan) finish(c *Core, _ *op, err error) {
 	if !c.stopping {
 		c.wakeLeaseWaiters()
 	}
+}
+
+// keepFreed moves backend IDs an op freed (their entries deleted) into
+// the lease, as many as it has room for (Config.LeaseBackendIDs), and
+// returns the others. The allocator has them in use, as it has the
+// lease's, so no message is needed: an update that drops a backend
+// completes without a round trip to the allocator. They join the lease's
+// end, after the IDs it was granted. None is kept while the lease is off,
+// nor while the core stops.
+func (c *Core) keepFreed(freed []uint32) []uint32 {
+	l := &c.lease
+	room := c.cfg.LeaseBackendIDs - len(l.be)
+	if c.cfg.LeaseServiceIDs <= 0 || room <= 0 || c.stopping || len(freed) == 0 {
+		return freed
+	}
+	n := min(room, len(freed))
+	l.be = topUpFrom(&l.beBuf, l.be, freed[:n])
+	return freed[n:]
+}
+
+// topUpFrom is topUp of IDs given as uint32 (an op's freed IDs).
+func topUpFrom(buf *[]lb.BackendID, live []lb.BackendID, more []uint32) []lb.BackendID {
+	b := *buf
+	if n := len(live) + len(more); cap(b) < n {
+		b = make([]lb.BackendID, 0, max(n, 2*cap(b)))
+	}
+	b = b[:copy(b[:len(live)], live)]
+	for _, id := range more {
+		b = append(b, lb.BackendID(id))
+	}
+	*buf = b
+	return b
 }
 
 // leaseBindings adds the lease to an allocator snapshot: its service IDs

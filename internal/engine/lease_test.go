@@ -116,7 +116,8 @@ func TestScriptLeaseServesOnlySingleServiceCalls(t *testing.T) {
 
 // A service from the lease whose service write keeps failing is rolled
 // back: its service ID, claimed, is released as an acquired one; its
-// backend ID is freed and let be reused.
+// backend ID is freed, and joins the lease's end again (the lease has
+// room for it) rather than going back to the allocator.
 func TestScriptLeaseRollbackReleasesTheClaimedServiceID(t *testing.T) {
 	h := newLeaseHarness(t)
 	h.call(upsert(svc(t, "10.96.0.1:80", "10.0.1.1:8080")))
@@ -136,11 +137,9 @@ func TestScriptLeaseRollbackReleasesTheClaimedServiceID(t *testing.T) {
 	h.reply("alloc", ok())
 	h.expect("be4: write [] delete [100]")
 	h.reply("be4", ok())
-	h.expect("alloc: unhold [100]")
-	h.reply("alloc", ok())
 	h.expectAnswers("upsert: error: upsert service 10.96.0.1:80/TCP: write service: device or resource busy")
 	h.step(ChildStopped{Child: ChildAllocator})
-	h.expect("alloc: restore services [] backends [101 102 103 104 105 106 107] leased [8 9 10]")
+	h.expect("alloc: restore services [] backends [100 101 102 103 104 105 106 107] leased [8 9 10]")
 	h.reply("alloc", done())
 }
 
@@ -246,4 +245,73 @@ func TestALeaseRefillMovesWhatIsLeftToItsArraysStart(t *testing.T) {
 			}
 		})
 	}
+}
+
+// An update that drops a backend frees its ID once the entry is deleted;
+// the ID joins the lease's end (it has room), so the update is answered
+// without a round trip to the allocator, which keeps the ID in use.
+func TestScriptLeaseTakesBackTheIDsAnUpdateFrees(t *testing.T) {
+	h := newLeaseHarness(t)
+	h.call(upsert(svc(t, "10.96.0.1:80", "10.0.1.1:8080", "10.0.1.2:8080")))
+	h.expect("alloc: claim [10.96.0.1:80/TCP=7]", "be4: write [100=10.0.1.1:8080 101=10.0.1.2:8080]", "revnat: write [7=10.96.0.1:80]")
+	h.reply("alloc", done())
+	h.reply("be4", ok())
+	h.reply("revnat", ok())
+	h.expect("svc4: write [10.96.0.1:80/TCP#1 10.96.0.1:80/TCP#2 10.96.0.1:80/TCP#0]")
+	h.reply("svc4", ok())
+	h.expectAnswers("upsert: id 7 created true")
+
+	h.call(upsert(svc(t, "10.96.0.1:80", "10.0.1.1:8080")))
+	h.expect("be4: write [100=10.0.1.1:8080]", "revnat: write [7=10.96.0.1:80]")
+	h.reply("be4", ok())
+	h.reply("revnat", ok())
+	h.expect("svc4: write [10.96.0.1:80/TCP#1 10.96.0.1:80/TCP#0] delete [10.96.0.1:80/TCP#2]")
+	h.reply("svc4", ok())
+	h.expect("be4: write [] delete [101]")
+	h.reply("be4", ok())
+	h.expectAnswers("upsert: id 7 created false")
+
+	// The lease holds 101 again, after 102-107: a new backend takes 102,
+	// and the refill (half the service IDs used) asks for the 2 backend
+	// IDs the lease lacks: 101 counts.
+	h.call(upsert(svc(t, "10.96.0.2:80", "10.0.1.3:8080")))
+	h.expect("alloc: lease 2 services 2 backends", "alloc: claim [10.96.0.2:80/TCP=8]", "be4: write [102=10.0.1.3:8080]", "revnat: write [8=10.96.0.2:80]")
+	h.reply("alloc", leased([]lb.ServiceID{11, 12}, []lb.BackendID{108, 109}))
+	h.reply("alloc", done())
+	h.reply("be4", ok())
+	h.reply("revnat", ok())
+	h.expect("svc4: write [10.96.0.2:80/TCP#1 10.96.0.2:80/TCP#0]")
+	h.reply("svc4", ok())
+	h.expectAnswers("upsert: id 8 created true")
+	h.step(ChildStopped{Child: ChildAllocator})
+	h.expect("alloc: restore services [10.96.0.1:80/TCP=7×1 10.96.0.2:80/TCP=8×1] backends [100 101 102 103 104 105 106 107 108 109] leased [9 10 11 12]")
+	h.reply("alloc", done())
+}
+
+// A freed ID the lease has no room for goes back to the allocator, as
+// before the lease took any: here the lease is whole (the service came in
+// a batch, whose IDs the allocator gave).
+func TestScriptFreedIDsGoBackToTheAllocatorWhenTheLeaseIsFull(t *testing.T) {
+	h := newLeaseHarness(t)
+	h.call(&messages.UpsertBatch{Services: []*lb.Service{svc(t, "10.96.0.1:80", "10.0.1.1:8080", "10.0.1.2:8080"), svc(t, "10.96.0.2:80", "10.0.1.3:8080")}, Reply: make(chan messages.UpsertBatchReply, 1)})
+	h.expect("alloc: acquire service 10.96.0.1:80/TCP backends [10.0.1.1:8080/TCP 10.0.1.2:8080/TCP]; service 10.96.0.2:80/TCP backends [10.0.1.3:8080/TCP]")
+	h.reply("alloc", acquiredEach(granted(11, 1, 2), granted(12, 3)))
+	h.expect("be4: write [1=10.0.1.1:8080 2=10.0.1.2:8080 3=10.0.1.3:8080]", "revnat: write [11=10.96.0.1:80 12=10.96.0.2:80]")
+	h.reply("be4", ok())
+	h.reply("revnat", ok())
+	h.expect("svc4: write [10.96.0.1:80/TCP#1 10.96.0.1:80/TCP#2 10.96.0.1:80/TCP#0 10.96.0.2:80/TCP#1 10.96.0.2:80/TCP#0]")
+	h.reply("svc4", ok())
+	h.expectAnswers("upsert batch: [id 11 created true id 12 created true]")
+
+	h.call(upsert(svc(t, "10.96.0.1:80", "10.0.1.1:8080")))
+	h.expect("be4: write [1=10.0.1.1:8080]", "revnat: write [11=10.96.0.1:80]")
+	h.reply("be4", ok())
+	h.reply("revnat", ok())
+	h.expect("svc4: write [10.96.0.1:80/TCP#1 10.96.0.1:80/TCP#0] delete [10.96.0.1:80/TCP#2]")
+	h.reply("svc4", ok())
+	h.expect("be4: write [] delete [2]")
+	h.reply("be4", ok())
+	h.expect("alloc: unhold [2]")
+	h.reply("alloc", ok())
+	h.expectAnswers("upsert: id 11 created false")
 }

@@ -325,13 +325,16 @@ func (r *releaser) deleteFreed(c *Core, o *op) {
 	c.applyBackends(o, [2][]maps.BackendEntry{}, r.freed)
 }
 
-// reuse lets the backend IDs the op freed be reused.
+// reuse lets the backend IDs the op freed be reused: those the ID lease
+// has room for join it (keepFreed), the others go back to the allocator.
 func (r *releaser) reuse(c *Core, o *op) {
-	if len(o.freed) == 0 {
+	rest := c.keepFreed(o.freed)
+	if len(rest) == 0 {
+		o.freed = nil
 		return
 	}
-	ids := make([]lb.BackendID, len(o.freed))
-	for i, id := range o.freed {
+	ids := make([]lb.BackendID, len(rest))
+	for i, id := range rest {
 		ids[i] = lb.BackendID(id)
 	}
 	c.request(o, ChildAllocator, 0, unheld, &messages.AllocUnhold{ReqID: c.reqID(), BackendIDs: ids})
