@@ -70,10 +70,18 @@ func (e *TooManyError) Error() string {
 func decodeStrict(body []byte, dst any, maxItems ...int) error {
 	// First the syntax, with the decoder's messages and offsets.
 	if !json.Valid(body) {
-		return syntaxError(body)
+		if err := syntaxError(body); err != nil {
+			return err
+		}
+		return &FieldError{Reason: "malformed JSON"} // json.Valid and the decoder disagree: not seen
 	}
 	// Then the structure, token by token: the JSON is valid now.
-	d := &decoder{dec: &tokens{b: body}}
+	return decodeTokens(&tokens{b: body}, dst, maxItems...)
+}
+
+// decodeTokens decodes the value tr reads into dst, as decodeStrict says.
+func decodeTokens(tr tokenReader, dst any, maxItems ...int) error {
+	d := &decoder{dec: tr}
 	if len(maxItems) > 0 {
 		d.maxItems = maxItems[0]
 	}
@@ -101,8 +109,8 @@ func decodeStrict(body []byte, dst any, maxItems ...int) error {
 	return nil
 }
 
-// syntaxError is the refusal of body, which json.Valid refused: what
-// encoding/json's decoder says of it, with the offset it gives.
+// syntaxError is what encoding/json's decoder says of body, with the
+// offset it gives: nil if it reads one JSON value and nothing after it.
 func syntaxError(body []byte) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if err := dec.Decode(new(json.RawMessage)); err != nil {
@@ -121,7 +129,7 @@ func syntaxError(body []byte) error {
 	if trimmed := bytes.TrimLeft(rest, " \t\r\n"); len(trimmed) > 0 {
 		return &FieldError{Reason: fmt.Sprintf("malformed JSON: unexpected data after the JSON value at byte %d", len(body)-len(trimmed))}
 	}
-	return &FieldError{Reason: "malformed JSON"} // json.Valid and the decoder disagree: not seen
+	return nil
 }
 
 // tokens reads the tokens of a JSON text that json.Valid accepted, as

@@ -3,9 +3,7 @@ package api
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"reflect"
 	"testing"
 
@@ -13,54 +11,15 @@ import (
 )
 
 // decodeStrictReference is decodeStrict as it was before tokens: the
-// syntax by json.Decoder.Decode, the structure by json.Decoder.Token.
-// decodeStrict must answer every body as it does.
+// syntax by json.Decoder.Decode alone, the structure read by
+// json.Decoder.Token. decodeStrict must answer every body as it does.
 func decodeStrictReference(body []byte, dst any, maxItems ...int) error {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if err := dec.Decode(new(json.RawMessage)); err != nil {
-		var se *json.SyntaxError
-		switch {
-		case errors.Is(err, io.EOF):
-			return &FieldError{Reason: "body is empty, want a JSON object"}
-		case errors.Is(err, io.ErrUnexpectedEOF):
-			return &FieldError{Reason: "malformed JSON: unexpected end of input"}
-		case errors.As(err, &se):
-			return &FieldError{Reason: fmt.Sprintf("malformed JSON at byte %d: %s", se.Offset, se.Error())}
-		}
-		return &FieldError{Reason: "malformed JSON: " + err.Error()}
-	}
-	rest := body[dec.InputOffset():]
-	if trimmed := bytes.TrimLeft(rest, " \t\r\n"); len(trimmed) > 0 {
-		return &FieldError{Reason: fmt.Sprintf("malformed JSON: unexpected data after the JSON value at byte %d", len(body)-len(trimmed))}
+	if err := syntaxError(body); err != nil {
+		return err
 	}
 	jd := json.NewDecoder(bytes.NewReader(body))
 	jd.UseNumber()
-	d := &decoder{dec: jd}
-	if len(maxItems) > 0 {
-		d.maxItems = maxItems[0]
-	}
-	rv := reflect.ValueOf(dst).Elem()
-	tok, err := d.dec.Token()
-	if err != nil {
-		return &FieldError{Reason: "malformed JSON: " + err.Error()}
-	}
-	if rv.Kind() == reflect.Slice {
-		if tok != json.Delim('[') {
-			return &FieldError{Reason: "want a JSON array, got " + describe(tok)}
-		}
-		d.top = true
-	} else if tok != json.Delim('{') {
-		return &FieldError{Reason: "want a JSON object, got " + describe(tok)}
-	}
-	if err := d.assign(tok, rv, ""); err != nil {
-		var fe *FieldError
-		var tm *TooManyError
-		if errors.As(err, &fe) || errors.As(err, &tm) {
-			return err
-		}
-		return &FieldError{Reason: "malformed JSON: " + err.Error()}
-	}
-	return nil
+	return decodeTokens(jd, dst, maxItems...)
 }
 
 // requireSameDecoding decodes body into a ServiceSpec and into a batch
