@@ -315,3 +315,46 @@ func TestScriptFreedIDsGoBackToTheAllocatorWhenTheLeaseIsFull(t *testing.T) {
 	h.reply("alloc", ok())
 	h.expectAnswers("upsert: id 11 created false")
 }
+
+// The lease takes back what it has room for and the allocator gets the
+// rest; a snapshot taken while that unhold is in flight counts each
+// freed ID once: the kept one in the lease, the other as the op's.
+func TestScriptFreedIDsSplitBetweenTheLeaseAndTheAllocator(t *testing.T) {
+	h := newLeaseHarness(t)
+	h.call(&messages.UpsertBatch{Services: []*lb.Service{svc(t, "10.96.0.1:80", "10.0.1.1:8080", "10.0.1.2:8080", "10.0.1.3:8080"), svc(t, "10.96.0.3:80", "10.0.1.9:8080")}, Reply: make(chan messages.UpsertBatchReply, 1)})
+	h.expect("alloc: acquire service 10.96.0.1:80/TCP backends [10.0.1.1:8080/TCP 10.0.1.2:8080/TCP 10.0.1.3:8080/TCP]; service 10.96.0.3:80/TCP backends [10.0.1.9:8080/TCP]")
+	h.reply("alloc", acquiredEach(granted(11, 1, 2, 3), granted(12, 4)))
+	h.expect("be4: write [1=10.0.1.1:8080 2=10.0.1.2:8080 3=10.0.1.3:8080 4=10.0.1.9:8080]", "revnat: write [11=10.96.0.1:80 12=10.96.0.3:80]")
+	h.reply("be4", ok())
+	h.reply("revnat", ok())
+	h.expect("svc4: write [10.96.0.1:80/TCP#1 10.96.0.1:80/TCP#2 10.96.0.1:80/TCP#3 10.96.0.1:80/TCP#0 10.96.0.3:80/TCP#1 10.96.0.3:80/TCP#0]")
+	h.reply("svc4", ok())
+	h.expectAnswers("upsert batch: [id 11 created true id 12 created true]")
+
+	// A new service takes 100: the lease has room for one ID.
+	h.call(upsert(svc(t, "10.96.0.2:80", "10.0.1.4:8080")))
+	h.expect("alloc: claim [10.96.0.2:80/TCP=7]", "be4: write [100=10.0.1.4:8080]", "revnat: write [7=10.96.0.2:80]")
+	h.reply("alloc", done())
+	h.reply("be4", ok())
+	h.reply("revnat", ok())
+	h.expect("svc4: write [10.96.0.2:80/TCP#1 10.96.0.2:80/TCP#0]")
+	h.reply("svc4", ok())
+	h.expectAnswers("upsert: id 7 created true")
+
+	// The first service drops two backends: 2 joins the lease, 3 goes
+	// back to the allocator.
+	h.call(upsert(svc(t, "10.96.0.1:80", "10.0.1.1:8080")))
+	h.expect("be4: write [1=10.0.1.1:8080]", "revnat: write [11=10.96.0.1:80]")
+	h.reply("be4", ok())
+	h.reply("revnat", ok())
+	h.expect("svc4: write [10.96.0.1:80/TCP#1 10.96.0.1:80/TCP#0] delete [10.96.0.1:80/TCP#2 10.96.0.1:80/TCP#3]")
+	h.reply("svc4", ok())
+	h.expect("be4: write [] delete [2 3]")
+	h.reply("be4", ok())
+	h.expect("alloc: unhold [3]")
+	h.step(ChildStopped{Child: ChildAllocator})
+	h.expect("alloc: restore services [10.96.0.2:80/TCP=7×1 10.96.0.1:80/TCP=11×1 10.96.0.3:80/TCP=12×1] backends [1 2 3 4 100 101 102 103 104 105 106 107] leased [8 9 10]", "alloc: unhold [3]")
+	h.reply("alloc", done())
+	h.reply("alloc", ok())
+	h.expectAnswers("upsert: id 11 created false")
+}

@@ -328,13 +328,14 @@ func (r *releaser) deleteFreed(c *Core, o *op) {
 // reuse lets the backend IDs the op freed be reused: those the ID lease
 // has room for join it (keepFreed), the others go back to the allocator.
 func (r *releaser) reuse(c *Core, o *op) {
-	rest := c.keepFreed(o.freed)
-	if len(rest) == 0 {
-		o.freed = nil
+	// The op holds only those it gives back (the snapshot counts the
+	// others in the lease).
+	o.freed = o.freed[:copy(o.freed, c.keepFreed(o.freed))]
+	if len(o.freed) == 0 {
 		return
 	}
-	ids := make([]lb.BackendID, len(rest))
-	for i, id := range rest {
+	ids := make([]lb.BackendID, len(o.freed))
+	for i, id := range o.freed {
 		ids[i] = lb.BackendID(id)
 	}
 	c.request(o, ChildAllocator, 0, unheld, &messages.AllocUnhold{ReqID: c.reqID(), BackendIDs: ids})
