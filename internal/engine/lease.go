@@ -230,16 +230,23 @@ func (p *leasePlan) send(c *Core, o *op) {
 	}, &messages.AllocLease{ReqID: c.reqID(), ServiceIDs: p.svc, BackendIDs: p.be})
 }
 
+// leaseID is an ID the lease keeps, or is given (an op's freed backend
+// IDs come as uint32).
+type leaseID interface{ ~int | ~uint16 | ~uint32 }
+
 // topUp returns live, a window of the array *buf, followed by more: in
 // *buf, from its start, when it has room for both (taken IDs are copied
 // out of the window at once, so nothing else reads its old place), else
 // in a new array, which becomes *buf.
-func topUp[T any](buf *[]T, live, more []T) []T {
+func topUp[T, U leaseID](buf *[]T, live []T, more []U) []T {
 	b := *buf
 	if n := len(live) + len(more); cap(b) < n {
 		b = make([]T, 0, n)
 	}
-	b = append(b[:copy(b[:len(live)], live)], more...)
+	b = b[:copy(b[:len(live)], live)]
+	for _, id := range more {
+		b = append(b, T(id))
+	}
 	*buf = b
 	return b
 }
@@ -272,22 +279,8 @@ func (c *Core) keepFreed(freed []uint32) []uint32 {
 		return freed
 	}
 	n := min(room, len(freed))
-	l.be = topUpFrom(&l.beBuf, l.be, freed[:n])
+	l.be = topUp(&l.beBuf, l.be, freed[:n])
 	return freed[n:]
-}
-
-// topUpFrom is topUp of IDs given as uint32 (an op's freed IDs).
-func topUpFrom(buf *[]lb.BackendID, live []lb.BackendID, more []uint32) []lb.BackendID {
-	b := *buf
-	if n := len(live) + len(more); cap(b) < n {
-		b = make([]lb.BackendID, 0, max(n, 2*cap(b)))
-	}
-	b = b[:copy(b[:len(live)], live)]
-	for _, id := range more {
-		b = append(b, lb.BackendID(id))
-	}
-	*buf = b
-	return b
 }
 
 // leaseBindings adds the lease to an allocator snapshot: its service IDs
