@@ -24,9 +24,11 @@ func decodeStrictReference(body []byte, dst any, maxItems ...int) error {
 
 // requireSameDecoding decodes body into a ServiceSpec and into a batch
 // (at most two items) with decodeStrict and with the reference, and
-// requires the same error, or the same value.
-func requireSameDecoding(t *testing.T, body []byte) {
+// requires the same error, or the same value. It returns decodeStrict's
+// ServiceSpec, nil if it refused body as one.
+func requireSameDecoding(t *testing.T, body []byte) *ServiceSpec {
 	t.Helper()
+	var spec *ServiceSpec
 	for _, mk := range []func() any{func() any { return new(ServiceSpec) }, func() any { return new([]ServiceSpec) }} {
 		got, want := mk(), mk()
 		gerr, werr := decodeStrict(body, got, 2), decodeStrictReference(body, want, 2)
@@ -38,7 +40,11 @@ func requireSameDecoding(t *testing.T, body []byte) {
 		}
 		require.NoError(t, gerr, "body %q", body)
 		require.Equal(t, want, got, "body %q", body)
+		if s, ok := got.(*ServiceSpec); ok {
+			spec = s
+		}
 	}
+	return spec
 }
 
 // decodeSeeds are bodies of every kind decodeStrict meets: good ones,
@@ -85,12 +91,11 @@ func FuzzDecodeStrict(f *testing.F) {
 		f.Add([]byte(body))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		requireSameDecoding(t, body)
-		var spec ServiceSpec
-		if decodeStrict(body, &spec) != nil {
+		spec := requireSameDecoding(t, body)
+		if spec == nil {
 			return
 		}
-		svc, err := ToService(1, &spec)
+		svc, err := ToService(1, spec)
 		if err != nil {
 			var fe *FieldError
 			require.ErrorAs(t, err, &fe, "body %q", body)
