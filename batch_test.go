@@ -72,10 +72,14 @@ func TestUpsertBatchAnswersEachServiceOnItsOwn(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 50, st.Backends, "the shared backend is gone")
 	// No frontend or backend in common now: the 50 updates ran as one op
-	// (a run), one request per child and step for all of them.
-	for _, step := range []string{"wait in queue", "write backends and revNAT", "write service", "commit"} {
+	// (a run), one request per child and step for all of them. They make
+	// nothing new (each keeps a backend it had, in its state): their
+	// backends and revNAT entries went beside their services, in the one
+	// write step.
+	for _, step := range []string{"wait in queue", "write service", "commit"} {
 		require.EqualValues(t, 51, st.Steps[step].Count, "step %q", step)
 	}
+	require.EqualValues(t, 50, st.Steps["write backends and revNAT"].Count, "the updates' backends went with their services")
 	require.Less(t, st.RequestsSent-sent, uint64(20), "requests for the 50 updates")
 	require.LessOrEqual(t, st.ChildMessages-msgs, st.RequestsSent-sent, "child messages")
 

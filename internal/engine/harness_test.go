@@ -129,7 +129,17 @@ func (h *harness) call(m messages.Call) { h.t.Helper(); h.step(m) }
 // drained) and checks the requests sent, in order, one line each.
 func (h *harness) expect(want ...string) {
 	h.t.Helper()
-	var got []string
+	got := h.flush()
+	if want == nil {
+		want = []string{}
+	}
+	require.Equal(h.t, want, got, "requests sent")
+}
+
+// flush flushes the outbox as expect does and returns the requests sent,
+// one line each (never nil).
+func (h *harness) flush() []string {
+	got := []string{}
 	for _, out := range h.c.Ready().Requests {
 		messages.EachRequest(out.Msg, func(m any) {
 			r := m.(messages.Request)
@@ -138,13 +148,7 @@ func (h *harness) expect(want ...string) {
 		})
 	}
 	h.c.Advance()
-	if want == nil {
-		want = []string{}
-	}
-	if got == nil {
-		got = []string{}
-	}
-	require.Equal(h.t, want, got, "requests sent")
+	return got
 }
 
 // reply answers the oldest unanswered request of child with r (built

@@ -262,10 +262,9 @@ func TestScriptLeaseTakesBackTheIDsAnUpdateFrees(t *testing.T) {
 	h.expectAnswers("upsert: id 7 created true")
 
 	h.call(upsert(svc(t, "10.96.0.1:80", "10.0.1.1:8080")))
-	h.expect("be4: write [100=10.0.1.1:8080]", "revnat: write [7=10.96.0.1:80]")
+	h.expect("svc4: write [10.96.0.1:80/TCP#1 10.96.0.1:80/TCP#0] delete [10.96.0.1:80/TCP#2]", "be4: write [100=10.0.1.1:8080]", "revnat: write [7=10.96.0.1:80]")
 	h.reply("be4", ok())
 	h.reply("revnat", ok())
-	h.expect("svc4: write [10.96.0.1:80/TCP#1 10.96.0.1:80/TCP#0] delete [10.96.0.1:80/TCP#2]")
 	h.reply("svc4", ok())
 	h.expect("be4: write [] delete [101]")
 	h.reply("be4", ok())
@@ -304,10 +303,9 @@ func TestScriptFreedIDsGoBackToTheAllocatorWhenTheLeaseIsFull(t *testing.T) {
 	h.expectAnswers("upsert batch: [id 11 created true id 12 created true]")
 
 	h.call(upsert(svc(t, "10.96.0.1:80", "10.0.1.1:8080")))
-	h.expect("be4: write [1=10.0.1.1:8080]", "revnat: write [11=10.96.0.1:80]")
+	h.expect("svc4: write [10.96.0.1:80/TCP#1 10.96.0.1:80/TCP#0] delete [10.96.0.1:80/TCP#2]", "be4: write [1=10.0.1.1:8080]", "revnat: write [11=10.96.0.1:80]")
 	h.reply("be4", ok())
 	h.reply("revnat", ok())
-	h.expect("svc4: write [10.96.0.1:80/TCP#1 10.96.0.1:80/TCP#0] delete [10.96.0.1:80/TCP#2]")
 	h.reply("svc4", ok())
 	h.expect("be4: write [] delete [2]")
 	h.reply("be4", ok())
@@ -344,10 +342,9 @@ func TestScriptFreedIDsSplitBetweenTheLeaseAndTheAllocator(t *testing.T) {
 	// The first service drops two backends: 2 joins the lease, 3 goes
 	// back to the allocator.
 	h.call(upsert(svc(t, "10.96.0.1:80", "10.0.1.1:8080")))
-	h.expect("be4: write [1=10.0.1.1:8080]", "revnat: write [11=10.96.0.1:80]")
+	h.expect("svc4: write [10.96.0.1:80/TCP#1 10.96.0.1:80/TCP#0] delete [10.96.0.1:80/TCP#2 10.96.0.1:80/TCP#3]", "be4: write [1=10.0.1.1:8080]", "revnat: write [11=10.96.0.1:80]")
 	h.reply("be4", ok())
 	h.reply("revnat", ok())
-	h.expect("svc4: write [10.96.0.1:80/TCP#1 10.96.0.1:80/TCP#0] delete [10.96.0.1:80/TCP#2 10.96.0.1:80/TCP#3]")
 	h.reply("svc4", ok())
 	h.expect("be4: write [] delete [2 3]")
 	h.reply("be4", ok())

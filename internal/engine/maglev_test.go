@@ -53,10 +53,9 @@ func TestScriptMaglevTableFollowsTheService(t *testing.T) {
 
 	// Random now: the table goes with the service write.
 	h.call(upsert(svc(t, "10.96.0.1:80", "10.0.1.1:8080", "10.0.1.3:8080")))
-	h.expect("be4: write [1=10.0.1.1:8080 3=10.0.1.3:8080]", "revnat: write [1=10.96.0.1:80]")
+	h.expect("svc4: write [10.96.0.1:80/TCP#1 10.96.0.1:80/TCP#2 10.96.0.1:80/TCP#0]", "be4: write [1=10.0.1.1:8080 3=10.0.1.3:8080]", "revnat: write [1=10.96.0.1:80]", "maglev: write [] delete [1]")
 	h.reply("be4", ok())
 	h.reply("revnat", ok())
-	h.expect("svc4: write [10.96.0.1:80/TCP#1 10.96.0.1:80/TCP#2 10.96.0.1:80/TCP#0]", "maglev: write [] delete [1]")
 	h.reply("svc4", ok())
 	h.reply("maglev", ok())
 	h.expectAnswers("upsert: id 1 created false")

@@ -48,11 +48,12 @@ func TestScriptSourceRangesAroundTheMaster(t *testing.T) {
 	h.expectAnswers("upsert: id 1 created false")
 
 	// No ranges: the master without the flag first, then the ranges go.
+	// The update makes nothing new: its backend and revNAT writes go
+	// beside the master.
 	h.call(upsert(rangedSvc(t, "203.0.113.1:443")))
-	h.expect("be4: write [1=10.0.1.1:8080]", "revnat: write [1=203.0.113.1:443]")
+	h.expect("svc4: write [203.0.113.1:443/TCP#1 203.0.113.1:443/TCP#0]", "be4: write [1=10.0.1.1:8080]", "revnat: write [1=203.0.113.1:443]")
 	h.reply("be4", ok())
 	h.reply("revnat", ok())
-	h.expect("svc4: write [203.0.113.1:443/TCP#1 203.0.113.1:443/TCP#0]")
 	h.reply("svc4", ok())
 	h.expect("srcrange: write [] delete [1/10.0.0.0/8 1/198.51.100.0/24]")
 	h.reply("srcrange", ok())

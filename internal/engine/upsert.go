@@ -24,7 +24,9 @@ import (
 // revNAT; write service (slots, then the master, then stale slots); commit
 // (the table changes: past this the op no longer rolls back; the backends
 // no service uses any more are unbound); delete those backends, let their
-// IDs be reused.
+// IDs be reused. An op whose services all make nothing new
+// (writesNothingNew) writes their backends and revNAT entries beside
+// their service entries, in one step (upsertStepsInOne).
 type upsertPlan struct {
 	items     []upsertItem
 	committed bool
@@ -239,7 +241,12 @@ func (p *upsertPlan) start(c *Core, o *op) []step {
 	if live == 0 {
 		return nil
 	}
-	return upsertSteps
+	for it := range p.live {
+		if !it.writesNothingNew() {
+			return upsertSteps
+		}
+	}
+	return upsertStepsInOne
 }
 
 // upsertSteps are the steps of an upsert op (see on).
@@ -253,6 +260,61 @@ var upsertSteps = []step{
 	{name: StepCommit, send: on((*upsertPlan).commit)},
 	{name: StepDeleteBackends, send: on((*upsertPlan).deleteFreedAndStale), retry: mapRetries},
 	{name: StepReuseBackendIDs, send: on((*upsertPlan).reuse)},
+}
+
+// upsertStepsInOne are the steps of an upsert op whose services all
+// write nothing new before their service entries (writesNothingNew): the
+// backends, revNAT and the rest of the first write step are entries the
+// maps hold already, so they go beside the service entries, in one step
+// named for those, one round trip to the map owners sooner. They are
+// still sent (an upsert of an unchanged service repairs maps that
+// drifted). There is nothing to acquire.
+var upsertStepsInOne = []step{
+	{name: StepWriteService, send: on((*upsertPlan).writeInOne), retry: mapRetries},
+	{name: StepCommit, send: on((*upsertPlan).commit)},
+	{name: StepDeleteBackends, send: on((*upsertPlan).deleteFreedAndStale), retry: mapRetries},
+	{name: StepReuseBackendIDs, send: on((*upsertPlan).reuse)},
+}
+
+// writesNothingNew reports whether the first write step of it would
+// write only entries its old service has, in the maps already: an update
+// that keeps every backend in its state (so each backend entry and ID is
+// the old one) and adds no lb_members entry, affinity match or source
+// range (the revNAT entry of an update is the old one). Nothing the
+// service entries point at is then made by the op, so writing them
+// beside the rest breaks no make-before-break order.
+func (it *upsertItem) writesNothingNew() bool {
+	if it.old == nil || len(it.acquireIdx) > 0 || len(it.touch) > 0 {
+		return false
+	}
+	return subsetOf(table.MemberEntries(it.svc), table.MemberEntries(it.old)) &&
+		subsetOf(table.AffinityMatches(it.svc), table.AffinityMatches(it.old)) &&
+		subsetOf(table.SourceRanges(it.svc), table.SourceRanges(it.old))
+}
+
+// subsetOf reports whether every element of a is in b.
+func subsetOf[T comparable](a, b []T) bool {
+	if len(a) == 0 {
+		return true
+	}
+	if len(b) <= oldBackendsScanMax {
+		for _, x := range a {
+			if !slices.Contains(b, x) {
+				return false
+			}
+		}
+		return true
+	}
+	in := make(map[T]struct{}, len(b))
+	for _, x := range b {
+		in[x] = struct{}{}
+	}
+	for _, x := range a {
+		if _, ok := in[x]; !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // planUpsert checks it against the table and plans it, its backend
@@ -670,6 +732,13 @@ func (p *upsertPlan) writeBackends(c *Core, o *op) {
 	// Before the master: a master carrying FlagSourceRange never goes
 	// live without its ranges (the datapath would drop every client).
 	c.applyRanges(o, rs, nil)
+}
+
+// writeInOne is writeBackends and writeService in one step
+// (upsertStepsInOne).
+func (p *upsertPlan) writeInOne(c *Core, o *op) {
+	p.writeBackends(c, o)
+	p.writeService(c, o)
 }
 
 func (p *upsertPlan) writeService(c *Core, o *op) {

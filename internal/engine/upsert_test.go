@@ -3,6 +3,7 @@ package engine
 import (
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/actorlb/actorlb/internal/testutil"
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/maps"
+	"github.com/actorlb/actorlb/messages"
 	"github.com/stretchr/testify/require"
 )
 
@@ -187,4 +189,103 @@ func TestRollbackWritesTheKeptBackendsOnly(t *testing.T) {
 		ids = append(ids, e.ID)
 	}
 	require.Equal(t, want, ids)
+}
+
+// An update that makes nothing new (every backend it keeps, in its
+// state; no new member entry, affinity match or source range) writes its
+// service beside its backends and revNAT entry, in one step: nothing the
+// service entries point at is made by it. An upsert of an unchanged
+// service too, whose writes repair maps that drifted.
+func TestScriptAnUpdateThatMakesNothingNewWritesItsServiceInOneStep(t *testing.T) {
+	h := newHarness(t)
+	create(t, h, svc(t, "10.96.0.1:80", "10.0.1.1:8080", "10.0.1.2:8080"), 1, 1)
+
+	h.call(upsert(svc(t, "10.96.0.1:80", "10.0.1.1:8080", "10.0.1.2:8080")))
+	h.expect("svc4: write [10.96.0.1:80/TCP#1 10.96.0.1:80/TCP#2 10.96.0.1:80/TCP#0]",
+		"be4: write [1=10.0.1.1:8080 2=10.0.1.2:8080]", "revnat: write [1=10.96.0.1:80]")
+	h.reply("svc4", ok())
+	h.reply("be4", ok())
+	h.expectAnswers() // the revNAT write is part of the step
+	h.reply("revnat", ok())
+	h.expectAnswers("upsert: id 1 created false")
+
+	// A backend dropped: deleted once the service no longer has it.
+	h.call(upsert(svc(t, "10.96.0.1:80", "10.0.1.2:8080")))
+	h.expect("svc4: write [10.96.0.1:80/TCP#1 10.96.0.1:80/TCP#0] delete [10.96.0.1:80/TCP#2]",
+		"be4: write [2=10.0.1.2:8080]", "revnat: write [1=10.96.0.1:80]")
+	h.reply("svc4", ok())
+	h.reply("be4", ok())
+	h.reply("revnat", ok())
+	h.expect("be4: write [] delete [1]")
+	h.reply("be4", ok())
+	h.expect("alloc: unhold [1]")
+	h.reply("alloc", ok())
+	h.expectAnswers("upsert: id 1 created false")
+	h.expectQueuesEmpty()
+}
+
+// An update that makes anything new keeps the make-before-break order:
+// what it makes (a backend, a backend's new state, a member entry, an
+// affinity match, a source range) is written, and answered, before the
+// service entries that point at it.
+func TestAnUpdateThatMakesSomethingNewWritesItBeforeTheService(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		change func(s *lb.Service)
+	}{
+		{"a new backend", func(s *lb.Service) {
+			s.Backends = append(s.Backends, svc(t, "10.96.0.9:80", "10.0.1.3:8080").Backends[0])
+		}},
+		{"a backend terminating", func(s *lb.Service) { s.Backends[1].State = lb.BackendStateTerminating }},
+		{"a backend in maintenance", func(s *lb.Service) { s.Backends[1].State = lb.BackendStateMaintenance }},
+		{"a backend's weight", func(s *lb.Service) { s.Backends[0].Weight = 300 }},
+		{"a node-local backend", func(s *lb.Service) { s.Backends[0].NodeLocal = true }},
+		{"session affinity", func(s *lb.Service) { s.SessionAffinity = true }},
+		{"a source range", func(s *lb.Service) {
+			s.Type = lb.SVCTypeLoadBalancer
+			s.SourceRanges = []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			s := svc(t, "10.96.0.1:80", "10.0.1.1:8080", "10.0.1.2:8080")
+			create(t, h, s, 1, 1)
+			s = s.DeepCopy()
+			tc.change(s)
+			h.call(upsert(s))
+			first := h.flush()
+			require.NotEmpty(t, first)
+			for _, r := range first {
+				require.False(t, strings.HasPrefix(r, "svc4:"), "the service went with what it makes: %q", first)
+			}
+			h.flushAnswering(t)
+			h.expectAnswers("upsert: id 1 created false")
+			h.expectQueuesEmpty()
+		})
+	}
+}
+
+// A batch of updates is one op: one service in it that makes something
+// new keeps the order for all of them.
+func TestABatchOfUpdatesWritesInOneStepOnlyWhenNoneMakesAnythingNew(t *testing.T) {
+	h := newHarness(t)
+	create(t, h, svc(t, "10.96.0.1:80", "10.0.1.1:8080", "10.0.1.2:8080"), 1, 1)
+	create(t, h, svc(t, "10.96.0.2:80", "10.0.2.1:8080"), 2, 3)
+
+	same := func() []*lb.Service {
+		return []*lb.Service{svc(t, "10.96.0.1:80", "10.0.1.1:8080"), svc(t, "10.96.0.2:80", "10.0.2.1:8080")}
+	}
+	h.call(&messages.UpsertBatch{Services: same(), Reply: make(chan messages.UpsertBatchReply, 1)})
+	h.expect("svc4: write [10.96.0.1:80/TCP#1 10.96.0.1:80/TCP#0 10.96.0.2:80/TCP#1 10.96.0.2:80/TCP#0] delete [10.96.0.1:80/TCP#2]",
+		"be4: write [1=10.0.1.1:8080 3=10.0.2.1:8080]", "revnat: write [1=10.96.0.1:80 2=10.96.0.2:80]")
+	h.flushAnswering(t)
+	h.expectAnswers("upsert batch: [id 1 created false id 2 created false]")
+
+	batch := same()
+	batch[1].Backends[0].State = lb.BackendStateTerminating
+	h.call(&messages.UpsertBatch{Services: batch, Reply: make(chan messages.UpsertBatchReply, 1)})
+	h.expect("be4: write [1=10.0.1.1:8080 3=10.0.2.1:8080(terminating)]", "revnat: write [1=10.96.0.1:80 2=10.96.0.2:80]")
+	h.flushAnswering(t)
+	h.expectAnswers("upsert batch: [id 1 created false id 2 created false]")
+	h.expectQueuesEmpty()
 }
