@@ -17,8 +17,10 @@ import (
 //
 // Steps, in make-before-break order: delete the services' masters and
 // slots; commit (they leave the table, and the backends no service uses
-// any more are unbound); delete those backends; delete the revNAT
-// entries; let the freed backend IDs and the service IDs be reused.
+// any more are unbound); delete those backends and, beside them, the
+// revNAT entries (with the lb_members and affinity entries, the Maglev
+// tables and source ranges keyed by the service IDs); let the freed
+// backend IDs and the service IDs be reused.
 type deletePlan struct {
 	items     []deleteItem
 	committed bool
@@ -116,9 +118,17 @@ func (p *deletePlan) start(c *Core, _ *op) []step {
 var deleteSteps = []step{
 	{name: StepDeleteService, send: on((*deletePlan).deleteServices), retry: mapRetries},
 	{name: StepCommit, send: on((*deletePlan).commit)},
-	{name: StepDeleteBackends, send: on((*deletePlan).deleteFreed), retry: mapRetries},
-	{name: StepDeleteRevNAT, send: on((*deletePlan).deleteRevNAT), retry: mapRetries},
+	// One step: nothing points at the backends the op freed nor at the
+	// entries keyed by the service ID once the master and slots are gone.
+	{name: StepDeleteBackends, send: on((*deletePlan).deleteFreedAndRevNAT), retry: mapRetries},
 	{name: StepReleaseServiceID, send: on((*deletePlan).releaseServiceIDs)},
+}
+
+// deleteFreedAndRevNAT deletes the backends that became free, and beside
+// them the services' revNAT entries and what else is keyed by their IDs.
+func (p *deletePlan) deleteFreedAndRevNAT(c *Core, o *op) {
+	p.deleteFreed(c, o)
+	p.deleteRevNAT(c, o)
 }
 
 // live yields the frontends that have a service to delete.

@@ -148,9 +148,8 @@ func TestScriptDeleteHoldsFreedIDsUntilTheirEntriesAreGone(t *testing.T) {
 	h.call(deleteFE(t, "10.96.0.1:80"))
 	h.expect("svc4: write [] delete [10.96.0.1:80/TCP#0 10.96.0.1:80/TCP#1]")
 	h.reply("svc4", ok())
-	h.expect("be4: write [] delete [1]")
+	h.expect("be4: write [] delete [1]", "revnat: write [] delete [1]")
 	h.reply("be4", ok())
-	h.expect("revnat: write [] delete [1]")
 	h.reply("revnat", ok())
 	h.expect("alloc: unhold [1]", "alloc: release services [10.96.0.1:80/TCP]")
 	h.reply("alloc", ok())
@@ -280,10 +279,11 @@ func TestScriptSharedBackendStaysBoundWhileAServiceUsesIt(t *testing.T) {
 		h.expect(fmt.Sprintf("svc4: write [] delete [%s/TCP#0 %s/TCP#1]", fe, fe))
 		h.reply("svc4", ok())
 		if i == 2 { // the last user: the backend is unbound, deleted, its ID freed
-			h.expect("be4: write [] delete [1]")
+			h.expect("be4: write [] delete [1]", fmt.Sprintf("revnat: write [] delete [%d]", i+1))
 			h.reply("be4", ok())
+		} else {
+			h.expect(fmt.Sprintf("revnat: write [] delete [%d]", i+1))
 		}
-		h.expect(fmt.Sprintf("revnat: write [] delete [%d]", i+1))
 		h.reply("revnat", ok())
 		if i == 2 {
 			h.expect("alloc: unhold [1]", fmt.Sprintf("alloc: release services [%s/TCP]", fe))
@@ -312,9 +312,8 @@ func TestScriptDeleteBatchFreesASharedBackendOnce(t *testing.T) {
 		Reply: make(chan messages.DeleteBatchReply, 1)})
 	h.expect("svc4: write [] delete [10.96.0.1:80/TCP#0 10.96.0.1:80/TCP#1 10.96.0.2:80/TCP#0 10.96.0.2:80/TCP#1 10.96.0.3:80/TCP#0 10.96.0.3:80/TCP#1]")
 	h.reply("svc4", ok())
-	h.expect("be4: write [] delete [1 2]")
+	h.expect("be4: write [] delete [1 2]", "revnat: write [] delete [1 2 3]")
 	h.reply("be4", ok())
-	h.expect("revnat: write [] delete [1 2 3]")
 	h.reply("revnat", ok())
 	h.expect("alloc: unhold [1 2]", "alloc: release services [10.96.0.1:80/TCP 10.96.0.2:80/TCP 10.96.0.3:80/TCP]")
 	h.reply("alloc", ok())
@@ -610,15 +609,20 @@ func TestScriptBatchThatFillsAMapCreatesWhatFits(t *testing.T) {
 		"svc4: write [] delete [10.96.0.2:80/TCP#0 10.96.0.2:80/TCP#1]")
 	h.reply("svc4", ok())
 	h.reply("svc4", ok())
-	// The delete unbinds 10.0.1.1 at its commit, the rollback 10.0.1.2.
-	h.expect("be4: write [] delete [1]", "revnat: write [] delete [2]")
+	// The delete unbinds 10.0.1.1 at its commit (and deletes its revNAT
+	// entry beside it), the rollback 10.0.1.2.
+	h.expect("be4: write [] delete [1]", "revnat: write [] delete [1]", "revnat: write [] delete [2]")
+	h.reply("revnat", ok())
 	h.reply("revnat", ok())
 	h.expect("alloc: release services [10.96.0.2:80/TCP]")
 	h.reply("alloc", ok())
 	h.expect("be4: write [] delete [2]")
 	h.reply("be4", ok())
 	h.reply("be4", ok())
-	h.expect("alloc: unhold [2]", "revnat: write [] delete [1]")
+	h.expect("alloc: unhold [1]", "alloc: release services [10.96.0.1:80/TCP]", "alloc: unhold [2]")
+	h.reply("alloc", done())
+	h.reply("alloc", done())
+	h.expectAnswers("delete: id 1")
 	h.reply("alloc", done())
 	h.expectAnswers("upsert batch: [id 1 created true error: upsert service 10.96.0.2:80/TCP: write service: map full]")
 }
