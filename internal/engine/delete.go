@@ -120,7 +120,7 @@ var deleteSteps = []step{
 	{name: StepCommit, send: on((*deletePlan).commit)},
 	// One step: nothing points at the backends the op freed nor at the
 	// entries keyed by the service ID once the master and slots are gone.
-	{name: StepDeleteBackends, send: on((*deletePlan).deleteFreedAndRevNAT), retry: mapRetries},
+	{name: StepDeleteBackendsRevNAT, send: on((*deletePlan).deleteFreedAndRevNAT), retry: mapRetries},
 	{name: StepReleaseServiceID, send: on((*deletePlan).releaseServiceIDs)},
 }
 
