@@ -121,23 +121,35 @@ func (c *Core) applyRanges(o *op, writes, deletes []maps.SourceRangeKey) {
 	}
 }
 
-// rangesNotIn returns the keys of from that want does not have.
-func rangesNotIn(from, want []maps.SourceRangeKey) []maps.SourceRangeKey {
+// notIn returns the elements of from that want does not have, in from's
+// order (nil if none). A short want is scanned, a longer one indexed.
+func notIn[T comparable](from, want []T) []T {
 	if len(from) == 0 {
 		return nil
 	}
-	keep := make(map[maps.SourceRangeKey]bool, len(want))
-	for _, k := range want {
-		keep[k] = true
+	var out []T
+	if len(want) <= notInScanMax {
+		for _, x := range from {
+			if !slices.Contains(want, x) {
+				out = append(out, x)
+			}
+		}
+		return out
 	}
-	var out []maps.SourceRangeKey
-	for _, k := range from {
-		if !keep[k] {
-			out = append(out, k)
+	keep := make(map[T]bool, len(want))
+	for _, x := range want {
+		keep[x] = true
+	}
+	for _, x := range from {
+		if !keep[x] {
+			out = append(out, x)
 		}
 	}
 	return out
 }
+
+// notInScanMax is the longest want notIn scans rather than indexes.
+const notInScanMax = 64
 
 // maglevTable returns what svc's Maglev table is built from, and whether
 // svc has one (table.MaglevBackends).
@@ -195,21 +207,6 @@ func memberKeysNotIn(from, want []maps.MemberEntry) []maps.MemberKey {
 	for _, e := range from {
 		if !keep[e.Key] {
 			out = append(out, e.Key)
-		}
-	}
-	return out
-}
-
-// matchesNotIn returns the keys of from that want does not have.
-func matchesNotIn(from, want []maps.AffinityMatchKey) []maps.AffinityMatchKey {
-	keep := make(map[maps.AffinityMatchKey]bool, len(want))
-	for _, k := range want {
-		keep[k] = true
-	}
-	var out []maps.AffinityMatchKey
-	for _, k := range from {
-		if !keep[k] {
-			out = append(out, k)
 		}
 	}
 	return out

@@ -287,34 +287,9 @@ func (it *upsertItem) writesNothingNew() bool {
 	if it.old == nil || len(it.acquireIdx) > 0 || len(it.touch) > 0 {
 		return false
 	}
-	return subsetOf(table.MemberEntries(it.svc), table.MemberEntries(it.old)) &&
-		subsetOf(table.AffinityMatches(it.svc), table.AffinityMatches(it.old)) &&
-		subsetOf(table.SourceRanges(it.svc), table.SourceRanges(it.old))
-}
-
-// subsetOf reports whether every element of a is in b.
-func subsetOf[T comparable](a, b []T) bool {
-	if len(a) == 0 {
-		return true
-	}
-	if len(b) <= oldBackendsScanMax {
-		for _, x := range a {
-			if !slices.Contains(b, x) {
-				return false
-			}
-		}
-		return true
-	}
-	in := make(map[T]struct{}, len(b))
-	for _, x := range b {
-		in[x] = struct{}{}
-	}
-	for _, x := range a {
-		if _, ok := in[x]; !ok {
-			return false
-		}
-	}
-	return true
+	return notIn(table.MemberEntries(it.svc), table.MemberEntries(it.old)) == nil &&
+		notIn(table.AffinityMatches(it.svc), table.AffinityMatches(it.old)) == nil &&
+		notIn(table.SourceRanges(it.svc), table.SourceRanges(it.old)) == nil
 }
 
 // planUpsert checks it against the table and plans it, its backend
@@ -777,8 +752,8 @@ func (p *upsertPlan) deleteFreedAndStale(c *Core, o *op) {
 	for it := range p.live {
 		if it.old != nil {
 			md = append(md, memberKeysNotIn(table.MemberEntries(it.old), table.MemberEntries(it.svc))...)
-			ad = append(ad, matchesNotIn(table.AffinityMatches(it.old), table.AffinityMatches(it.svc))...)
-			rd = append(rd, rangesNotIn(table.SourceRanges(it.old), table.SourceRanges(it.svc))...)
+			ad = append(ad, notIn(table.AffinityMatches(it.old), table.AffinityMatches(it.svc))...)
+			rd = append(rd, notIn(table.SourceRanges(it.old), table.SourceRanges(it.svc))...)
 		}
 	}
 	c.applyMembers(o, nil, md, nil, ad)
@@ -924,8 +899,8 @@ func (p *upsertPlan) rollbackRevNAT(c *Core, o *op) {
 			rd = append(rd, table.SourceRanges(it.svc)...)
 		} else {
 			md = append(md, memberKeysNotIn(table.MemberEntries(it.svc), table.MemberEntries(it.old))...)
-			ad = append(ad, matchesNotIn(table.AffinityMatches(it.svc), table.AffinityMatches(it.old))...)
-			rd = append(rd, rangesNotIn(table.SourceRanges(it.svc), table.SourceRanges(it.old))...)
+			ad = append(ad, notIn(table.AffinityMatches(it.svc), table.AffinityMatches(it.old))...)
+			rd = append(rd, notIn(table.SourceRanges(it.svc), table.SourceRanges(it.old))...)
 		}
 	}
 	c.applyRevNAT(o, nil, rev)

@@ -289,3 +289,28 @@ func TestABatchOfUpdatesWritesInOneStepOnlyWhenNoneMakesAnythingNew(t *testing.T
 	h.expectAnswers("upsert batch: [id 1 created false id 2 created false]")
 	h.expectQueuesEmpty()
 }
+
+// notIn gives the elements of from that want lacks, in from's order,
+// whether it scans want (up to notInScanMax) or indexes it; nil when
+// want has them all.
+func TestNotInKeepsFromsOrderWhetherItScansOrIndexes(t *testing.T) {
+	r := testutil.Rand(t)
+	for range 200 {
+		from := make([]int, r.IntN(20))
+		for i := range from {
+			from[i] = r.IntN(200)
+		}
+		want := make([]int, r.IntN(2*notInScanMax))
+		for i := range want {
+			want[i] = r.IntN(200)
+		}
+		var expect []int
+		for _, x := range from {
+			if !slices.Contains(want, x) {
+				expect = append(expect, x)
+			}
+		}
+		require.Equal(t, expect, notIn(from, want), "from %v want %v", from, want)
+	}
+	require.Nil(t, notIn([]int{1, 2}, []int{2, 1}))
+}
