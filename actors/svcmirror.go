@@ -1,6 +1,8 @@
 package actors
 
 import (
+	"encoding/binary"
+
 	"github.com/actorlb/actorlb/internal/addrkey"
 	"github.com/actorlb/actorlb/internal/packedmap"
 	"github.com/actorlb/actorlb/maps"
@@ -33,6 +35,38 @@ type svcMirror struct {
 	check   *mapCheck[maps.ServiceEntry, maps.ServiceKey] // the drift check in flight (beginCheck), if any
 	ws      []maps.ServiceEntry                           // scratch of apply
 	ds      []maps.ServiceKey
+	looked  []looked // scratch of apply: its first pass's lookups
+	touched touched  // scratch of apply: the frontends its second pass has changed
+}
+
+// looked is a frontend apply's first pass looked up (the check of which
+// writes differ, or of which deleted keys are held), with what the index
+// held for it: the second pass (the writes, or the deletes, once the map
+// took them) finds it there instead of probing the index again, unless
+// it changed that frontend already (touched).
+type looked struct {
+	fe    addrkey.ServiceKey
+	w     []uint32
+	slots []slotValue
+}
+
+// touched is a set of frontends, by a hash of their keys: a frontend the
+// set holds may be reported as touched when it is not (another frontend
+// of its hash was), never the other way round.
+type touched [touchedBits / 64]uint64
+
+const touchedBits = 1 << 14 // 2 KiB: a request's thousand frontends fill some 6% of it
+
+// touch adds k's frontend to the set, reporting whether it (or another
+// of its hash) was there already.
+func (t *touched) touch(k maps.ServiceKey) bool {
+	a := k.Address.As16() // a zone, which the frontend ignores, is left out
+	h := binary.LittleEndian.Uint64(a[:8])*0x9e3779b97f4a7c15 ^ binary.LittleEndian.Uint64(a[8:]) ^
+		uint64(k.Port)<<32 ^ uint64(k.Proto)<<48 ^ uint64(k.Scope)<<56
+	bit := (h * 0xff51afd7ed558ccd) >> (64 - 14)
+	was := t[bit/64]&(1<<(bit%64)) != 0
+	t[bit/64] |= 1 << (bit % 64)
+	return was
 }
 
 // slotValue is one slot of a whole frontend; ok is false for a hole.
@@ -236,24 +270,69 @@ func (o *svcMirror) index() {
 type cursor struct {
 	o     *svcMirror
 	fe    addrkey.ServiceKey
+	k     maps.ServiceKey // the last key looked up, of frontend fe
 	w     []uint32
 	slots []slotValue
 	valid bool
+	// A first pass's cursor notes its lookups in record (nil: none); a
+	// second pass's takes them from replay in order, from next on, for
+	// the frontends it has not touched.
+	record bool
+	replay []looked
+	next   int
+}
+
+// sameFrontend reports whether keys a and b, whatever their slots, are
+// of one frontend, comparing their fields as they are (cheaper than
+// making each one's addrkey.ServiceKey): when it says yes, their
+// ServiceKeys are equal. It may say no to keys whose ServiceKeys are
+// equal (addresses that differ only by a zone), so a caller that gets no
+// compares those.
+func sameFrontend(a, b maps.ServiceKey) bool {
+	return a.Address == b.Address && a.Port == b.Port && a.Proto == b.Proto && a.Scope == b.Scope
 }
 
 func (c *cursor) at(k maps.ServiceKey) {
+	if c.valid && sameFrontend(k, c.k) {
+		return
+	}
 	fe := addrkey.ServiceKeyOf(k)
+	c.k = k
 	if c.valid && c.fe == fe {
 		return
 	}
 	c.fe, c.valid, c.w, c.slots = fe, true, nil, nil
-	if w, ok := c.o.compact.Get(fe); ok {
-		c.w = w
+	if c.replay != nil && c.replayed(k) {
 		return
 	}
-	if c.o.whole.Len() > 0 {
+	if w, ok := c.o.compact.Get(fe); ok {
+		c.w = w
+	} else if c.o.whole.Len() > 0 {
 		c.slots, _ = c.o.whole.Get(fe)
 	}
+	if c.record {
+		c.o.looked = append(c.o.looked, looked{fe: fe, w: c.w, slots: c.slots})
+	}
+}
+
+// replayed sets the cursor's frontend (that of k) as the first pass
+// looked it up, reporting whether it could: the frontend is next in
+// replay (the second pass meets the frontends in the first pass's order,
+// less those whose entries it dropped) and this pass has not touched it
+// yet (a frontend may come back later in a request, after this pass
+// changed it).
+func (c *cursor) replayed(k maps.ServiceKey) bool {
+	if c.o.touched.touch(k) {
+		return false
+	}
+	for ; c.next < len(c.replay); c.next++ {
+		if l := &c.replay[c.next]; l.fe == c.fe {
+			c.w, c.slots = l.w, l.slots
+			c.next++
+			return true
+		}
+	}
+	return false
 }
 
 func (c *cursor) get(k maps.ServiceKey) (maps.ServiceValue, bool) {
@@ -371,8 +450,9 @@ func (c *cursor) reserve(k maps.ServiceKey, run []maps.ServiceEntry) {
 		n = len(c.w) - header + 1
 		rev, anyRev = slotsRev(c.w)
 	}
+	noSlots := anyRev // a compact frontend without slots, or none
 	for _, e := range run {
-		if addrkey.ServiceKeyOf(e.Key) != c.fe {
+		if !sameFrontend(e.Key, k) && addrkey.ServiceKeyOf(e.Key) != c.fe {
 			break
 		}
 		n = max(n, int(e.Key.Slot)+1)
@@ -388,15 +468,30 @@ func (c *cursor) reserve(k maps.ServiceKey, run []maps.ServiceEntry) {
 	}
 	switch {
 	case fits && c.w == nil:
-		c.w = make([]uint32, header, header+max(n, 1)-1)
+		// At the length the run leaves it, with the slots' revNAT index
+		// (the slots it skips are holes): set then writes the words
+		// without setting the index entry again.
+		c.w = make([]uint32, header+max(n, 1)-1)
+		c.w[wInfo] = uint32(rev) << 16
 		c.o.compact.Set(c.fe, c.w)
 	case fits:
-		if need := header + n - 1; need > cap(c.w) {
-			grown := make([]uint32, len(c.w), need)
+		need := header + n - 1
+		switch {
+		case need > cap(c.w):
+			grown := make([]uint32, need)
 			copy(grown, c.w)
-			c.o.compact.Set(c.fe, grown)
 			c.w = grown
+		case need > len(c.w):
+			w := c.w[:need]
+			clear(w[len(c.w):]) // zero already (a trim drops only holes), as set keeps it
+			c.w = w
+		default:
+			return
 		}
+		if noSlots && !anyRev {
+			c.w[wInfo] = c.w[wInfo]&hasMaster | uint32(rev)<<16
+		}
+		c.o.compact.Set(c.fe, c.w)
 	case c.slots == nil:
 		c.toWhole(n)
 	case n > cap(c.slots):
@@ -470,11 +565,14 @@ func (c *cursor) delCompact(slot uint16) {
 // way the map's entry count is the mirror's when it returns.
 func (o *svcMirror) apply(writes []maps.ServiceEntry, deletes []maps.ServiceKey) (written, deleted int, err error) {
 	o.index()
-	c := cursor{o: o}
+	o.looked = o.looked[:0]
+	c := cursor{o: o, record: true}
 	ws, copied := changedOnly(writes, o.ws, func(e maps.ServiceEntry) bool { return !c.holds(e) })
 	ds := o.ds[:0]
 	defer func() {
 		o.ws, o.ds = scratch(o.ws, ws, copied, ds)
+		clear(o.looked) // no slices kept alive
+		o.looked = o.looked[:0]
 		if o.indexed { // not after a reload: load has set the count
 			o.m.SetEntries(o.n)
 		}
@@ -486,10 +584,11 @@ func (o *svcMirror) apply(writes []maps.ServiceEntry, deletes []maps.ServiceKey)
 		if o.compact.Len() == 0 && o.whole.Len() == 0 && len(ws) >= reserveMin {
 			o.compact.Reserve(frontends(ws)) // sized at once, not grown by doubling
 		}
-		c = cursor{o: o}
+		clear(o.touched[:])
+		c = cursor{o: o, replay: o.looked}
 		for i, e := range ws {
-			if fe := addrkey.ServiceKeyOf(e.Key); !c.valid || fe != c.fe {
-				c.reserve(e.Key, ws[i:]) // the first write of a frontend's run
+			if !c.valid || !sameFrontend(e.Key, c.k) {
+				c.reserve(e.Key, ws[i:]) // the first write of a frontend's run (or a key of it with another zone)
 			}
 			if o.check.writing() {
 				old, had := c.get(e.Key)
@@ -498,7 +597,9 @@ func (o *svcMirror) apply(writes []maps.ServiceEntry, deletes []maps.ServiceKey)
 			c.set(e.Key, e.Value)
 		}
 	}
-	c = cursor{o: o}
+	clear(o.looked)
+	o.looked = o.looked[:0]
+	c = cursor{o: o, record: true}
 	for _, k := range deletes {
 		if _, ok := c.get(k); ok {
 			ds = append(ds, k)
@@ -508,7 +609,8 @@ func (o *svcMirror) apply(writes []maps.ServiceEntry, deletes []maps.ServiceKey)
 		if err := o.m.Delete(ds); err != nil {
 			return len(ws), 0, reloadAfter(err, o.load)
 		}
-		c = cursor{o: o}
+		clear(o.touched[:])
+		c = cursor{o: o, replay: o.looked}
 		for _, k := range ds {
 			if o.check.writing() {
 				old, _ := c.get(k) // ds holds only keys the mirror has

@@ -2,6 +2,7 @@ package actors
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
 	"slices"
 	"syscall"
@@ -201,4 +202,114 @@ func TestSvcMirrorHoldsTheTablesEntriesCompact(t *testing.T) {
 	require.Equal(t, 1, o.compact.Len(), "compact again")
 	require.Equal(t, sortedEntries(written), sortedEntries(o.dump().Slice()))
 	requireEntriesReported(t, m)
+}
+
+// A frontend written a request at a time stays compact: its master
+// alone, then slots of the service's revNAT index (the slots' index is
+// taken from the first), then fewer slots (trimmed), then more again
+// (grown back within its room, the holes between them absent); every
+// request leaves the entries the reference mirror holds.
+func TestSvcMirrorKeepsAFrontendWrittenByPartsCompact(t *testing.T) {
+	m, ref := openMemory(t, nil).Services(maps.IPv4), openMemory(t, nil).Services(maps.IPv4)
+	o := newSvcMirror(m)
+	want := newMirror[maps.ServiceEntry, maps.ServiceKey, maps.ServiceValue](ref,
+		func(e maps.ServiceEntry) (maps.ServiceKey, maps.ServiceValue) { return e.Key, e.Value },
+		func(k maps.ServiceKey, v maps.ServiceValue) maps.ServiceEntry {
+			return maps.ServiceEntry{Key: k, Value: v}
+		})
+	require.NoError(t, o.load())
+	require.NoError(t, want.load())
+	fe := maps.ServiceKey{Address: netip.MustParseAddr("10.96.0.9"), Port: 443, Proto: 6}
+	at := func(slot uint16) maps.ServiceKey { k := fe; k.Slot = slot; return k }
+	slot := func(s uint16) maps.ServiceEntry {
+		return maps.ServiceEntry{Key: at(s), Value: maps.ServiceValue{BackendID: uint32(100 + s), RevNATIndex: 9}}
+	}
+	steps := []struct {
+		name    string
+		writes  []maps.ServiceEntry
+		deletes []maps.ServiceKey
+		words   int // slots the frontend's words hold
+	}{
+		{"master alone", []maps.ServiceEntry{{Key: at(0), Value: maps.ServiceValue{Count: 3, RevNATIndex: 9}}}, nil, 0},
+		{"its slots", []maps.ServiceEntry{slot(1), slot(2), slot(3)}, nil, 3},
+		{"trimmed", nil, []maps.ServiceKey{at(3), at(2)}, 1},
+		{"grown back past a hole", []maps.ServiceEntry{slot(3)}, nil, 3},
+		{"and further", []maps.ServiceEntry{slot(6), slot(5)}, nil, 6},
+	}
+	for _, st := range steps {
+		_, _, err := o.apply(st.writes, st.deletes)
+		require.NoError(t, err, st.name)
+		_, _, err = want.apply(st.writes, st.deletes)
+		require.NoError(t, err, st.name)
+		w, ok := o.compact.Get(addrkey.ServiceKeyOf(fe))
+		require.True(t, ok, "%s: held compact", st.name)
+		require.Zero(t, o.whole.Len(), "%s: nothing whole", st.name)
+		require.Len(t, w, header+st.words, st.name)
+		require.Equal(t, sortedEntries(want.dump().Slice()), sortedEntries(o.dump().Slice()), st.name)
+		requireEntriesReported(t, m)
+	}
+}
+
+// discardServices is a service map whose writes and deletes do nothing:
+// a benchmark of the mirror times the mirror alone.
+type discardServices struct{ maps.ServiceMap }
+
+func (discardServices) Update([]maps.ServiceEntry) error { return nil }
+func (discardServices) Delete([]maps.ServiceKey) error   { return nil }
+
+// The mirror's own work per service as requests of new services come, a
+// master and slots each (the table's entries), 1,000 services a request
+// (as UpsertBatch sends them) into an empty mirror, then the same
+// requests again (unchanged: nothing written) and their deletes. Compare
+// runs with benchstat.
+func BenchmarkSvcMirrorApply(b *testing.B) {
+	for _, slots := range []int{1, 10} {
+		const n, per = 50_000, 1_000
+		reqs := make([][]maps.ServiceEntry, 0, n/per)
+		dels := make([][]maps.ServiceKey, 0, n/per)
+		for i := range n {
+			if i%per == 0 {
+				reqs, dels = append(reqs, nil), append(dels, nil)
+			}
+			k := maps.ServiceKey{Address: netip.AddrFrom4([4]byte{10, 97, byte(i >> 8), byte(i)}), Port: uint16(80 + i>>16), Proto: 6}
+			r := &reqs[len(reqs)-1]
+			*r = append(*r, maps.ServiceEntry{Key: k, Value: maps.ServiceValue{Count: uint16(slots), RevNATIndex: uint16(i + 1)}})
+			for s := range slots {
+				k.Slot = uint16(s + 1)
+				*r = append(*r, maps.ServiceEntry{Key: k, Value: maps.ServiceValue{BackendID: uint32(i*slots + s + 1), RevNATIndex: uint16(i + 1)}})
+			}
+			for _, e := range (*r)[len(*r)-slots-1:] {
+				dels[len(dels)-1] = append(dels[len(dels)-1], e.Key)
+			}
+		}
+		m := discardServices{openMemory(b, nil).Services(maps.IPv4)}
+		for _, phase := range []string{"new", "unchanged", "delete"} {
+			b.Run(fmt.Sprintf("slots=%d/%s", slots, phase), func(b *testing.B) {
+				for b.Loop() {
+					b.StopTimer()
+					o := newSvcMirror(m)
+					require.NoError(b, o.load())
+					if phase != "new" {
+						for _, r := range reqs {
+							_, _, err := o.apply(r, nil)
+							require.NoError(b, err)
+						}
+					}
+					b.StartTimer()
+					for i, r := range reqs {
+						var err error
+						if phase == "delete" {
+							_, _, err = o.apply(nil, dels[i])
+						} else {
+							_, _, err = o.apply(r, nil)
+						}
+						if err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/service")
+			})
+		}
+	}
 }
