@@ -274,8 +274,8 @@ type revNATActor struct {
 func newRevNATActor(m4, m6 maps.RevNATMap) actor.Producer {
 	return func() actor.Actor {
 		return &revNATActor{
-			v4: newMirror(maps.Map[maps.RevNATEntry, uint16](m4), splitRevNAT(addrkey.IP4Of), joinRevNAT[addrkey.IP4]),
-			v6: newMirror(maps.Map[maps.RevNATEntry, uint16](m6), splitRevNAT(addrkey.IPOf), joinRevNAT[addrkey.IP]),
+			v4: newMirrorIndexed(maps.Map[maps.RevNATEntry, uint16](m4), splitRevNAT(addrkey.IP4Of), joinRevNAT[addrkey.IP4], newRevNATIndex[revNATVal[addrkey.IP4]]),
+			v6: newMirrorIndexed(maps.Map[maps.RevNATEntry, uint16](m6), splitRevNAT(addrkey.IPOf), joinRevNAT[addrkey.IP], newRevNATIndex[revNATVal[addrkey.IP]]),
 		}
 	}
 }

@@ -285,6 +285,26 @@ func splitRevNAT[A ipForm](of func(netip.Addr) A) func(maps.RevNATEntry) (uint16
 	}
 }
 
+// revNATIndex is a revNAT mirror's index: a pagedIndex by service ID.
+// The allocator hands service IDs out in cursor order, as it does backend
+// IDs, so they are mostly runs: a page takes 8 bytes an IPv4 entry where
+// a Go map's slot (with its control byte and spare room) takes about
+// twice that, and the entries of one request (a run of new services) share
+// a page rather than each probing a table.
+type revNATIndex[V comparable] struct{ p *pagedIndex[V] }
+
+func newRevNATIndex[V comparable](n int) index[uint16, V] {
+	return revNATIndex[V]{newPagedIndex[V](n)}
+}
+
+func (x revNATIndex[V]) get(k uint16) (V, bool) { return x.p.get(uint32(k)) }
+func (x revNATIndex[V]) set(k uint16, v V)      { x.p.set(uint32(k), v) }
+func (x revNATIndex[V]) del(k uint16)           { x.p.del(uint32(k)) }
+func (x revNATIndex[V]) len() int               { return x.p.len() }
+func (x revNATIndex[V]) all(yield func(uint16, V) bool) {
+	x.p.all(func(k uint32, v V) bool { return yield(uint16(k), v) })
+}
+
 func joinRevNAT[A ipForm](k uint16, v revNATVal[A]) maps.RevNATEntry {
 	return maps.RevNATEntry{ID: k, Value: maps.RevNATValue{Address: v.addr.Addr(), Port: v.port}}
 }
