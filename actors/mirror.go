@@ -104,6 +104,12 @@ type index[K, V comparable] interface {
 	all(yield func(K, V) bool)
 }
 
+// preparer is an index that readies itself for a request's sets: the n
+// keys key(i), set in that order right after prepare returns.
+type preparer[K comparable] interface {
+	prepare(n int, key func(int) K)
+}
+
 // mapIndex is the plain index: a Go map.
 type mapIndex[K, V comparable] map[K]V
 
@@ -175,6 +181,9 @@ func (o *mirror[E, K, V]) apply(writes []E, deletes []K) (written, deleted int, 
 		}
 		if o.entries.len() == 0 && len(ws) >= reserveMin {
 			o.entries = o.newIndex(len(ws)) // sized at once, not grown by doubling
+		}
+		if p, ok := o.entries.(preparer[K]); ok {
+			p.prepare(len(ws), func(i int) K { k, _ := o.split(ws[i]); return k })
 		}
 		for _, e := range ws {
 			k, v := o.split(e)
@@ -301,6 +310,9 @@ func (x revNATIndex[V]) get(k uint16) (V, bool) { return x.p.get(uint32(k)) }
 func (x revNATIndex[V]) set(k uint16, v V)      { x.p.set(uint32(k), v) }
 func (x revNATIndex[V]) del(k uint16)           { x.p.del(uint32(k)) }
 func (x revNATIndex[V]) len() int               { return x.p.len() }
+func (x revNATIndex[V]) prepare(n int, key func(int) uint16) {
+	x.p.prepare(n, func(i int) uint32 { return uint32(key(i)) })
+}
 func (x revNATIndex[V]) all(yield func(uint16, V) bool) {
 	x.p.all(func(k uint32, v V) bool { return yield(uint16(k), v) })
 }

@@ -27,6 +27,14 @@ type pagedIndex[V comparable] struct {
 	// that come and go (an upsert and a delete of a service of ten
 	// backends made and dropped a page every dozen calls or so).
 	spare *valPage[V]
+	// empty is the range the last get that missed found without a page
+	// and without loose entries (emptyOK: known), so that the gets of a
+	// request's new IDs, which come in runs, probe the maps once a range
+	// rather than twice an ID. A set forgets it: only a set puts an entry
+	// into a range (a page prepare makes holds the range's loose entries,
+	// and an empty range has none).
+	empty   uint32
+	emptyOK bool
 }
 
 const (
@@ -63,15 +71,59 @@ func (x *pagedIndex[V]) page(no uint32) *valPage[V] {
 }
 
 func (x *pagedIndex[V]) get(k uint32) (V, bool) {
-	if p := x.page(k >> pageShift); p != nil {
+	no := k >> pageShift
+	if x.emptyOK && x.empty == no {
+		var zero V
+		return zero, false
+	}
+	if p := x.page(no); p != nil {
 		i := k & (pageSize - 1)
 		return p.vals[i], p.used&(1<<i) != 0
 	}
 	v, ok := x.loose[k]
+	if !ok && x.looseIn[no] == 0 {
+		x.empty, x.emptyOK = no, true
+	}
 	return v, ok
 }
 
+// prepare readies the index for the sets of n keys, key(i) in the order
+// they will be set: a range without a page that will hold promoteAt
+// entries or more once they are set gets its page now, with the loose
+// entries it has, so that those sets go straight to the page instead of
+// each going loose first (two map writes and a count) and the range then
+// moving over. Only consecutive keys of one range count together; the
+// sets must follow before any del.
+func (x *pagedIndex[V]) prepare(n int, key func(int) uint32) {
+	for i := 0; i < n; {
+		no := key(i) >> pageShift
+		var in uint64 // the range's slots the run sets
+		for ; i < n; i++ {
+			k := key(i)
+			if k>>pageShift != no {
+				break
+			}
+			in |= 1 << (k & (pageSize - 1))
+		}
+		if x.page(no) != nil {
+			continue
+		}
+		loose := x.looseIn[no]
+		if loose > 0 {
+			for u := in; u != 0; u &= u - 1 {
+				if _, ok := x.loose[no<<pageShift|uint32(bits.TrailingZeros64(u))]; ok {
+					in &^= u & -u // set already: counted in loose
+				}
+			}
+		}
+		if bits.OnesCount64(in)+int(loose) >= promoteAt {
+			x.promote(no)
+		}
+	}
+}
+
 func (x *pagedIndex[V]) set(k uint32, v V) {
+	x.emptyOK = false
 	no := k >> pageShift
 	if p := x.page(no); p != nil {
 		i := k & (pageSize - 1)
@@ -92,21 +144,28 @@ func (x *pagedIndex[V]) set(k uint32, v V) {
 		x.looseIn[no] = c
 		return
 	}
-	// The range's loose entries move to a page of their own.
+	x.promote(no)
+}
+
+// promote gives range no a page of its own, its loose entries moving to
+// it.
+func (x *pagedIndex[V]) promote(no uint32) {
 	p := x.spare
 	if p != nil {
 		x.spare = nil
 	} else {
 		p = &valPage[V]{}
 	}
-	for i := range uint32(pageSize) {
-		if v, ok := x.loose[no<<pageShift|i]; ok {
-			p.vals[i] = v
-			p.used |= 1 << i
-			delete(x.loose, no<<pageShift|i)
+	if x.looseIn[no] > 0 { // else the range has nothing loose to move
+		for i := range uint32(pageSize) {
+			if v, ok := x.loose[no<<pageShift|i]; ok {
+				p.vals[i] = v
+				p.used |= 1 << i
+				delete(x.loose, no<<pageShift|i)
+			}
 		}
+		delete(x.looseIn, no)
 	}
-	delete(x.looseIn, no)
 	x.pages[no] = p
 }
 

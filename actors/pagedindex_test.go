@@ -19,7 +19,7 @@ func TestPagedIndexMatchesAMap(t *testing.T) {
 	r := testutil.Rand(t)
 	x, want := newPagedIndex[uint64](0), map[uint32]uint64{}
 	const span = 1024 // 16 pages
-	var pagesSeen, looseSeen int
+	var pagesSeen, looseSeen, prepared int
 	check := func(step int) {
 		t.Helper()
 		require.Equal(t, len(want), x.len(), "step %d", step)
@@ -41,9 +41,21 @@ func TestPagedIndexMatchesAMap(t *testing.T) {
 	}
 	for step := range 400 {
 		switch r.IntN(4) {
-		case 0: // a run, as a batch of new backends
+		case 0: // a run, as a batch of new backends (a mirror prepares for it, or not)
 			from := uint32(r.IntN(span))
+			var run []uint32
 			for k := from; k < min(span, from+uint32(r.IntN(200))); k++ {
+				run = append(run, k)
+				if r.IntN(8) == 0 {
+					run = append(run, k) // a key written twice
+				}
+			}
+			if r.IntN(2) == 0 {
+				before := len(x.pages)
+				x.prepare(len(run), func(i int) uint32 { return run[i] })
+				prepared += len(x.pages) - before
+			}
+			for _, k := range run {
 				v := r.Uint64()
 				x.set(k, v)
 				want[k] = v
@@ -81,6 +93,7 @@ func TestPagedIndexMatchesAMap(t *testing.T) {
 	}
 	require.Equal(t, want, all)
 	require.NotZero(t, pagesSeen, "runs were held in pages")
+	require.NotZero(t, prepared, "prepare gave ranges their pages")
 	require.NotZero(t, looseSeen, "stragglers were held loose")
 }
 
@@ -176,4 +189,56 @@ func TestRevNATIndexMatchesAMap(t *testing.T) {
 		all[k] = v
 	}
 	require.Equal(t, want, all)
+}
+
+// prepare gives a range its page before a run's sets only when the range
+// will hold promoteAt entries once they are set, counting each slot once
+// and the loose entries the range has (those the run sets again among
+// them once); the page takes the loose entries.
+func TestPagedIndexPreparesAPageForARunThatFillsIt(t *testing.T) {
+	x := newPagedIndex[uint64](0)
+	prepare := func(keys ...uint32) { x.prepare(len(keys), func(i int) uint32 { return keys[i] }) }
+	set := func(keys ...uint32) {
+		for _, k := range keys {
+			x.set(k, uint64(k)*10)
+		}
+	}
+	span := func(from, to uint32) []uint32 {
+		var ks []uint32
+		for k := from; k < to; k++ {
+			ks = append(ks, k)
+		}
+		return ks
+	}
+
+	prepare(span(0, promoteAt)...) // a fresh range, filled
+	require.Len(t, x.pages, 1)
+	set(span(0, promoteAt)...)
+	require.Empty(t, x.loose, "the run went straight to its page")
+
+	prepare(64, 65, 66) // too few for a page
+	require.Len(t, x.pages, 1)
+	set(64, 65, 66)
+	require.Len(t, x.loose, 3)
+
+	dup := make([]uint32, 2*promoteAt) // one slot, many times
+	for i := range dup {
+		dup[i] = 200
+	}
+	prepare(dup...)
+	require.Len(t, x.pages, 1, "a slot set again counts once")
+
+	set(span(128, 128+10)...)  // ten loose entries
+	prepare(span(130, 136)...) // six of them again: still ten
+	require.Len(t, x.pages, 1, "slots held loose already count once")
+	prepare(span(136, 136+promoteAt-8)...) // two again, promoteAt-10 new: promoteAt
+	require.Len(t, x.pages, 2)
+	require.Zero(t, x.looseIn[2], "the range's loose entries moved to its page")
+	set(span(136, 136+promoteAt-8)...)
+	for k := uint32(128); k < 136+promoteAt-8; k++ {
+		v, ok := x.get(k)
+		require.True(t, ok, "id %d", k)
+		require.Equal(t, uint64(k)*10, v)
+	}
+	require.Equal(t, promoteAt+3+promoteAt, x.len())
 }
