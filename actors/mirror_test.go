@@ -137,11 +137,28 @@ func BenchmarkBackendMirrorApply(b *testing.B) {
 		dels[len(dels)-1] = append(dels[len(dels)-1], id)
 	}
 	m := discardBackends{openMemory(b, nil).Backends(maps.IPv4)}
+	benchMirrorPhases(b, "", func() benchedMirror[maps.BackendEntry, uint32] {
+		return newMirrorIndexed(maps.Map[maps.BackendEntry, uint32](m), splitBackend(addrkey.IP4Of), joinBackend[addrkey.IP4], newBackend4Index)
+	}, reqs, dels, n, "ns/backend")
+}
+
+// benchedMirror is what a mirror benchmark drives: mirror and svcMirror.
+type benchedMirror[E, K any] interface {
+	load() error
+	apply(writes []E, deletes []K) (written, deleted int, err error)
+}
+
+// benchMirrorPhases times a fresh mirror (fresh) taking requests reqs
+// (new), the same requests again once it holds them (unchanged), and
+// their deletes dels, in sub-benchmarks prefix+phase, reporting the time
+// per unit (n of them).
+func benchMirrorPhases[E, K any](b *testing.B, prefix string, fresh func() benchedMirror[E, K], reqs [][]E, dels [][]K, n int, unit string) {
+	b.Helper()
 	for _, phase := range []string{"new", "unchanged", "delete"} {
-		b.Run(phase, func(b *testing.B) {
+		b.Run(prefix+phase, func(b *testing.B) {
 			for b.Loop() {
 				b.StopTimer()
-				o := newMirrorIndexed(maps.Map[maps.BackendEntry, uint32](m), splitBackend(addrkey.IP4Of), joinBackend[addrkey.IP4], newBackend4Index)
+				o := fresh()
 				require.NoError(b, o.load())
 				if phase != "new" {
 					for _, r := range reqs {
@@ -162,7 +179,7 @@ func BenchmarkBackendMirrorApply(b *testing.B) {
 					}
 				}
 			}
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/backend")
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), unit)
 		})
 	}
 }

@@ -283,33 +283,8 @@ func BenchmarkSvcMirrorApply(b *testing.B) {
 			}
 		}
 		m := discardServices{openMemory(b, nil).Services(maps.IPv4)}
-		for _, phase := range []string{"new", "unchanged", "delete"} {
-			b.Run(fmt.Sprintf("slots=%d/%s", slots, phase), func(b *testing.B) {
-				for b.Loop() {
-					b.StopTimer()
-					o := newSvcMirror(m)
-					require.NoError(b, o.load())
-					if phase != "new" {
-						for _, r := range reqs {
-							_, _, err := o.apply(r, nil)
-							require.NoError(b, err)
-						}
-					}
-					b.StartTimer()
-					for i, r := range reqs {
-						var err error
-						if phase == "delete" {
-							_, _, err = o.apply(nil, dels[i])
-						} else {
-							_, _, err = o.apply(r, nil)
-						}
-						if err != nil {
-							b.Fatal(err)
-						}
-					}
-				}
-				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/service")
-			})
-		}
+		benchMirrorPhases(b, fmt.Sprintf("slots=%d/", slots), func() benchedMirror[maps.ServiceEntry, maps.ServiceKey] {
+			return newSvcMirror(m)
+		}, reqs, dels, n, "ns/service")
 	}
 }
