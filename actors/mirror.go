@@ -20,8 +20,15 @@ type mirror[E, K, V comparable] struct {
 	loaded   maps.Entries[E]         // the entries of the last load, until index
 	check    *mapCheck[E, K]         // the drift check in flight (beginCheck), if any
 	// scratch buffers of apply, kept between calls unless large.
-	ws []E
-	ds []K
+	ws  []E
+	ds  []K
+	kvs []keyVal[K, V] // the split of each write in ws
+}
+
+// keyVal is an entry split into its key and its mirror value.
+type keyVal[K, V any] struct {
+	k K
+	v V
 }
 
 // scratchMax is the largest scratch buffer kept between applies.
@@ -163,14 +170,19 @@ func (o *mirror[E, K, V]) index() {
 // count (maps.Map.SetEntries) is the mirror's when it returns.
 func (o *mirror[E, K, V]) apply(writes []E, deletes []K) (written, deleted int, err error) {
 	o.index()
+	kvs := o.kvs[:0] // aligned with ws: changedOnly asks once per write, in order
 	ws, copied := changedOnly(writes, o.ws, func(e E) bool {
 		k, v := o.split(e)
-		cur, ok := o.entries.get(k)
-		return !ok || cur != v
+		if cur, ok := o.entries.get(k); ok && cur == v {
+			return false
+		}
+		kvs = append(kvs, keyVal[K, V]{k, v})
+		return true
 	})
 	ds := o.ds[:0]
 	defer func() {
 		o.ws, o.ds = scratch(o.ws, ws, copied, ds)
+		o.kvs = kept(kvs)
 		if o.entries != nil { // nil after a reload: load has set the count
 			o.m.SetEntries(o.entries.len())
 		}
@@ -183,10 +195,10 @@ func (o *mirror[E, K, V]) apply(writes []E, deletes []K) (written, deleted int, 
 			o.entries = o.newIndex(len(ws)) // sized at once, not grown by doubling
 		}
 		if p, ok := o.entries.(preparer[K]); ok {
-			p.prepare(len(ws), func(i int) K { k, _ := o.split(ws[i]); return k })
+			p.prepare(len(kvs), func(i int) K { return kvs[i].k })
 		}
-		for _, e := range ws {
-			k, v := o.split(e)
+		for _, kv := range kvs {
+			k, v := kv.k, kv.v
 			if o.check.writing() {
 				old, had := o.entries.get(k)
 				o.check.wrote(k, o.join(k, old), had)

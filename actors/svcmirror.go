@@ -55,7 +55,10 @@ type looked struct {
 // of its hash was), never the other way round.
 type touched [touchedBits / 64]uint64
 
-const touchedBits = 1 << 14 // 2 KiB: a request's thousand frontends fill some 6% of it
+const (
+	touchedLog  = 14
+	touchedBits = 1 << touchedLog // 2 KiB: a request's thousand frontends fill some 6% of it
+)
 
 // touch adds k's frontend to the set, reporting whether it (or another
 // of its hash) was there already.
@@ -63,7 +66,7 @@ func (t *touched) touch(k maps.ServiceKey) bool {
 	a := k.Address.As16() // a zone, which the frontend ignores, is left out
 	h := binary.LittleEndian.Uint64(a[:8])*0x9e3779b97f4a7c15 ^ binary.LittleEndian.Uint64(a[8:]) ^
 		uint64(k.Port)<<32 ^ uint64(k.Proto)<<48 ^ uint64(k.Scope)<<56
-	bit := (h * 0xff51afd7ed558ccd) >> (64 - 14)
+	bit := (h * 0xff51afd7ed558ccd) >> (64 - touchedLog)
 	was := t[bit/64]&(1<<(bit%64)) != 0
 	t[bit/64] |= 1 << (bit % 64)
 	return was
@@ -274,9 +277,9 @@ type cursor struct {
 	w     []uint32
 	slots []slotValue
 	valid bool
-	// A first pass's cursor notes its lookups in record (nil: none); a
-	// second pass's takes them from replay in order, from next on, for
-	// the frontends it has not touched.
+	// A first pass's cursor (record) notes its lookups in its mirror's
+	// looked; a second pass's takes them from replay in order, from next
+	// on, for the frontends it has not touched.
 	record bool
 	replay []looked
 	next   int
