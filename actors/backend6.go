@@ -8,10 +8,10 @@ import "github.com/actorlb/actorlb/internal/addrkey"
 // bytes, 12 bytes in all: a node's pods share a prefix, so the table is
 // small. A value whose address gets no handle (not IPv6, or
 // addrkey.MaxPrefixes104 other prefixes in use) is kept whole. The small
-// values are kept in pages by backend ID (pagedIndex). It behaves exactly
+// values are kept in pages by backend ID (idIndex). It behaves exactly
 // as a map.
 type backend6Index struct {
-	small *pagedIndex[backend6Val]
+	small idIndex[backend6Val]
 	full  map[uint32]backendVal[addrkey.IP]
 	pre   *addrkey.Prefixes104
 }
@@ -19,7 +19,7 @@ type backend6Index struct {
 // newBackend4Index is the IPv4 backend mirror's index: values in pages by
 // backend ID.
 func newBackend4Index(n int) index[uint32, backendVal[addrkey.IP4]] {
-	return newPagedIndex[backendVal[addrkey.IP4]](n)
+	return newIDIndex[backendVal[addrkey.IP4]](n)
 }
 
 // backend6Val is a backendVal[addrkey.IP] with its address as a prefix
@@ -36,7 +36,7 @@ type backend6Val struct {
 
 func newBackend6Index(n int) index[uint32, backendVal[addrkey.IP]] {
 	return &backend6Index{
-		small: newPagedIndex[backend6Val](n),
+		small: newIDIndex[backend6Val](n),
 		full:  map[uint32]backendVal[addrkey.IP]{},
 		pre:   addrkey.NewPrefixes104(),
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 
+	"github.com/actorlb/actorlb/internal/pagedindex"
 	"github.com/actorlb/actorlb/maps"
 )
 
@@ -306,28 +307,43 @@ func splitRevNAT[A ipForm](of func(netip.Addr) A) func(maps.RevNATEntry) (uint16
 	}
 }
 
-// revNATIndex is a revNAT mirror's index: a pagedIndex by service ID.
-// The allocator hands service IDs out in cursor order, as it does backend
-// IDs, so they are mostly runs: a page takes 8 bytes an IPv4 entry where
-// a Go map's slot (with its control byte and spare room) takes about
+// revNATIndex is a revNAT mirror's index: a pagedindex.Index by service
+// ID. The allocator hands service IDs out in cursor order, as it does
+// backend IDs, so they are mostly runs: a page takes 8 bytes an IPv4 entry
+// where a Go map's slot (with its control byte and spare room) takes about
 // twice that, and the entries of one request (a run of new services) share
 // a page rather than each probing a table.
-type revNATIndex[V comparable] struct{ p *pagedIndex[V] }
+type revNATIndex[V comparable] struct {
+	p *pagedindex.Index[uint16, V]
+}
 
 func newRevNATIndex[V comparable](n int) index[uint16, V] {
-	return revNATIndex[V]{newPagedIndex[V](n)}
+	return revNATIndex[V]{pagedindex.New[uint16, V](n)}
 }
 
-func (x revNATIndex[V]) get(k uint16) (V, bool) { return x.p.get(uint32(k)) }
-func (x revNATIndex[V]) set(k uint16, v V)      { x.p.set(uint32(k), v) }
-func (x revNATIndex[V]) del(k uint16)           { x.p.del(uint32(k)) }
-func (x revNATIndex[V]) len() int               { return x.p.len() }
-func (x revNATIndex[V]) prepare(n int, key func(int) uint16) {
-	x.p.prepare(n, func(i int) uint32 { return uint32(key(i)) })
+func (x revNATIndex[V]) get(k uint16) (V, bool)              { return x.p.Get(k) }
+func (x revNATIndex[V]) set(k uint16, v V)                   { x.p.Set(k, v) }
+func (x revNATIndex[V]) del(k uint16)                        { x.p.Delete(k) }
+func (x revNATIndex[V]) len() int                            { return x.p.Len() }
+func (x revNATIndex[V]) prepare(n int, key func(int) uint16) { x.p.Prepare(n, key) }
+func (x revNATIndex[V]) all(yield func(uint16, V) bool)      { x.p.All(yield) }
+
+// idIndex is a backend mirror's index: a pagedindex.Index by backend ID
+// (the allocator hands them out in cursor order, so they are mostly runs).
+type idIndex[V comparable] struct {
+	p *pagedindex.Index[uint32, V]
 }
-func (x revNATIndex[V]) all(yield func(uint16, V) bool) {
-	x.p.all(func(k uint32, v V) bool { return yield(uint16(k), v) })
+
+func newIDIndex[V comparable](n int) idIndex[V] {
+	return idIndex[V]{pagedindex.New[uint32, V](n)}
 }
+
+func (x idIndex[V]) get(k uint32) (V, bool)              { return x.p.Get(k) }
+func (x idIndex[V]) set(k uint32, v V)                   { x.p.Set(k, v) }
+func (x idIndex[V]) del(k uint32)                        { x.p.Delete(k) }
+func (x idIndex[V]) len() int                            { return x.p.Len() }
+func (x idIndex[V]) prepare(n int, key func(int) uint32) { x.p.Prepare(n, key) }
+func (x idIndex[V]) all(yield func(uint32, V) bool)      { x.p.All(yield) }
 
 func joinRevNAT[A ipForm](k uint16, v revNATVal[A]) maps.RevNATEntry {
 	return maps.RevNATEntry{ID: k, Value: maps.RevNATValue{Address: v.addr.Addr(), Port: v.port}}

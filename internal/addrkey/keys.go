@@ -1,6 +1,7 @@
 package addrkey
 
 import (
+	"math/bits"
 	"net/netip"
 
 	lb "github.com/actorlb/actorlb/loadbalancer"
@@ -304,4 +305,36 @@ func (p *ServiceKeyPacker) Unpack(packed uint64) ServiceKey {
 // IPv4 addresses mapped, as netip.Addr.As16 gives them), port and proto.
 func BackendFrom16(addr [16]byte, port uint16, proto lb.L4Type) Backend {
 	return Backend{addr: addr, port: port, proto: proto}
+}
+
+// Run4 returns, for an IPv4 backend, its key as a uint64 in run order:
+// the address in bits 0-31 (its last byte lowest), the protocol in bits
+// 32-39 and the port in bits 40-55, so that backends given consecutive
+// addresses of one port get consecutive keys (a paged index keeps them
+// together). ok is false for an IPv6 backend. It is the IPv4 form
+// BackendPacker packs, rotated (FromRun4 is its inverse).
+func (k Backend) Run4() (key uint64, ok bool) {
+	if [12]byte(k.addr[:12]) != v4mapped {
+		return 0, false
+	}
+	return bits.RotateLeft64(addrBits([4]byte(k.addr[12:]))|uint64(k.port)<<8|uint64(k.proto), 32), true
+}
+
+// FromRun4 returns the IPv4 backend whose Run4 is key.
+func FromRun4(key uint64) Backend {
+	p := bits.RotateLeft64(key, -32)
+	k := Backend{port: uint16(p >> 8), proto: lb.L4Type(p)}
+	copy(k.addr[:12], v4mapped[:])
+	a := bitsAddr(p)
+	copy(k.addr[12:], a[:])
+	return k
+}
+
+// Run4Of is BackendOf(a).Run4() without making the key: for an IPv4
+// address (or an IPv4-mapped one), its run key.
+func Run4Of(a lb.L3n4Addr) (key uint64, ok bool) {
+	if !a.Addr.Is4() && !a.Addr.Is4In6() {
+		return 0, false
+	}
+	return bits.RotateLeft64(addrBits(a.Addr.Unmap().As4())|uint64(a.Port)<<8|uint64(a.Protocol), 32), true
 }

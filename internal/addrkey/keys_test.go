@@ -1,6 +1,7 @@
 package addrkey
 
 import (
+	"math/bits"
 	"net/netip"
 	"testing"
 
@@ -231,4 +232,42 @@ func learnAll[K comparable](t *testing.T, pk interface {
 		}
 		return p, ok
 	}, pk.Unpack, n, gen)
+}
+
+// An IPv4 backend's run key puts its address's last bits lowest: the
+// backends a node's range hands out in order, on one port, get
+// consecutive keys; the key is the packer's IPv4 form rotated, and comes
+// back to the backend it was made from. An IPv6 backend has none.
+func TestRun4KeysAreInAddressOrderAndComeBack(t *testing.T) {
+	r := testutil.Rand(t)
+	pk := NewBackendPacker()
+	for range 2000 {
+		a := [4]byte{byte(r.IntN(256)), byte(r.IntN(256)), byte(r.IntN(256)), byte(r.IntN(255))}
+		port, proto := uint16(r.IntN(1<<16)), lb.L4Type(r.IntN(256))
+		k := BackendOf(lb.L3n4Addr{Addr: netip.AddrFrom4(a), Port: port, Protocol: proto})
+		run, ok := k.Run4()
+		require.True(t, ok, "%v", k)
+		of, ok := Run4Of(lb.L3n4Addr{Addr: netip.AddrFrom4(a), Port: port, Protocol: proto})
+		require.True(t, ok)
+		require.Equal(t, run, of, "%v", k)
+		require.Equal(t, k, FromRun4(run), "%v", k)
+		p, ok := pk.Pack(k)
+		require.True(t, ok)
+		require.Equal(t, run, bits.RotateLeft64(p, 32), "the packer's IPv4 form, rotated: %v", k)
+		a[3]++
+		next, ok := BackendOf(lb.L3n4Addr{Addr: netip.AddrFrom4(a), Port: port, Protocol: proto}).Run4()
+		require.True(t, ok)
+		require.Equal(t, run+1, next, "the next address's key follows %v's", k)
+		mapped, ok := BackendOf(lb.L3n4Addr{Addr: netip.AddrFrom16(netip.AddrFrom4(a).As16()), Port: port, Protocol: proto}).Run4()
+		require.True(t, ok, "an IPv4-mapped address is its IPv4 address's key")
+		require.Equal(t, next, mapped)
+		mappedOf, ok := Run4Of(lb.L3n4Addr{Addr: netip.AddrFrom16(netip.AddrFrom4(a).As16()), Port: port, Protocol: proto})
+		require.True(t, ok)
+		require.Equal(t, next, mappedOf)
+	}
+	v6 := lb.L3n4Addr{Addr: netip.MustParseAddr("2001:db8::1"), Port: 80, Protocol: lb.TCP}
+	_, ok := BackendOf(v6).Run4()
+	require.False(t, ok, "an IPv6 backend has no run key")
+	_, ok = Run4Of(v6)
+	require.False(t, ok, "an IPv6 backend has no run key")
 }

@@ -3,24 +3,34 @@ package engine
 import (
 	"github.com/actorlb/actorlb/internal/addrkey"
 	"github.com/actorlb/actorlb/internal/packedmap"
+	"github.com/actorlb/actorlb/internal/pagedindex"
 	"github.com/actorlb/actorlb/internal/table"
 	lb "github.com/actorlb/actorlb/loadbalancer"
 )
 
 // backendIndex is the index from backend to the services using it
-// (users), one map from key to an 8-byte entry ([2]uint32: 4-byte
-// aligned, so that a key kept whole, 20 bytes, takes no padding). An
-// entry is either the users themselves (inline, packed by packUsers) or,
-// for a backend restored from the maps, {slot, 0}: a slot in an array by
-// restored ID (restored) that holds them.
+// (users), from key to an 8-byte entry ([2]uint32: 4-byte aligned, so
+// that a key kept whole, 20 bytes, takes no padding). An entry is either
+// the users themselves (inline, packed by packUsers) or, for a backend
+// restored from the maps, {slot, 0}: a slot in an array by restored ID
+// (restored) that holds them.
 //
-// The slots are for restore (fill): the key part may then be the map the
-// table's rule 4 built already (table.Restored.BackendIDs4, its values
-// {ID, 0}, taken over as is), and the users fill an array by ID, where filling
-// a map of 100k keys took a sixth of a warm restart. A backend bound later
-// is kept inline, so that an index that never restored is one map, as
-// small as before; the array goes once its last restored backend does.
+// The IPv4 backends are kept in a paged index (ip4) by their key in run
+// order (addrkey.Backend.Run4: the address's last bits lowest): pods get
+// their addresses from a node's range in order, so a service's backends,
+// and the services created together, mostly share pages of 64 entries,
+// where a Go map had each one probe (and miss, for a new backend) a table
+// of megabytes at a random place: a cache miss each, twice per new
+// backend (its check, then its binding). The others (IPv6) are kept in a
+// map, packed where the packer can (entries).
+//
+// The slots are for restore (fill): the users fill an array by ID, where
+// filling a map of 100k keys took a sixth of a warm restart, and each
+// backend's key part holds its slot (its pages readied first, so that the
+// IPv4 ones go straight to them). A backend bound later is kept inline;
+// the array goes once its last restored backend does.
 type backendIndex struct {
+	ip4     *pagedindex.Index[uint64, [2]uint32]
 	entries packedmap.Map[addrkey.Backend, [2]uint32]
 	// restored holds the users of restored backends by slot (their
 	// restored ID), packed; zero: a slot whose backend is forgotten.
@@ -49,7 +59,7 @@ func isSlot(v [2]uint32) bool { return v[1] == 0 }
 
 // newBackendIndex returns an empty index (Reserve, or fill, sizes it).
 func newBackendIndex() backendIndex {
-	x := backendIndex{packer: addrkey.NewBackendPacker()}
+	x := backendIndex{packer: addrkey.NewBackendPacker(), ip4: pagedindex.New[uint64, [2]uint32](0)}
 	x.entries = packedmap.New[addrkey.Backend, [2]uint32](0, x.packer)
 	return x
 }
@@ -57,7 +67,7 @@ func newBackendIndex() backendIndex {
 // Get returns the users of k (their slot set if k is restored) and
 // whether k is bound.
 func (x *backendIndex) Get(k addrkey.Backend) (users, bool) {
-	v, ok := x.entries.Get(k)
+	v, ok := x.get(k)
 	if !ok {
 		return users{}, false
 	}
@@ -76,12 +86,37 @@ func (x *backendIndex) Set(k addrkey.Backend, u users) {
 		x.restored[u.slot] = packUsers(u)
 		return
 	}
-	x.entries.Set(k, packUsers(u))
+	x.set(k, packUsers(u))
+}
+
+// get, set and del are the key part's: ip4 for an IPv4 key, entries for
+// the others.
+func (x *backendIndex) get(k addrkey.Backend) ([2]uint32, bool) {
+	if r, ok := k.Run4(); ok {
+		return x.ip4.Get(r)
+	}
+	return x.entries.Get(k)
+}
+
+func (x *backendIndex) set(k addrkey.Backend, v [2]uint32) {
+	if r, ok := k.Run4(); ok {
+		x.ip4.Set(r, v)
+		return
+	}
+	x.entries.Set(k, v)
+}
+
+func (x *backendIndex) del(k addrkey.Backend) {
+	if r, ok := k.Run4(); ok {
+		x.ip4.Delete(r)
+		return
+	}
+	x.entries.Delete(k)
 }
 
 // Delete forgets k, whose users u are as Get returned them.
 func (x *backendIndex) Delete(k addrkey.Backend, u users) {
-	x.entries.Delete(k)
+	x.del(k)
 	if u.slot != 0 {
 		x.restored[u.slot] = [2]uint32{}
 		if x.live--; x.live == 0 {
@@ -91,26 +126,40 @@ func (x *backendIndex) Delete(k addrkey.Backend, u users) {
 }
 
 // Len returns the number of bound backends.
-func (x *backendIndex) Len() int { return x.entries.Len() }
+func (x *backendIndex) Len() int { return x.ip4.Len() + x.entries.Len() }
 
 // All yields every bound backend and its users, in no order.
 func (x *backendIndex) All(yield func(addrkey.Backend, users) bool) {
-	for k, v := range x.entries.All {
-		var u users
-		if isSlot(v) {
-			u = unpackUsers(x.restored[v[0]])
-			u.slot = v[0]
-		} else {
-			u = unpackUsers(v)
-		}
-		if !yield(k, u) {
+	for k, v := range x.entriesAll {
+		if !yield(k, x.usersOf(v)) {
 			return
 		}
 	}
 }
 
-// Reserve makes room for n backends if the index is empty.
-func (x *backendIndex) Reserve(n int) { x.entries.Reserve(n) }
+// entriesAll yields every bound backend and its entry, in no order.
+func (x *backendIndex) entriesAll(yield func(addrkey.Backend, [2]uint32) bool) {
+	for r, v := range x.ip4.All {
+		if !yield(addrkey.FromRun4(r), v) {
+			return
+		}
+	}
+	x.entries.All(yield)
+}
+
+// usersOf returns the users entry v holds, or points to (a slot).
+func (x *backendIndex) usersOf(v [2]uint32) users {
+	if isSlot(v) {
+		u := unpackUsers(x.restored[v[0]])
+		u.slot = v[0]
+		return u
+	}
+	return unpackUsers(v)
+}
+
+// Reserve makes room for n6 backends other than IPv4 ones if the index is
+// empty (the IPv4 ones need none: their pages come as they fill).
+func (x *backendIndex) Reserve(n6 int) { x.entries.Reserve(n6) }
 
 // learn has the packer learn the IPv6 prefixes of svcs' backends, in the
 // order put would (so that it packs the same keys, and refuses the same
@@ -143,29 +192,38 @@ const (
 // Where the services' backend IDs are dense enough, each ID is its
 // backend's slot (an ID names one backend: the backend maps are keyed by
 // ID, and a shared backend has one ID in every service that uses it):
-// the users fill an array by ID, and ids4, if not nil, is
-// taken over as the key part of the IPv4 backends (table.Restored's
-// BackendIDs4: each IPv4 backend the services use, packed as the packer
-// packs it, to {ID, 0}: its slot). x owns ids4 from then on. If
-// the key part then has another number of keys than the services have
-// IDs (ids4 is not the services': not the table's way), it is built again
-// from the services.
-func (x *backendIndex) fill(svcs []*table.Service, ids4 map[uint64][2]uint32) map[addrkey.Backend][]lb.ServiceID {
-	refs, maxID := 0, lb.BackendID(0)
+// the users fill an array by ID, and each backend's key part is {ID, 0}:
+// its slot. If the key part then has another number of keys than the
+// services have IDs (a backend with two IDs: not the table's way), it is
+// built again from the services.
+func (x *backendIndex) fill(svcs []*table.Service) map[addrkey.Backend][]lb.ServiceID {
+	refs, refs6, maxID := 0, 0, lb.BackendID(0)
 	for _, svc := range svcs {
 		refs += len(svc.BackendIDs)
 		for _, id := range svc.BackendIDs {
 			maxID = max(maxID, id)
 		}
+		for _, b := range svc.Spec.Backends {
+			if !b.Addr.Is4() {
+				refs6++
+			}
+		}
 	}
 	if uint64(maxID) >= uint64(maxSlotsPerRef*refs+minIDSlots) {
-		return x.fillInline(svcs, refs)
+		return x.fillInline(svcs, refs6)
 	}
-	if ids4 != nil {
-		x.entries = packedmap.Adopt(ids4, x.packer)
-	} else {
-		x.entries.Reserve(refs)
-	}
+	x.entries.Reserve(refs6)
+	// The IPv4 backends' pages first (the services' backends come in runs
+	// of addresses), so that the sets below go straight to them.
+	x.ip4.PrepareSeq(func(yield func(uint64) bool) {
+		for _, svc := range svcs {
+			for _, b := range svc.Spec.Backends {
+				if r, ok := addrkey.Run4Of(b.L3n4Addr); ok && !yield(r) {
+					return
+				}
+			}
+		}
+	})
 	x.restored = make([][2]uint32, maxID+1)
 	var shared map[addrkey.Backend][]lb.ServiceID
 	bound := 0
@@ -176,7 +234,9 @@ func (x *backendIndex) fill(svcs []*table.Service, ids4 map[uint64][2]uint32) ma
 			if *p == ([2]uint32{}) {
 				*p = packUsers(users{id: id, one: svc.ID(), state: b.State})
 				bound++
-				if ids4 == nil || !b.Addr.Is4() {
+				if r, ok := addrkey.Run4Of(b.L3n4Addr); ok {
+					x.ip4.Set(r, [2]uint32{uint32(id), 0})
+				} else {
 					x.entries.Set(addrkey.BackendOf(table.BackendKey(b)), [2]uint32{uint32(id), 0})
 				}
 				continue
@@ -193,11 +253,12 @@ func (x *backendIndex) fill(svcs []*table.Service, ids4 map[uint64][2]uint32) ma
 		}
 	}
 	x.live = bound
-	if bound != x.entries.Len() {
-		x.entries = packedmap.New[addrkey.Backend, [2]uint32](bound, x.packer)
+	if bound != x.Len() {
+		x.ip4 = pagedindex.New[uint64, [2]uint32](0)
+		x.entries = packedmap.New[addrkey.Backend, [2]uint32](refs6, x.packer)
 		for _, svc := range svcs {
 			for i, b := range svc.Spec.Backends {
-				x.entries.Set(addrkey.BackendOf(table.BackendKey(b)), [2]uint32{uint32(svc.BackendIDs[i]), 0})
+				x.set(addrkey.BackendOf(table.BackendKey(b)), [2]uint32{uint32(svc.BackendIDs[i]), 0})
 			}
 		}
 	}
@@ -208,9 +269,10 @@ func (x *backendIndex) fill(svcs []*table.Service, ids4 map[uint64][2]uint32) ma
 }
 
 // fillInline is fill for sparse IDs: put's way, one backend after the
-// other, every entry inline (refs: the services' backend references).
-func (x *backendIndex) fillInline(svcs []*table.Service, refs int) map[addrkey.Backend][]lb.ServiceID {
-	x.Reserve(refs)
+// other, every entry inline (refs6: the services' references to backends
+// other than IPv4 ones).
+func (x *backendIndex) fillInline(svcs []*table.Service, refs6 int) map[addrkey.Backend][]lb.ServiceID {
+	x.Reserve(refs6)
 	var shared map[addrkey.Backend][]lb.ServiceID
 	for _, svc := range svcs {
 		for i, b := range svc.Spec.Backends {

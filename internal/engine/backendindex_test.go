@@ -86,28 +86,13 @@ func TestFillEqualsPut(t *testing.T) {
 		// services a seed in thirty used fewer than the packer's 8,192.)
 		{"IPv6 backends each in its own prefix", 10000, true},
 	} {
-		for _, keys := range []struct {
-			name string
-			ids4 func([]*table.Service) map[uint64][2]uint32
-		}{
-			{"keys indexed by fill", func([]*table.Service) map[uint64][2]uint32 { return nil }},
-			{"IPv4 keys taken over", ids4Of},
-			{"IPv4 keys taken over, one not the services'", func(svcs []*table.Service) map[uint64][2]uint32 {
-				m := ids4Of(svcs)
-				orphan := addrkey.BackendOf(lb.L3n4Addr{Addr: netip.MustParseAddr("192.0.2.1"), Port: 1, Protocol: lb.TCP})
-				p, _ := addrkey.NewBackendPacker().Pack(orphan)
-				m[p] = [2]uint32{1 << 15, 0} // not the table's way: fill indexes the keys again
-				return m
-			}},
-		} {
-			t.Run(c.name+", "+keys.name, func(t *testing.T) {
-				svcs := randomRestored(t, c.services, c.spread)
-				installed := testFillEqualsPut(t, svcs, keys.ids4(svcs))
-				if c.spread {
-					require.Equal(t, addrkey.MaxBackendPrefixes, installed.users.packer.Prefixes(), "the packer is full")
-				}
-			})
-		}
+		t.Run(c.name, func(t *testing.T) {
+			svcs := randomRestored(t, c.services, c.spread)
+			installed := testFillEqualsPut(t, svcs)
+			if c.spread {
+				require.Equal(t, addrkey.MaxBackendPrefixes, installed.users.packer.Prefixes(), "the packer is full")
+			}
+		})
 	}
 	// IDs too sparse to be slots: fill indexes the backends inline.
 	t.Run("sparse IDs", func(t *testing.T) {
@@ -117,25 +102,9 @@ func TestFillEqualsPut(t *testing.T) {
 				svc.BackendIDs[i] += 1 << 24
 			}
 		}
-		installed := testFillEqualsPut(t, svcs, ids4Of(svcs))
+		installed := testFillEqualsPut(t, svcs)
 		require.Nil(t, installed.users.restored, "no slot")
 	})
-}
-
-// ids4Of returns the IPv4 backends of svcs as table.Restored.BackendIDs4
-// has them.
-func ids4Of(svcs []*table.Service) map[uint64][2]uint32 {
-	pk := addrkey.NewBackendPacker()
-	m := map[uint64][2]uint32{}
-	for _, svc := range svcs {
-		for i, b := range svc.Spec.Backends {
-			if b.Addr.Is4() {
-				p, _ := pk.Pack(addrkey.BackendOf(table.BackendKey(b)))
-				m[p] = [2]uint32{uint32(svc.BackendIDs[i]), 0}
-			}
-		}
-	}
-	return m
 }
 
 // checkIndex checks the index's own invariants: every restored backend
@@ -144,7 +113,7 @@ func ids4Of(svcs []*table.Service) map[uint64][2]uint32 {
 func checkIndex(t *testing.T, x *backendIndex) {
 	t.Helper()
 	taken := map[uint32]bool{}
-	for k, v := range x.entries.All {
+	for k, v := range x.entriesAll {
 		if !isSlot(v) {
 			require.NotZero(t, v[1]&inlineBit, "backend %s: entry %#x", k, v)
 			continue
@@ -164,14 +133,14 @@ func checkIndex(t *testing.T, x *backendIndex) {
 	require.Equal(t, x.live == 0, x.restored == nil, "the array goes with its last backend")
 }
 
-func testFillEqualsPut(t *testing.T, svcs []*table.Service, ids4 map[uint64][2]uint32) (installed *Core) {
+func testFillEqualsPut(t *testing.T, svcs []*table.Service) (installed *Core) {
 	t.Helper()
 	serial := New(Config{})
 	for _, svc := range svcs {
 		serial.put(svc, nil, nil, nil, nil, nil)
 	}
 	installed = New(Config{})
-	(&repairPlan{restored: &table.Restored{Services: svcs, BackendIDs4: ids4}}).install(installed, nil)
+	(&repairPlan{restored: &table.Restored{Services: svcs}}).install(installed, nil)
 
 	wantUsers, wantShared := indexOf(serial)
 	gotUsers, gotShared := indexOf(installed)
@@ -354,4 +323,56 @@ func usersOfAll(c *Core) map[addrkey.Backend]indexEntry {
 func (c *Core) bound(k lb.L3n4Addr) bool {
 	_, ok := c.users.Get(addrkey.BackendOf(k))
 	return ok
+}
+
+// The backend index behaves as one map whatever the mix of keys: IPv4
+// backends in runs (kept in pages), IPv4 ones far apart (loose), IPv6
+// ones (a map) and IPv4-mapped IPv6 addresses (their IPv4 address's key),
+// through sets, rewrites and deletes.
+func TestBackendIndexMatchesAMap(t *testing.T) {
+	r := testutil.Rand(t)
+	var keys []addrkey.Backend
+	add := func(a netip.Addr, port uint16) {
+		keys = append(keys, addrkey.BackendOf(lb.L3n4Addr{Addr: a, Port: port, Protocol: lb.TCP}))
+	}
+	for n := range 8 { // runs, as a node's pods
+		for i := range 100 {
+			add(netip.AddrFrom4([4]byte{10, 1, byte(n), byte(i)}), 8080)
+		}
+	}
+	for range 200 {
+		add(netip.AddrFrom4([4]byte{10, byte(r.IntN(256)), byte(r.IntN(256)), byte(r.IntN(256))}), uint16(r.IntN(1<<16)))
+		add(netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, 15: byte(r.IntN(256))}), uint16(r.IntN(4)))
+	}
+	add(netip.AddrFrom16(netip.AddrFrom4([4]byte{10, 1, 0, 1}).As16()), 8080) // the first run's first key, mapped
+	x, want := newBackendIndex(), map[addrkey.Backend]users{}
+	for step := range 20000 {
+		k := keys[r.IntN(len(keys))]
+		if r.IntN(3) == 0 {
+			if u, ok := x.Get(k); ok {
+				x.Delete(k, u)
+			}
+			delete(want, k)
+		} else {
+			u := users{id: lb.BackendID(1 + r.IntN(1<<20)), one: lb.ServiceID(1 + r.IntN(1<<15)), state: lb.BackendState(r.IntN(3))}
+			x.Set(k, u)
+			want[k] = u
+		}
+		got, ok := x.Get(k)
+		w, wok := want[k]
+		require.Equal(t, wok, ok, "step %d: %s", step, k)
+		require.Equal(t, w, got, "step %d: %s", step, k)
+		if step%1000 == 999 {
+			require.Equal(t, len(want), x.Len(), "step %d", step)
+			all := map[addrkey.Backend]users{}
+			for k, u := range x.All {
+				_, dup := all[k]
+				require.False(t, dup, "step %d: %s yielded twice", step, k)
+				all[k] = u
+			}
+			require.Equal(t, want, all, "step %d", step)
+		}
+	}
+	require.NotZero(t, x.ip4.Len(), "IPv4 backends in the paged index")
+	require.NotZero(t, x.entries.Len(), "IPv6 backends in the map")
 }

@@ -3,7 +3,6 @@ package engine
 import (
 	"fmt"
 	"io"
-	"maps"
 	"net/netip"
 	"testing"
 	"time"
@@ -239,13 +238,12 @@ func BenchmarkInstall10kx10(b *testing.B) {
 		}
 		svcs[i] = s
 	}
-	ids4 := ids4Of(svcs)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
 		b.StopTimer()
 		c := New(Config{})
-		r := &table.Restored{Services: svcs, BackendIDs4: maps.Clone(ids4)}
+		r := &table.Restored{Services: svcs}
 		b.StartTimer()
 		(&repairPlan{restored: r}).install(c, nil)
 	}

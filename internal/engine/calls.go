@@ -450,7 +450,15 @@ func (c *Core) startUpserts(svcs []*lb.Service, base int, w *waiter, lane *bulkL
 		// Many services into an empty engine (the first sync or batch):
 		// the indexes get their size at once.
 		c.byFE.Reserve(len(svcs))
-		c.users.Reserve(nkeys - len(svcs))
+		n6 := 0 // the backends the users index keeps in a map
+		for _, svc := range svcs {
+			for _, b := range svc.Backends {
+				if !b.Addr.Is4() {
+					n6++
+				}
+			}
+		}
+		c.users.Reserve(n6)
 	}
 	c.presizeQueues(nkeys)
 	var keys []qkey

@@ -279,11 +279,9 @@ func (p *repairPlan) install(c *Core, _ *op) {
 		}
 		return
 	}
-	// The backend index fills (taking over the table's IPv4 keys), and
-	// the services are stored beside it on another goroutine (they touch
-	// nothing of the index's: r.Services is only read).
-	ids4 := r.BackendIDs4
-	r.BackendIDs4 = nil                // the index's now
+	// The backend index fills, and the services are stored beside it on
+	// another goroutine (they touch nothing of the index's: r.Services is
+	// only read).
 	c.users = newBackendIndex()        // fill sizes it
 	c.services.packer = c.users.packer // the table is empty: nothing was packed by the old one
 	// The packer learns every IPv6 prefix first, in the order put would
@@ -298,7 +296,7 @@ func (p *repairPlan) install(c *Core, _ *op) {
 			c.byFE.Set(svc.Frontend(), svc.ID())
 		}
 	})
-	c.shared = c.users.fill(r.Services, ids4)
+	c.shared = c.users.fill(r.Services)
 	wg.Wait()
 }
 

@@ -56,8 +56,7 @@
 //     (invalid-entry); (c) of the IDs left with one backend address
 //     (address, port, protocol), the lowest is kept and the others deleted
 //     as aliases of it, which rule 5 follows (duplicate-backend). Fills
-//     BackendDeletes (6th), and Restored.BackendIDs4 with the IPv4
-//     backends kept (the map its duplicate check builds).
+//     BackendDeletes (6th).
 //  5. Each kept service rebuilt from its slots (rebuildServices,
 //     rebuildService). For each frontend kept by rules 1-3, slots
 //     1..count+qcount of its master are read in order: a missing slot (or
@@ -84,8 +83,7 @@
 //  6. Orphan backends (deleteOrphanBackends). A backend left by rule 4 that
 //     no rebuilt service has (by a slot, or by its lb_members entry: a
 //     maintenance backend, one left out of a node-local set) is deleted.
-//     Emits orphan-backend. Fills BackendDeletes (6th); an IPv4 orphan
-//     leaves Restored.BackendIDs4.
+//     Emits orphan-backend. Fills BackendDeletes (6th).
 //  7. RevNAT entries follow the services (reconcileRevNAT). For each
 //     rebuilt service: no entry with its ID in its family's map, written
 //     (missing-revnat); an entry with another address or port, rewritten

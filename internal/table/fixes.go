@@ -141,14 +141,6 @@ type Restored struct {
 	// Services sorted by ID; Spec from SpecFromMaster, Backends and
 	// BackendIDs in slot order.
 	Services []*Service
-	// BackendIDs4 maps each IPv4 backend of Services, its address, port
-	// and protocol packed as the engine's backend index packs the key
-	// (addrkey.BackendPacker), to {its ID, 0} (the index's entry for a
-	// restored backend: the index keeps the values as they are): one
-	// entry per backend ID the services use (rule 4's duplicate check,
-	// less rule 6's orphans). The engine's index takes it over at install.
-	// Nil when no IPv4 backend is kept.
-	BackendIDs4 map[uint64][2]uint32
 	// OrphanRevNAT are revNAT entries of IDs no service has: leftovers of
 	// a create or delete cut short by a crash, or standalone entries added
 	// with RevNATAdd before the restart. They are deleted (RevNATDeletes,

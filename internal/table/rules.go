@@ -153,11 +153,6 @@ type famState struct {
 	revnat   map[uint16]maps.RevNATValue
 	revIDs   []uint16 // ascending
 	ids      []uint32 // IDs of the valid backends, ascending (before duplicates are removed)
-	// byPacked is the IPv4 family's kept backends by identity, packed as
-	// the engine's backend index packs keys (rule 4's duplicate check,
-	// less rule 6's orphans: Restored.BackendIDs4); nil in the IPv6
-	// family.
-	byPacked map[uint64][2]uint32
 	groups   []*group // by key
 }
 
@@ -365,10 +360,9 @@ func (rb *rebuild) filterBackends() {
 			proto uint8
 		}
 		var byKey map[identity]uint32
-		var byPacked map[uint64][2]uint32
+		var byPacked map[uint64]uint32
 		if fs.fam == maps.IPv4 {
-			byPacked = make(map[uint64][2]uint32, len(ids[i]))
-			fs.byPacked = byPacked
+			byPacked = make(map[uint64]uint32, len(ids[i]))
 		} else {
 			byKey = make(map[identity]uint32, len(ids[i]))
 		}
@@ -378,12 +372,10 @@ func (rb *rebuild) filterBackends() {
 			var dup bool
 			if byPacked != nil {
 				pk := packBackend4(v)
-				var e [2]uint32
-				if e, dup = byPacked[pk]; !dup {
-					byPacked[pk] = [2]uint32{id, 0}
+				if kept, dup = byPacked[pk]; !dup {
+					byPacked[pk] = id
 					continue
 				}
-				kept = e[0]
 			} else {
 				ik := identity{v.Address.As16(), v.Port, v.Proto}
 				if kept, dup = byKey[ik]; !dup {
@@ -401,9 +393,7 @@ func (rb *rebuild) filterBackends() {
 }
 
 // packBackend4 packs the identity of IPv4 backend v (address, port,
-// protocol) as addrkey.BackendPacker packs its key: address in bits
-// 32-63, port in 8-23, protocol in 0-7 (checkBackendIDs4, in the restore
-// tests, packs the services' backends with the packer and compares).
+// protocol): address in bits 32-63, port in 8-23, protocol in 0-7.
 func packBackend4(v maps.BackendValue) uint64 {
 	a := v.Address.As4() // IPv4: checked by invalidBackend
 	return uint64(a[0])<<56 | uint64(a[1])<<48 | uint64(a[2])<<40 | uint64(a[3])<<32 | uint64(v.Port)<<8 | uint64(v.Proto)
@@ -828,9 +818,6 @@ func (rb *rebuild) deleteOrphanBackends() {
 				b := BackendFromValue(bv)
 				rb.repair(RepairOrphanBackend, fs.fam, 0, "", id, "backend %d (%s, %s) referenced by no slot: deleted", id, BackendKey(b), b.State)
 				fs.fixes.BackendDeletes = append(fs.fixes.BackendDeletes, id)
-				if fs.byPacked != nil {
-					delete(fs.byPacked, packBackend4(bv))
-				}
 			}
 		}
 	}
@@ -913,9 +900,6 @@ func (rb *rebuild) finish() {
 		}
 	}
 	slices.SortFunc(rb.out.Services, func(a, b *Service) int { return cmp.Compare(a.ID(), b.ID()) })
-	if len(rb.fam[0].byPacked) > 0 {
-		rb.out.BackendIDs4 = rb.fam[0].byPacked
-	}
 	slices.SortFunc(rb.out.Repairs, func(a, b Repair) int {
 		return cmp.Or(
 			cmp.Compare(a.Kind, b.Kind),

@@ -1,27 +1,33 @@
-package actors
+package pagedindex
 
 import "math/bits"
 
-// pagedIndex is a backend mirror's index by backend ID. The allocator
-// hands backend IDs out in cursor order, so the IDs in use are mostly
-// runs: they are kept in pages of 64 values with a bitmap of those
-// present, a value's own size per backend (12 bytes for an IPv4 backend)
-// where a Go map slot with its control byte and spare room takes about
-// twice that. An ID whose page holds few others is kept loose, in a map,
-// so that backends that outlive their neighbours do not keep pages of
-// holes: a range gets a page once promoteAt of its IDs are loose, and
-// loses it when fewer than demoteBelow are left. It behaves exactly as a
-// map. Not safe for concurrent use.
-type pagedIndex[V comparable] struct {
-	pages map[uint32]*valPage[V] // by page number (ID >> pageShift)
-	loose map[uint32]V           // the entries of ranges without a page
+// Key is what an Index is keyed by: an integer whose keys in use come
+// mostly in runs (IDs handed out in order, addresses given out from a
+// range), the run's place in its low bits.
+type Key interface{ ~uint16 | ~uint32 | ~uint64 }
+
+// Index is a map from K to V that keeps runs of keys in pages: a range
+// of 64 consecutive keys (a key's bits but the low six) that holds
+// promoteAt entries or more gets a page of 64 values with a bitmap of
+// those present, a value's own size per entry where a Go map slot with
+// its control byte and spare room takes about twice that, and the
+// entries of one run share a page rather than each probing a table of
+// many megabytes (a cache miss each). A key whose range holds few others
+// is kept loose, in a map, so that entries that outlive their neighbours
+// do not keep pages of holes: a range gets a page once promoteAt of its
+// keys are loose, and loses it when fewer than demoteBelow are left. It
+// behaves exactly as a map. Not safe for concurrent use.
+type Index[K Key, V comparable] struct {
+	pages map[K]*valPage[V] // by page number (key >> pageShift)
+	loose map[K]V           // the entries of ranges without a page
 	// looseIn counts the loose entries of each range that has some.
-	looseIn map[uint32]uint8
+	looseIn map[K]uint8
 	n       int
 	// the last page used: the entries of one request are mostly one run
-	// of IDs
+	// of keys
 	last   *valPage[V]
-	lastNo uint32
+	lastNo K
 	// spare is the page of the last range that went loose, zeroed, for
 	// the next range that gets a page: IDs are taken and freed in ranges
 	// that come and go (an upsert and a delete of a service of ten
@@ -33,7 +39,7 @@ type pagedIndex[V comparable] struct {
 	// rather than twice an ID. A set forgets it: only a set puts an entry
 	// into a range (a page prepare makes holds the range's loose entries,
 	// and an empty range has none).
-	empty   uint32
+	empty   K
 	emptyOK bool
 }
 
@@ -50,16 +56,16 @@ type valPage[V comparable] struct {
 	used uint64
 }
 
-func newPagedIndex[V comparable](n int) *pagedIndex[V] {
-	return &pagedIndex[V]{
-		pages:   make(map[uint32]*valPage[V], n/pageSize+1),
-		loose:   map[uint32]V{},
-		looseIn: map[uint32]uint8{},
+func New[K Key, V comparable](n int) *Index[K, V] {
+	return &Index[K, V]{
+		pages:   make(map[K]*valPage[V], n/pageSize+1),
+		loose:   map[K]V{},
+		looseIn: map[K]uint8{},
 	}
 }
 
 // page returns page no, or nil.
-func (x *pagedIndex[V]) page(no uint32) *valPage[V] {
+func (x *Index[K, V]) page(no K) *valPage[V] {
 	if x.last != nil && x.lastNo == no {
 		return x.last
 	}
@@ -70,7 +76,7 @@ func (x *pagedIndex[V]) page(no uint32) *valPage[V] {
 	return p
 }
 
-func (x *pagedIndex[V]) get(k uint32) (V, bool) {
+func (x *Index[K, V]) Get(k K) (V, bool) {
 	no := k >> pageShift
 	if x.emptyOK && x.empty == no {
 		var zero V
@@ -87,42 +93,64 @@ func (x *pagedIndex[V]) get(k uint32) (V, bool) {
 	return v, ok
 }
 
-// prepare readies the index for the sets of n keys, key(i) in the order
+// Prepare readies the index for the sets of n keys, key(i) in the order
 // they will be set: a range without a page that will hold promoteAt
 // entries or more once they are set gets its page now, with the loose
 // entries it has, so that those sets go straight to the page instead of
 // each going loose first (two map writes and a count) and the range then
 // moving over. Only consecutive keys of one range count together; the
-// sets must follow before any del.
-func (x *pagedIndex[V]) prepare(n int, key func(int) uint32) {
-	for i := 0; i < n; {
-		no := key(i) >> pageShift
-		var in uint64 // the range's slots the run sets
-		for ; i < n; i++ {
-			k := key(i)
-			if k>>pageShift != no {
-				break
+// sets must follow before any Delete.
+func (x *Index[K, V]) Prepare(n int, key func(int) K) {
+	x.PrepareSeq(func(yield func(K) bool) {
+		for i := range n {
+			if !yield(key(i)) {
+				return
 			}
-			in |= 1 << (k & (pageSize - 1))
 		}
-		if x.page(no) != nil {
+	})
+}
+
+// PrepareSeq is Prepare for the keys keys yields, in the order they will
+// be set.
+func (x *Index[K, V]) PrepareSeq(keys func(yield func(K) bool)) {
+	var no K
+	var in uint64 // the slots of range no the run sets
+	started := false
+	for k := range keys {
+		if started && k>>pageShift == no {
+			in |= 1 << (k & (pageSize - 1))
 			continue
 		}
-		loose := x.looseIn[no]
-		if loose > 0 {
-			for u := in; u != 0; u &= u - 1 {
-				if _, ok := x.loose[no<<pageShift|uint32(bits.TrailingZeros64(u))]; ok {
-					in &^= u & -u // set already: counted in loose
-				}
-			}
+		if started {
+			x.prepareRange(no, in)
 		}
-		if bits.OnesCount64(in)+int(loose) >= promoteAt {
-			x.promote(no)
-		}
+		no, in, started = k>>pageShift, 1<<(k&(pageSize-1)), true
+	}
+	if started {
+		x.prepareRange(no, in)
 	}
 }
 
-func (x *pagedIndex[V]) set(k uint32, v V) {
+// prepareRange gives range no a page if it has none and will hold
+// promoteAt entries once the slots in are set.
+func (x *Index[K, V]) prepareRange(no K, in uint64) {
+	if x.page(no) != nil {
+		return
+	}
+	loose := x.looseIn[no]
+	if loose > 0 {
+		for u := in; u != 0; u &= u - 1 {
+			if _, ok := x.loose[no<<pageShift|K(bits.TrailingZeros64(u))]; ok {
+				in &^= u & -u // set already: counted in loose
+			}
+		}
+	}
+	if bits.OnesCount64(in)+int(loose) >= promoteAt {
+		x.promote(no)
+	}
+}
+
+func (x *Index[K, V]) Set(k K, v V) {
 	x.emptyOK = false
 	no := k >> pageShift
 	if p := x.page(no); p != nil {
@@ -149,7 +177,7 @@ func (x *pagedIndex[V]) set(k uint32, v V) {
 
 // promote gives range no a page of its own, its loose entries moving to
 // it.
-func (x *pagedIndex[V]) promote(no uint32) {
+func (x *Index[K, V]) promote(no K) {
 	p := x.spare
 	if p != nil {
 		x.spare = nil
@@ -157,7 +185,7 @@ func (x *pagedIndex[V]) promote(no uint32) {
 		p = &valPage[V]{}
 	}
 	if x.looseIn[no] > 0 { // else the range has nothing loose to move
-		for i := range uint32(pageSize) {
+		for i := K(0); i < pageSize; i++ {
 			if v, ok := x.loose[no<<pageShift|i]; ok {
 				p.vals[i] = v
 				p.used |= 1 << i
@@ -169,7 +197,7 @@ func (x *pagedIndex[V]) promote(no uint32) {
 	x.pages[no] = p
 }
 
-func (x *pagedIndex[V]) del(k uint32) {
+func (x *Index[K, V]) Delete(k K) {
 	no := k >> pageShift
 	p := x.page(no)
 	if p == nil {
@@ -198,7 +226,7 @@ func (x *pagedIndex[V]) del(k uint32) {
 		return
 	}
 	// Too few left for a page: they go loose.
-	for j := range uint32(pageSize) {
+	for j := K(0); j < pageSize; j++ {
 		if p.used&(1<<j) != 0 {
 			x.loose[no<<pageShift|j] = p.vals[j]
 		}
@@ -214,12 +242,12 @@ func (x *pagedIndex[V]) del(k uint32) {
 	x.spare = p
 }
 
-func (x *pagedIndex[V]) len() int { return x.n }
+func (x *Index[K, V]) Len() int { return x.n }
 
-func (x *pagedIndex[V]) all(yield func(uint32, V) bool) {
+func (x *Index[K, V]) All(yield func(K, V) bool) {
 	for no, p := range x.pages {
 		for u := p.used; u != 0; u &= u - 1 {
-			i := uint32(bits.TrailingZeros64(u))
+			i := K(bits.TrailingZeros64(u))
 			if !yield(no<<pageShift|i, p.vals[i]) {
 				return
 			}

@@ -1,11 +1,9 @@
-package actors
+package pagedindex
 
 import (
 	"math/bits"
-	"net/netip"
 	"testing"
 
-	"github.com/actorlb/actorlb/internal/addrkey"
 	"github.com/actorlb/actorlb/internal/testutil"
 	"github.com/stretchr/testify/require"
 )
@@ -17,12 +15,12 @@ import (
 // fewer than promoteAt loose ones.
 func TestPagedIndexMatchesAMap(t *testing.T) {
 	r := testutil.Rand(t)
-	x, want := newPagedIndex[uint64](0), map[uint32]uint64{}
+	x, want := New[uint32, uint64](0), map[uint32]uint64{}
 	const span = 1024 // 16 pages
 	var pagesSeen, looseSeen, prepared int
 	check := func(step int) {
 		t.Helper()
-		require.Equal(t, len(want), x.len(), "step %d", step)
+		require.Equal(t, len(want), x.Len(), "step %d", step)
 		for no, p := range x.pages {
 			require.GreaterOrEqual(t, bits.OnesCount64(p.used), demoteBelow, "step %d: page %d", step, no)
 			require.Zero(t, x.looseIn[no], "step %d: page %d has loose entries", step, no)
@@ -52,18 +50,18 @@ func TestPagedIndexMatchesAMap(t *testing.T) {
 			}
 			if r.IntN(2) == 0 {
 				before := len(x.pages)
-				x.prepare(len(run), func(i int) uint32 { return run[i] })
+				x.Prepare(len(run), func(i int) uint32 { return run[i] })
 				prepared += len(x.pages) - before
 			}
 			for _, k := range run {
 				v := r.Uint64()
-				x.set(k, v)
+				x.Set(k, v)
 				want[k] = v
 			}
 		case 1: // deletes that thin pages out
 			for range r.IntN(150) {
 				k := uint32(r.IntN(span))
-				x.del(k)
+				x.Delete(k)
 				delete(want, k)
 			}
 		default: // single writes and deletes
@@ -71,16 +69,16 @@ func TestPagedIndexMatchesAMap(t *testing.T) {
 				k := uint32(r.IntN(span))
 				if r.IntN(2) == 0 {
 					v := r.Uint64()
-					x.set(k, v)
+					x.Set(k, v)
 					want[k] = v
 				} else {
-					x.del(k)
+					x.Delete(k)
 					delete(want, k)
 				}
 			}
 		}
 		for k := range uint32(span) {
-			got, ok := x.get(k)
+			got, ok := x.Get(k)
 			w, wok := want[k]
 			require.Equal(t, wok, ok, "step %d: id %d", step, k)
 			require.Equal(t, w, got, "step %d: id %d", step, k)
@@ -88,7 +86,7 @@ func TestPagedIndexMatchesAMap(t *testing.T) {
 		check(step)
 	}
 	all := map[uint32]uint64{}
-	for k, v := range x.all {
+	for k, v := range x.All {
 		all[k] = v
 	}
 	require.Equal(t, want, all)
@@ -100,21 +98,21 @@ func TestPagedIndexMatchesAMap(t *testing.T) {
 // A run of IDs takes a value's size per ID once its range is a page; IDs
 // left far apart are held loose, not in pages of holes.
 func TestPagedIndexPagesRunsAndKeepsStragglersLoose(t *testing.T) {
-	x := newPagedIndex[uint64](0)
+	x := New[uint32, uint64](0)
 	for k := range uint32(10 * pageSize) {
-		x.set(k, uint64(k))
+		x.Set(k, uint64(k))
 	}
 	require.Len(t, x.pages, 10)
 	require.Empty(t, x.loose)
 	for k := range uint32(10 * pageSize) {
 		if k%pageSize != 0 { // one survivor a page
-			x.del(k)
+			x.Delete(k)
 		}
 	}
 	require.Empty(t, x.pages, "pages of one entry go")
 	require.Len(t, x.loose, 10)
 	for k := range uint32(10 * pageSize) {
-		v, ok := x.get(k)
+		v, ok := x.Get(k)
 		require.Equal(t, k%pageSize == 0, ok, "id %d", k)
 		if ok {
 			require.Equal(t, uint64(k), v)
@@ -126,69 +124,31 @@ func TestPagedIndexPagesRunsAndKeepsStragglersLoose(t *testing.T) {
 // that gets one: ranges that come and go (IDs taken and freed) do not
 // make a page each time.
 func TestPagedIndexReusesTheLastPageItDropped(t *testing.T) {
-	x := newPagedIndex[uint64](0)
+	x := New[uint32, uint64](0)
 	for k := range uint32(pageSize) {
-		x.set(k, uint64(k)+1)
+		x.Set(k, uint64(k)+1)
 	}
 	first := x.pages[0]
 	require.NotNil(t, first)
 	for k := range uint32(pageSize) {
-		x.del(k)
+		x.Delete(k)
 	}
 	require.Empty(t, x.pages)
 	require.Same(t, first, x.spare)
 	require.Equal(t, valPage[uint64]{}, *x.spare, "the kept page is empty")
 	for k := range uint32(promoteAt) {
-		x.set(5*pageSize+k, 7)
+		x.Set(5*pageSize+k, 7)
 	}
 	require.Same(t, first, x.pages[5], "the next range's page is the kept one")
 	require.Nil(t, x.spare)
 	for k := range uint32(pageSize) {
-		v, ok := x.get(5*pageSize + k)
+		v, ok := x.Get(5*pageSize + k)
 		require.Equal(t, k < promoteAt, ok, "id %d", k)
 		if ok {
 			require.Equal(t, uint64(7), v)
 		}
 	}
-	require.Equal(t, promoteAt, x.len())
-}
-
-// The revNAT mirrors' index is the paged index under 16-bit service IDs:
-// it behaves as a Go map over the whole ID space, its ends included, and
-// yields each entry under the ID it was set with.
-func TestRevNATIndexMatchesAMap(t *testing.T) {
-	r := testutil.Rand(t)
-	x, want := newRevNATIndex[revNATVal[addrkey.IP4]](0), map[uint16]revNATVal[addrkey.IP4]{}
-	ids := []uint16{0, 1, 63, 64, 65535, 65534, 65472}
-	for range 300 {
-		ids = append(ids, uint16(r.IntN(1<<16)))
-	}
-	for from := 100; from < 400; from++ { // a run, as new services get
-		ids = append(ids, uint16(from))
-	}
-	for step := range 3000 {
-		k := ids[r.IntN(len(ids))]
-		if r.IntN(3) == 0 {
-			x.del(k)
-			delete(want, k)
-		} else {
-			v := revNATVal[addrkey.IP4]{port: uint16(r.IntN(1 << 16)), addr: addrkey.IP4Of(netip.AddrFrom4([4]byte{10, 0, byte(step >> 8), byte(step)}))}
-			x.set(k, v)
-			want[k] = v
-		}
-		got, ok := x.get(k)
-		wv, wok := want[k]
-		require.Equal(t, wok, ok, "step %d: id %d", step, k)
-		require.Equal(t, wv, got, "step %d: id %d", step, k)
-	}
-	require.Equal(t, len(want), x.len())
-	all := map[uint16]revNATVal[addrkey.IP4]{}
-	for k, v := range x.all {
-		_, dup := all[k]
-		require.False(t, dup, "id %d yielded twice", k)
-		all[k] = v
-	}
-	require.Equal(t, want, all)
+	require.Equal(t, promoteAt, x.Len())
 }
 
 // prepare gives a range its page before a run's sets only when the range
@@ -196,11 +156,11 @@ func TestRevNATIndexMatchesAMap(t *testing.T) {
 // and the loose entries the range has (those the run sets again among
 // them once); the page takes the loose entries.
 func TestPagedIndexPreparesAPageForARunThatFillsIt(t *testing.T) {
-	x := newPagedIndex[uint64](0)
-	prepare := func(keys ...uint32) { x.prepare(len(keys), func(i int) uint32 { return keys[i] }) }
+	x := New[uint32, uint64](0)
+	prepare := func(keys ...uint32) { x.Prepare(len(keys), func(i int) uint32 { return keys[i] }) }
 	set := func(keys ...uint32) {
 		for _, k := range keys {
-			x.set(k, uint64(k)*10)
+			x.Set(k, uint64(k)*10)
 		}
 	}
 	span := func(from, to uint32) []uint32 {
@@ -236,9 +196,73 @@ func TestPagedIndexPreparesAPageForARunThatFillsIt(t *testing.T) {
 	require.Zero(t, x.looseIn[2], "the range's loose entries moved to its page")
 	set(span(136, 136+promoteAt-8)...)
 	for k := uint32(128); k < 136+promoteAt-8; k++ {
-		v, ok := x.get(k)
+		v, ok := x.Get(k)
 		require.True(t, ok, "id %d", k)
 		require.Equal(t, uint64(k)*10, v)
 	}
-	require.Equal(t, promoteAt+3+promoteAt, x.len())
+	require.Equal(t, promoteAt+3+promoteAt, x.Len())
+}
+
+// A run of 64-bit keys whose runs are in the low bits (a backend's run
+// key: port, protocol, address), prepared as one sequence and set in its
+// order, goes straight to pages for its dense ranges and loose for the
+// others, and the index behaves as the map through deletes after.
+func TestPagedIndexPreparesASequenceOfRuns(t *testing.T) {
+	r := testutil.Rand(t)
+	var seq []uint64
+	seen := map[uint64]bool{}
+	push := func(k uint64) {
+		if !seen[k] {
+			seen[k] = true
+			seq = append(seq, k)
+		}
+	}
+	base := uint64(0x1f90_06_0a01_0000)
+	for range 40 { // runs, as a node's pods
+		from := base + uint64(r.IntN(1<<14))
+		for k := from; k < from+uint64(r.IntN(100)); k++ {
+			push(k)
+		}
+		push(r.Uint64()) // a straggler between runs
+	}
+	x, want := New[uint64, uint32](0), map[uint64]uint32{}
+	x.PrepareSeq(func(yield func(uint64) bool) {
+		for _, k := range seq {
+			if !yield(k) {
+				return
+			}
+		}
+	})
+	prepared := len(x.pages)
+	require.NotZero(t, prepared, "dense ranges got their pages before the sets")
+	for _, k := range seq {
+		v := r.Uint32()
+		x.Set(k, v)
+		want[k] = v
+	}
+	require.GreaterOrEqual(t, len(x.pages), prepared, "a prepared page stays (its sets fill it)")
+	require.Equal(t, len(want), x.Len())
+	for no, p := range x.pages {
+		require.GreaterOrEqual(t, bits.OnesCount64(p.used), promoteAt, "page %#x", no)
+		require.Zero(t, x.looseIn[no], "page %#x has loose entries", no)
+	}
+	require.NotEmpty(t, x.loose, "stragglers were held loose")
+	for i, k := range seq {
+		if i%2 == 0 {
+			x.Delete(k)
+			delete(want, k)
+		}
+	}
+	require.Equal(t, len(want), x.Len())
+	got := map[uint64]uint32{}
+	for k, v := range x.All {
+		got[k] = v
+	}
+	require.Equal(t, want, got)
+	for _, k := range seq {
+		g, ok := x.Get(k)
+		w, wok := want[k]
+		require.Equal(t, wok, ok, "key %#x", k)
+		require.Equal(t, w, g, "key %#x", k)
+	}
 }
