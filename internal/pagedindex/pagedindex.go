@@ -101,17 +101,23 @@ func (x *Index[K, V]) Get(k K) (V, bool) {
 // moving over. Only consecutive keys of one range count together; the
 // sets must follow before any Delete.
 func (x *Index[K, V]) Prepare(n int, key func(int) K) {
-	x.PrepareSeq(func(yield func(K) bool) {
-		for i := range n {
-			if !yield(key(i)) {
-				return
+	for i := 0; i < n; {
+		no := key(i) >> pageShift
+		var in uint64 // the range's slots the run sets
+		for ; i < n; i++ {
+			k := key(i)
+			if k>>pageShift != no {
+				break
 			}
+			in |= 1 << (k & (pageSize - 1))
 		}
-	})
+		x.prepareRange(no, in)
+	}
 }
 
 // PrepareSeq is Prepare for the keys keys yields, in the order they will
-// be set.
+// be set (an iterator: a closure or two allocated per call, where Prepare
+// allocates nothing).
 func (x *Index[K, V]) PrepareSeq(keys func(yield func(K) bool)) {
 	var no K
 	var in uint64 // the slots of range no the run sets
