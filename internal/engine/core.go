@@ -4,7 +4,7 @@ import (
 	"time"
 
 	"github.com/actorlb/actorlb/internal/addrkey"
-	"github.com/actorlb/actorlb/internal/packedmap"
+	"github.com/actorlb/actorlb/internal/pagedindex"
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/messages"
 	"github.com/sirupsen/logrus"
@@ -60,11 +60,11 @@ type Core struct {
 	now func() time.Time
 
 	// The table.
-	services   svcTable                                 // the services by ID, compact (stored.go)
-	byFE       packedmap.Map[lb.L3n4Addr, lb.ServiceID] // frontend -> service (IPv4 keys packed)
-	users      backendIndex                             // backend -> services using it (restored ones in an array by ID; IPv4 and learnt-prefix IPv6 keys packed)
-	shared     map[addrkey.Backend][]lb.ServiceID       // users beyond the first, of shared backends
-	standalone map[lb.ServiceID]lb.L3n4Addr             // revNAT entries without a service
+	services   svcTable                                      // the services by ID, compact (stored.go)
+	byFE       *pagedindex.Packed[lb.L3n4Addr, lb.ServiceID] // frontend -> service (packed keys in pages by address: frontendRuns)
+	users      backendIndex                                  // backend -> services using it (restored ones in an array by ID; IPv4 and learnt-prefix IPv6 keys packed)
+	shared     map[addrkey.Backend][]lb.ServiceID            // users beyond the first, of shared backends
+	standalone map[lb.ServiceID]lb.L3n4Addr                  // revNAT entries without a service
 
 	queues     map[qkey]queue
 	queuesPeak int // most keys queues held since it was last made
@@ -140,7 +140,7 @@ func New(cfg Config) *Core {
 		cfg:        cfg,
 		log:        cfg.Log,
 		now:        cfg.Now,
-		byFE:       packedmap.New[lb.L3n4Addr, lb.ServiceID](0, addrkey.NewFrontendPacker()),
+		byFE:       newFrontendIndex(0),
 		users:      newBackendIndex(),
 		standalone: map[lb.ServiceID]lb.L3n4Addr{},
 		queues:     map[qkey]queue{},

@@ -5,10 +5,7 @@ import (
 	"sort"
 	"sync"
 
-	"github.com/actorlb/actorlb/internal/addrkey"
-	"github.com/actorlb/actorlb/internal/packedmap"
 	"github.com/actorlb/actorlb/internal/table"
-	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/maps"
 	"github.com/actorlb/actorlb/messages"
 	"github.com/sirupsen/logrus"
@@ -290,7 +287,7 @@ func (p *repairPlan) install(c *Core, _ *op) {
 	c.users.learn(r.Services)
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		c.byFE = packedmap.New[lb.L3n4Addr, lb.ServiceID](len(r.Services), addrkey.NewFrontendPacker())
+		c.byFE = newFrontendIndex(len(r.Services))
 		for _, svc := range r.Services {
 			c.services.put(svc)
 			c.byFE.Set(svc.Frontend(), svc.ID())

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/actorlb/actorlb/internal/addrkey"
+	"github.com/actorlb/actorlb/internal/pagedindex"
 	"github.com/actorlb/actorlb/internal/table"
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/maps"
@@ -407,4 +408,12 @@ func (p *refreshPlan) finish(c *Core, _ *op, err error) {
 	if p.before != nil && p.svc != nil && p.svc.ID() == p.before.ID() {
 		c.backendsLeft(p.before, p.svc)
 	}
+}
+
+// newFrontendIndex returns an empty index of services by frontend with
+// room for n. The frontend packer puts a frontend's address in bits
+// 32-63: rotated by 32 bits, the addresses a cluster hands its services
+// in order are runs of keys, whose entries share pages.
+func newFrontendIndex(n int) *pagedindex.Packed[lb.L3n4Addr, lb.ServiceID] {
+	return pagedindex.NewPacked[lb.L3n4Addr, lb.ServiceID](n, addrkey.NewFrontendPacker(), 32)
 }
