@@ -5,6 +5,7 @@ import (
 
 	"github.com/actorlb/actorlb/internal/addrkey"
 	"github.com/actorlb/actorlb/internal/packedmap"
+	"github.com/actorlb/actorlb/internal/pagedindex"
 	"github.com/actorlb/actorlb/maps"
 )
 
@@ -27,8 +28,8 @@ import (
 // and stays whole until it has no entry left.
 type svcMirror struct {
 	m       maps.ServiceMap
-	compact packedmap.Map[addrkey.ServiceKey, []uint32]    // IPv4 frontends packed; valid once indexed
-	whole   packedmap.Map[addrkey.ServiceKey, []slotValue] // the same
+	compact *pagedindex.Packed[addrkey.ServiceKey, []uint32] // packed frontends in pages by address (newCompactIndex); valid once indexed
+	whole   packedmap.Map[addrkey.ServiceKey, []slotValue]   // the same
 	indexed bool
 	n       int                                           // slots held, once indexed
 	loaded  maps.Entries[maps.ServiceEntry]               // the last load, until index
@@ -145,7 +146,15 @@ func wholeOf(w []uint32, size int) []slotValue {
 	return slots
 }
 
-func newSvcMirror(m maps.ServiceMap) *svcMirror { return &svcMirror{m: m} }
+func newSvcMirror(m maps.ServiceMap) *svcMirror { return &svcMirror{m: m, compact: newCompactIndex(0)} }
+
+// newCompactIndex returns an empty index of compact frontends with room
+// for n. The service key packer puts a frontend's address in bits 32-63:
+// rotated by 32 bits, the addresses a cluster hands its services in order
+// are runs of keys, whose words share pages.
+func newCompactIndex(n int) *pagedindex.Packed[addrkey.ServiceKey, []uint32] {
+	return pagedindex.NewPacked[addrkey.ServiceKey, []uint32](n, addrkey.NewServiceKeyPacker(), 32)
+}
 
 // load replaces the mirror with the map's contents (indexed by index).
 func (o *svcMirror) load() error {
@@ -253,7 +262,7 @@ func (o *svcMirror) index() {
 			*s = slotValue{e.Value, true}
 		}
 	}
-	o.compact = packedmap.New[addrkey.ServiceKey, []uint32](compact, addrkey.NewServiceKeyPacker())
+	o.compact = newCompactIndex(compact)
 	o.whole = packedmap.New[addrkey.ServiceKey, []slotValue](len(keys)-compact, addrkey.NewServiceKeyPacker())
 	for i, fe := range keys {
 		if words[i] != nil {

@@ -23,7 +23,7 @@ type Learner[K any] interface {
 // bits 32-63, its last byte lowest there), and every other key whole, in
 // a map. A key is in one of the two, never both (the packer's contract:
 // what it packs only grows), so Packed behaves as one map[K]V.
-type Packed[K, V comparable] struct {
+type Packed[K comparable, V any] struct {
 	runs  *Index[uint64, V]
 	full  map[K]V
 	pk    Packer[K]
@@ -33,7 +33,7 @@ type Packed[K, V comparable] struct {
 
 // NewPacked returns an empty map with room for n keys, of keys packed by
 // pk and rotated by rot.
-func NewPacked[K, V comparable](n int, pk Packer[K], rot int) *Packed[K, V] {
+func NewPacked[K comparable, V any](n int, pk Packer[K], rot int) *Packed[K, V] {
 	m := &Packed[K, V]{runs: New[uint64, V](n), full: map[K]V{}, pk: pk, rot: rot}
 	m.learn, _ = pk.(Learner[K])
 	return m

@@ -18,7 +18,7 @@ type Key interface{ ~uint16 | ~uint32 | ~uint64 }
 // do not keep pages of holes: a range gets a page once promoteAt of its
 // keys are loose, and loses it when fewer than demoteBelow are left. It
 // behaves exactly as a map. Not safe for concurrent use.
-type Index[K Key, V comparable] struct {
+type Index[K Key, V any] struct {
 	pages map[K]*valPage[V] // by page number (key >> pageShift)
 	loose map[K]V           // the entries of ranges without a page
 	// looseIn counts the loose entries of each range that has some.
@@ -51,12 +51,12 @@ const (
 )
 
 // valPage is one range of 64 IDs: the values of those present.
-type valPage[V comparable] struct {
+type valPage[V any] struct {
 	vals [pageSize]V
 	used uint64
 }
 
-func New[K Key, V comparable](n int) *Index[K, V] {
+func New[K Key, V any](n int) *Index[K, V] {
 	return &Index[K, V]{
 		pages:   make(map[K]*valPage[V], n/pageSize+1),
 		loose:   map[K]V{},
