@@ -149,11 +149,12 @@ func wholeOf(w []uint32, size int) []slotValue {
 func newSvcMirror(m maps.ServiceMap) *svcMirror { return &svcMirror{m: m, compact: newCompactIndex(0)} }
 
 // newCompactIndex returns an empty index of compact frontends with room
-// for n. The service key packer puts a frontend's address in bits 32-63:
-// rotated by 32 bits, the addresses a cluster hands its services in order
-// are runs of keys, whose words share pages.
+// for n: the IPv4 ones by their run key (addrkey.FrontendRun: the
+// addresses a cluster hands its services in order are runs of keys, whose
+// words share pages), the IPv6 ones packed in a map where the packer can.
 func newCompactIndex(n int) *pagedindex.Packed[addrkey.ServiceKey, []uint32] {
-	return pagedindex.NewPacked[addrkey.ServiceKey, []uint32](n, addrkey.NewServiceKeyPacker(), 32)
+	return pagedindex.NewPacked[addrkey.ServiceKey, []uint32](n, addrkey.NewServiceKeyPacker(),
+		pagedindex.Runs{Of: addrkey.FrontendRun, Back: addrkey.FrontendFromRun})
 }
 
 // load replaces the mirror with the map's contents (indexed by index).

@@ -338,3 +338,19 @@ func Run4Of(a lb.L3n4Addr) (key uint64, ok bool) {
 	}
 	return bits.RotateLeft64(addrBits(a.Addr.Unmap().As4())|uint64(a.Port)<<8|uint64(a.Protocol), 32), true
 }
+
+// FrontendRun says which frontends packed by FrontendPacker or
+// ServiceKeyPacker come in runs, for a pagedindex.Packed: the IPv4 ones
+// (a cluster hands its service addresses out in order), by their packed
+// key rotated by 32 bits (the address in bits 0-31, its last byte
+// lowest). IPv6 ones are kept packed in a map: their varying bits may be
+// anywhere in the packed address's last four bytes.
+func FrontendRun(p uint64) (run uint64, ok bool) {
+	if p&0x80 != 0 { // IPv6 (packFrontend)
+		return 0, false
+	}
+	return bits.RotateLeft64(p, 32), true
+}
+
+// FrontendFromRun is FrontendRun's inverse.
+func FrontendFromRun(run uint64) uint64 { return bits.RotateLeft64(run, -32) }

@@ -271,3 +271,36 @@ func TestRun4KeysAreInAddressOrderAndComeBack(t *testing.T) {
 	_, ok = Run4Of(v6)
 	require.False(t, ok, "an IPv6 backend has no run key")
 }
+
+// FrontendRun gives an IPv4 frontend's packed key in run order (the
+// address's last byte lowest: consecutive addresses of one port, scope
+// and protocol get consecutive run keys) and back; IPv6 ones have none.
+func TestFrontendRunKeysAreInAddressOrderAndComeBack(t *testing.T) {
+	r := testutil.Rand(t)
+	for _, pk := range []func(lb.L3n4Addr) (uint64, bool){
+		NewFrontendPacker().Learn,
+		func(a lb.L3n4Addr) (uint64, bool) { return NewServiceKeyPacker().Learn(ServiceKeyOf(maps.ServiceKey{Address: a.Addr, Port: a.Port, Proto: uint8(a.Protocol), Scope: uint8(a.Scope)})) },
+	} {
+		for range 1000 {
+			a := [4]byte{byte(r.IntN(256)), byte(r.IntN(256)), byte(r.IntN(256)), byte(r.IntN(255))}
+			fe := lb.L3n4Addr{Addr: netip.AddrFrom4(a), Port: uint16(r.IntN(1 << 16)), Protocol: lb.TCP, Scope: lb.Scope(r.IntN(2))}
+			p, ok := pk(fe)
+			require.True(t, ok)
+			run, ok := FrontendRun(p)
+			require.True(t, ok, "%s", fe)
+			require.Equal(t, p, FrontendFromRun(run), "%s", fe)
+			a[3]++
+			next := fe
+			next.Addr = netip.AddrFrom4(a)
+			pn, ok := pk(next)
+			require.True(t, ok)
+			rn, ok := FrontendRun(pn)
+			require.True(t, ok)
+			require.Equal(t, run+1, rn, "the next address's key follows %s's", fe)
+		}
+		p, ok := pk(lb.L3n4Addr{Addr: netip.MustParseAddr("fd96::1"), Port: 80, Protocol: lb.TCP})
+		require.True(t, ok)
+		_, ok = FrontendRun(p)
+		require.False(t, ok, "an IPv6 frontend is not kept in runs")
+	}
+}

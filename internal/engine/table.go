@@ -411,9 +411,13 @@ func (p *refreshPlan) finish(c *Core, _ *op, err error) {
 }
 
 // newFrontendIndex returns an empty index of services by frontend with
-// room for n. The frontend packer puts a frontend's address in bits
-// 32-63: rotated by 32 bits, the addresses a cluster hands its services
-// in order are runs of keys, whose entries share pages.
+// room for n: the IPv4 frontends by their run key (addrkey.FrontendRun:
+// the addresses a cluster hands its services in order are runs of keys,
+// whose entries share pages), the IPv6 ones packed in a map where the
+// packer can.
 func newFrontendIndex(n int) *pagedindex.Packed[lb.L3n4Addr, lb.ServiceID] {
-	return pagedindex.NewPacked[lb.L3n4Addr, lb.ServiceID](n, addrkey.NewFrontendPacker(), 32)
+	return pagedindex.NewPacked[lb.L3n4Addr, lb.ServiceID](n, addrkey.NewFrontendPacker(), frontendRuns)
 }
+
+// frontendRuns is which packed frontends come in runs (addrkey.FrontendRun).
+var frontendRuns = pagedindex.Runs{Of: addrkey.FrontendRun, Back: addrkey.FrontendFromRun}

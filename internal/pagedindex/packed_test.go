@@ -10,10 +10,11 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// A Packed map behaves as one Go map whatever its keys: frontends in runs
-// of addresses (packed and paged), IPv4 ones far apart, IPv6 ones of a
-// few prefixes (packed once learnt) and of more prefixes than the packer
-// learns (kept whole), through sets, rewrites, deletes and a Reserve.
+// A Packed map behaves as one Go map whatever its keys: IPv4 frontends in
+// runs of addresses (paged) and far apart (loose), IPv6 ones of a few
+// prefixes (packed once learnt, in a map) and of more prefixes than the
+// packer learns (kept whole), through sets, rewrites, deletes and a
+// Reserve.
 func TestPackedMatchesAMap(t *testing.T) {
 	r := testutil.Rand(t)
 	var keys []lb.L3n4Addr
@@ -27,7 +28,8 @@ func TestPackedMatchesAMap(t *testing.T) {
 			lb.L3n4Addr{Addr: netip.AddrFrom4([4]byte{192, 0, byte(r.IntN(256)), byte(r.IntN(256))}), Port: uint16(r.IntN(1 << 16)), Protocol: lb.UDP, Scope: lb.Scope(r.IntN(2))},
 			lb.L3n4Addr{Addr: netip.AddrFrom16([16]byte{0xfd, 0, 11: byte(i % 100), 15: byte(r.IntN(256))}), Port: 443, Protocol: lb.TCP})
 	}
-	m, want := NewPacked[lb.L3n4Addr, uint32](0, addrkey.NewFrontendPacker(), 32), map[lb.L3n4Addr]uint32{}
+	runs := Runs{Of: addrkey.FrontendRun, Back: addrkey.FrontendFromRun}
+	m, want := NewPacked[lb.L3n4Addr, uint32](0, addrkey.NewFrontendPacker(), runs), map[lb.L3n4Addr]uint32{}
 	m.Reserve(len(keys))
 	for step := range 20000 {
 		k := keys[r.IntN(len(keys))]
@@ -55,5 +57,6 @@ func TestPackedMatchesAMap(t *testing.T) {
 		}
 	}
 	require.NotEmpty(t, m.runs.pages, "runs of addresses were paged")
+	require.NotEmpty(t, m.small, "IPv6 frontends of learnt prefixes were kept packed, out of runs")
 	require.NotEmpty(t, m.full, "IPv6 frontends of unlearnt prefixes were kept whole")
 }
