@@ -279,7 +279,9 @@ func TestFrontendRunKeysAreInAddressOrderAndComeBack(t *testing.T) {
 	r := testutil.Rand(t)
 	for _, pk := range []func(lb.L3n4Addr) (uint64, bool){
 		NewFrontendPacker().Learn,
-		func(a lb.L3n4Addr) (uint64, bool) { return NewServiceKeyPacker().Learn(ServiceKeyOf(maps.ServiceKey{Address: a.Addr, Port: a.Port, Proto: uint8(a.Protocol), Scope: uint8(a.Scope)})) },
+		func(a lb.L3n4Addr) (uint64, bool) {
+			return NewServiceKeyPacker().Learn(ServiceKeyOf(maps.ServiceKey{Address: a.Addr, Port: a.Port, Proto: uint8(a.Protocol), Scope: uint8(a.Scope)}))
+		},
 	} {
 		for range 1000 {
 			a := [4]byte{byte(r.IntN(256)), byte(r.IntN(256)), byte(r.IntN(256)), byte(r.IntN(255))}

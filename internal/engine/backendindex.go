@@ -59,7 +59,7 @@ func isSlot(v [2]uint32) bool { return v[1] == 0 }
 
 // newBackendIndex returns an empty index (Reserve, or fill, sizes it).
 func newBackendIndex() backendIndex {
-	x := backendIndex{packer: addrkey.NewBackendPacker(), ip4: pagedindex.New[uint64, [2]uint32](0)}
+	x := backendIndex{packer: addrkey.NewBackendPacker(), ip4: pagedindex.NewSparse[uint64, [2]uint32](0)}
 	x.entries = packedmap.New[addrkey.Backend, [2]uint32](0, x.packer)
 	return x
 }
@@ -254,7 +254,7 @@ func (x *backendIndex) fill(svcs []*table.Service) map[addrkey.Backend][]lb.Serv
 	}
 	x.live = bound
 	if bound != x.Len() {
-		x.ip4 = pagedindex.New[uint64, [2]uint32](0)
+		x.ip4 = pagedindex.NewSparse[uint64, [2]uint32](0)
 		x.entries = packedmap.New[addrkey.Backend, [2]uint32](refs6, x.packer)
 		for _, svc := range svcs {
 			for i, b := range svc.Spec.Backends {

@@ -42,7 +42,7 @@ type Packed[K comparable, V any] struct {
 // NewPacked returns an empty map with room for n keys, of keys packed by
 // pk and in runs as r says.
 func NewPacked[K comparable, V any](n int, pk Packer[K], r Runs) *Packed[K, V] {
-	m := &Packed[K, V]{runs: New[uint64, V](n), small: map[uint64]V{}, full: map[K]V{}, pk: pk, r: r}
+	m := &Packed[K, V]{runs: NewSparse[uint64, V](n), small: map[uint64]V{}, full: map[K]V{}, pk: pk, r: r}
 	m.learn, _ = pk.(Learner[K])
 	return m
 }
@@ -50,7 +50,7 @@ func NewPacked[K comparable, V any](n int, pk Packer[K], r Runs) *Packed[K, V] {
 // Reserve makes room for n keys, expected in runs, if the map is empty.
 func (m *Packed[K, V]) Reserve(n int) {
 	if m.Len() == 0 {
-		m.runs = New[uint64, V](n)
+		m.runs = NewSparse[uint64, V](n)
 	}
 }
 

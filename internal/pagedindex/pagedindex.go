@@ -21,9 +21,16 @@ type Key interface{ ~uint16 | ~uint32 | ~uint64 }
 type Index[K Key, V any] struct {
 	pages map[K]*valPage[V] // by page number (key >> pageShift)
 	loose map[K]V           // the entries of ranges without a page
-	// looseIn counts the loose entries of each range that has some.
+	// looseIn counts the loose entries of each range that has some; nil
+	// in a sparse index (NewSparse), which counts them in recent instead.
 	looseIn map[K]uint8
-	n       int
+	// recent counts the loose entries set lately in a few ranges (a sparse
+	// index's: nil otherwise), by a hash of the range: a count never
+	// exceeds the range's loose entries (a slot taken by another range
+	// starts again from one), so a range promoted on it has promoteAt
+	// entries or more.
+	recent *[recentSlots]recentRange[K]
+	n      int
 	// the last page used: the entries of one request are mostly one run
 	// of keys
 	last   *valPage[V]
@@ -50,18 +57,54 @@ const (
 	demoteBelow = 8  // entries of a page under which it goes loose
 )
 
+// recentSlots is the size of a sparse index's table of recent ranges.
+const recentSlots = 64
+
+// recentRange is a slot of recent: range no's loose entries counted
+// since it took the slot (ok: taken).
+type recentRange[K Key] struct {
+	no K
+	c  uint8
+	ok bool
+}
+
 // valPage is one range of 64 IDs: the values of those present.
 type valPage[V any] struct {
 	vals [pageSize]V
 	used uint64
 }
 
+// New returns an empty index with room for n keys, which counts the
+// loose entries of every range that has some (a map entry a range): for
+// keys that come in runs by design (IDs an allocator hands out in order).
 func New[K Key, V any](n int) *Index[K, V] {
 	return &Index[K, V]{
 		pages:   make(map[K]*valPage[V], n/pageSize+1),
 		loose:   map[K]V{},
 		looseIn: map[K]uint8{},
 	}
+}
+
+// NewSparse returns an empty index with room for n keys, for keys that
+// may as well be scattered (addresses: a node's pods are a run, a service
+// with a pod on each of many nodes is not): it keeps no count per range,
+// so that a loose entry costs what it would in a Go map alone. A range
+// gets a page from Prepare (a run of promoteAt keys set together), or once
+// promoteAt loose entries of it are set while it holds its slot in a small
+// table of recent ranges (keys set one by one, in runs); it loses its
+// page as in New's. Gets of a missing key probe the pages and the loose
+// entries (no negative cache: that needs the counts).
+func NewSparse[K Key, V any](n int) *Index[K, V] {
+	return &Index[K, V]{
+		pages:  make(map[K]*valPage[V], n/pageSize+1),
+		loose:  map[K]V{},
+		recent: new([recentSlots]recentRange[K]),
+	}
+}
+
+// recentOf returns range no's slot in recent.
+func (x *Index[K, V]) recentOf(no K) *recentRange[K] {
+	return &x.recent[(uint64(no)*0x9e3779b97f4a7c15)>>(64-6)]
 }
 
 // page returns page no, or nil.
@@ -87,7 +130,7 @@ func (x *Index[K, V]) Get(k K) (V, bool) {
 		return p.vals[i], p.used&(1<<i) != 0
 	}
 	v, ok := x.loose[k]
-	if !ok && x.looseIn[no] == 0 {
+	if !ok && x.looseIn != nil && x.looseIn[no] == 0 {
 		x.empty, x.emptyOK = no, true
 	}
 	return v, ok
@@ -174,6 +217,17 @@ func (x *Index[K, V]) Set(k K, v V) {
 	}
 	x.loose[k] = v
 	x.n++
+	if x.recent != nil {
+		r := x.recentOf(no)
+		if !r.ok || r.no != no {
+			*r = recentRange[K]{no: no, c: 1, ok: true}
+			return
+		}
+		if r.c++; r.c >= promoteAt {
+			x.promote(no)
+		}
+		return
+	}
 	if c := x.looseIn[no] + 1; c < promoteAt {
 		x.looseIn[no] = c
 		return
@@ -190,7 +244,12 @@ func (x *Index[K, V]) promote(no K) {
 	} else {
 		p = &valPage[V]{}
 	}
-	if x.looseIn[no] > 0 { // else the range has nothing loose to move
+	if x.recent != nil {
+		if r := x.recentOf(no); r.ok && r.no == no {
+			*r = recentRange[K]{}
+		}
+	}
+	if x.looseIn == nil || x.looseIn[no] > 0 { // else the range has nothing loose to move
 		for i := K(0); i < pageSize; i++ {
 			if v, ok := x.loose[no<<pageShift|i]; ok {
 				p.vals[i] = v
@@ -212,6 +271,12 @@ func (x *Index[K, V]) Delete(k K) {
 		}
 		delete(x.loose, k)
 		x.n--
+		if x.recent != nil {
+			if r := x.recentOf(no); r.ok && r.no == no && r.c > 0 {
+				r.c--
+			}
+			return
+		}
 		if c := x.looseIn[no] - 1; c == 0 {
 			delete(x.looseIn, no)
 		} else {
@@ -237,7 +302,7 @@ func (x *Index[K, V]) Delete(k K) {
 			x.loose[no<<pageShift|j] = p.vals[j]
 		}
 	}
-	if left > 0 {
+	if left > 0 && x.looseIn != nil {
 		x.looseIn[no] = uint8(left)
 	}
 	delete(x.pages, no)
