@@ -11,7 +11,7 @@ import "github.com/actorlb/actorlb/internal/addrkey"
 // values are kept in pages by backend ID (idIndex). It behaves exactly
 // as a map.
 type backend6Index struct {
-	small idIndex[backend6Val]
+	small idIndex[uint32, backend6Val]
 	full  map[uint32]backendVal[addrkey.IP]
 	pre   *addrkey.Prefixes104
 }
@@ -19,7 +19,7 @@ type backend6Index struct {
 // newBackend4Index is the IPv4 backend mirror's index: values in pages by
 // backend ID.
 func newBackend4Index(n int) index[uint32, backendVal[addrkey.IP4]] {
-	return newIDIndex[backendVal[addrkey.IP4]](n)
+	return newIDIndex[uint32, backendVal[addrkey.IP4]](n)
 }
 
 // backend6Val is a backendVal[addrkey.IP] with its address as a prefix
@@ -36,7 +36,7 @@ type backend6Val struct {
 
 func newBackend6Index(n int) index[uint32, backendVal[addrkey.IP]] {
 	return &backend6Index{
-		small: newIDIndex[backend6Val](n),
+		small: newIDIndex[uint32, backend6Val](n),
 		full:  map[uint32]backendVal[addrkey.IP]{},
 		pre:   addrkey.NewPrefixes104(),
 	}

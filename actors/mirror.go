@@ -307,43 +307,29 @@ func splitRevNAT[A ipForm](of func(netip.Addr) A) func(maps.RevNATEntry) (uint16
 	}
 }
 
-// revNATIndex is a revNAT mirror's index: a pagedindex.Index by service
-// ID. The allocator hands service IDs out in cursor order, as it does
-// backend IDs, so they are mostly runs: a page takes 8 bytes an IPv4 entry
-// where a Go map's slot (with its control byte and spare room) takes about
-// twice that, and the entries of one request (a run of new services) share
-// a page rather than each probing a table.
-type revNATIndex[V comparable] struct {
-	p *pagedindex.Index[uint16, V]
+// idIndex is a mirror's index by ID: a pagedindex.Index. The allocator
+// hands backend and service IDs out in cursor order, so they are mostly
+// runs: a page takes 8 bytes an IPv4 entry where a Go map's slot (with
+// its control byte and spare room) takes about twice that, and the
+// entries of one request (a run of new backends or services) share a page
+// rather than each probing a table. The backend mirrors key it by backend
+// ID, the revNAT mirrors by service ID.
+type idIndex[K pagedindex.Key, V comparable] struct {
+	p *pagedindex.Index[K, V]
 }
 
-func newRevNATIndex[V comparable](n int) index[uint16, V] {
-	return revNATIndex[V]{pagedindex.New[uint16, V](n)}
+func newIDIndex[K pagedindex.Key, V comparable](n int) idIndex[K, V] {
+	return idIndex[K, V]{pagedindex.New[K, V](n)}
 }
 
-func (x revNATIndex[V]) get(k uint16) (V, bool)              { return x.p.Get(k) }
-func (x revNATIndex[V]) set(k uint16, v V)                   { x.p.Set(k, v) }
-func (x revNATIndex[V]) del(k uint16)                        { x.p.Delete(k) }
-func (x revNATIndex[V]) len() int                            { return x.p.Len() }
-func (x revNATIndex[V]) prepare(n int, key func(int) uint16) { x.p.Prepare(n, key) }
-func (x revNATIndex[V]) all(yield func(uint16, V) bool)      { x.p.All(yield) }
+func newRevNATIndex[V comparable](n int) index[uint16, V] { return newIDIndex[uint16, V](n) }
 
-// idIndex is a backend mirror's index: a pagedindex.Index by backend ID
-// (the allocator hands them out in cursor order, so they are mostly runs).
-type idIndex[V comparable] struct {
-	p *pagedindex.Index[uint32, V]
-}
-
-func newIDIndex[V comparable](n int) idIndex[V] {
-	return idIndex[V]{pagedindex.New[uint32, V](n)}
-}
-
-func (x idIndex[V]) get(k uint32) (V, bool)              { return x.p.Get(k) }
-func (x idIndex[V]) set(k uint32, v V)                   { x.p.Set(k, v) }
-func (x idIndex[V]) del(k uint32)                        { x.p.Delete(k) }
-func (x idIndex[V]) len() int                            { return x.p.Len() }
-func (x idIndex[V]) prepare(n int, key func(int) uint32) { x.p.Prepare(n, key) }
-func (x idIndex[V]) all(yield func(uint32, V) bool)      { x.p.All(yield) }
+func (x idIndex[K, V]) get(k K) (V, bool)              { return x.p.Get(k) }
+func (x idIndex[K, V]) set(k K, v V)                   { x.p.Set(k, v) }
+func (x idIndex[K, V]) del(k K)                        { x.p.Delete(k) }
+func (x idIndex[K, V]) len() int                       { return x.p.Len() }
+func (x idIndex[K, V]) prepare(n int, key func(int) K) { x.p.Prepare(n, key) }
+func (x idIndex[K, V]) all(yield func(K, V) bool)      { x.p.All(yield) }
 
 func joinRevNAT[A ipForm](k uint16, v revNATVal[A]) maps.RevNATEntry {
 	return maps.RevNATEntry{ID: k, Value: maps.RevNATValue{Address: v.addr.Addr(), Port: v.port}}

@@ -345,34 +345,17 @@ func TestBackendIndexMatchesAMap(t *testing.T) {
 		add(netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, 15: byte(r.IntN(256))}), uint16(r.IntN(4)))
 	}
 	add(netip.AddrFrom16(netip.AddrFrom4([4]byte{10, 1, 0, 1}).As16()), 8080) // the first run's first key, mapped
-	x, want := newBackendIndex(), map[addrkey.Backend]users{}
-	for step := range 20000 {
-		k := keys[r.IntN(len(keys))]
-		if r.IntN(3) == 0 {
+	x := newBackendIndex()
+	testutil.MatchesAMap(t, r, 20000, 1000, keys, func() users {
+		return users{id: lb.BackendID(1 + r.IntN(1<<20)), one: lb.ServiceID(1 + r.IntN(1<<15)), state: lb.BackendState(r.IntN(3))}
+	}, testutil.MapUnderTest[addrkey.Backend, users]{
+		Get: x.Get, Set: x.Set, Len: x.Len, All: x.All,
+		Delete: func(k addrkey.Backend) {
 			if u, ok := x.Get(k); ok {
 				x.Delete(k, u)
 			}
-			delete(want, k)
-		} else {
-			u := users{id: lb.BackendID(1 + r.IntN(1<<20)), one: lb.ServiceID(1 + r.IntN(1<<15)), state: lb.BackendState(r.IntN(3))}
-			x.Set(k, u)
-			want[k] = u
-		}
-		got, ok := x.Get(k)
-		w, wok := want[k]
-		require.Equal(t, wok, ok, "step %d: %s", step, k)
-		require.Equal(t, w, got, "step %d: %s", step, k)
-		if step%1000 == 999 {
-			require.Equal(t, len(want), x.Len(), "step %d", step)
-			all := map[addrkey.Backend]users{}
-			for k, u := range x.All {
-				_, dup := all[k]
-				require.False(t, dup, "step %d: %s yielded twice", step, k)
-				all[k] = u
-			}
-			require.Equal(t, want, all, "step %d", step)
-		}
-	}
+		},
+	})
 	require.NotZero(t, x.ip4.Len(), "IPv4 backends in the paged index")
 	require.NotZero(t, x.entries.Len(), "IPv6 backends in the map")
 }

@@ -1,19 +1,6 @@
 package pagedindex
 
-// Packer packs some keys into a uint64, losslessly (Unpack(p) == k
-// whenever Pack(k) returns p, true; never two keys alike), as
-// packedmap.Packer: the packers of package addrkey are both.
-type Packer[K any] interface {
-	Pack(key K) (packed uint64, ok bool)
-	Unpack(packed uint64) K
-}
-
-// Learner is a Packer that learns to pack more keys as they are set
-// (packedmap.Learner): Set packs with Learn, Get and Delete with Pack.
-type Learner[K any] interface {
-	Packer[K]
-	Learn(key K) (packed uint64, ok bool)
-}
+import "github.com/actorlb/actorlb/internal/packedmap"
 
 // Runs tells which packed keys come in runs, and their key in run order
 // (a bijection on the keys it accepts, Back its inverse), so that a run's
@@ -24,8 +11,8 @@ type Runs struct {
 	Back func(run uint64) (packed uint64)
 }
 
-// Packed is a map from K to V that keeps the keys its packer packs and
-// runs accepts in an Index, by their run key, the other keys it packs
+// Packed is a map from K to V that keeps the keys its packer (a
+// packedmap.Packer) packs and runs accepts in an Index, by their run key, the other keys it packs
 // in a map of packed keys (as packedmap), and every other key whole, in a
 // map. A key is in one of the three, never two (the packer's contract:
 // what it packs only grows, the same way), so Packed behaves as one
@@ -34,16 +21,16 @@ type Packed[K comparable, V any] struct {
 	runs  *Index[uint64, V]
 	small map[uint64]V
 	full  map[K]V
-	pk    Packer[K]
-	learn Learner[K] // pk when it is a Learner, else nil
+	pk    packedmap.Packer[K]
+	learn packedmap.Learner[K] // pk when it is a Learner, else nil
 	r     Runs
 }
 
 // NewPacked returns an empty map with room for n keys, of keys packed by
 // pk and in runs as r says.
-func NewPacked[K comparable, V any](n int, pk Packer[K], r Runs) *Packed[K, V] {
+func NewPacked[K comparable, V any](n int, pk packedmap.Packer[K], r Runs) *Packed[K, V] {
 	m := &Packed[K, V]{runs: NewSparse[uint64, V](n), small: map[uint64]V{}, full: map[K]V{}, pk: pk, r: r}
-	m.learn, _ = pk.(Learner[K])
+	m.learn, _ = pk.(packedmap.Learner[K])
 	return m
 }
 

@@ -29,33 +29,9 @@ func TestPackedMatchesAMap(t *testing.T) {
 			lb.L3n4Addr{Addr: netip.AddrFrom16([16]byte{0xfd, 0, 11: byte(i % 100), 15: byte(r.IntN(256))}), Port: 443, Protocol: lb.TCP})
 	}
 	runs := Runs{Of: addrkey.FrontendRun, Back: addrkey.FrontendFromRun}
-	m, want := NewPacked[lb.L3n4Addr, uint32](0, addrkey.NewFrontendPacker(), runs), map[lb.L3n4Addr]uint32{}
+	m := NewPacked[lb.L3n4Addr, uint32](0, addrkey.NewFrontendPacker(), runs)
 	m.Reserve(len(keys))
-	for step := range 20000 {
-		k := keys[r.IntN(len(keys))]
-		if r.IntN(3) == 0 {
-			m.Delete(k)
-			delete(want, k)
-		} else {
-			v := r.Uint32()
-			m.Set(k, v)
-			want[k] = v
-		}
-		got, ok := m.Get(k)
-		w, wok := want[k]
-		require.Equal(t, wok, ok, "step %d: %s", step, k)
-		require.Equal(t, w, got, "step %d: %s", step, k)
-		if step%2000 == 1999 {
-			require.Equal(t, len(want), m.Len(), "step %d", step)
-			all := map[lb.L3n4Addr]uint32{}
-			for k, v := range m.All {
-				_, dup := all[k]
-				require.False(t, dup, "step %d: %s yielded twice", step, k)
-				all[k] = v
-			}
-			require.Equal(t, want, all, "step %d", step)
-		}
-	}
+	testutil.MatchesAMap(t, r, 20000, 2000, keys, r.Uint32, testutil.MapUnderTest[lb.L3n4Addr, uint32]{Get: m.Get, Set: m.Set, Delete: m.Delete, Len: m.Len, All: m.All})
 	require.NotEmpty(t, m.runs.pages, "runs of addresses were paged")
 	require.NotEmpty(t, m.small, "IPv6 frontends of learnt prefixes were kept packed, out of runs")
 	require.NotEmpty(t, m.full, "IPv6 frontends of unlearnt prefixes were kept whole")

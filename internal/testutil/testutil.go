@@ -3,6 +3,7 @@ package testutil
 import (
 	"math/rand/v2"
 	"os"
+	"reflect"
 	"strconv"
 	"sync"
 	"testing"
@@ -108,4 +109,61 @@ func Rand(tb testing.TB) *rand.Rand {
 	tb.Helper()
 	seed := Seed(tb)
 	return rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+}
+
+// MapUnderTest is a map implementation a test checks against a Go map
+// (MatchesAMap).
+type MapUnderTest[K comparable, V any] struct {
+	Get    func(K) (V, bool)
+	Set    func(K, V)
+	Delete func(K)
+	Len    func() int
+	All    func(yield func(K, V) bool)
+}
+
+// MatchesAMap drives m through steps random operations on keys: a delete
+// (one in three) or a set of val(); after each, a get of that key must
+// agree with a Go map driven alike, and every checkEvery steps (and at
+// the end) its length and all its entries, each yielded once. It returns
+// the Go map.
+func MatchesAMap[K comparable, V any](tb testing.TB, r *rand.Rand, steps, checkEvery int, keys []K, val func() V, m MapUnderTest[K, V]) map[K]V {
+	tb.Helper()
+	want := map[K]V{}
+	check := func(step int) {
+		tb.Helper()
+		if got := m.Len(); got != len(want) {
+			tb.Fatalf("step %d: %d entries, want %d", step, got, len(want))
+		}
+		all := map[K]V{}
+		for k, v := range m.All {
+			if _, dup := all[k]; dup {
+				tb.Fatalf("step %d: %v yielded twice", step, k)
+			}
+			all[k] = v
+		}
+		if !reflect.DeepEqual(all, want) {
+			tb.Fatalf("step %d: the entries differ from the map's", step)
+		}
+	}
+	for step := range steps {
+		k := keys[r.IntN(len(keys))]
+		if r.IntN(3) == 0 {
+			m.Delete(k)
+			delete(want, k)
+		} else {
+			v := val()
+			m.Set(k, v)
+			want[k] = v
+		}
+		got, ok := m.Get(k)
+		w, wok := want[k]
+		if ok != wok || !reflect.DeepEqual(got, w) {
+			tb.Fatalf("step %d: %v: got %v, %v; want %v, %v", step, k, got, ok, w, wok)
+		}
+		if step%checkEvery == checkEvery-1 {
+			check(step)
+		}
+	}
+	check(steps)
+	return want
 }
