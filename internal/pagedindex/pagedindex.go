@@ -16,7 +16,8 @@ type Key interface{ ~uint16 | ~uint32 | ~uint64 }
 // many megabytes (a cache miss each). A key whose range holds few others
 // is kept loose, in a map, so that entries that outlive their neighbours
 // do not keep pages of holes: a range gets a page once promoteAt of its
-// keys are loose, and loses it when fewer than demoteBelow are left. It
+// keys are loose (New's, which counts them; NewSparse's, which does not,
+// see there), and loses it when fewer than demoteBelow are left. It
 // behaves exactly as a map. Not safe for concurrent use.
 type Index[K Key, V any] struct {
 	pages map[K]*valPage[V] // by page number (key >> pageShift)
@@ -57,8 +58,12 @@ const (
 	demoteBelow = 8  // entries of a page under which it goes loose
 )
 
-// recentSlots is the size of a sparse index's table of recent ranges.
-const recentSlots = 64
+// recentSlots is the size of a sparse index's table of recent ranges, a
+// power of two (recentShift its log).
+const (
+	recentShift = 6
+	recentSlots = 1 << recentShift
+)
 
 // recentRange is a slot of recent: range no's loose entries counted
 // since it took the slot (ok: taken).
@@ -104,7 +109,7 @@ func NewSparse[K Key, V any](n int) *Index[K, V] {
 
 // recentOf returns range no's slot in recent.
 func (x *Index[K, V]) recentOf(no K) *recentRange[K] {
-	return &x.recent[(uint64(no)*0x9e3779b97f4a7c15)>>(64-6)]
+	return &x.recent[(uint64(no)*0x9e3779b97f4a7c15)>>(64-recentShift)]
 }
 
 // page returns page no, or nil.
