@@ -149,12 +149,12 @@ func wholeOf(w []uint32, size int) []slotValue {
 func newSvcMirror(m maps.ServiceMap) *svcMirror { return &svcMirror{m: m, compact: newCompactIndex(0)} }
 
 // newCompactIndex returns an empty index of compact frontends with room
-// for n: the IPv4 ones by their run key (addrkey.FrontendRun: the
+// for n: the IPv4 ones by their run key (addrkey.ServiceKeyRun: the
 // addresses a cluster hands its services in order are runs of keys, whose
 // words share pages), the IPv6 ones packed in a map where the packer can.
 func newCompactIndex(n int) *pagedindex.Packed[addrkey.ServiceKey, []uint32] {
-	return pagedindex.NewPacked[addrkey.ServiceKey, []uint32](n, addrkey.NewServiceKeyPacker(),
-		pagedindex.Runs{Of: addrkey.FrontendRun, Back: addrkey.FrontendFromRun})
+	return pagedindex.NewPacked[addrkey.ServiceKey, []uint32](n,
+		pagedindex.Runs[addrkey.ServiceKey]{Of: addrkey.ServiceKeyRun, Back: addrkey.ServiceKeyFromRun}, addrkey.NewServiceKeyPacker())
 }
 
 // load replaces the mirror with the map's contents (indexed by index).
@@ -595,7 +595,7 @@ func (o *svcMirror) apply(writes []maps.ServiceEntry, deletes []maps.ServiceKey)
 			return 0, 0, reloadAfter(err, o.load)
 		}
 		if o.compact.Len() == 0 && o.whole.Len() == 0 && len(ws) >= reserveMin {
-			o.compact.Reserve(frontends(ws)) // sized at once, not grown by doubling
+			o.compact.Reserve(frontends(ws), 0) // sized at once, not grown by doubling
 		}
 		clear(o.touched[:])
 		c = cursor{o: o, replay: o.looked}

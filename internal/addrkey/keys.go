@@ -307,22 +307,27 @@ func BackendFrom16(addr [16]byte, port uint16, proto lb.L4Type) Backend {
 	return Backend{addr: addr, port: port, proto: proto}
 }
 
-// Run4 returns, for an IPv4 backend, its key as a uint64 in run order:
-// the address in bits 0-31 (its last byte lowest), the protocol in bits
-// 32-39 and the port in bits 40-55, so that backends given consecutive
-// addresses of one port get consecutive keys (a paged index keeps them
-// together). ok is false for an IPv6 backend. It is the IPv4 form
-// BackendPacker packs, rotated (FromRun4 is its inverse).
-func (k Backend) Run4() (key uint64, ok bool) {
+// The run keys, for a pagedindex.Packed: an IPv4 key's packed form
+// (BackendPacker's, FrontendPacker's, ServiceKeyPacker's) rotated by 32
+// bits, so that the address is in bits 0-31, its last byte lowest, and the
+// keys given consecutive addresses of one port (a node's pods, a cluster's
+// service addresses) are consecutive. IPv6 keys have none (ok false):
+// their varying bits may be anywhere in the address (the harness's IPv6
+// frontends vary in bytes 12-13), so they are kept packed in a map. Each
+// *FromRun is its *Run's inverse.
+
+// BackendRun returns IPv4 backend k's run key (an IPv4-mapped address is
+// its IPv4 address's key): protocol in bits 32-39, port in 40-55.
+func BackendRun(k Backend) (run uint64, ok bool) {
 	if [12]byte(k.addr[:12]) != v4mapped {
 		return 0, false
 	}
 	return bits.RotateLeft64(addrBits([4]byte(k.addr[12:]))|uint64(k.port)<<8|uint64(k.proto), 32), true
 }
 
-// FromRun4 returns the IPv4 backend whose Run4 is key.
-func FromRun4(key uint64) Backend {
-	p := bits.RotateLeft64(key, -32)
+// BackendFromRun returns the IPv4 backend whose run key is run.
+func BackendFromRun(run uint64) Backend {
+	p := bits.RotateLeft64(run, -32)
 	k := Backend{port: uint16(p >> 8), proto: lb.L4Type(p)}
 	copy(k.addr[:12], v4mapped[:])
 	a := bitsAddr(p)
@@ -330,27 +335,35 @@ func FromRun4(key uint64) Backend {
 	return k
 }
 
-// Run4Of is BackendOf(a).Run4() without making the key: for an IPv4
-// address (or an IPv4-mapped one), its run key.
-func Run4Of(a lb.L3n4Addr) (key uint64, ok bool) {
-	if !a.Addr.Is4() && !a.Addr.Is4In6() {
+// FrontendRun returns IPv4 frontend a's run key, if FrontendPacker packs
+// it (scope 0 or 1; an IPv4-mapped IPv6 address is not IPv4 here).
+func FrontendRun(a lb.L3n4Addr) (run uint64, ok bool) {
+	if a.Scope > 1 || !a.Addr.Is4() {
 		return 0, false
 	}
-	return bits.RotateLeft64(addrBits(a.Addr.Unmap().As4())|uint64(a.Port)<<8|uint64(a.Protocol), 32), true
+	return bits.RotateLeft64(packFrontend(a.Addr.As4(), a.Port, uint8(a.Protocol), uint8(a.Scope), 0, false), 32), true
 }
 
-// FrontendRun says which frontends packed by FrontendPacker or
-// ServiceKeyPacker come in runs, for a pagedindex.Packed: the IPv4 ones
-// (a cluster hands its service addresses out in order), by their packed
-// key rotated by 32 bits (the address in bits 0-31, its last byte
-// lowest). IPv6 ones are kept packed in a map: their varying bits may be
-// anywhere in the packed address's last four bytes.
-func FrontendRun(p uint64) (run uint64, ok bool) {
-	if p&0x80 != 0 { // IPv6 (packFrontend)
+// FrontendFromRun returns the IPv4 frontend whose run key is run.
+func FrontendFromRun(run uint64) lb.L3n4Addr {
+	low, port, proto, scope, _, _ := unpackFrontend(bits.RotateLeft64(run, -32))
+	return lb.L3n4Addr{Addr: netip.AddrFrom4(low), Port: port, Protocol: lb.L4Type(proto), Scope: lb.Scope(scope)}
+}
+
+// ServiceKeyRun returns IPv4 service key f's run key, if ServiceKeyPacker
+// packs it (scope 0 or 1).
+func ServiceKeyRun(f ServiceKey) (run uint64, ok bool) {
+	if f.kind != 4 || f.scope > 1 || [12]byte(f.addr[:12]) != v4mapped {
 		return 0, false
 	}
-	return bits.RotateLeft64(p, 32), true
+	return bits.RotateLeft64(packFrontend([4]byte(f.addr[12:]), f.port, f.proto, f.scope, 0, false), 32), true
 }
 
-// FrontendFromRun is FrontendRun's inverse.
-func FrontendFromRun(run uint64) uint64 { return bits.RotateLeft64(run, -32) }
+// ServiceKeyFromRun returns the IPv4 service key whose run key is run.
+func ServiceKeyFromRun(run uint64) ServiceKey {
+	low, port, proto, scope, _, _ := unpackFrontend(bits.RotateLeft64(run, -32))
+	f := ServiceKey{IP: IP{kind: 4}, port: port, proto: proto, scope: scope}
+	copy(f.addr[:], v4mapped[:])
+	copy(f.addr[12:], low[:])
+	return f
+}

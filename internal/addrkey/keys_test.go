@@ -234,75 +234,96 @@ func learnAll[K comparable](t *testing.T, pk interface {
 	}, pk.Unpack, n, gen)
 }
 
-// An IPv4 backend's run key puts its address's last bits lowest: the
-// backends a node's range hands out in order, on one port, get
-// consecutive keys; the key is the packer's IPv4 form rotated, and comes
-// back to the backend it was made from. An IPv6 backend has none.
-func TestRun4KeysAreInAddressOrderAndComeBack(t *testing.T) {
+// A run key is an IPv4 key's packed form (its packer's) rotated, so that
+// its address's last byte is lowest: the keys given consecutive addresses
+// of one port get consecutive run keys; each comes back to the key it was
+// made from, and an IPv6 key has none (an IPv4-mapped backend is its IPv4
+// address's key; an IPv4-mapped frontend or service key is not IPv4).
+func TestRunKeysAreInAddressOrderAndComeBack(t *testing.T) {
 	r := testutil.Rand(t)
-	pk := NewBackendPacker()
-	for range 2000 {
-		a := [4]byte{byte(r.IntN(256)), byte(r.IntN(256)), byte(r.IntN(256)), byte(r.IntN(255))}
-		port, proto := uint16(r.IntN(1<<16)), lb.L4Type(r.IntN(256))
-		k := BackendOf(lb.L3n4Addr{Addr: netip.AddrFrom4(a), Port: port, Protocol: proto})
-		run, ok := k.Run4()
-		require.True(t, ok, "%v", k)
-		of, ok := Run4Of(lb.L3n4Addr{Addr: netip.AddrFrom4(a), Port: port, Protocol: proto})
-		require.True(t, ok)
-		require.Equal(t, run, of, "%v", k)
-		require.Equal(t, k, FromRun4(run), "%v", k)
-		p, ok := pk.Pack(k)
-		require.True(t, ok)
-		require.Equal(t, run, bits.RotateLeft64(p, 32), "the packer's IPv4 form, rotated: %v", k)
-		a[3]++
-		next, ok := BackendOf(lb.L3n4Addr{Addr: netip.AddrFrom4(a), Port: port, Protocol: proto}).Run4()
-		require.True(t, ok)
-		require.Equal(t, run+1, next, "the next address's key follows %v's", k)
-		mapped, ok := BackendOf(lb.L3n4Addr{Addr: netip.AddrFrom16(netip.AddrFrom4(a).As16()), Port: port, Protocol: proto}).Run4()
-		require.True(t, ok, "an IPv4-mapped address is its IPv4 address's key")
-		require.Equal(t, next, mapped)
-		mappedOf, ok := Run4Of(lb.L3n4Addr{Addr: netip.AddrFrom16(netip.AddrFrom4(a).As16()), Port: port, Protocol: proto})
-		require.True(t, ok)
-		require.Equal(t, next, mappedOf)
+	type kind struct {
+		name string
+		// run and pack give the run key and the packed form of the key
+		// made of addr, port, proto and scope; back checks that run comes
+		// back to that key.
+		run  func(a netip.Addr, port uint16, proto lb.L4Type, scope lb.Scope) (uint64, bool)
+		pack func(a netip.Addr, port uint16, proto lb.L4Type, scope lb.Scope) (uint64, bool)
+		back func(t *testing.T, run uint64, a netip.Addr, port uint16, proto lb.L4Type, scope lb.Scope)
 	}
-	v6 := lb.L3n4Addr{Addr: netip.MustParseAddr("2001:db8::1"), Port: 80, Protocol: lb.TCP}
-	_, ok := BackendOf(v6).Run4()
-	require.False(t, ok, "an IPv6 backend has no run key")
-	_, ok = Run4Of(v6)
-	require.False(t, ok, "an IPv6 backend has no run key")
-}
-
-// FrontendRun gives an IPv4 frontend's packed key in run order (the
-// address's last byte lowest: consecutive addresses of one port, scope
-// and protocol get consecutive run keys) and back; IPv6 ones have none.
-func TestFrontendRunKeysAreInAddressOrderAndComeBack(t *testing.T) {
-	r := testutil.Rand(t)
-	for _, pk := range []func(lb.L3n4Addr) (uint64, bool){
-		NewFrontendPacker().Learn,
-		func(a lb.L3n4Addr) (uint64, bool) {
-			return NewServiceKeyPacker().Learn(ServiceKeyOf(maps.ServiceKey{Address: a.Addr, Port: a.Port, Proto: uint8(a.Protocol), Scope: uint8(a.Scope)}))
+	bp, fp, sp := NewBackendPacker(), NewFrontendPacker(), NewServiceKeyPacker()
+	be := func(a netip.Addr, port uint16, proto lb.L4Type) Backend {
+		return BackendOf(lb.L3n4Addr{Addr: a, Port: port, Protocol: proto})
+	}
+	sk := func(a netip.Addr, port uint16, proto lb.L4Type, scope lb.Scope) ServiceKey {
+		return ServiceKeyOf(maps.ServiceKey{Address: a, Port: port, Proto: uint8(proto), Scope: uint8(scope)})
+	}
+	for _, k := range []kind{{
+		name: "backends",
+		run: func(a netip.Addr, port uint16, proto lb.L4Type, _ lb.Scope) (uint64, bool) {
+			return BackendRun(be(a, port, proto))
 		},
-	} {
-		for range 1000 {
-			a := [4]byte{byte(r.IntN(256)), byte(r.IntN(256)), byte(r.IntN(256)), byte(r.IntN(255))}
-			fe := lb.L3n4Addr{Addr: netip.AddrFrom4(a), Port: uint16(r.IntN(1 << 16)), Protocol: lb.TCP, Scope: lb.Scope(r.IntN(2))}
-			p, ok := pk(fe)
-			require.True(t, ok)
-			run, ok := FrontendRun(p)
-			require.True(t, ok, "%s", fe)
-			require.Equal(t, p, FrontendFromRun(run), "%s", fe)
-			a[3]++
-			next := fe
-			next.Addr = netip.AddrFrom4(a)
-			pn, ok := pk(next)
-			require.True(t, ok)
-			rn, ok := FrontendRun(pn)
-			require.True(t, ok)
-			require.Equal(t, run+1, rn, "the next address's key follows %s's", fe)
-		}
-		p, ok := pk(lb.L3n4Addr{Addr: netip.MustParseAddr("fd96::1"), Port: 80, Protocol: lb.TCP})
-		require.True(t, ok)
-		_, ok = FrontendRun(p)
-		require.False(t, ok, "an IPv6 frontend is not kept in runs")
+		pack: func(a netip.Addr, port uint16, proto lb.L4Type, _ lb.Scope) (uint64, bool) {
+			return bp.Learn(be(a, port, proto))
+		},
+		back: func(t *testing.T, run uint64, a netip.Addr, port uint16, proto lb.L4Type, _ lb.Scope) {
+			require.Equal(t, be(a, port, proto), BackendFromRun(run))
+		},
+	}, {
+		name: "frontends",
+		run: func(a netip.Addr, port uint16, proto lb.L4Type, scope lb.Scope) (uint64, bool) {
+			return FrontendRun(lb.L3n4Addr{Addr: a, Port: port, Protocol: proto, Scope: scope})
+		},
+		pack: func(a netip.Addr, port uint16, proto lb.L4Type, scope lb.Scope) (uint64, bool) {
+			return fp.Learn(lb.L3n4Addr{Addr: a, Port: port, Protocol: proto, Scope: scope})
+		},
+		back: func(t *testing.T, run uint64, a netip.Addr, port uint16, proto lb.L4Type, scope lb.Scope) {
+			require.Equal(t, lb.L3n4Addr{Addr: a, Port: port, Protocol: proto, Scope: scope}, FrontendFromRun(run))
+		},
+	}, {
+		name: "service keys",
+		run: func(a netip.Addr, port uint16, proto lb.L4Type, scope lb.Scope) (uint64, bool) {
+			return ServiceKeyRun(sk(a, port, proto, scope))
+		},
+		pack: func(a netip.Addr, port uint16, proto lb.L4Type, scope lb.Scope) (uint64, bool) {
+			return sp.Learn(sk(a, port, proto, scope))
+		},
+		back: func(t *testing.T, run uint64, a netip.Addr, port uint16, proto lb.L4Type, scope lb.Scope) {
+			require.Equal(t, sk(a, port, proto, scope), ServiceKeyFromRun(run))
+		},
+	}} {
+		t.Run(k.name, func(t *testing.T) {
+			for range 2000 {
+				b := [4]byte{byte(r.IntN(256)), byte(r.IntN(256)), byte(r.IntN(256)), byte(r.IntN(255))}
+				a := netip.AddrFrom4(b)
+				port, proto, scope := uint16(r.IntN(1<<16)), lb.L4Type(r.IntN(256)), lb.Scope(r.IntN(2))
+				run, ok := k.run(a, port, proto, scope)
+				require.True(t, ok, "%s", a)
+				k.back(t, run, a, port, proto, scope)
+				p, ok := k.pack(a, port, proto, scope)
+				require.True(t, ok)
+				require.Equal(t, bits.RotateLeft64(p, 32), run, "the packer's form, rotated: %s", a)
+				require.Equal(t, uint64(b[0])<<24|uint64(b[1])<<16|uint64(b[2])<<8|uint64(b[3]), run&0xffffffff, "the address lowest: %s", a)
+				b[3]++
+				next, ok := k.run(netip.AddrFrom4(b), port, proto, scope)
+				require.True(t, ok)
+				require.Equal(t, run+1, next, "the next address's key follows %s's", a)
+				mapped, ok := k.run(netip.AddrFrom16(netip.AddrFrom4(b).As16()), port, proto, scope)
+				if k.name == "backends" {
+					require.True(t, ok, "an IPv4-mapped backend is its IPv4 address's key")
+					require.Equal(t, next, mapped)
+				} else {
+					require.False(t, ok, "an IPv4-mapped frontend is an IPv6 one")
+				}
+				_, ok = k.run(a, port, proto, 2)
+				if k.name != "backends" {
+					require.False(t, ok, "a frontend of scope 2 is not packed")
+				}
+			}
+			for i := range 300 { // past the first 255 backend handles: a high byte in the field
+				a := netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, 11: byte(i >> 8), 12: byte(i), 15: 1})
+				_, ok := k.run(a, 80, lb.TCP, 0)
+				require.False(t, ok, "an IPv6 key is not kept in runs")
+			}
+		})
 	}
 }

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"github.com/actorlb/actorlb/internal/addrkey"
-	"github.com/actorlb/actorlb/internal/packedmap"
 	"github.com/actorlb/actorlb/internal/pagedindex"
 	"github.com/actorlb/actorlb/internal/table"
 	lb "github.com/actorlb/actorlb/loadbalancer"
@@ -15,14 +14,14 @@ import (
 // restored from the maps, {slot, 0}: a slot in an array by restored ID
 // (restored) that holds them.
 //
-// The IPv4 backends are kept in a paged index (ip4) by their key in run
-// order (addrkey.Backend.Run4: the address's last bits lowest): pods get
-// their addresses from a node's range in order, so a service's backends,
-// and the services created together, mostly share pages of 64 entries,
-// where a Go map had each one probe (and miss, for a new backend) a table
-// of megabytes at a random place: a cache miss each, twice per new
-// backend (its check, then its binding). The others (IPv6) are kept in a
-// map, packed where the packer can (entries).
+// The key part (keys) is a pagedindex.Packed: the IPv4 backends in pages
+// by their key in run order (addrkey.BackendRun: the address's last bits
+// lowest): pods get their addresses from a node's range in order, so a
+// service's backends, and the services created together, mostly share
+// pages of 64 entries, where a Go map had each one probe (and miss, for a
+// new backend) a table of megabytes at a random place: a cache miss each,
+// twice per new backend (its check, then its binding). The others (IPv6)
+// are kept in a map, packed where the packer can.
 //
 // The slots are for restore (fill): the users fill an array by ID, where
 // filling a map of 100k keys took a sixth of a warm restart, and each
@@ -30,8 +29,7 @@ import (
 // IPv4 ones go straight to them). A backend bound later is kept inline;
 // the array goes once its last restored backend does.
 type backendIndex struct {
-	ip4     *pagedindex.Index[uint64, [2]uint32]
-	entries packedmap.Map[addrkey.Backend, [2]uint32]
+	keys *pagedindex.Packed[addrkey.Backend, [2]uint32]
 	// restored holds the users of restored backends by slot (their
 	// restored ID), packed; zero: a slot whose backend is forgotten.
 	restored [][2]uint32
@@ -59,15 +57,22 @@ func isSlot(v [2]uint32) bool { return v[1] == 0 }
 
 // newBackendIndex returns an empty index (Reserve, or fill, sizes it).
 func newBackendIndex() backendIndex {
-	x := backendIndex{packer: addrkey.NewBackendPacker(), ip4: pagedindex.NewSparse[uint64, [2]uint32](0)}
-	x.entries = packedmap.New[addrkey.Backend, [2]uint32](0, x.packer)
-	return x
+	pk := addrkey.NewBackendPacker()
+	return backendIndex{packer: pk, keys: newBackendKeys(pk)}
 }
+
+// newBackendKeys returns an empty key part of packer pk.
+func newBackendKeys(pk *addrkey.BackendPacker) *pagedindex.Packed[addrkey.Backend, [2]uint32] {
+	return pagedindex.NewPacked[addrkey.Backend, [2]uint32](0, backendRuns, pk)
+}
+
+// backendRuns is which backends come in runs (addrkey.BackendRun).
+var backendRuns = pagedindex.Runs[addrkey.Backend]{Of: addrkey.BackendRun, Back: addrkey.BackendFromRun}
 
 // Get returns the users of k (their slot set if k is restored) and
 // whether k is bound.
 func (x *backendIndex) Get(k addrkey.Backend) (users, bool) {
-	v, ok := x.get(k)
+	v, ok := x.keys.Get(k)
 	if !ok {
 		return users{}, false
 	}
@@ -86,37 +91,12 @@ func (x *backendIndex) Set(k addrkey.Backend, u users) {
 		x.restored[u.slot] = packUsers(u)
 		return
 	}
-	x.set(k, packUsers(u))
-}
-
-// get, set and del are the key part's: ip4 for an IPv4 key, entries for
-// the others.
-func (x *backendIndex) get(k addrkey.Backend) ([2]uint32, bool) {
-	if r, ok := k.Run4(); ok {
-		return x.ip4.Get(r)
-	}
-	return x.entries.Get(k)
-}
-
-func (x *backendIndex) set(k addrkey.Backend, v [2]uint32) {
-	if r, ok := k.Run4(); ok {
-		x.ip4.Set(r, v)
-		return
-	}
-	x.entries.Set(k, v)
-}
-
-func (x *backendIndex) del(k addrkey.Backend) {
-	if r, ok := k.Run4(); ok {
-		x.ip4.Delete(r)
-		return
-	}
-	x.entries.Delete(k)
+	x.keys.Set(k, packUsers(u))
 }
 
 // Delete forgets k, whose users u are as Get returned them.
 func (x *backendIndex) Delete(k addrkey.Backend, u users) {
-	x.del(k)
+	x.keys.Delete(k)
 	if u.slot != 0 {
 		x.restored[u.slot] = [2]uint32{}
 		if x.live--; x.live == 0 {
@@ -126,25 +106,15 @@ func (x *backendIndex) Delete(k addrkey.Backend, u users) {
 }
 
 // Len returns the number of bound backends.
-func (x *backendIndex) Len() int { return x.ip4.Len() + x.entries.Len() }
+func (x *backendIndex) Len() int { return x.keys.Len() }
 
 // All yields every bound backend and its users, in no order.
 func (x *backendIndex) All(yield func(addrkey.Backend, users) bool) {
-	for k, v := range x.entriesAll {
+	for k, v := range x.keys.All {
 		if !yield(k, x.usersOf(v)) {
 			return
 		}
 	}
-}
-
-// entriesAll yields every bound backend and its entry, in no order.
-func (x *backendIndex) entriesAll(yield func(addrkey.Backend, [2]uint32) bool) {
-	for r, v := range x.ip4.All {
-		if !yield(addrkey.FromRun4(r), v) {
-			return
-		}
-	}
-	x.entries.All(yield)
 }
 
 // usersOf returns the users entry v holds, or points to (a slot).
@@ -159,7 +129,7 @@ func (x *backendIndex) usersOf(v [2]uint32) users {
 
 // Reserve makes room for n6 backends other than IPv4 ones if the index is
 // empty (the IPv4 ones need none: their pages come as they fill).
-func (x *backendIndex) Reserve(n6 int) { x.entries.Reserve(n6) }
+func (x *backendIndex) Reserve(n6 int) { x.keys.Reserve(0, n6) }
 
 // learn has the packer learn the IPv6 prefixes of svcs' backends, in the
 // order put would (so that it packs the same keys, and refuses the same
@@ -194,8 +164,8 @@ const (
 // ID, and a shared backend has one ID in every service that uses it):
 // the users fill an array by ID, and each backend's key part is {ID, 0}:
 // its slot. If the key part then has another number of keys than the
-// services have IDs (a backend with two IDs: not the table's way), it is
-// built again from the services.
+// services have IDs (a backend with two IDs: not the table's way, whose
+// rule 4 keeps one), the index is filled again put's way (fillInline).
 func (x *backendIndex) fill(svcs []*table.Service) map[addrkey.Backend][]lb.ServiceID {
 	refs, refs6, maxID := 0, 0, lb.BackendID(0)
 	for _, svc := range svcs {
@@ -212,59 +182,52 @@ func (x *backendIndex) fill(svcs []*table.Service) map[addrkey.Backend][]lb.Serv
 	if uint64(maxID) >= uint64(maxSlotsPerRef*refs+minIDSlots) {
 		return x.fillInline(svcs, refs6)
 	}
-	x.entries.Reserve(refs6)
-	// The IPv4 backends' pages first (the services' backends come in runs
-	// of addresses), so that the sets below go straight to them.
-	x.ip4.PrepareSeq(func(yield func(uint64) bool) {
-		for _, svc := range svcs {
-			for _, b := range svc.Spec.Backends {
-				if r, ok := addrkey.Run4Of(b.L3n4Addr); ok && !yield(r) {
-					return
-				}
-			}
-		}
-	})
+	x.keys.Reserve(0, refs6)
 	x.restored = make([][2]uint32, maxID+1)
 	var shared map[addrkey.Backend][]lb.ServiceID
 	bound := 0
-	for _, svc := range svcs {
-		for i, b := range svc.Spec.Backends {
-			id := svc.BackendIDs[i]
-			p := &x.restored[id]
-			if *p == ([2]uint32{}) {
-				*p = packUsers(users{id: id, one: svc.ID(), state: b.State})
-				bound++
-				if r, ok := addrkey.Run4Of(b.L3n4Addr); ok {
-					x.ip4.Set(r, [2]uint32{uint32(id), 0})
-				} else {
-					x.entries.Set(addrkey.BackendOf(table.BackendKey(b)), [2]uint32{uint32(id), 0})
-				}
-				continue
-			}
-			k := addrkey.BackendOf(table.BackendKey(b))
-			if shared == nil {
-				shared = map[addrkey.Backend][]lb.ServiceID{}
-			}
-			shared[k] = append(shared[k], svc.ID())
-			u := unpackUsers(*p)
-			u.flags |= usersShared
-			u.state = b.State
-			*p = packUsers(u)
-		}
-	}
-	x.live = bound
-	if bound != x.Len() {
-		x.ip4 = pagedindex.NewSparse[uint64, [2]uint32](0)
-		x.entries = packedmap.New[addrkey.Backend, [2]uint32](refs6, x.packer)
+	// Each backend's first reference sets its key part, in the services'
+	// order: their backends come in runs of addresses, whose pages SetSeq
+	// readies before it sets them.
+	x.keys.SetSeq(func(yield func(addrkey.Backend, [2]uint32) bool) {
 		for _, svc := range svcs {
 			for i, b := range svc.Spec.Backends {
-				x.set(addrkey.BackendOf(table.BackendKey(b)), [2]uint32{uint32(svc.BackendIDs[i]), 0})
+				id := svc.BackendIDs[i]
+				p := &x.restored[id]
+				if *p == ([2]uint32{}) {
+					*p = packUsers(users{id: id, one: svc.ID(), state: b.State})
+					bound++
+					if !yield(addrkey.BackendOf(table.BackendKey(b)), [2]uint32{uint32(id), 0}) {
+						return
+					}
+					continue
+				}
+				shared = addShared(shared, addrkey.BackendOf(table.BackendKey(b)), svc.ID(), p, b.State)
 			}
 		}
+	})
+	if bound != x.Len() {
+		x.keys, x.restored = newBackendKeys(x.packer), nil
+		return x.fillInline(svcs, refs6)
 	}
+	x.live = bound
 	if bound == 0 {
 		x.restored = nil
 	}
+	return shared
+}
+
+// addShared records, for fill, that service sid uses backend k too (k's
+// users at slot p, now in state st), in shared, which it returns.
+func addShared(shared map[addrkey.Backend][]lb.ServiceID, k addrkey.Backend, sid lb.ServiceID, p *[2]uint32, st lb.BackendState) map[addrkey.Backend][]lb.ServiceID {
+	if shared == nil {
+		shared = map[addrkey.Backend][]lb.ServiceID{}
+	}
+	shared[k] = append(shared[k], sid)
+	u := unpackUsers(*p)
+	u.flags |= usersShared
+	u.state = st
+	*p = packUsers(u)
 	return shared
 }
 

@@ -449,15 +449,18 @@ func (c *Core) startUpserts(svcs []*lb.Service, base int, w *waiter, lane *bulkL
 	if c.services.len() == 0 && len(svcs) >= reserveMin {
 		// Many services into an empty engine (the first sync or batch):
 		// the indexes get their size at once.
-		c.byFE.Reserve(len(svcs))
-		n6 := 0 // the backends the users index keeps in a map
+		fe6, n6 := 0, 0 // the frontends and backends the indexes keep in maps (not IPv4)
 		for _, svc := range svcs {
+			if !svc.Frontend.Addr.Is4() {
+				fe6++
+			}
 			for _, b := range svc.Backends {
 				if !b.Addr.Is4() {
 					n6++
 				}
 			}
 		}
+		c.byFE.Reserve(len(svcs)-fe6, fe6)
 		c.users.Reserve(n6)
 	}
 	c.presizeQueues(nkeys)

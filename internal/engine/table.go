@@ -416,8 +416,8 @@ func (p *refreshPlan) finish(c *Core, _ *op, err error) {
 // whose entries share pages), the IPv6 ones packed in a map where the
 // packer can.
 func newFrontendIndex(n int) *pagedindex.Packed[lb.L3n4Addr, lb.ServiceID] {
-	return pagedindex.NewPacked[lb.L3n4Addr, lb.ServiceID](n, addrkey.NewFrontendPacker(), frontendRuns)
+	return pagedindex.NewPacked[lb.L3n4Addr, lb.ServiceID](n, frontendRuns, addrkey.NewFrontendPacker())
 }
 
-// frontendRuns is which packed frontends come in runs (addrkey.FrontendRun).
-var frontendRuns = pagedindex.Runs{Of: addrkey.FrontendRun, Back: addrkey.FrontendFromRun}
+// frontendRuns is which frontends come in runs (addrkey.FrontendRun).
+var frontendRuns = pagedindex.Runs[lb.L3n4Addr]{Of: addrkey.FrontendRun, Back: addrkey.FrontendFromRun}

@@ -2,12 +2,15 @@
 // (IDs an allocator hands out in order, addresses given out from a
 // range): a run's keys share pages of 64 values instead of each taking,
 // and probing, a slot of a hash table. actorlb keys its mirrors' indexes
-// by backend and service ID, and the core's index of backends by address
-// (an IPv4 backend's packed key, its address's last bits lowest).
+// by backend and service ID; Packed keys the indexes by address (the
+// core's backends and frontends, the service mirror's frontends): a
+// packer's keys that come in runs (IPv4 addresses, their last bits
+// lowest) in an Index, the others in a packedmap.Map.
 //
 // # Lifecycle
 //
-// An Index is a plain data structure made by New: no goroutines, no
+// An Index (New, NewSparse) or a Packed (NewPacked) is a plain data
+// structure: no goroutines, no
 // locks. It is NOT safe for concurrent use; its owner (one actor) calls
 // it from one goroutine at a time.
 //

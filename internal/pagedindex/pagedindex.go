@@ -163,28 +163,6 @@ func (x *Index[K, V]) Prepare(n int, key func(int) K) {
 	}
 }
 
-// PrepareSeq is Prepare for the keys keys yields, in the order they will
-// be set (an iterator: a closure or two allocated per call, where Prepare
-// allocates nothing).
-func (x *Index[K, V]) PrepareSeq(keys func(yield func(K) bool)) {
-	var no K
-	var in uint64 // the slots of range no the run sets
-	started := false
-	for k := range keys {
-		if started && k>>pageShift == no {
-			in |= 1 << (k & (pageSize - 1))
-			continue
-		}
-		if started {
-			x.prepareRange(no, in)
-		}
-		no, in, started = k>>pageShift, 1<<(k&(pageSize-1)), true
-	}
-	if started {
-		x.prepareRange(no, in)
-	}
-}
-
 // prepareRange gives range no a page if it has none and will hold
 // promoteAt entries once the slots in are set.
 func (x *Index[K, V]) prepareRange(no K, in uint64) {
