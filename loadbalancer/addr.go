@@ -232,6 +232,18 @@ func (a L3n4Addr) validateRest(field string, withScope bool) error {
 	return nil
 }
 
+// identityLess reports whether a comes before b by address, port and
+// protocol (a backend's identity: its scope aside).
+func (a *L3n4Addr) identityLess(b *L3n4Addr) bool {
+	if c := a.Addr.Compare(b.Addr); c != 0 {
+		return c < 0
+	}
+	if a.Port != b.Port {
+		return a.Port < b.Port
+	}
+	return a.Protocol < b.Protocol
+}
+
 // Compare returns -1, 0 or +1. The order is total: IPv4 before IPv6, then
 // address bytes, port, protocol and scope.
 func (a L3n4Addr) Compare(b L3n4Addr) int {

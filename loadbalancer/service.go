@@ -218,18 +218,37 @@ func (s *Service) Validate() error {
 		return invalid("frontend", fe.Addr.String(), "the broadcast address cannot be a service frontend")
 	}
 
-	var seen map[L3n4Addr]int // only for long lists: short ones are compared pairwise
-	if len(s.Backends) > 16 {
-		seen = make(map[L3n4Addr]int, len(s.Backends))
-	}
-	for i, be := range s.Backends {
+	// Backends in increasing address order (a list kept sorted, the
+	// common case) hold no duplicate: each is compared with the one
+	// before it alone, until one is out of order. From there on, each is
+	// compared with every earlier one (a map for long lists).
+	ordered := true
+	var seen map[L3n4Addr]int // only for long lists out of order
+	for i := range s.Backends {
+		be := &s.Backends[i]
 		// Checked without field names first: building them for every
 		// backend of every upsert would be most of the call's garbage.
-		if err := be.validateIn("", fe); err != nil {
-			return be.validateIn("backends["+strconv.Itoa(i)+"]", fe)
+		if !be.fits(&fe) {
+			if err := be.validateIn("backends["+strconv.Itoa(i)+"]", fe); err != nil {
+				return err
+			}
 		}
 		k := be.L3n4Addr
 		k.Scope = ScopeExternal
+		if ordered && (i == 0 || s.Backends[i-1].L3n4Addr.identityLess(&k)) {
+			continue
+		}
+		if ordered {
+			ordered = false
+			if len(s.Backends) > 16 {
+				seen = make(map[L3n4Addr]int, len(s.Backends))
+				for x := range i {
+					o := s.Backends[x].L3n4Addr
+					o.Scope = ScopeExternal
+					seen[o] = x
+				}
+			}
+		}
 		j, dup := -1, false
 		if seen != nil {
 			j, dup = seen[k]
@@ -272,6 +291,16 @@ func (s *Service) Validate() error {
 
 // validateIn checks one backend of a service with frontend fe; field
 // names the backend in errors.
+// fits reports whether validateIn would find nothing wrong with be, without
+// building field names (the upsert's common case).
+func (be *Backend) fits(fe *L3n4Addr) bool {
+	a := be.Addr
+	return a.IsValid() && a.Zone() == "" && !a.Is4In6() && !a.IsUnspecified() &&
+		a.Is6() == fe.Addr.Is6() && be.Port != 0 && be.Protocol.IsValid() &&
+		!(a == fe.Addr && be.Port == fe.Port && (fe.Protocol == ANY || be.Protocol == ANY || be.Protocol == fe.Protocol)) &&
+		(fe.Protocol == ANY || be.Protocol == fe.Protocol) && be.State.IsValid()
+}
+
 func (be Backend) validateIn(field string, fe L3n4Addr) error {
 	if err := validateAddr(field+".address", be.Addr); err != nil {
 		return err

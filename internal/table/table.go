@@ -58,7 +58,7 @@ func stateRank(s lb.BackendState) int {
 // terminating, then quarantined (maintenance last: they get no slot); within
 // a state by address, port and protocol. ids, if not nil, is permuted along.
 func SlotOrder(bs []lb.Backend, ids []lb.BackendID) {
-	if slices.IsSortedFunc(bs, compareSlot) {
+	if slotOrdered(bs) {
 		return // the common case: nothing to allocate
 	}
 	if ids == nil {
@@ -82,6 +82,25 @@ func SlotOrder(bs []lb.Backend, ids []lb.BackendID) {
 		}
 		copy(ids, sortedI)
 	}
+}
+
+// slotOrdered reports whether bs are in slot order (compareSlot), each
+// compared with the next in place (slices.IsSortedFunc copied both into
+// the comparison: a tenth of the upsert's check of its backends).
+func slotOrdered(bs []lb.Backend) bool {
+	for i := 1; i < len(bs); i++ {
+		a, b := &bs[i-1], &bs[i]
+		if ra, rb := stateRank(a.State), stateRank(b.State); ra != rb {
+			if ra > rb {
+				return false
+			}
+			continue
+		}
+		if a.L3n4Addr.Compare(b.L3n4Addr) > 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // compareSlot orders backends into slot order.
