@@ -359,19 +359,11 @@ func (c *Core) bound(k lb.L3n4Addr) bool {
 func TestBackendIndexMatchesAMap(t *testing.T) {
 	r := testutil.Rand(t)
 	var keys []addrkey.Backend
-	add := func(a netip.Addr, port uint16) {
-		keys = append(keys, addrkey.BackendOf(lb.L3n4Addr{Addr: a, Port: port, Protocol: lb.TCP}))
+	for _, a := range testutil.BackendAddrs(r, 8, 100, 200) {
+		keys = append(keys, addrkey.BackendOf(a))
 	}
-	for n := range 8 { // runs, as a node's pods
-		for i := range 100 {
-			add(netip.AddrFrom4([4]byte{10, 1, byte(n), byte(i)}), 8080)
-		}
-	}
-	for range 200 {
-		add(netip.AddrFrom4([4]byte{10, byte(r.IntN(256)), byte(r.IntN(256)), byte(r.IntN(256))}), uint16(r.IntN(1<<16)))
-		add(netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, 15: byte(r.IntN(256))}), uint16(r.IntN(4)))
-	}
-	add(netip.AddrFrom16(netip.AddrFrom4([4]byte{10, 1, 0, 1}).As16()), 8080) // the first run's first key, mapped
+	// the first run's first key, mapped: its IPv4 address's key
+	keys = append(keys, addrkey.BackendOf(lb.L3n4Addr{Addr: netip.AddrFrom16(netip.AddrFrom4([4]byte{10, 1, 0, 0}).As16()), Port: 8080, Protocol: lb.TCP}))
 	x := newBackendIndex()
 	testutil.MatchesAMap(t, r, 20000, 1000, keys, func() users {
 		return users{id: lb.BackendID(1 + r.IntN(1<<20)), one: lb.ServiceID(1 + r.IntN(1<<15)), state: lb.BackendState(r.IntN(3))}

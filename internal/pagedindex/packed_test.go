@@ -37,17 +37,8 @@ func TestPackedMatchesAMap(t *testing.T) {
 	t.Run("backends", func(t *testing.T) {
 		r := testutil.Rand(t)
 		var keys []addrkey.Backend
-		add := func(a netip.Addr, port uint16) {
-			keys = append(keys, addrkey.BackendOf(lb.L3n4Addr{Addr: a, Port: port, Protocol: lb.TCP}))
-		}
-		for n := range 4 { // runs, as a node's pods
-			for i := range 150 {
-				add(netip.AddrFrom4([4]byte{10, 1, byte(n), byte(i)}), 8080)
-			}
-		}
-		for i := range 300 {
-			add(netip.AddrFrom4([4]byte{10, byte(r.IntN(256)), byte(r.IntN(256)), byte(r.IntN(256))}), uint16(r.IntN(1<<16)))
-			add(netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, 12: byte(i % 100), 15: byte(r.IntN(256))}), uint16(r.IntN(4)))
+		for _, a := range testutil.BackendAddrs(r, 4, 150, 300) {
+			keys = append(keys, addrkey.BackendOf(a))
 		}
 		testPackedMatchesAMap(t, keys, Runs[addrkey.Backend]{Of: addrkey.BackendRun, Back: addrkey.BackendFromRun}, addrkey.NewBackendPacker(), false)
 	})

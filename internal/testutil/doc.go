@@ -1,7 +1,8 @@
 // Package testutil holds test helpers shared by actorlb's packages: the
 // privilege gate for tests on real kernel objects, the choice between kernel
 // and in-memory maps for tests that can run on either (KernelMaps), per-test
-// bpffs pin directories and seeded randomness.
+// bpffs pin directories, seeded randomness, and backend addresses of every
+// layout for the indexes by address (BackendAddrs).
 //
 // Lifecycle: every helper takes a testing.TB and registers its own cleanup.
 //
