@@ -360,7 +360,7 @@ func TestBackendIndexMatchesAMap(t *testing.T) {
 	r := testutil.Rand(t)
 	var keys []addrkey.Backend
 	for _, a := range testutil.BackendAddrs(r, 8, 100, 200) {
-		keys = append(keys, addrkey.BackendOf(a))
+		keys = append(keys, addrkey.BackendOf(lb.L3n4Addr{Addr: a.Addr(), Port: a.Port(), Protocol: lb.TCP}))
 	}
 	// the first run's first key, mapped: its IPv4 address's key
 	keys = append(keys, addrkey.BackendOf(lb.L3n4Addr{Addr: netip.AddrFrom16(netip.AddrFrom4([4]byte{10, 1, 0, 0}).As16()), Port: 8080, Protocol: lb.TCP}))

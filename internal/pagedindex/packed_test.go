@@ -38,7 +38,7 @@ func TestPackedMatchesAMap(t *testing.T) {
 		r := testutil.Rand(t)
 		var keys []addrkey.Backend
 		for _, a := range testutil.BackendAddrs(r, 4, 150, 300) {
-			keys = append(keys, addrkey.BackendOf(a))
+			keys = append(keys, addrkey.BackendOf(lb.L3n4Addr{Addr: a.Addr(), Port: a.Port(), Protocol: lb.TCP}))
 		}
 		testPackedMatchesAMap(t, keys, Runs[addrkey.Backend]{Of: addrkey.BackendRun, Back: addrkey.BackendFromRun}, addrkey.NewBackendPacker(), false)
 	})

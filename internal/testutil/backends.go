@@ -3,20 +3,16 @@ package testutil
 import (
 	"math/rand/v2"
 	"net/netip"
-
-	lb "github.com/actorlb/actorlb/loadbalancer"
 )
 
 // BackendAddrs returns backend addresses of every layout an index by
 // address must handle: runs runs of perRun consecutive IPv4 addresses on
 // one port (a node's pods), then scattered IPv4 addresses on random ports
 // and IPv6 ones of prefixes /104 in a hundred (each scattered one of
-// either), with repeats possible; TCP.
-func BackendAddrs(r *rand.Rand, runs, perRun, scattered int) []lb.L3n4Addr {
-	var out []lb.L3n4Addr
-	add := func(a netip.Addr, port uint16) {
-		out = append(out, lb.L3n4Addr{Addr: a, Port: port, Protocol: lb.TCP})
-	}
+// either), with repeats possible.
+func BackendAddrs(r *rand.Rand, runs, perRun, scattered int) []netip.AddrPort {
+	var out []netip.AddrPort
+	add := func(a netip.Addr, port uint16) { out = append(out, netip.AddrPortFrom(a, port)) }
 	for n := range runs {
 		for i := range perRun {
 			add(netip.AddrFrom4([4]byte{10, 1, byte(n), byte(i)}), 8080)
