@@ -3,8 +3,8 @@
 // range): a run's keys share pages of 64 values instead of each taking,
 // and probing, a slot of a hash table. actorlb keys its mirrors' indexes
 // by backend and service ID; Packed keys the indexes by address (the
-// core's backends and frontends, the service mirror's frontends): a
-// packer's keys that come in runs (IPv4 addresses, their last bits
+// core's backends and frontends, the service mirror's frontends): the
+// keys its Runs accept (IPv4 addresses, by a run key with their last bits
 // lowest) in an Index, the others in a packedmap.Map.
 //
 // # Lifecycle
