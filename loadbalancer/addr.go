@@ -200,26 +200,28 @@ func (a L3n4Addr) IsSurrogate() bool {
 // Field is field for the address and field+".port", field+".protocol" or
 // field+".scope" for the others.
 func (a L3n4Addr) Validate(field string) error {
-	if err := validateAddr(field, a.Addr); err != nil {
+	if err := validateAddr(field, "", a.Addr); err != nil {
 		return err
 	}
 	return a.validateRest(field, true)
 }
 
-func validateAddr(field string, addr netip.Addr) error {
+// validateAddr checks addr; field+sub names it in errors (joined only
+// for an error: a backend's checks build no string when all is well).
+func validateAddr(field, sub string, addr netip.Addr) error {
 	switch {
 	case !addr.IsValid():
-		return invalid(field, "", "address is not set")
+		return invalid(field+sub, "", "address is not set")
 	case addr.Zone() != "":
-		return invalid(field, addr.String(), "IP address must not have a zone")
+		return invalid(field+sub, addr.String(), "IP address must not have a zone")
 	case addr.Is4In6():
-		return invalid(field, addr.String(), "IPv4-mapped IPv6 address, use the IPv4 form "+addr.Unmap().String())
+		return invalid(field+sub, addr.String(), "IPv4-mapped IPv6 address, use the IPv4 form "+addr.Unmap().String())
 	}
 	return nil
 }
 
 // validateRest checks port, protocol and (if withScope) scope.
-func (a L3n4Addr) validateRest(field string, withScope bool) error {
+func (a *L3n4Addr) validateRest(field string, withScope bool) error {
 	if a.Port == 0 {
 		return invalid(field+".port", "0", portRangeReason)
 	}

@@ -226,13 +226,10 @@ func (s *Service) Validate() error {
 	var seen map[L3n4Addr]int // only for long lists out of order
 	for i := range s.Backends {
 		be := &s.Backends[i]
-		// Checked without field names first (fits): building them for
-		// every backend of every upsert would be most of the call's
-		// garbage, and copying the backend into the check its CPU.
-		if !be.fits(&fe) {
-			if err := be.validateIn("backends["+strconv.Itoa(i)+"]", fe); err != nil {
-				return err
-			}
+		// Checked without a field name first: building it for every
+		// backend of every upsert would be most of the call's garbage.
+		if err := be.validateIn("", &fe); err != nil {
+			return be.validateIn("backends["+strconv.Itoa(i)+"]", &fe)
 		}
 		k := be.L3n4Addr
 		k.Scope = ScopeExternal
@@ -290,21 +287,11 @@ func (s *Service) Validate() error {
 	return nil
 }
 
-// fits reports whether validateIn would find nothing wrong with be, without
-// building field names (the upsert's common case; a test holds the two
-// equal).
-func (be *Backend) fits(fe *L3n4Addr) bool {
-	a := be.Addr
-	return a.IsValid() && a.Zone() == "" && !a.Is4In6() && !a.IsUnspecified() &&
-		a.Is6() == fe.Addr.Is6() && be.Port != 0 && be.Protocol.IsValid() &&
-		!(a == fe.Addr && be.Port == fe.Port && (fe.Protocol == ANY || be.Protocol == ANY || be.Protocol == fe.Protocol)) &&
-		(fe.Protocol == ANY || be.Protocol == fe.Protocol) && be.State.IsValid()
-}
-
 // validateIn checks one backend of a service with frontend fe; field
-// names the backend in errors.
-func (be Backend) validateIn(field string, fe L3n4Addr) error {
-	if err := validateAddr(field+".address", be.Addr); err != nil {
+// names the backend in errors. It builds no string unless something is
+// wrong, and copies neither address.
+func (be *Backend) validateIn(field string, fe *L3n4Addr) error {
+	if err := validateAddr(field, ".address", be.Addr); err != nil {
 		return err
 	}
 	switch {
