@@ -124,6 +124,7 @@ func (x *Index[K, V]) page(no K) *valPage[V] {
 	return p
 }
 
+// Get returns the value of k and whether k is in the index.
 func (x *Index[K, V]) Get(k K) (V, bool) {
 	no := k >> pageShift
 	if x.emptyOK && x.empty == no {
@@ -182,6 +183,8 @@ func (x *Index[K, V]) prepareRange(no K, in uint64) {
 	}
 }
 
+// Set sets the value of k: in its range's page, or loose (the range
+// paged once it holds promoteAt loose entries, see New and NewSparse).
 func (x *Index[K, V]) Set(k K, v V) {
 	x.emptyOK = false
 	no := k >> pageShift
@@ -245,6 +248,8 @@ func (x *Index[K, V]) promote(no K) {
 	x.pages[no] = p
 }
 
+// Delete removes k (nothing if absent); a page left with fewer than
+// demoteBelow entries goes loose.
 func (x *Index[K, V]) Delete(k K) {
 	no := k >> pageShift
 	p := x.page(no)
@@ -296,8 +301,11 @@ func (x *Index[K, V]) Delete(k K) {
 	x.spare = p
 }
 
+// Len returns the number of keys.
 func (x *Index[K, V]) Len() int { return x.n }
 
+// All yields every key and its value, in no order. The index must not
+// change during the iteration.
 func (x *Index[K, V]) All(yield func(K, V) bool) {
 	for no, p := range x.pages {
 		for u := p.used; u != 0; u &= u - 1 {
