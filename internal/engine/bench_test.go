@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/netip"
 	"testing"
 	"time"
@@ -212,6 +213,42 @@ func stepInFlight[R any](c *Core, a *autoChildren, n, per int, call func(lo, hi 
 	}
 	a.settle()
 	return replies
+}
+
+// BenchmarkCoreUpsertBatch10kx10Spread is BenchmarkCoreUpsertBatch10kx10
+// with addresses as a cluster spreads them: frontends drawn at random from
+// a /16, and each service's ten backends pods on ten nodes of 200 drawn at
+// random (each node gives out its /24 in order), so that a service's
+// backends are not a run of addresses (pagedindex and the queue table
+// keep runs in pages).
+func BenchmarkCoreUpsertBatch10kx10Spread(b *testing.B) {
+	benchCoreUpsertBatch(b, spreadServices(10000, 10), 100)
+}
+
+// spreadServices returns n services of k IPv4 backends each, every
+// frontend and backend distinct, spread as BenchmarkCoreUpsertBatch10kx10Spread
+// says (a fixed draw: the runs compare alike).
+func spreadServices(n, k int) []*lb.Service {
+	r := rand.New(rand.NewPCG(1, 2))
+	const nodes = 200
+	next := make([]int, nodes) // each node's next pod
+	fes := r.Perm(1 << 16)
+	svcs := make([]*lb.Service, n)
+	for i := range svcs {
+		fe := fes[i]
+		s := &lb.Service{Frontend: lb.Frontend{L3n4Addr: lb.L3n4Addr{
+			Addr: netip.AddrFrom4([4]byte{10, 96, byte(fe >> 8), byte(fe)}), Port: 80, Protocol: lb.TCP,
+		}}}
+		for _, node := range r.Perm(nodes)[:k] {
+			pod := next[node]
+			next[node]++
+			s.Backends = append(s.Backends, lb.Backend{L3n4Addr: lb.L3n4Addr{
+				Addr: netip.AddrFrom4([4]byte{10, byte(1 + pod>>8), byte(node), byte(pod)}), Port: 8080, Protocol: lb.TCP,
+			}, Weight: lb.DefaultBackendWeight})
+		}
+		svcs[i] = s
+	}
+	return svcs
 }
 
 // BenchmarkCoreUpsertBatch50kx1 is the core's side of the bench's
