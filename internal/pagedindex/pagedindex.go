@@ -59,9 +59,15 @@ const (
 )
 
 // recentSlots is the size of a sparse index's table of recent ranges, a
-// power of two (recentShift its log).
+// power of two (recentShift its log): 16 KB, room for the ranges a batch
+// fills together when its services' pods are spread over a few hundred
+// nodes (each node's range filled in order, the nodes interleaved). With
+// 64 slots, 200 such ranges took each other's slots and none got a page
+// (TestPagedIndexSparsePagesRunsOfManyRangesSetInterleaved); every key
+// then cost two map probes, a page's and its own, where a page costs one
+// for 64 keys.
 const (
-	recentShift = 6
+	recentShift = 10
 	recentSlots = 1 << recentShift
 )
 
@@ -95,8 +101,9 @@ func New[K Key, V any](n int) *Index[K, V] {
 // with a pod on each of many nodes is not): it keeps no count per range,
 // so that a loose entry costs what it would in a Go map alone. A range
 // gets a page from Prepare (a run of promoteAt keys set together), or once
-// promoteAt loose entries of it are set while it holds its slot in a small
-// table of recent ranges (keys set one by one, in runs); it loses its
+// promoteAt loose entries of it are set while it holds its slot in a table
+// of recent ranges (keys set one by one, in runs, of one range or of a few
+// hundred interleaved: recentSlots, recentOf); it loses its
 // page as in New's. Gets of a missing key probe the pages and the loose
 // entries (no negative cache: that needs the counts).
 func NewSparse[K Key, V any](n int) *Index[K, V] {
@@ -107,9 +114,23 @@ func NewSparse[K Key, V any](n int) *Index[K, V] {
 	}
 }
 
-// recentOf returns range no's slot in recent.
+// recentOf returns range no's slot in recent: each range has two, side by
+// side (a hash picks the pair), and gets the one that holds it, else the
+// one to take: an empty one, else the one counting fewer entries. With one
+// slot, two ranges filled together that hash alike took it from each other
+// at every set and neither got its page.
 func (x *Index[K, V]) recentOf(no K) *recentRange[K] {
-	return &x.recent[(uint64(no)*0x9e3779b97f4a7c15)>>(64-recentShift)]
+	i := (uint64(no) * 0x9e3779b97f4a7c15) >> (64 - recentShift) &^ 1
+	a, b := &x.recent[i], &x.recent[i+1]
+	switch {
+	case a.ok && a.no == no:
+		return a
+	case b.ok && b.no == no:
+		return b
+	case !a.ok || (b.ok && a.c <= b.c):
+		return a
+	}
+	return b
 }
 
 // page returns page no, or nil.

@@ -220,3 +220,22 @@ func TestPagedIndexPreparesAPageForARunThatFillsIt(t *testing.T) {
 	}
 	require.Equal(t, promoteAt+3+promoteAt, x.Len())
 }
+
+// A cluster's pods get their addresses from each node's range in order,
+// and a batch's services take pods of many nodes each: a sparse index is
+// set runs of many ranges interleaved. The ranges that get promoteAt
+// entries must still get their pages (the recent table holds them all),
+// not stay loose for want of a slot.
+func TestPagedIndexSparsePagesRunsOfManyRangesSetInterleaved(t *testing.T) {
+	const ranges = 200 // nodes filling their ranges together
+	x := NewSparse[uint64, uint32](0)
+	for j := range promoteAt + 4 {
+		for r := range uint64(ranges) {
+			x.Set((1000+r*7)<<pageShift|uint64(j), uint32(j))
+		}
+	}
+	if paged := len(x.pages); paged < ranges*98/100 {
+		t.Fatalf("%d of %d ranges set %d times each got a page", paged, ranges, promoteAt+4)
+	}
+	require.Equal(t, ranges*(promoteAt+4), x.Len())
+}
