@@ -1,6 +1,9 @@
 package addrkey
 
-import "net/netip"
+import (
+	"encoding/binary"
+	"net/netip"
+)
 
 // IP is an IP address in 17 bytes, without a pointer: 16 of address and
 // its kind.
@@ -29,6 +32,12 @@ func (i IP) Addr() netip.Addr {
 		return netip.AddrFrom16(i.addr)
 	}
 	return netip.Addr{}
+}
+
+// V4 returns an IPv4 address as a number, its first byte highest (so that
+// consecutive addresses are consecutive numbers), and false for any other.
+func (i IP) V4() (uint32, bool) {
+	return binary.BigEndian.Uint32(i.addr[12:]), i.kind == 4
 }
 
 // IP4 is an IPv4 address in 5 bytes, for the IPv4 maps' mirrors. bad

@@ -327,3 +327,25 @@ func TestRunKeysAreInAddressOrderAndComeBack(t *testing.T) {
 		})
 	}
 }
+
+func TestIPV4IsTheAddressAsANumberForIPv4Alone(t *testing.T) {
+	for _, c := range []struct {
+		addr string
+		want uint32
+		ok   bool
+	}{
+		{"10.1.2.3", 0x0a010203, true},
+		{"255.255.255.255", 0xffffffff, true},
+		{"0.0.0.0", 0, true},
+		{"::ffff:10.1.2.3", 0, false}, // an IPv4-mapped IPv6 address stays IPv6
+		{"2001:db8::1", 0, false},
+	} {
+		got, ok := IPOf(netip.MustParseAddr(c.addr)).V4()
+		if ok != c.ok || (ok && got != c.want) {
+			t.Errorf("%s: V4() = %#x, %v; want %#x, %v", c.addr, got, ok, c.want, c.ok)
+		}
+	}
+	if _, ok := (IP{}).V4(); ok {
+		t.Error("the zero IP is IPv4")
+	}
+}

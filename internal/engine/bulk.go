@@ -178,9 +178,9 @@ func (c *Core) cut(o *op, throttled bool) *op {
 		return nil // weight 1: not reached
 	}
 	for _, k := range head.keys {
-		q := c.queues[k]
+		q := c.queues.get(k)
 		q.head = head
-		c.queues[k] = q
+		c.queues.set(k, q)
 	}
 	return head
 }

@@ -331,7 +331,7 @@ func (c *Core) sync(m *messages.Sync) {
 			stale = append(stale, fe)
 		}
 	}
-	for key, q := range c.queues {
+	for key, q := range c.queues.all {
 		if key.backend {
 			continue
 		}
@@ -469,7 +469,7 @@ func (c *Core) startUpserts(svcs []*lb.Service, base int, w *waiter, lane *bulkL
 	lookup := func() {
 		found = found[:0]
 		for _, k := range keys {
-			found = append(found, c.queues[k])
+			found = append(found, c.queues.get(k))
 		}
 	}
 	flush := func() {

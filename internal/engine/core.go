@@ -66,7 +66,7 @@ type Core struct {
 	shared     map[addrkey.Backend][]lb.ServiceID            // users beyond the first, of shared backends
 	standalone map[lb.ServiceID]lb.L3n4Addr                  // revNAT entries without a service
 
-	queues     map[qkey]queue
+	queues     queueTable
 	queuesPeak int // most keys queues held since it was last made
 	behind     int // ops waiting behind another op, over all queues (0: each queue holds its head alone)
 	reqs       pendingTable
@@ -143,7 +143,6 @@ func New(cfg Config) *Core {
 		byFE:       newFrontendIndex(0),
 		users:      newBackendIndex(),
 		standalone: map[lb.ServiceID]lb.L3n4Addr{},
-		queues:     map[qkey]queue{},
 	}
 	c.services.packer = c.users.packer
 	return c

@@ -114,7 +114,7 @@ func (h *harness) step(in Input) {
 func (h *harness) checkBehind() {
 	h.t.Helper()
 	n := 0
-	for _, q := range h.c.queues {
+	for _, q := range h.c.queues.all {
 		n += len(q.behind())
 	}
 	if h.c.behind != n {
@@ -198,7 +198,7 @@ func (h *harness) forget(child string) { h.sent[child] = nil }
 // expectQueuesEmpty fails unless every op has left its queues.
 func (h *harness) expectQueuesEmpty() {
 	h.t.Helper()
-	if got := len(h.c.queues); got != 0 {
+	if got := h.c.queues.len(); got != 0 {
 		h.t.Fatalf("%d queues left after every op completed", got)
 	}
 }

@@ -19,7 +19,7 @@ func wideLane(c *Config) { c.BulkChunk, c.BulkInFlight = intakeChunk, 2 }
 // queues (batchOf's services taken in).
 func queuedFrontends(h *harness, net byte) int {
 	n := 0
-	for k := range h.c.queues {
+	for k := range h.c.queues.all {
 		if !k.backend && k.Addr().As4()[2] == net {
 			n++
 		}
@@ -80,7 +80,7 @@ func syncOf(m *messages.UpsertBatch) *messages.Sync {
 // 10.96.<net>.*.
 func queuedDeletes(h *harness, net byte) int {
 	n := 0
-	for k, q := range h.c.queues {
+	for k, q := range h.c.queues.all {
 		if k.backend || k.Addr().As4()[2] != net {
 			continue
 		}

@@ -104,7 +104,7 @@ const queuesPresize = 1024
 func (c *Core) run(o *op) {
 	c.presizeQueues(len(o.keys))
 	for _, k := range o.keys {
-		c.enter(o, k, c.queues[k])
+		c.enter(o, k, c.queues.get(k))
 	}
 	c.entered(o)
 }
@@ -114,8 +114,8 @@ func (c *Core) run(o *op) {
 // (a batch on an idle engine), rather than grown by doubling through
 // every size.
 func (c *Core) presizeQueues(n int) {
-	if len(c.queues) == 0 && n >= queuesPresize && n > c.queuesPeak {
-		c.queues = make(map[qkey]queue, n)
+	if c.queues.len() == 0 && n >= queuesPresize && n > c.queuesPeak {
+		c.queues = newQueueTable(n)
 		c.queuesPeak = 0
 	}
 }
@@ -133,14 +133,14 @@ func (c *Core) enter(o *op, k qkey, q queue) {
 	} else {
 		q.head = o
 	}
-	c.queues[k] = q
+	c.queues.set(k, q)
 }
 
 // entered begins o, which has entered all its queues, unless it waits in
 // one of them.
 func (c *Core) entered(o *op) {
 	o.since = c.now()
-	if n := len(c.queues); n > c.queuesPeak {
+	if n := c.queues.len(); n > c.queuesPeak {
 		c.queuesPeak = n
 	}
 	if o.blocked == 0 {
@@ -265,9 +265,9 @@ func (c *Core) handOver(o *op, subs []*op) {
 	taken := map[qkey]bool{}
 	for _, s := range subs {
 		for _, k := range s.keys {
-			q := c.queues[k]
+			q := c.queues.get(k)
 			q.head = s
-			c.queues[k] = q
+			c.queues.set(k, q)
 			taken[k] = true
 		}
 	}
@@ -309,13 +309,13 @@ func (c *Core) abortAll(err error) {
 	for _, p := range c.reqs.all {
 		abort(p.op)
 	}
-	for _, q := range c.queues {
+	for _, q := range c.queues.all {
 		for o := range q.all {
 			abort(o)
 		}
 	}
 	c.reqs = pendingTable{}
-	c.queues, c.behind = map[qkey]queue{}, 0
+	c.queues, c.behind = queueTable{}, 0
 	c.bulkRing, c.bulkBusy = nil, 0
 	c.outbox = [numChildren][]*pendingReq{}
 	c.lease = idLease{} // the ops that waited for it are aborted; the next snapshot forgets it

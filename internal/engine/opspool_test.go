@@ -42,7 +42,7 @@ func TestASingleCallsOpIsReusedByTheNextOne(t *testing.T) {
 		h.expectAnswers(fmt.Sprintf("delete: id %d", i+1))
 		require.Len(t, h.c.ops.deletes, 1)
 	}
-	require.Empty(t, h.c.queues)
+	require.Zero(t, h.c.queues.len())
 	require.Zero(t, h.c.stats().OpsInFlight)
 }
 
@@ -174,7 +174,7 @@ func TestAWithdrawnUpsertIsAnsweredUnread(t *testing.T) {
 	h.expectAnswers("upsert: error: upsert service: " + ErrCallWithdrawn.Error())
 	require.False(t, m.Take(), "a withdrawn call was taken")
 	require.Zero(t, h.c.services.len())
-	require.Empty(t, h.c.queues)
+	require.Zero(t, h.c.queues.len())
 
 	// Taken with no service (the façade never sends one): refused as an
 	// empty service is, and released.

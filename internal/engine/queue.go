@@ -95,16 +95,16 @@ func appendOpKeys(keys []qkey, fe lb.L3n4Addr, bs []lb.Backend) []qkey {
 func (c *Core) dequeue(o *op) {
 	if c.behind == 0 {
 		for _, k := range o.keys {
-			delete(c.queues, k)
+			c.queues.del(k)
 		}
 		c.queuesEmptied()
 		return
 	}
 	for _, k := range o.keys {
-		q := c.queues[k]
+		q := c.queues.get(k)
 		rest := q.behind()
 		if len(rest) == 0 {
-			delete(c.queues, k)
+			c.queues.del(k)
 			c.queuesEmptied()
 			continue
 		}
@@ -115,7 +115,7 @@ func (c *Core) dequeue(o *op) {
 		} else {
 			*q.rest = rest
 		}
-		c.queues[k] = q
+		c.queues.set(k, q)
 		c.behind--
 		h.blocked--
 		if h.blocked == 0 {
@@ -130,8 +130,8 @@ func (c *Core) dequeue(o *op) {
 // table for good. Up to queuesKeep keys it is kept, so that bursts of
 // batches do not grow it again each time.
 func (c *Core) queuesEmptied() {
-	if len(c.queues) == 0 && c.queuesPeak > queuesKeep {
-		c.queues = map[qkey]queue{}
+	if c.queues.len() == 0 && c.queuesPeak > queuesKeep {
+		c.queues = queueTable{}
 		c.queuesPeak = 0
 	}
 }
