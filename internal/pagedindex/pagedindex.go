@@ -59,10 +59,11 @@ const (
 )
 
 // recentSlots is the size of a sparse index's table of recent ranges, a
-// power of two (recentShift its log): 16 KB, room for the ranges a batch
-// fills together when its services' pods are spread over a few hundred
-// nodes (each node's range filled in order, the nodes interleaved). With
-// 64 slots, 200 such ranges took each other's slots and none got a page
+// power of two (recentShift its log): 16 KB for 64-bit keys, room for the
+// ranges a batch fills together when its services' pods are spread over
+// a few hundred nodes (each node's range filled in order, the nodes
+// interleaved). With 64 slots of one way, 200 such ranges took each
+// other's slots and none got a page
 // (TestPagedIndexSparsePagesRunsOfManyRangesSetInterleaved); every key
 // then cost two map probes, a page's and its own, where a page costs one
 // for 64 keys.
