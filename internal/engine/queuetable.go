@@ -30,7 +30,6 @@ import (
 type queueTable struct {
 	slots []queueSlot // a power of two long (at least queueBlock), or nil
 	n     int         // slots in use
-	mask  uint64      // len(slots) - 1
 	seed  uint64      // drawn when the slots are made
 	rest  map[qkey]queue
 }
@@ -69,7 +68,6 @@ func queueSlotsFor(n int) int {
 
 func (t *queueTable) make(size int) {
 	t.slots = make([]queueSlot, size)
-	t.mask = uint64(size - 1)
 	t.seed = rand.Uint64()
 }
 
@@ -79,7 +77,8 @@ func (t *queueTable) make(size int) {
 // client can choose addresses that pile up on one probe run.
 func (t *queueTable) home(p uint64) int {
 	hi, lo := bits.Mul64(p>>queueBlockShift^t.seed, 0x9e3779b97f4a7c15)
-	return int((hi^lo)&t.mask&^(queueBlock-1) | p&(queueBlock-1))
+	mask := uint64(len(t.slots) - 1)
+	return int((hi^lo)&mask&^(queueBlock-1) | p&(queueBlock-1))
 }
 
 // find returns the slot of p, or the empty slot where its probe ends (and
