@@ -3,11 +3,11 @@ package engine
 import (
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/netip"
 	"testing"
 	"time"
 
+	"github.com/actorlb/actorlb/internal/benchset"
 	"github.com/actorlb/actorlb/internal/table"
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	lbmaps "github.com/actorlb/actorlb/maps"
@@ -143,32 +143,13 @@ func BenchmarkCoreUpsertDelete10Backends(b *testing.B) {
 	}
 }
 
-// benchServices returns n services of k IPv4 backends each, every
-// frontend and backend distinct, as the bench's bulk has them.
-func benchServices(n, k int) []*lb.Service {
-	svcs := make([]*lb.Service, n)
-	for i := range svcs {
-		s := &lb.Service{Frontend: lb.Frontend{L3n4Addr: lb.L3n4Addr{
-			Addr: netip.AddrFrom4([4]byte{10, 96, byte(i >> 8), byte(i)}), Port: 80, Protocol: lb.TCP,
-		}}}
-		for j := range k {
-			x := i*k + j
-			s.Backends = append(s.Backends, lb.Backend{L3n4Addr: lb.L3n4Addr{
-				Addr: netip.AddrFrom4([4]byte{10, byte(1 + x>>16), byte(x >> 8), byte(x)}), Port: 8080, Protocol: lb.TCP,
-			}, Weight: lb.DefaultBackendWeight})
-		}
-		svcs[i] = s
-	}
-	return svcs
-}
-
 // BenchmarkCoreUpsertBatch10kx10 measures the core's own cost of the
 // bench's batched bulk: 10,000 new services of ten backends each into an
 // empty core, in UpsertBatch calls of 100 services, eight calls stepped
 // before the children answer (as eight callers would keep them in flight),
 // every child answering at once. Reported per service.
 func BenchmarkCoreUpsertBatch10kx10(b *testing.B) {
-	benchCoreUpsertBatch(b, benchServices(10000, 10), 100)
+	benchCoreUpsertBatch(b, benchset.Sequential(10000, 10), 100)
 }
 
 // benchCoreUpsertBatch upserts svcs into an empty core in UpsertBatch
@@ -222,33 +203,7 @@ func stepInFlight[R any](c *Core, a *autoChildren, n, per int, call func(lo, hi 
 // backends are not a run of addresses (pagedindex and the queue table
 // keep runs in pages).
 func BenchmarkCoreUpsertBatch10kx10Spread(b *testing.B) {
-	benchCoreUpsertBatch(b, spreadServices(10000, 10), 100)
-}
-
-// spreadServices returns n services of k IPv4 backends each, every
-// frontend and backend distinct, spread as BenchmarkCoreUpsertBatch10kx10Spread
-// says (a fixed draw: the runs compare alike).
-func spreadServices(n, k int) []*lb.Service {
-	r := rand.New(rand.NewPCG(1, 2))
-	const nodes = 200
-	next := make([]int, nodes) // each node's next pod
-	fes := r.Perm(1 << 16)
-	svcs := make([]*lb.Service, n)
-	for i := range svcs {
-		fe := fes[i]
-		s := &lb.Service{Frontend: lb.Frontend{L3n4Addr: lb.L3n4Addr{
-			Addr: netip.AddrFrom4([4]byte{10, 96, byte(fe >> 8), byte(fe)}), Port: 80, Protocol: lb.TCP,
-		}}}
-		for _, node := range r.Perm(nodes)[:k] {
-			pod := next[node]
-			next[node]++
-			s.Backends = append(s.Backends, lb.Backend{L3n4Addr: lb.L3n4Addr{
-				Addr: netip.AddrFrom4([4]byte{10, byte(1 + pod>>8), byte(node), byte(pod)}), Port: 8080, Protocol: lb.TCP,
-			}, Weight: lb.DefaultBackendWeight})
-		}
-		svcs[i] = s
-	}
-	return svcs
+	benchCoreUpsertBatch(b, benchset.Spread(10000, 10), 100)
 }
 
 // BenchmarkCoreUpsertBatch50kx1 is the core's side of the bench's
@@ -257,7 +212,7 @@ func spreadServices(n, k int) []*lb.Service {
 // before the children answer, every child answering at once. Reported
 // per service: what a service costs the core beyond its backends.
 func BenchmarkCoreUpsertBatch50kx1(b *testing.B) {
-	benchCoreUpsertBatch(b, benchServices(50000, 1), 1000)
+	benchCoreUpsertBatch(b, benchset.Sequential(50000, 1), 1000)
 }
 
 // BenchmarkInstall10kx10 is the install of a warm restart of the bench's
@@ -267,7 +222,7 @@ func BenchmarkCoreUpsertBatch50kx1(b *testing.B) {
 func BenchmarkInstall10kx10(b *testing.B) {
 	const n, k = 10000, 10
 	svcs := make([]*table.Service, n)
-	for i, spec := range benchServices(n, k) {
+	for i, spec := range benchset.Sequential(n, k) {
 		spec.Frontend.ID = lb.ServiceID(i + 1)
 		s := &table.Service{Spec: *spec}
 		for j := range k {
@@ -295,7 +250,7 @@ func BenchmarkInstall10kx10(b *testing.B) {
 // per service.
 func BenchmarkCoreUpdateBatch10kx10(b *testing.B) {
 	const per = 100
-	svcs := benchServices(10000, 10)
+	svcs := benchset.Sequential(10000, 10)
 	updated := make([]*lb.Service, len(svcs))
 	for i, s := range svcs {
 		u := s.DeepCopy()
@@ -358,7 +313,7 @@ func coreHolding(b *testing.B, svcs []*lb.Service) (*Core, *autoChildren) {
 // answering at once. Reported per service.
 func BenchmarkCoreDeleteBatch10kx10(b *testing.B) {
 	const per = 100
-	svcs := benchServices(10000, 10)
+	svcs := benchset.Sequential(10000, 10)
 	fes := make([]lb.L3n4Addr, len(svcs))
 	for i, s := range svcs {
 		fes[i] = s.Frontend.L3n4Addr

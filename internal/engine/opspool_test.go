@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/actorlb/actorlb/internal/benchset"
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/messages"
 	"github.com/stretchr/testify/require"
@@ -194,7 +195,7 @@ func TestAWithdrawnUpsertIsAnsweredUnread(t *testing.T) {
 // it keeps none.
 func TestTheNextWaveOfRunsTakesTheArraysTheLastOneGaveBack(t *testing.T) {
 	c, a := startedCore()
-	svcs := benchServices(160, 10)
+	svcs := benchset.Sequential(160, 10)
 	kinds := []string{"keys", "items", "index lists", "services", "backend IDs"}
 	kept := func() [][]any {
 		r := &c.ops.run
@@ -237,7 +238,7 @@ func firstElems[T any](arrays [][]T) []any {
 // too, so that its actor tells it Quiet, which drops them.
 func TestACoreKeepingOnlyRunArraysRestsUntilQuiet(t *testing.T) {
 	c, a := startedCore()
-	stepWave(t, c, a, benchServices(4, 1))
+	stepWave(t, c, a, benchset.Sequential(4, 1))
 	require.False(t, c.spares.large(), "the small batches' write arrays are past what a core at rest keeps")
 	require.True(t, c.ops.keepsRunArrays())
 	require.True(t, c.Resting(), "run arrays kept, and the core does not rest: no Quiet would drop them")

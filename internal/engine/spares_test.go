@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/actorlb/actorlb/internal/benchset"
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/maps"
 	"github.com/actorlb/actorlb/messages"
@@ -134,7 +135,7 @@ func TestQuietTrimsTheSparesToWhatAnEngineAtRestKeeps(t *testing.T) {
 // arrays the last one gave back, however large.
 func TestTheNextWaveOfBulkOpsWritesInTheLastOnesArrays(t *testing.T) {
 	c, a := startedCore()
-	svcs := benchServices(160, 10)
+	svcs := benchset.Sequential(160, 10)
 	var arrays [2][]*maps.ServiceEntry // the service writes' arrays of each wave
 	wave := 0
 	a.sent = func(r messages.Request) {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/actorlb/actorlb/internal/benchset"
 	"github.com/actorlb/actorlb/internal/table"
 	"github.com/actorlb/actorlb/internal/testutil"
 	lb "github.com/actorlb/actorlb/loadbalancer"
@@ -62,7 +63,7 @@ func TestOldBackendsFindEachBackendOnceByScanOrMap(t *testing.T) {
 // queue keys; a batch's op keeps its parts apart, the plan holding every
 // item.
 func TestASingleCallsOpIsOneAllocation(t *testing.T) {
-	svcs := benchServices(2, 10)
+	svcs := benchset.Sequential(2, 10)
 	slots := []int{0, 1}
 	var o *op
 	allocs := testing.AllocsPerRun(100, func() { o = (&Core{}).upsertOp(svcs[:1], nil, slots[:1]) })

@@ -17,6 +17,9 @@
 // (alloc_bytes_per_service_during_*); the page faults of the batched rounds,
 // and the scheduler's wait, runnable goroutine for a processor, over the
 // single-call bulk: sched_wait_*),
+// bulk-10k-x10-spread (the batched bulk again with a cluster's addresses,
+// benchset.Spread, against the same batch floor and the sequential bulk's
+// CPU and user CPU),
 // memory-10k-x10 (heap retained by the
 // last single-call round's engine, the callers' services live before and after, so
 // that only the engine's own memory counts), restore-10k-x10 (three warm

@@ -11,6 +11,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/actorlb/actorlb"
+	"github.com/actorlb/actorlb/internal/benchset"
 	"github.com/actorlb/actorlb/internal/maglev"
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/maps"
@@ -93,7 +94,7 @@ func maglevScenarios(res *results) error {
 // the owner adds the new tables of a flush in one batch.
 func maglevServiceScenarios(res *results, root string, n, callers int, log *logrus.Logger) error {
 	scen := fmt.Sprintf("maglev-services-%d-x10", n)
-	svcs := bulkServices(n, 10)
+	svcs := benchset.Sequential(n, 10)
 	for _, s := range svcs {
 		s.LBAlgorithm = lb.LBAlgMaglev
 	}

@@ -25,6 +25,7 @@ import (
 
 	"github.com/actorlb/actorlb"
 	"github.com/actorlb/actorlb/api"
+	"github.com/actorlb/actorlb/internal/benchset"
 	"github.com/actorlb/actorlb/internal/bpffs"
 	"github.com/actorlb/actorlb/internal/engine"
 	"github.com/actorlb/actorlb/internal/table"
@@ -65,11 +66,13 @@ func main() {
 	pflag.StringVar(&bulkProfile, "cpuprofile-bulk", "", "write a CPU profile of the single-call bulk scenario (its last round) alone to this file")
 	pflag.StringVar(&batchedProfile, "cpuprofile-batched", "", "write a CPU profile of the batched bulk scenario (three rounds of UpsertBatch calls) alone to this file")
 	pflag.StringVar(&restoreProfile, "cpuprofile-restore", "", "write a CPU profile of the warm restarts (restore-10k-x10) alone to this file")
+	pflag.StringVar(&spreadProfile, "cpuprofile-spread", "", "write a CPU profile of the batched bulk with a cluster's addresses (bulk-10k-x10-spread: three rounds of UpsertBatch calls) alone to this file")
 	pflag.StringVar(&insertProfile, "cpuprofile-insert", "", "write a CPU profile of the batched insert and delete (insert-50k-x1) alone to this file")
 	pflag.StringVar(&updateProfile, "cpuprofile-update", "", "write a CPU profile of the endpoint changes (update-10k-x10: the last round's timed updates alone) to this file")
 	memProfile := pflag.String("memprofile", "", "write an allocation profile of the whole run to this file")
 	pflag.StringVar(&heapProfile, "heapprofile", "", "write a heap profile (in-use memory) taken where memory-10k-x10 is measured to this file")
 	pflag.StringVar(&heapProfileV6, "heapprofile-ipv6", "", "write a heap profile (in-use memory) taken where memory-10k-x10's IPv6 figure is measured to this file")
+	pflag.StringVar(&heapProfileV6Spread, "heapprofile-ipv6-spread", "", "write a heap profile (in-use memory) taken where memory-10k-x10's spread IPv6 figure (every address in a prefix of its own) is measured to this file")
 	pflag.BoolVar(&kube.run, "kube", true, "run the Kubernetes-mode scenarios (skipped with a message when the kube binaries are not built: make kube-tools)")
 	pflag.BoolVar(&kubeOnly, "kube-only", false, "run the Kubernetes-mode scenarios alone")
 	pflag.BoolVar(&packetOnly, "packet-only", false, "run the packet-datapath (XDP) scenarios alone")
@@ -121,7 +124,7 @@ func main() {
 	if *memProfile != "" {
 		runtime.MemProfileRate = 4096
 	}
-	if heapProfile != "" || heapProfileV6 != "" {
+	if heapProfile != "" || heapProfileV6 != "" || heapProfileV6Spread != "" {
 		runtime.MemProfileRate = 512 // fine enough to tell the indexes apart
 	}
 	if err := run(*out, *bulkN, *insertN, *callers, *batch); err != nil {
@@ -219,7 +222,7 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 	log := logrus.New()
 	log.SetLevel(logrus.WarnLevel)
 
-	bulk := bulkServices(bulkN, 10)
+	bulk := benchset.Sequential(bulkN, 10)
 	// Floors: the same entries the bulk scenario writes, straight to maps.
 	fl, err := floorsCPU(root, sizes, bulk)
 	if err != nil {
@@ -236,50 +239,45 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 	// Bulk through UpsertBatch: callers goroutines, bulkBatch services per
 	// call, three rounds on fresh engines and maps; the median is reported.
 	ctx := context.Background()
-	var bulkTimes []time.Duration
-	var bulkCPUs, bulkGCs, bulkUser, bulkSys []time.Duration
-	var bulkFaults []int64
-	var bulkAllocs []float64
 	stopBatched := profileTo(batchedProfile)
-	for round := range 3 {
-		dir := fmt.Sprintf("%s/bulk-%d", root, round)
-		e, err := actorlb.New(ctx, engineConfig(dir, sizes, log))
-		if err != nil {
-			return err
-		}
-		var m0, m1 runtime.MemStats
-		runtime.ReadMemStats(&m0)
-		u0, s0 := cpuSplit()
-		gc0, f0, start := gcCPUTime(), minorFaults(), time.Now()
-		if err := forAll(chunk(bulk, bulkBatch), callers, func(c []*lb.Service) error {
-			rs, err := e.UpsertBatch(ctx, c)
-			return firstErr(rs, err, func(r actorlb.UpsertResult) error { return r.Err })
-		}); err != nil {
-			return err
-		}
-		bulkTimes = append(bulkTimes, time.Since(start))
-		u1, s1 := cpuSplit()
-		bulkCPUs = append(bulkCPUs, u1-u0+s1-s0)
-		bulkUser, bulkSys = append(bulkUser, u1-u0), append(bulkSys, s1-s0)
-		bulkGCs, bulkFaults = append(bulkGCs, gcCPUTime()-gc0), append(bulkFaults, minorFaults()-f0)
-		runtime.ReadMemStats(&m1)
-		bulkAllocs = append(bulkAllocs, allocated(&m0, &m1)/float64(bulkN))
-		if err := retire(e, dir, nil); err != nil {
-			return err
-		}
+	bb, err := batchedBulk(ctx, root+"/bulk", sizes, log, bulk, callers, bulkBatch)
+	if err != nil {
+		return err
 	}
 	stopBatched()
-	batched := median(bulkTimes)
+	batched := bb.wall
 	res.add("bulk-10k-x10", "services_per_s", float64(bulkN)/batched.Seconds(), "services/s")
 	res.add("bulk-10k-x10", "ratio_to_put_floor", putFloor.Seconds()/batched.Seconds(), "x")
 	res.add("bulk-10k-x10", "ratio_to_batch_floor", batchFloor.Seconds()/batched.Seconds(), "x")
-	res.add("bulk-10k-x10", "cpu_us_per_service", usPer(median(bulkCPUs), bulkN), "us")
-	res.add("bulk-10k-x10", "cpu_ratio_to_batch_floor", median(bulkCPUs).Seconds()/fl.batchCPU.Seconds(), "x")
-	res.add("bulk-10k-x10", "user_cpu_us_per_service", usPer(median(bulkUser), bulkN), "us")
-	res.add("bulk-10k-x10", "system_cpu_us_per_service", usPer(median(bulkSys), bulkN), "us")
-	res.add("bulk-10k-x10", "gc_cpu_us_per_service", usPer(median(bulkGCs), bulkN), "us")
-	res.add("bulk-10k-x10", "page_faults_per_service", float64(median(bulkFaults))/float64(bulkN), "faults")
-	res.add("bulk-10k-x10", "alloc_bytes_per_service_batched", median(bulkAllocs), "bytes")
+	res.add("bulk-10k-x10", "cpu_us_per_service", usPer(bb.cpu, bulkN), "us")
+	res.add("bulk-10k-x10", "cpu_ratio_to_batch_floor", bb.cpu.Seconds()/fl.batchCPU.Seconds(), "x")
+	res.add("bulk-10k-x10", "user_cpu_us_per_service", usPer(bb.user, bulkN), "us")
+	res.add("bulk-10k-x10", "system_cpu_us_per_service", usPer(bb.sys, bulkN), "us")
+	res.add("bulk-10k-x10", "gc_cpu_us_per_service", usPer(bb.gc, bulkN), "us")
+	res.add("bulk-10k-x10", "page_faults_per_service", bb.faults/float64(bulkN), "faults")
+	res.add("bulk-10k-x10", "alloc_bytes_per_service_batched", bb.allocs, "bytes")
+
+	// The same bulk with a cluster's addresses (benchset.Spread: each
+	// service's backends pods on ten of 200 nodes, frontends drawn at
+	// random), against the same batch floor: its entries differ from the
+	// bulk's in the service map's frontend addresses alone, which the
+	// kernel's hash costs the same.
+	spread := benchset.Spread(bulkN, 10)
+	stopSpread := profileTo(spreadProfile)
+	sb, err := batchedBulk(ctx, root+"/spread", sizes, log, spread, callers, bulkBatch)
+	if err != nil {
+		return err
+	}
+	stopSpread()
+	res.add("bulk-10k-x10-spread", "services_per_s", float64(bulkN)/sb.wall.Seconds(), "services/s")
+	res.add("bulk-10k-x10-spread", "cpu_us_per_service", usPer(sb.cpu, bulkN), "us")
+	res.add("bulk-10k-x10-spread", "cpu_ratio_to_batch_floor", sb.cpu.Seconds()/fl.batchCPU.Seconds(), "x")
+	res.add("bulk-10k-x10-spread", "cpu_ratio_to_sequential", sb.cpu.Seconds()/bb.cpu.Seconds(), "x")
+	res.add("bulk-10k-x10-spread", "user_cpu_us_per_service", usPer(sb.user, bulkN), "us")
+	res.add("bulk-10k-x10-spread", "user_cpu_ratio_to_sequential", sb.user.Seconds()/bb.user.Seconds(), "x")
+	res.add("bulk-10k-x10-spread", "gc_cpu_us_per_service", usPer(sb.gc, bulkN), "us")
+	res.add("bulk-10k-x10-spread", "alloc_bytes_per_service", sb.allocs, "bytes")
+	runtime.KeepAlive(spread)
 
 	// The same services as one call, the shape of a Kubernetes initial
 	// sync: one UpsertBatch, then one SyncSource, of all of them, three
@@ -590,7 +588,7 @@ var (
 	packetOnly bool
 )
 
-var heapProfile, heapProfileV6 string
+var heapProfile, heapProfileV6, heapProfileV6Spread string
 
 // writeHeapProfile writes the in-use heap profile to file.
 func writeHeapProfile(file string) error {
@@ -605,7 +603,7 @@ func writeHeapProfile(file string) error {
 	return f.Close()
 }
 
-var bulkProfile, batchedProfile, insertProfile, restoreProfile, updateProfile string
+var bulkProfile, batchedProfile, spreadProfile, insertProfile, restoreProfile, updateProfile string
 
 // maglevOnly runs the Maglev scenarios alone (--maglev-only).
 var maglevOnly bool
@@ -672,24 +670,6 @@ func print(rows []Row) {
 	w.Flush()
 }
 
-// bulkServices makes n services with k backends each (backends unique).
-func bulkServices(n, k int) []*lb.Service {
-	out := make([]*lb.Service, n)
-	for i := range n {
-		svc := &lb.Service{Frontend: lb.Frontend{L3n4Addr: lb.L3n4Addr{
-			Addr: netip.AddrFrom4([4]byte{10, 96, byte(i >> 8), byte(i)}), Port: 80, Protocol: lb.TCP,
-		}}}
-		for j := range k {
-			b := i*k + j
-			svc.Backends = append(svc.Backends, lb.Backend{L3n4Addr: lb.L3n4Addr{
-				Addr: netip.AddrFrom4([4]byte{10, byte(1 + b>>16), byte(b >> 8), byte(b)}), Port: 8080, Protocol: lb.TCP,
-			}, Weight: lb.DefaultBackendWeight})
-		}
-		out[i] = svc
-	}
-	return out
-}
-
 // retainedV6 is the heap retained per service by n IPv6 services of 10
 // IPv6 backends, upserted one call each (as for memory-10k-x10) on a fresh
 // engine.
@@ -698,7 +678,7 @@ func bulkServices(n, k int) []*lb.Service {
 // help: the worst case); else backends share a /104 and frontends a /96,
 // as a node's pods and a service range do.
 func retainedV6(ctx context.Context, dir string, sizes maps.Sizes, n, callers int, spread bool, log *logrus.Logger) (float64, error) {
-	svcs := bulkServices(n, 10)
+	svcs := benchset.Sequential(n, 10)
 	for _, s := range svcs {
 		f := s.Frontend.Addr.As4()
 		s.Frontend.Addr = netip.AddrFrom16([16]byte{0: 0xfd, 1: 0x96, 12: f[2], 13: f[3]})
@@ -724,8 +704,8 @@ func retainedV6(ctx context.Context, dir string, sizes maps.Sizes, n, callers in
 	}
 	retained := retainedPer(before, n)
 	runtime.KeepAlive(svcs) // the heap before held them (memory-10k-x10)
-	if heapProfileV6 != "" && !spread {
-		if err := writeHeapProfile(heapProfileV6); err != nil {
+	if file := map[bool]string{false: heapProfileV6, true: heapProfileV6Spread}[spread]; file != "" {
+		if err := writeHeapProfile(file); err != nil {
 			e.Close()
 			return 0, err
 		}
@@ -759,6 +739,54 @@ type rawMap struct {
 	m    *ebpf.Map
 	keys [][]byte
 	vals [][]byte
+}
+
+// batchedFigures are the medians of batchedBulk's rounds: wall time,
+// CPU time (user, system and their sum), the collector's CPU time, minor
+// page faults, and bytes allocated per service.
+type batchedFigures struct {
+	wall, cpu, user, sys, gc time.Duration
+	faults, allocs           float64
+}
+
+// batchedBulk upserts svcs through UpsertBatch calls of batch services
+// from callers goroutines, three rounds on fresh engines and maps (pins
+// under dir-0, dir-1, dir-2), and returns the medians of the rounds.
+func batchedBulk(ctx context.Context, dir string, sizes maps.Sizes, log *logrus.Logger, svcs []*lb.Service, callers, batch int) (batchedFigures, error) {
+	var walls, cpus, gcs, users, syss []time.Duration
+	var faults, allocs []float64
+	for round := range 3 {
+		d := fmt.Sprintf("%s-%d", dir, round)
+		e, err := actorlb.New(ctx, engineConfig(d, sizes, log))
+		if err != nil {
+			return batchedFigures{}, err
+		}
+		var m0, m1 runtime.MemStats
+		runtime.ReadMemStats(&m0)
+		u0, s0 := cpuSplit()
+		gc0, f0, start := gcCPUTime(), minorFaults(), time.Now()
+		if err := forAll(chunk(svcs, batch), callers, func(c []*lb.Service) error {
+			rs, err := e.UpsertBatch(ctx, c)
+			return firstErr(rs, err, func(r actorlb.UpsertResult) error { return r.Err })
+		}); err != nil {
+			e.Close()
+			return batchedFigures{}, err
+		}
+		walls = append(walls, time.Since(start))
+		u1, s1 := cpuSplit()
+		cpus = append(cpus, u1-u0+s1-s0)
+		users, syss = append(users, u1-u0), append(syss, s1-s0)
+		gcs, faults = append(gcs, gcCPUTime()-gc0), append(faults, float64(minorFaults()-f0))
+		runtime.ReadMemStats(&m1)
+		allocs = append(allocs, allocated(&m0, &m1)/float64(len(svcs)))
+		if err := retire(e, d, nil); err != nil {
+			return batchedFigures{}, err
+		}
+	}
+	return batchedFigures{
+		wall: median(walls), cpu: median(cpus), user: median(users), sys: median(syss), gc: median(gcs),
+		faults: median(faults), allocs: median(allocs),
+	}, nil
 }
 
 // floorTimes are the floors' wall and CPU times.
@@ -1254,7 +1282,7 @@ func startLatencyProbe(e *actorlb.Engine) *latencyProbe { return startLatencyPro
 // with backends 10.94.k.1-10 of its own (no queue shared with another
 // loop or the bulk).
 func probeService(k int) *lb.Service {
-	svc := bulkServices(1, 10)[0]
+	svc := benchset.Sequential(1, 10)[0]
 	svc.Frontend.Addr = netip.AddrFrom4([4]byte{10, 95, 0, byte(k + 1)})
 	for i := range svc.Backends {
 		svc.Backends[i].Addr = netip.AddrFrom4([4]byte{10, 94, byte(k), byte(i + 1)})

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/actorlb/actorlb"
+	"github.com/actorlb/actorlb/internal/benchset"
 	"github.com/actorlb/actorlb/internal/enginetest"
 	"github.com/actorlb/actorlb/maps"
 	"github.com/sirupsen/logrus"
@@ -24,7 +25,7 @@ const sequentialN = 2000
 // and the lease's p50 and p90 as a ratio to those without it.
 func sequential(res *results, root string, sizes maps.Sizes, log *logrus.Logger) error {
 	ctx := context.Background()
-	svcs := bulkServices(sequentialN, 10)
+	svcs := benchset.Sequential(sequentialN, 10)
 	samples := map[bool][]time.Duration{}
 	cpus := map[bool][]time.Duration{}
 	for round := range 3 {
