@@ -162,9 +162,16 @@ func benchCoreUpsertBatch(b *testing.B, svcs []*lb.Service, per int) {
 	for range b.N {
 		b.StopTimer()
 		c, a := startedCore()
+		// The core puts each service's backends into slot order in place,
+		// as the façade's copy lets it: each round gets a copy of its own,
+		// so that every round sorts backends that come in no order.
+		in := make([]*lb.Service, n)
+		for i, s := range svcs {
+			in[i] = s.DeepCopy()
+		}
 		b.StartTimer()
 		replies := stepInFlight(c, a, n, per, func(lo, hi int, r chan messages.UpsertBatchReply) any {
-			return &messages.UpsertBatch{Services: svcs[lo:hi], Reply: r}
+			return &messages.UpsertBatch{Services: in[lo:hi], Reply: r}
 		})
 		for _, r := range replies {
 			for _, res := range (<-r).Results {

@@ -3,6 +3,7 @@ package table
 import (
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"testing"
 
 	lb "github.com/actorlb/actorlb/loadbalancer"
@@ -80,5 +81,21 @@ func BenchmarkRebuild10kShuffled(b *testing.B) {
 		if r := Rebuild(d); len(r.Repairs) != 0 || len(r.Services) != 10000 {
 			b.Fatalf("repairs: %d, services %d", len(r.Repairs), len(r.Services))
 		}
+	}
+}
+
+// BenchmarkSlotOrderShuffled puts ten IPv4 backends in no order (pods of
+// ten nodes, as a cluster's services have) into slot order.
+func BenchmarkSlotOrderShuffled(b *testing.B) {
+	s := benchService(10)
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := range s.Spec.Backends {
+		s.Spec.Backends[i].Addr = netip.AddrFrom4([4]byte{10, 1, byte(r.IntN(200)), byte(i)})
+	}
+	shuffled := slices.Clone(s.Spec.Backends)
+	b.ReportAllocs()
+	for b.Loop() {
+		copy(s.Spec.Backends, shuffled)
+		SlotOrder(s.Spec.Backends, s.BackendIDs)
 	}
 }

@@ -43,3 +43,61 @@ func TestSlotOrderedIsSortedByCompareSlot(t *testing.T) {
 		t.Fatal("no list of two or more in order")
 	}
 }
+
+// SlotOrder sorts as a stable sort by compareSlot does, the backend IDs
+// moving with their backends, whether the keyed sort takes the list (up
+// to keyedMax IPv4 backends) or not (IPv6 among them, or more backends):
+// lists with repeats (stable order shows), every state, every field of
+// the address differing.
+func TestSlotOrderIsAStableSortByCompareSlotWithTheIDsAlong(t *testing.T) {
+	r := testutil.Rand(t)
+	keyed := 0
+	for range 50000 {
+		bs := make([]lb.Backend, r.IntN(keyedMax+4))
+		v6 := r.IntN(8) == 0
+		for i := range bs {
+			a := netip.AddrFrom4([4]byte{byte(r.IntN(3)) << 7, 0, byte(r.IntN(2)), byte(r.IntN(4))})
+			if v6 && r.IntN(2) == 0 {
+				a = netip.AddrFrom16([16]byte{0xfd, 15: byte(r.IntN(4))})
+			}
+			bs[i] = lb.Backend{
+				L3n4Addr: lb.L3n4Addr{
+					Addr: a, Port: uint16(r.IntN(2)) << (8 * r.IntN(2)), Protocol: []lb.L4Type{lb.TCP, lb.UDP}[r.IntN(2)],
+					Scope: lb.Scope(r.IntN(2)),
+				},
+				State:  lb.BackendState(r.IntN(6)),
+				Weight: uint16(i), // tells repeats apart
+			}
+		}
+		ids := make([]lb.BackendID, len(bs))
+		for i := range ids {
+			ids[i] = lb.BackendID(100 + i)
+		}
+		type pair struct {
+			b  lb.Backend
+			id lb.BackendID
+		}
+		want := make([]pair, len(bs))
+		for i := range bs {
+			want[i] = pair{bs[i], ids[i]}
+		}
+		slices.SortStableFunc(want, func(a, b pair) int { return compareSlot(a.b, b.b) })
+		if !slotOrdered(bs) && len(bs) <= keyedMax && !v6 {
+			keyed++
+		}
+		withIDs := r.IntN(4) != 0
+		if withIDs {
+			SlotOrder(bs, ids)
+		} else {
+			SlotOrder(bs, nil)
+		}
+		for i := range want {
+			if bs[i] != want[i].b || withIDs && ids[i] != want[i].id {
+				t.Fatalf("slot %d: got %v (ID %d), want %v (ID %d)", i, bs[i], ids[i], want[i].b, want[i].id)
+			}
+		}
+	}
+	if keyed < 10000 {
+		t.Fatalf("the keyed sort took %d lists: too few to tell", keyed)
+	}
+}

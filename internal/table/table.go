@@ -2,6 +2,7 @@ package table
 
 import (
 	"cmp"
+	"encoding/binary"
 	"slices"
 
 	"github.com/actorlb/actorlb/internal/maglev"
@@ -61,6 +62,9 @@ func SlotOrder(bs []lb.Backend, ids []lb.BackendID) {
 	if slotOrdered(bs) {
 		return // the common case: nothing to allocate
 	}
+	if slotOrderKeyed(bs, ids) {
+		return
+	}
 	if ids == nil {
 		slices.SortStableFunc(bs, compareSlot)
 		return
@@ -82,6 +86,67 @@ func SlotOrder(bs []lb.Backend, ids []lb.BackendID) {
 		}
 		copy(ids, sortedI)
 	}
+}
+
+// keyedMax is the most backends slotOrderKeyed sorts (on the stack).
+const keyedMax = 16
+
+// orderKey is a backend's place in slot order, for an IPv4 backend: the
+// state's rank and the address in hi, then port, protocol and scope in
+// lo. Keys compare as compareSlot compares their backends (IPv4
+// addresses have no zone); at is the backend's index.
+type orderKey struct {
+	hi, lo uint64
+	at     int
+}
+
+// slotOrderKeyed sorts bs (and ids along, if not nil) into slot order as
+// SlotOrder does, by a key per backend built once, when they are at most
+// keyedMax IPv4 backends; else it leaves them and returns false. With a
+// cluster's addresses a service's backends come in no order (pods of
+// many nodes), and sorting them by compareSlot, which copies two
+// backends and compares their netip.Addrs at each step, was a fifth of
+// the core's CPU in an upsert of such services.
+func slotOrderKeyed(bs []lb.Backend, ids []lb.BackendID) bool {
+	n := len(bs)
+	if n > keyedMax {
+		return false
+	}
+	var keys [keyedMax]orderKey
+	for i := range bs {
+		b := &bs[i]
+		if !b.Addr.Is4() {
+			return false
+		}
+		a := b.Addr.As4()
+		keys[i] = orderKey{
+			hi: uint64(stateRank(b.State))<<32 | uint64(binary.BigEndian.Uint32(a[:])),
+			lo: uint64(b.Port)<<16 | uint64(b.Protocol)<<8 | uint64(b.Scope),
+			at: i,
+		}
+	}
+	// Insertion sort, stable: a key moves past those strictly greater.
+	for i := 1; i < n; i++ {
+		k := keys[i]
+		j := i
+		for ; j > 0 && (keys[j-1].hi > k.hi || keys[j-1].hi == k.hi && keys[j-1].lo > k.lo); j-- {
+			keys[j] = keys[j-1]
+		}
+		keys[j] = k
+	}
+	var was [keyedMax]lb.Backend
+	copy(was[:n], bs)
+	for i, k := range keys[:n] {
+		bs[i] = was[k.at]
+	}
+	if ids != nil {
+		var wasID [keyedMax]lb.BackendID
+		copy(wasID[:n], ids)
+		for i, k := range keys[:n] {
+			ids[i] = wasID[k.at]
+		}
+	}
+	return true
 }
 
 // slotOrdered reports whether bs are in slot order (compareSlot), each
