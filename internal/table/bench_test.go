@@ -84,18 +84,25 @@ func BenchmarkRebuild10kShuffled(b *testing.B) {
 	}
 }
 
-// BenchmarkSlotOrderShuffled puts ten IPv4 backends in no order (pods of
-// ten nodes, as a cluster's services have) into slot order.
+// BenchmarkSlotOrderShuffled puts ten backends in no order (pods of ten
+// nodes, as a cluster's services have) into slot order, IPv4 and IPv6.
 func BenchmarkSlotOrderShuffled(b *testing.B) {
-	s := benchService(10)
-	r := rand.New(rand.NewPCG(1, 2))
-	for i := range s.Spec.Backends {
-		s.Spec.Backends[i].Addr = netip.AddrFrom4([4]byte{10, 1, byte(r.IntN(200)), byte(i)})
-	}
-	shuffled := slices.Clone(s.Spec.Backends)
-	b.ReportAllocs()
-	for b.Loop() {
-		copy(s.Spec.Backends, shuffled)
-		SlotOrder(s.Spec.Backends, s.BackendIDs)
+	for _, family := range []string{"IPv4", "IPv6"} {
+		b.Run(family, func(b *testing.B) {
+			s := benchService(10)
+			r := rand.New(rand.NewPCG(1, 2))
+			for i := range s.Spec.Backends {
+				s.Spec.Backends[i].Addr = netip.AddrFrom4([4]byte{10, 1, byte(r.IntN(200)), byte(i)})
+				if family == "IPv6" {
+					s.Spec.Backends[i].Addr = netip.AddrFrom16([16]byte{0xfd, 7: byte(r.IntN(200)), 15: byte(i)})
+				}
+			}
+			shuffled := slices.Clone(s.Spec.Backends)
+			b.ReportAllocs()
+			for b.Loop() {
+				copy(s.Spec.Backends, shuffled)
+				SlotOrder(s.Spec.Backends, s.BackendIDs)
+			}
+		})
 	}
 }

@@ -91,62 +91,137 @@ func SlotOrder(bs []lb.Backend, ids []lb.BackendID) {
 // keyedMax is the most backends slotOrderKeyed sorts (on the stack).
 const keyedMax = 16
 
-// orderKey is a backend's place in slot order, for an IPv4 backend: the
-// state's rank and the address in hi, then port, protocol and scope in
-// lo. Keys compare as compareSlot compares their backends (IPv4
-// addresses have no zone); at is the backend's index.
-type orderKey struct {
+// orderKey4 is an IPv4 backend's place in slot order: the state's rank
+// and the address in hi, then port, protocol and scope in lo. Keys
+// compare as compareSlot compares their backends (IPv4 addresses have no
+// zone); at is the backend's index.
+type orderKey4 struct {
 	hi, lo uint64
 	at     int
 }
 
+// orderKey6 is orderKey4 for lists with an IPv6 address: the state's rank
+// and whether the address is IPv6 in rank, the address in a (an IPv4 one
+// in its last 32 bits), then lo as orderKey4's. Keys compare as
+// compareSlot compares their backends for addresses without a zone
+// (netip orders IPv4 before IPv6, each by its bytes).
+type orderKey6 struct {
+	rank uint64
+	a    [2]uint64
+	lo   uint64
+	at   int
+}
+
+func (k *orderKey4) less(l *orderKey4) bool {
+	return k.hi < l.hi || k.hi == l.hi && k.lo < l.lo
+}
+
+func (k *orderKey6) less(l *orderKey6) bool {
+	switch {
+	case k.rank != l.rank:
+		return k.rank < l.rank
+	case k.a[0] != l.a[0]:
+		return k.a[0] < l.a[0]
+	case k.a[1] != l.a[1]:
+		return k.a[1] < l.a[1]
+	}
+	return k.lo < l.lo
+}
+
 // slotOrderKeyed sorts bs (and ids along, if not nil) into slot order as
 // SlotOrder does, by a key per backend built once, when they are at most
-// keyedMax IPv4 backends; else it leaves them and returns false. With a
-// cluster's addresses a service's backends come in no order (pods of
-// many nodes), and sorting them by compareSlot, which copies two
-// backends and compares their netip.Addrs at each step, was a fifth of
-// the core's CPU in an upsert of such services.
+// keyedMax backends with valid addresses and no zone; else it leaves them
+// and returns false. With a cluster's addresses a service's backends come
+// in no order (pods of many nodes), and sorting them by compareSlot,
+// which copies two backends and compares their netip.Addrs at each step,
+// was a fifth of the core's CPU in an upsert of such services. IPv4
+// lists take keys of two words, the others of four.
 func slotOrderKeyed(bs []lb.Backend, ids []lb.BackendID) bool {
-	n := len(bs)
-	if n > keyedMax {
+	if len(bs) > keyedMax {
 		return false
 	}
-	var keys [keyedMax]orderKey
+	var k4 [keyedMax]orderKey4
 	for i := range bs {
 		b := &bs[i]
 		if !b.Addr.Is4() {
-			return false
+			return slotOrderKeyed6(bs, ids)
 		}
 		a := b.Addr.As4()
-		keys[i] = orderKey{
-			hi: uint64(stateRank(b.State))<<32 | uint64(binary.BigEndian.Uint32(a[:])),
-			lo: uint64(b.Port)<<16 | uint64(b.Protocol)<<8 | uint64(b.Scope),
-			at: i,
-		}
+		k4[i] = orderKey4{uint64(stateRank(b.State))<<32 | uint64(binary.BigEndian.Uint32(a[:])), lowKey(b), i}
 	}
+	keys := k4[:len(bs)]
 	// Insertion sort, stable: a key moves past those strictly greater.
-	for i := 1; i < n; i++ {
-		k := keys[i]
-		j := i
-		for ; j > 0 && (keys[j-1].hi > k.hi || keys[j-1].hi == k.hi && keys[j-1].lo > k.lo); j-- {
+	for i := 1; i < len(keys); i++ {
+		k, j := keys[i], i
+		for ; j > 0 && k.less(&keys[j-1]); j-- {
 			keys[j] = keys[j-1]
 		}
 		keys[j] = k
 	}
+	var order [keyedMax]int
+	for i := range keys {
+		order[i] = keys[i].at
+	}
+	permute(bs, ids, order[:len(keys)])
+	return true
+}
+
+// slotOrderKeyed6 is slotOrderKeyed for lists with an IPv6 address.
+func slotOrderKeyed6(bs []lb.Backend, ids []lb.BackendID) bool {
+	var k6 [keyedMax]orderKey6
+	for i := range bs {
+		b := &bs[i]
+		k := &k6[i]
+		switch {
+		case b.Addr.Is4():
+			a := b.Addr.As4()
+			k.rank = uint64(stateRank(b.State)) << 1
+			k.a = [2]uint64{0, uint64(binary.BigEndian.Uint32(a[:]))}
+		case b.Addr.Is6() && b.Addr.Zone() == "":
+			a := b.Addr.As16()
+			k.rank = uint64(stateRank(b.State))<<1 | 1
+			k.a = [2]uint64{binary.BigEndian.Uint64(a[:8]), binary.BigEndian.Uint64(a[8:])}
+		default:
+			return false
+		}
+		k.lo, k.at = lowKey(b), i
+	}
+	keys := k6[:len(bs)]
+	for i := 1; i < len(keys); i++ { // as slotOrderKeyed's
+		k, j := keys[i], i
+		for ; j > 0 && k.less(&keys[j-1]); j-- {
+			keys[j] = keys[j-1]
+		}
+		keys[j] = k
+	}
+	var order [keyedMax]int
+	for i := range keys {
+		order[i] = keys[i].at
+	}
+	permute(bs, ids, order[:len(keys)])
+	return true
+}
+
+// lowKey is the port, protocol and scope of b as a number in their order.
+func lowKey(b *lb.Backend) uint64 {
+	return uint64(b.Port)<<16 | uint64(b.Protocol)<<8 | uint64(b.Scope)
+}
+
+// permute puts bs, and ids if not nil, in order: the element at i
+// becomes the one that was at order[i] (at most keyedMax of them).
+func permute(bs []lb.Backend, ids []lb.BackendID, order []int) {
 	var was [keyedMax]lb.Backend
-	copy(was[:n], bs)
-	for i, k := range keys[:n] {
-		bs[i] = was[k.at]
+	copy(was[:], bs)
+	for i, j := range order {
+		bs[i] = was[j]
 	}
 	if ids != nil {
 		var wasID [keyedMax]lb.BackendID
-		copy(wasID[:n], ids)
-		for i, k := range keys[:n] {
-			ids[i] = wasID[k.at]
+		copy(wasID[:], ids)
+		for i, j := range order {
+			ids[i] = wasID[j]
 		}
 	}
-	return true
 }
 
 // slotOrdered reports whether bs are in slot order (compareSlot), each
