@@ -18,8 +18,9 @@
 // and the scheduler's wait, runnable goroutine for a processor, over the
 // single-call bulk: sched_wait_*),
 // bulk-10k-x10-spread (the batched bulk again with a cluster's addresses,
-// benchset.Spread, against the same batch floor and the sequential bulk's
-// CPU and user CPU),
+// benchset.Spread, its rounds alternating with the sequential bulk's:
+// against the same batch floor, and each round's CPU and user CPU against
+// the sequential round's before it),
 // memory-10k-x10 (heap retained by the
 // last single-call round's engine, the callers' services live before and after, so
 // that only the engine's own memory counts), restore-10k-x10 (three warm

@@ -64,9 +64,8 @@ func main() {
 	pflag.IntVar(&bulkBatch, "bulk-batch", 100, "services per UpsertBatch call in the batched bulk scenario")
 	cpuProfile := pflag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	pflag.StringVar(&bulkProfile, "cpuprofile-bulk", "", "write a CPU profile of the single-call bulk scenario (its last round) alone to this file")
-	pflag.StringVar(&batchedProfile, "cpuprofile-batched", "", "write a CPU profile of the batched bulk scenario (three rounds of UpsertBatch calls) alone to this file")
+	pflag.StringVar(&batchedProfile, "cpuprofile-batched", "", "write a CPU profile of the batched bulk scenarios (three rounds of UpsertBatch calls of each layout, alternated; samples labelled layout=sequential or layout=spread: go tool pprof -tagfocus layout=spread) alone to this file")
 	pflag.StringVar(&restoreProfile, "cpuprofile-restore", "", "write a CPU profile of the warm restarts (restore-10k-x10) alone to this file")
-	pflag.StringVar(&spreadProfile, "cpuprofile-spread", "", "write a CPU profile of the batched bulk with a cluster's addresses (bulk-10k-x10-spread: three rounds of UpsertBatch calls) alone to this file")
 	pflag.StringVar(&insertProfile, "cpuprofile-insert", "", "write a CPU profile of the batched insert and delete (insert-50k-x1) alone to this file")
 	pflag.StringVar(&updateProfile, "cpuprofile-update", "", "write a CPU profile of the endpoint changes (update-10k-x10: the last round's timed updates alone) to this file")
 	memProfile := pflag.String("memprofile", "", "write an allocation profile of the whole run to this file")
@@ -237,14 +236,34 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 	res.add("floor", "batch_system_cpu_us_per_service", usPer(fl.batchSys, bulkN), "us")
 
 	// Bulk through UpsertBatch: callers goroutines, bulkBatch services per
-	// call, three rounds on fresh engines and maps; the median is reported.
+	// call, three rounds on fresh engines and maps; the medians are
+	// reported. Each round is followed by one of the same bulk with a
+	// cluster's addresses (benchset.Spread: each service's backends pods
+	// on ten of 200 nodes, frontends drawn at random), against the same
+	// batch floor: its entries differ from the bulk's in the service map's
+	// frontend addresses alone, which the kernel's hash costs the same.
+	// The rounds alternate so that the ratio of each spread round to the
+	// sequential one before it reads past the VM's drift.
 	ctx := context.Background()
+	spread := benchset.Spread(bulkN, 10)
 	stopBatched := profileTo(batchedProfile)
-	bb, err := batchedBulk(ctx, root+"/bulk", sizes, log, bulk, callers, bulkBatch)
-	if err != nil {
-		return err
+	var seqRounds, spreadRounds []batchedRound
+	for round := range 3 {
+		for _, l := range []struct {
+			name, dir string
+			svcs      []*lb.Service
+			rounds    *[]batchedRound
+		}{{"sequential", "bulk", bulk, &seqRounds}, {"spread", "spread", spread, &spreadRounds}} {
+			r, err := batchedBulkRound(ctx, fmt.Sprintf("%s/%s-%d", root, l.dir, round), sizes, log, l.svcs, callers, bulkBatch, l.name)
+			if err != nil {
+				stopBatched()
+				return err
+			}
+			*l.rounds = append(*l.rounds, r)
+		}
 	}
 	stopBatched()
+	bb, sb := medianRounds(seqRounds), medianRounds(spreadRounds)
 	batched := bb.wall
 	res.add("bulk-10k-x10", "services_per_s", float64(bulkN)/batched.Seconds(), "services/s")
 	res.add("bulk-10k-x10", "ratio_to_put_floor", putFloor.Seconds()/batched.Seconds(), "x")
@@ -257,26 +276,20 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 	res.add("bulk-10k-x10", "page_faults_per_service", bb.faults/float64(bulkN), "faults")
 	res.add("bulk-10k-x10", "alloc_bytes_per_service_batched", bb.allocs, "bytes")
 
-	// The same bulk with a cluster's addresses (benchset.Spread: each
-	// service's backends pods on ten of 200 nodes, frontends drawn at
-	// random), against the same batch floor: its entries differ from the
-	// bulk's in the service map's frontend addresses alone, which the
-	// kernel's hash costs the same.
-	spread := benchset.Spread(bulkN, 10)
-	stopSpread := profileTo(spreadProfile)
-	sb, err := batchedBulk(ctx, root+"/spread", sizes, log, spread, callers, bulkBatch)
-	if err != nil {
-		return err
-	}
-	stopSpread()
 	res.add("bulk-10k-x10-spread", "services_per_s", float64(bulkN)/sb.wall.Seconds(), "services/s")
 	res.add("bulk-10k-x10-spread", "cpu_us_per_service", usPer(sb.cpu, bulkN), "us")
 	res.add("bulk-10k-x10-spread", "cpu_ratio_to_batch_floor", sb.cpu.Seconds()/fl.batchCPU.Seconds(), "x")
-	res.add("bulk-10k-x10-spread", "cpu_ratio_to_sequential", sb.cpu.Seconds()/bb.cpu.Seconds(), "x")
 	res.add("bulk-10k-x10-spread", "user_cpu_us_per_service", usPer(sb.user, bulkN), "us")
-	res.add("bulk-10k-x10-spread", "user_cpu_ratio_to_sequential", sb.user.Seconds()/bb.user.Seconds(), "x")
 	res.add("bulk-10k-x10-spread", "gc_cpu_us_per_service", usPer(sb.gc, bulkN), "us")
 	res.add("bulk-10k-x10-spread", "alloc_bytes_per_service", sb.allocs, "bytes")
+	// Each spread round against the sequential round just before it.
+	var cpuRatios, userRatios []float64
+	for i := range spreadRounds {
+		cpuRatios = append(cpuRatios, spreadRounds[i].cpu.Seconds()/seqRounds[i].cpu.Seconds())
+		userRatios = append(userRatios, spreadRounds[i].user.Seconds()/seqRounds[i].user.Seconds())
+	}
+	res.add("bulk-10k-x10-spread", "cpu_ratio_to_sequential", median(cpuRatios), "x")
+	res.add("bulk-10k-x10-spread", "user_cpu_ratio_to_sequential", median(userRatios), "x")
 	runtime.KeepAlive(spread)
 
 	// The same services as one call, the shape of a Kubernetes initial
@@ -603,7 +616,7 @@ func writeHeapProfile(file string) error {
 	return f.Close()
 }
 
-var bulkProfile, batchedProfile, spreadProfile, insertProfile, restoreProfile, updateProfile string
+var bulkProfile, batchedProfile, insertProfile, restoreProfile, updateProfile string
 
 // maglevOnly runs the Maglev scenarios alone (--maglev-only).
 var maglevOnly bool
@@ -741,52 +754,69 @@ type rawMap struct {
 	vals [][]byte
 }
 
-// batchedFigures are the medians of batchedBulk's rounds: wall time,
+// batchedRound is what one round of batchedBulkRound took: wall time,
 // CPU time (user, system and their sum), the collector's CPU time, minor
 // page faults, and bytes allocated per service.
-type batchedFigures struct {
+type batchedRound struct {
 	wall, cpu, user, sys, gc time.Duration
 	faults, allocs           float64
 }
 
-// batchedBulk upserts svcs through UpsertBatch calls of batch services
-// from callers goroutines, three rounds on fresh engines and maps (pins
-// under dir-0, dir-1, dir-2), and returns the medians of the rounds.
-func batchedBulk(ctx context.Context, dir string, sizes maps.Sizes, log *logrus.Logger, svcs []*lb.Service, callers, batch int) (batchedFigures, error) {
-	var walls, cpus, gcs, users, syss []time.Duration
-	var faults, allocs []float64
-	for round := range 3 {
-		d := fmt.Sprintf("%s-%d", dir, round)
-		e, err := actorlb.New(ctx, engineConfig(d, sizes, log))
+// medianRounds returns the median of each figure of rs.
+func medianRounds(rs []batchedRound) batchedRound {
+	of := func(f func(batchedRound) time.Duration) time.Duration {
+		var v []time.Duration
+		for _, r := range rs {
+			v = append(v, f(r))
+		}
+		return median(v)
+	}
+	ofF := func(f func(batchedRound) float64) float64 {
+		var v []float64
+		for _, r := range rs {
+			v = append(v, f(r))
+		}
+		return median(v)
+	}
+	return batchedRound{
+		wall:   of(func(r batchedRound) time.Duration { return r.wall }),
+		cpu:    of(func(r batchedRound) time.Duration { return r.cpu }),
+		user:   of(func(r batchedRound) time.Duration { return r.user }),
+		sys:    of(func(r batchedRound) time.Duration { return r.sys }),
+		gc:     of(func(r batchedRound) time.Duration { return r.gc }),
+		faults: ofF(func(r batchedRound) float64 { return r.faults }),
+		allocs: ofF(func(r batchedRound) float64 { return r.allocs }),
+	}
+}
+
+// batchedBulkRound upserts svcs through UpsertBatch calls of batch
+// services from callers goroutines into a fresh engine with its pins
+// under dir, which it removes after. Its CPU profile samples carry the
+// label layout.
+func batchedBulkRound(ctx context.Context, dir string, sizes maps.Sizes, log *logrus.Logger, svcs []*lb.Service, callers, batch int, layout string) (r batchedRound, err error) {
+	pprof.Do(ctx, pprof.Labels("layout", layout), func(ctx context.Context) {
+		var e *actorlb.Engine
+		e, err = actorlb.New(ctx, engineConfig(dir, sizes, log))
 		if err != nil {
-			return batchedFigures{}, err
+			return
 		}
 		var m0, m1 runtime.MemStats
 		runtime.ReadMemStats(&m0)
 		u0, s0 := cpuSplit()
 		gc0, f0, start := gcCPUTime(), minorFaults(), time.Now()
-		if err := forAll(chunk(svcs, batch), callers, func(c []*lb.Service) error {
+		err = forAll(chunk(svcs, batch), callers, func(c []*lb.Service) error {
 			rs, err := e.UpsertBatch(ctx, c)
 			return firstErr(rs, err, func(r actorlb.UpsertResult) error { return r.Err })
-		}); err != nil {
-			e.Close()
-			return batchedFigures{}, err
-		}
-		walls = append(walls, time.Since(start))
+		})
+		r.wall = time.Since(start)
 		u1, s1 := cpuSplit()
-		cpus = append(cpus, u1-u0+s1-s0)
-		users, syss = append(users, u1-u0), append(syss, s1-s0)
-		gcs, faults = append(gcs, gcCPUTime()-gc0), append(faults, float64(minorFaults()-f0))
+		r.cpu, r.user, r.sys = u1-u0+s1-s0, u1-u0, s1-s0
+		r.gc, r.faults = gcCPUTime()-gc0, float64(minorFaults()-f0)
 		runtime.ReadMemStats(&m1)
-		allocs = append(allocs, allocated(&m0, &m1)/float64(len(svcs)))
-		if err := retire(e, d, nil); err != nil {
-			return batchedFigures{}, err
-		}
-	}
-	return batchedFigures{
-		wall: median(walls), cpu: median(cpus), user: median(users), sys: median(syss), gc: median(gcs),
-		faults: median(faults), allocs: median(allocs),
-	}, nil
+		r.allocs = allocated(&m0, &m1) / float64(len(svcs))
+		err = retire(e, dir, err)
+	})
+	return r, err
 }
 
 // floorTimes are the floors' wall and CPU times.
