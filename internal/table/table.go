@@ -91,41 +91,26 @@ func SlotOrder(bs []lb.Backend, ids []lb.BackendID) {
 // keyedMax is the most backends slotOrderKeyed sorts (on the stack).
 const keyedMax = 16
 
-// orderKey4 is an IPv4 backend's place in slot order: the state's rank
-// and the address in hi, then port, protocol and scope in lo. Keys
-// compare as compareSlot compares their backends (IPv4 addresses have no
-// zone); at is the backend's index.
-type orderKey4 struct {
-	hi, lo uint64
-	at     int
+// orderKey is a backend's place in slot order, words compared in turn:
+// in a list of IPv4 backends alone, the state's rank and the address,
+// then port, protocol and scope (lowKey); in a list with an IPv6
+// address, the state's rank and whether the address is IPv6, the address
+// in two words (an IPv4 one in the last 32 bits), then lowKey. Keys
+// compare as compareSlot compares their backends, for addresses without
+// a zone (netip orders IPv4 before IPv6, each by its bytes); at is the
+// backend's index.
+type orderKey struct {
+	w  [4]uint64
+	at int
 }
 
-// orderKey6 is orderKey4 for lists with an IPv6 address: the state's rank
-// and whether the address is IPv6 in rank, the address in a (an IPv4 one
-// in its last 32 bits), then lo as orderKey4's. Keys compare as
-// compareSlot compares their backends for addresses without a zone
-// (netip orders IPv4 before IPv6, each by its bytes).
-type orderKey6 struct {
-	rank uint64
-	a    [2]uint64
-	lo   uint64
-	at   int
-}
-
-func (k *orderKey4) less(l *orderKey4) bool {
-	return k.hi < l.hi || k.hi == l.hi && k.lo < l.lo
-}
-
-func (k *orderKey6) less(l *orderKey6) bool {
-	switch {
-	case k.rank != l.rank:
-		return k.rank < l.rank
-	case k.a[0] != l.a[0]:
-		return k.a[0] < l.a[0]
-	case k.a[1] != l.a[1]:
-		return k.a[1] < l.a[1]
+func (k *orderKey) less(l *orderKey) bool {
+	for i := range k.w {
+		if k.w[i] != l.w[i] {
+			return k.w[i] < l.w[i]
+		}
 	}
-	return k.lo < l.lo
+	return false
 }
 
 // slotOrderKeyed sorts bs (and ids along, if not nil) into slot order as
@@ -134,60 +119,40 @@ func (k *orderKey6) less(l *orderKey6) bool {
 // and returns false. With a cluster's addresses a service's backends come
 // in no order (pods of many nodes), and sorting them by compareSlot,
 // which copies two backends and compares their netip.Addrs at each step,
-// was a fifth of the core's CPU in an upsert of such services. IPv4
-// lists take keys of two words, the others of four.
+// was a fifth of the core's CPU in an upsert of such services.
 func slotOrderKeyed(bs []lb.Backend, ids []lb.BackendID) bool {
 	if len(bs) > keyedMax {
 		return false
 	}
-	var k4 [keyedMax]orderKey4
+	var keys [keyedMax]orderKey
+	v4 := true
 	for i := range bs {
-		b := &bs[i]
-		if !b.Addr.Is4() {
-			return slotOrderKeyed6(bs, ids)
+		if !bs[i].Addr.Is4() {
+			v4 = false
+			break
 		}
-		a := b.Addr.As4()
-		k4[i] = orderKey4{uint64(stateRank(b.State))<<32 | uint64(binary.BigEndian.Uint32(a[:])), lowKey(b), i}
 	}
-	keys := k4[:len(bs)]
-	// Insertion sort, stable: a key moves past those strictly greater.
-	for i := 1; i < len(keys); i++ {
-		k, j := keys[i], i
-		for ; j > 0 && k.less(&keys[j-1]); j-- {
-			keys[j] = keys[j-1]
-		}
-		keys[j] = k
-	}
-	var order [keyedMax]int
-	for i := range keys {
-		order[i] = keys[i].at
-	}
-	permute(bs, ids, order[:len(keys)])
-	return true
-}
-
-// slotOrderKeyed6 is slotOrderKeyed for lists with an IPv6 address.
-func slotOrderKeyed6(bs []lb.Backend, ids []lb.BackendID) bool {
-	var k6 [keyedMax]orderKey6
 	for i := range bs {
-		b := &bs[i]
-		k := &k6[i]
+		b, k := &bs[i], &keys[i]
+		rank := uint64(stateRank(b.State))
 		switch {
+		case v4:
+			a := b.Addr.As4()
+			k.w = [4]uint64{rank<<32 | uint64(binary.BigEndian.Uint32(a[:])), lowKey(b)}
 		case b.Addr.Is4():
 			a := b.Addr.As4()
-			k.rank = uint64(stateRank(b.State)) << 1
-			k.a = [2]uint64{0, uint64(binary.BigEndian.Uint32(a[:]))}
+			k.w = [4]uint64{rank << 1, 0, uint64(binary.BigEndian.Uint32(a[:])), lowKey(b)}
 		case b.Addr.Is6() && b.Addr.Zone() == "":
 			a := b.Addr.As16()
-			k.rank = uint64(stateRank(b.State))<<1 | 1
-			k.a = [2]uint64{binary.BigEndian.Uint64(a[:8]), binary.BigEndian.Uint64(a[8:])}
+			k.w = [4]uint64{rank<<1 | 1, binary.BigEndian.Uint64(a[:8]), binary.BigEndian.Uint64(a[8:]), lowKey(b)}
 		default:
 			return false
 		}
-		k.lo, k.at = lowKey(b), i
+		k.at = i
 	}
-	keys := k6[:len(bs)]
-	for i := 1; i < len(keys); i++ { // as slotOrderKeyed's
+	// Insertion sort, stable: a key moves past those strictly greater.
+	n := len(bs)
+	for i := 1; i < n; i++ {
 		k, j := keys[i], i
 		for ; j > 0 && k.less(&keys[j-1]); j-- {
 			keys[j] = keys[j-1]
@@ -195,10 +160,10 @@ func slotOrderKeyed6(bs []lb.Backend, ids []lb.BackendID) bool {
 		keys[j] = k
 	}
 	var order [keyedMax]int
-	for i := range keys {
+	for i := range n {
 		order[i] = keys[i].at
 	}
-	permute(bs, ids, order[:len(keys)])
+	permute(bs, ids, order[:n])
 	return true
 }
 
