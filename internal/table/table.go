@@ -74,18 +74,7 @@ func SlotOrder(bs []lb.Backend, ids []lb.BackendID) {
 		idx[i] = i
 	}
 	slices.SortStableFunc(idx, func(a, b int) int { return compareSlot(bs[a], bs[b]) })
-	sortedB := make([]lb.Backend, len(bs))
-	for i, j := range idx {
-		sortedB[i] = bs[j]
-	}
-	copy(bs, sortedB)
-	if ids != nil {
-		sortedI := make([]lb.BackendID, len(ids))
-		for i, j := range idx {
-			sortedI[i] = ids[j]
-		}
-		copy(ids, sortedI)
-	}
+	permute(bs, ids, idx)
 }
 
 // keyedMax is the most backends slotOrderKeyed sorts (on the stack).
@@ -173,16 +162,21 @@ func lowKey(b *lb.Backend) uint64 {
 }
 
 // permute puts bs, and ids if not nil, in order: the element at i
-// becomes the one that was at order[i] (at most keyedMax of them).
+// becomes the one that was at order[i]. Up to keyedMax of them it copies
+// on the stack.
 func permute(bs []lb.Backend, ids []lb.BackendID, order []int) {
-	var was [keyedMax]lb.Backend
-	copy(was[:], bs)
+	var wasBuf [keyedMax]lb.Backend
+	var wasIDBuf [keyedMax]lb.BackendID
+	was, wasID := wasBuf[:0], wasIDBuf[:0]
+	if len(bs) > keyedMax {
+		was, wasID = make([]lb.Backend, 0, len(bs)), make([]lb.BackendID, 0, len(ids))
+	}
+	was = append(was, bs...)
 	for i, j := range order {
 		bs[i] = was[j]
 	}
 	if ids != nil {
-		var wasID [keyedMax]lb.BackendID
-		copy(wasID[:], ids)
+		wasID = append(wasID, ids...)
 		for i, j := range order {
 			ids[i] = wasID[j]
 		}

@@ -290,7 +290,6 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 	}
 	res.add("bulk-10k-x10-spread", "cpu_ratio_to_sequential", median(cpuRatios), "x")
 	res.add("bulk-10k-x10-spread", "user_cpu_ratio_to_sequential", median(userRatios), "x")
-	runtime.KeepAlive(spread)
 
 	// The same services as one call, the shape of a Kubernetes initial
 	// sync: one UpsertBatch, then one SyncSource, of all of them, three
@@ -764,29 +763,24 @@ type batchedRound struct {
 
 // medianRounds returns the median of each figure of rs.
 func medianRounds(rs []batchedRound) batchedRound {
-	of := func(f func(batchedRound) time.Duration) time.Duration {
-		var v []time.Duration
-		for _, r := range rs {
-			v = append(v, f(r))
-		}
-		return median(v)
-	}
-	ofF := func(f func(batchedRound) float64) float64 {
-		var v []float64
-		for _, r := range rs {
-			v = append(v, f(r))
-		}
-		return median(v)
-	}
 	return batchedRound{
-		wall:   of(func(r batchedRound) time.Duration { return r.wall }),
-		cpu:    of(func(r batchedRound) time.Duration { return r.cpu }),
-		user:   of(func(r batchedRound) time.Duration { return r.user }),
-		sys:    of(func(r batchedRound) time.Duration { return r.sys }),
-		gc:     of(func(r batchedRound) time.Duration { return r.gc }),
-		faults: ofF(func(r batchedRound) float64 { return r.faults }),
-		allocs: ofF(func(r batchedRound) float64 { return r.allocs }),
+		wall:   medianOf(rs, func(r batchedRound) time.Duration { return r.wall }),
+		cpu:    medianOf(rs, func(r batchedRound) time.Duration { return r.cpu }),
+		user:   medianOf(rs, func(r batchedRound) time.Duration { return r.user }),
+		sys:    medianOf(rs, func(r batchedRound) time.Duration { return r.sys }),
+		gc:     medianOf(rs, func(r batchedRound) time.Duration { return r.gc }),
+		faults: medianOf(rs, func(r batchedRound) float64 { return r.faults }),
+		allocs: medianOf(rs, func(r batchedRound) float64 { return r.allocs }),
 	}
+}
+
+// medianOf is the median of figure f over rs.
+func medianOf[R any, T cmp.Ordered](rs []R, f func(R) T) T {
+	v := make([]T, len(rs))
+	for i, r := range rs {
+		v[i] = f(r)
+	}
+	return median(v)
 }
 
 // batchedBulkRound upserts svcs through UpsertBatch calls of batch
