@@ -5,7 +5,13 @@
 // values, and the same with BatchUpdate (three passes on fresh maps, the
 // median counting).
 //
-// Scenarios: bulk-10k-x10 (10,000 services of 10 backends by 8 callers,
+// Scenarios: machine (run first, on a quiet machine: one thread per
+// processor reads the clock in a loop for a second, and each gap of
+// 100 µs or more between two readings is a time the machine did not run
+// a thread that had work, as when a hypervisor takes a vCPU away: the
+// stalls per busy second of 500 µs and of 1 ms or longer, the share of
+// the time lost and the longest; a latency figure can be no better),
+// bulk-10k-x10 (10,000 services of 10 backends by 8 callers,
 // through UpsertBatch, then again with one Upsert each while the latency
 // probes run, three rounds on fresh engines, the medians reported with
 // the range of the rate's ratio (*_min, *_max) and the probes' samples

@@ -221,6 +221,10 @@ func engineScenarios(res *results, root string, bulkN, insertN, callers, batch i
 	log := logrus.New()
 	log.SetLevel(logrus.WarnLevel)
 
+	// The machine's stalls first, while it is quiet: the latency rows
+	// below can be no better than the machine lets a busy thread run.
+	addStalls(res)
+
 	bulk := benchset.Sequential(bulkN, 10)
 	// Floors: the same entries the bulk scenario writes, straight to maps.
 	fl, err := floorsCPU(root, sizes, bulk)
