@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 )
 
 // waitRan waits for one signal on ran (what: what it stands for).
@@ -57,5 +59,28 @@ func TestDispatcherRunsWorkAfterClose(t *testing.T) {
 	waitRan(t, ran, "a run scheduled after Close")
 	if got := d.Throughput(); got != Throughput {
 		t.Fatalf("Throughput() = %d, want %d", got, Throughput)
+	}
+}
+
+func TestDispatcherWorkersEndAfterClose(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	d := NewDispatcher(3)
+	ran := make(chan struct{}, 1)
+	d.Schedule(func() { ran <- struct{}{} })
+	waitRan(t, ran, "a run before Close")
+	d.Close()
+}
+
+// BenchmarkDispatcherHandOff measures one run handed to an idle worker
+// and its signal back: the hop every mailbox that wakes up takes.
+func BenchmarkDispatcherHandOff(b *testing.B) {
+	d := NewDispatcher(2)
+	b.Cleanup(d.Close)
+	done := make(chan struct{})
+	run := func() { done <- struct{}{} }
+	b.ReportAllocs()
+	for b.Loop() {
+		d.Schedule(run)
+		<-done
 	}
 }
