@@ -583,18 +583,22 @@ func (r RevNATReply) Error() error { return r.Err }
 
 // Error joins the errors of the batch's items.
 func (r UpsertBatchReply) Error() error {
-	var errs []error
+	var errs []error // only the failures: a batch that went well allocates nothing
 	for _, x := range r.Results {
-		errs = append(errs, x.Err)
+		if x.Err != nil {
+			errs = append(errs, x.Err)
+		}
 	}
 	return errors.Join(errs...)
 }
 
 // Error joins the errors of the batch's items.
 func (r DeleteBatchReply) Error() error {
-	var errs []error
+	var errs []error // only the failures: a batch that went well allocates nothing
 	for _, x := range r.Results {
-		errs = append(errs, x.Err)
+		if x.Err != nil {
+			errs = append(errs, x.Err)
+		}
 	}
 	return errors.Join(errs...)
 }
