@@ -172,10 +172,20 @@ func (o *mirror[E, K, V]) index() {
 func (o *mirror[E, K, V]) apply(writes []E, deletes []K) (written, deleted int, err error) {
 	o.index()
 	kvs := o.kvs[:0] // aligned with ws: changedOnly asks once per write, in order
+	asked := 0
 	ws, copied := changedOnly(writes, o.ws, func(e E) bool {
+		asked++
 		k, v := o.split(e)
 		if cur, ok := o.entries.get(k); ok && cur == v {
 			return false
+		}
+		if len(kvs) == cap(kvs) {
+			// Room for this write and every one after it, at once: grown
+			// by appends, the split of a batch of 4,000 writes passed
+			// scratchMax (3,584 to 5,120 entries) and was not kept, so
+			// the next such batch grew it again through every size. A
+			// batch that changes nothing makes no room.
+			kvs = append(make([]keyVal[K, V], 0, len(kvs)+len(writes)-asked+1), kvs...)
 		}
 		kvs = append(kvs, keyVal[K, V]{k, v})
 		return true

@@ -2,6 +2,7 @@ package actors
 
 import (
 	"net/netip"
+	"slices"
 	"testing"
 	"unsafe"
 
@@ -182,4 +183,48 @@ func benchMirrorPhases[E, K any](b *testing.B, prefix string, fresh func() bench
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), unit)
 		})
 	}
+}
+
+// A mirror keeps the scratch of a batch of nearly scratchMax writes for
+// the next: grown by appends, its split of the writes passed scratchMax
+// (3,584 to 5,120 entries) on a batch of 4,000 and was dropped, so every
+// such batch (a flush of four bulk requests of 1,000 backends) grew it
+// again through every size. A batch that changes nothing does not make
+// room for its writes, however large.
+func TestMirrorReusesItsScratchForBatchesNearScratchMax(t *testing.T) {
+	m := discardBackends{openMemory(t, nil).Backends(maps.IPv4)}
+	o := newMirrorIndexed(maps.Map[maps.BackendEntry, uint32](m), splitBackend(addrkey.IP4Of), joinBackend[addrkey.IP4], newBackend4Index)
+	require.NoError(t, o.load())
+	batch := func(n int, port uint16) []maps.BackendEntry {
+		es := make([]maps.BackendEntry, n)
+		for i := range es {
+			es[i] = maps.BackendEntry{ID: uint32(i + 1), Value: maps.BackendValue{
+				Address: netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)}), Port: port, Proto: 6,
+			}}
+		}
+		return es
+	}
+	const n = scratchMax - 96
+	a, b := batch(n, 8080), batch(n, 8081)
+	w, _, err := o.apply(a, nil)
+	require.NoError(t, err)
+	require.Equal(t, n, w)
+	require.GreaterOrEqual(t, cap(o.kvs), n, "the split of %d writes is kept for the next batch", n)
+	kept := unsafe.SliceData(o.kvs[:1])
+	w, _, err = o.apply(b, nil) // every entry changes
+	require.NoError(t, err)
+	require.Equal(t, n, w)
+	require.Equal(t, kept, unsafe.SliceData(o.kvs[:1]), "the next batch splits its writes in the kept array")
+	got := o.dump().Slice()
+	slices.SortFunc(got, func(x, y maps.BackendEntry) int { return int(x.ID) - int(y.ID) })
+	require.Equal(t, b, got, "the last batch applied is what the mirror holds")
+
+	big := batch(3*scratchMax, 8080)
+	_, _, err = o.apply(big, nil)
+	require.NoError(t, err)
+	require.Nil(t, o.kvs, "a split past scratchMax is not kept")
+	w, _, err = o.apply(big[:n], nil)
+	require.NoError(t, err)
+	require.Zero(t, w, "nothing changed")
+	require.Nil(t, o.kvs, "a batch that changes nothing makes no room to split its writes")
 }
