@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"slices"
+
 	"github.com/actorlb/actorlb/internal/addrkey"
 	"github.com/actorlb/actorlb/internal/table"
 	lb "github.com/actorlb/actorlb/loadbalancer"
@@ -94,7 +96,13 @@ func appendOpKeys(keys []qkey, fe lb.L3n4Addr, bs []lb.Backend) []qkey {
 // queues holds o alone and leaves the table without being looked up.
 func (c *Core) dequeue(o *op) {
 	if c.behind == 0 {
-		for _, k := range o.keys {
+		// Last key first: an op's keys come in runs of addresses, whose
+		// slots in the queue table are runs too (queueTable.home), and a
+		// delete moves back the entries after it up to an empty slot.
+		// Taken first to last, each key of a run had the rest of the run
+		// to look at (and move back) after it; last to first, the slot
+		// after each is mostly empty already.
+		for _, k := range slices.Backward(o.keys) {
 			c.queues.del(k)
 		}
 		c.queuesEmptied()
