@@ -3,6 +3,7 @@ package actors
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 
 	"github.com/actorlb/actorlb/internal/pagedindex"
 	"github.com/actorlb/actorlb/maps"
@@ -185,7 +186,7 @@ func (o *mirror[E, K, V]) apply(writes []E, deletes []K) (written, deleted int, 
 			// scratchMax (3,584 to 5,120 entries) and was not kept, so
 			// the next such batch grew it again through every size. A
 			// batch that changes nothing makes no room.
-			kvs = append(make([]keyVal[K, V], 0, len(kvs)+len(writes)-asked+1), kvs...)
+			kvs = slices.Grow(kvs, len(writes)-asked+1)
 		}
 		kvs = append(kvs, keyVal[K, V]{k, v})
 		return true
