@@ -583,21 +583,21 @@ func (r RevNATReply) Error() error { return r.Err }
 
 // Error joins the errors of the batch's items.
 func (r UpsertBatchReply) Error() error {
-	var errs []error // only the failures: a batch that went well allocates nothing
-	for _, x := range r.Results {
-		if x.Err != nil {
-			errs = append(errs, x.Err)
-		}
-	}
-	return errors.Join(errs...)
+	return joinFailures(r.Results, func(x UpsertReply) error { return x.Err })
 }
 
 // Error joins the errors of the batch's items.
 func (r DeleteBatchReply) Error() error {
-	var errs []error // only the failures: a batch that went well allocates nothing
-	for _, x := range r.Results {
-		if x.Err != nil {
-			errs = append(errs, x.Err)
+	return joinFailures(r.Results, func(x DeleteReply) error { return x.Err })
+}
+
+// joinFailures joins the errors of rs that are not nil, in order: a batch
+// that went well allocates nothing.
+func joinFailures[R any](rs []R, errOf func(R) error) error {
+	var errs []error
+	for _, x := range rs {
+		if err := errOf(x); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
