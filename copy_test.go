@@ -2,6 +2,7 @@ package actorlb
 
 import (
 	"net/netip"
+	"reflect"
 	"slices"
 	"testing"
 
@@ -63,4 +64,41 @@ func TestCopyServicesCopiesDeeplyInFourAllocations(t *testing.T) {
 		big[i].SourceRanges = []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}
 	}
 	require.LessOrEqual(t, testing.AllocsPerRun(10, func() { copyServices(big) }), 4.0, "100 services in four allocations")
+}
+
+// copyServices copies what lb.Service.DeepCopy copies, field by field:
+// every field of a service that refers to memory (a slice, map, pointer,
+// interface, channel or function, at any depth of its structs; netip's
+// addresses are values) is one it copies. A field added to lb.Service
+// that refers to memory fails this until copyServices copies it too, so
+// that the engine's copy never shares the caller's memory.
+func TestCopyServicesCopiesEveryFieldThatRefersToMemory(t *testing.T) {
+	copied := map[string]bool{"Backends": true, "SourceRanges": true}
+	values := map[reflect.Type]bool{reflect.TypeFor[netip.Addr](): true, reflect.TypeFor[netip.Prefix](): true}
+	root := "lb.Service"
+	var walk func(path string, ty reflect.Type)
+	walk = func(path string, ty reflect.Type) {
+		if values[ty] {
+			return
+		}
+		switch ty.Kind() {
+		case reflect.Struct:
+			for f := range ty.Fields() {
+				p := f.Name
+				if path != "" {
+					p = path + "." + f.Name
+				}
+				walk(p, f.Type)
+			}
+		case reflect.Slice, reflect.Map, reflect.Pointer, reflect.Interface, reflect.Chan, reflect.Func, reflect.UnsafePointer:
+			require.True(t, copied[path], "%s.%s (%s) refers to memory and copyServices does not copy it", root, path, ty)
+		case reflect.Array:
+			walk(path+"[]", ty.Elem())
+		}
+	}
+	walk("", reflect.TypeFor[lb.Service]())
+	for _, elem := range []reflect.Type{reflect.TypeFor[lb.Backend](), reflect.TypeFor[netip.Prefix]()} {
+		root, copied = elem.String(), map[string]bool{}
+		walk("", elem) // the elements copied: values through and through
+	}
 }
