@@ -265,8 +265,9 @@ type revNATActor struct {
 	v4, v6 mirrorOf[maps.RevNATEntry, uint16]
 	batch  batcher[*messages.RevNATApply]
 	checks checks
-	// The scratch of apply (each family's writes) and of a flush (the
-	// merged writes and deletes), kept for the next (kept).
+	// The scratch of apply (each family's writes, when a batch mixes
+	// them) and of a flush (the merged writes and deletes, sized at once
+	// by grown), kept for the next (kept).
 	w4, w6, ws []maps.RevNATEntry
 	d4, d6     []uint16
 }
@@ -318,15 +319,32 @@ func (a *revNATActor) beginCheck(ctx actor.Context) driftCheck {
 
 // apply writes then deletes one request's (or a merged batch's) entries.
 func (a *revNATActor) apply(writes []maps.RevNATEntry, del4, del6 []uint16) (int, int, error) {
-	w4, w6 := a.w4[:0], a.w6[:0]
+	n6 := 0
 	for _, e := range writes {
 		if maps.FamilyOf(e.Value.Address) == maps.IPv6 {
-			w6 = append(w6, e)
-		} else {
-			w4 = append(w4, e)
+			n6++
 		}
 	}
-	defer func() { a.w4, a.w6 = kept(w4), kept(w6) }() // the mirrors keep neither
+	// Writes of one family (a cluster's, mostly) go to its mirror as they
+	// are (the mirrors keep neither slice nor write to it); mixed ones are
+	// split into buffers sized at once, not grown by doubling.
+	var w4, w6 []maps.RevNATEntry
+	switch n6 {
+	case 0:
+		w4 = writes
+	case len(writes):
+		w6 = writes
+	default:
+		w4, w6 = grown(a.w4, len(writes)-n6), grown(a.w6, n6)
+		for _, e := range writes {
+			if maps.FamilyOf(e.Value.Address) == maps.IPv6 {
+				w6 = append(w6, e)
+			} else {
+				w4 = append(w4, e)
+			}
+		}
+		defer func() { a.w4, a.w6 = kept(w4), kept(w6) }()
+	}
 	w, d, err := a.v4.apply(w4, del4)
 	if err != nil {
 		return w, d, err
@@ -337,7 +355,11 @@ func (a *revNATActor) apply(writes []maps.RevNATEntry, del4, del6 []uint16) (int
 
 func (a *revNATActor) flush(ctx actor.Context) {
 	a.batch.flush(ctx, func(r *messages.RevNATApply) int { return len(r.Writes) + len(r.Deletes4) + len(r.Deletes6) }, func(reqs []*messages.RevNATApply) error {
-		ws, d4, d6 := a.ws[:0], a.d4[:0], a.d6[:0]
+		nw, n4, n6 := 0, 0, 0
+		for _, r := range reqs {
+			nw, n4, n6 = nw+len(r.Writes), n4+len(r.Deletes4), n6+len(r.Deletes6)
+		}
+		ws, d4, d6 := grown(a.ws, nw), grown(a.d4, n4), grown(a.d6, n6)
 		for _, r := range reqs {
 			ws = append(ws, r.Writes...)
 			d4 = append(d4, r.Deletes4...)

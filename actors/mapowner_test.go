@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/actorlb/actorlb/internal/testutil"
 	"github.com/actorlb/actorlb/maps"
@@ -166,6 +167,99 @@ func TestRevNATOwnerFlushesWriteExactlyTheirRequestsEntries(t *testing.T) {
 			require.Equal(t, want, got, "round %d, %s", round, m.Name())
 		}
 	})
+}
+
+// The revNAT owner merges a flush's requests into an array it keeps for
+// the next flush, sized at once for their writes (grown by appends, the
+// merge of four requests of a thousand writes passed scratchMax and was
+// made again on every flush), and hands writes of one family to that
+// family's mirror as they are, without splitting them into a copy.
+func TestRevNATOwnerKeepsItsMergeArrayAndSplitsOnlyMixedWrites(t *testing.T) {
+	// Each round's four requests reach the owner while it writes a gate
+	// request (held in the map's fault hook), so that one flush merges
+	// them.
+	held, release := make(chan struct{}), make(chan struct{})
+	cfg := maps.Config{InMemory: true}
+	if testutil.KernelMaps(t) {
+		cfg = maps.Config{Root: testutil.PinDir(t)}
+	}
+	cfg.Fault = func(name string, op maps.Op, _ uint64, entries int) error {
+		if name == maps.RevNAT4Name && op == maps.OpUpdate && entries == 1 {
+			held <- struct{}{}
+			<-release
+		}
+		return nil
+	}
+	lb, err := maps.Open(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { lb.Close() })
+	owner := newRevNATActor(lb.RevNAT4, lb.RevNAT6)().(*revNATActor)
+	sys := actor.NewActorSystem()
+	t.Cleanup(sys.Shutdown)
+	pid := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return owner }))
+	const per = 1000 // four requests: 4,000 writes, within scratchMax
+	round := func(r int, v6 bool) {
+		t.Helper()
+		gate := sys.Root.RequestFuture(pid, &messages.RevNATApply{ReqID: uint64(r * 10), Writes: []maps.RevNATEntry{{
+			ID: 60000, Value: maps.RevNATValue{Address: netip.MustParseAddr("10.97.0.1"), Port: uint16(r + 1)},
+		}}}, 10*time.Second)
+		<-held
+		fs := []*actor.Future{gate}
+		for j := range 4 {
+			req := &messages.RevNATApply{ReqID: uint64(r*10 + j + 1)}
+			for i := range per {
+				id := uint16(j*per + i + 1)
+				addr := netip.AddrFrom4([4]byte{10, 96, byte(id >> 8), byte(id)})
+				if v6 && i%2 == 1 {
+					addr = netip.AddrFrom16([16]byte{0xfd, 14: byte(id >> 8), 15: byte(id)})
+				}
+				req.Writes = append(req.Writes, maps.RevNATEntry{ID: id, Value: maps.RevNATValue{Address: addr, Port: uint16(r + 1)}})
+			}
+			fs = append(fs, sys.Root.RequestFuture(pid, req, 10*time.Second))
+		}
+		release <- struct{}{}
+		for i, f := range fs {
+			res, err := f.Result()
+			require.NoError(t, err, "round %d request %d", r, i)
+			require.NoError(t, res.(*messages.MapApplied).Err, "round %d request %d", r, i)
+		}
+	}
+	round(0, false)
+	require.Nil(t, owner.w4, "IPv4 writes alone are not split into a copy")
+	require.Nil(t, owner.w6)
+	require.GreaterOrEqual(t, cap(owner.ws), 4*per, "the merge of four requests is kept")
+	merged := unsafe.SliceData(owner.ws[:1])
+	for r := 1; r < 4; r++ {
+		round(r, false)
+		require.Equal(t, merged, unsafe.SliceData(owner.ws[:1]), "round %d: the flush merges into the kept array", r)
+		require.Nil(t, owner.w4, "round %d", r)
+	}
+	got, err := lb.RevNAT4.Dump()
+	require.NoError(t, err)
+	require.Len(t, got, 4*per+1)
+	for _, e := range got {
+		require.EqualValues(t, 4, e.Value.Port, "every entry has the last round's value")
+	}
+	// Mixed families: every other write IPv6 (its ID goes to the IPv6
+	// map; the IPv4 map keeps what it had).
+	round(4, true)
+	v4, err := lb.RevNAT4.Dump()
+	require.NoError(t, err)
+	v6, err := lb.RevNAT6.Dump()
+	require.NoError(t, err)
+	require.Len(t, v4, 4*per+1)
+	require.Len(t, v6, 2*per, "the IPv6 half went to the IPv6 map")
+	for _, e := range v6 {
+		require.True(t, e.Value.Address.Is6())
+		require.EqualValues(t, 5, e.Value.Port)
+	}
+	changed := 0
+	for _, e := range v4 {
+		if e.Value.Port == 5 {
+			changed++
+		}
+	}
+	require.Equal(t, 2*per+1, changed, "the IPv4 half and the gate took round 4's value")
 }
 
 // A map owner answers writes while its map is read for a drift check: the
