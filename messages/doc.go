@@ -10,10 +10,11 @@
 // supervisor restart is the same copy, sorted again).
 //
 // The one exception to "the receiver's once sent": the slices of a write
-// request to a map owner (MapApply, RevNATApply) are lent. The owner reads
-// them until it answers and keeps none of them after (it copies what it
-// keeps); once answered, the supervisor may fill them again for a later
-// request. A request sent twice (after its owner failed) is not reused.
+// request to a map owner (MapApply, RevNATApply) and the items of an
+// AllocAcquire are lent. The receiver reads them until it answers and
+// keeps none of them after (it copies what it keeps); once answered, the
+// supervisor may fill them again for a later request. A request sent
+// twice (after its receiver failed) is not reused.
 //
 // Error contract: failures travel in a reply's Err field, never as a bare
 // error value in place of the reply.

@@ -440,7 +440,9 @@ type MapReconciled struct {
 // AllocAcquire takes IDs for the services of Items, in one request for
 // all the services of an op that ask (a batch's run asks once). Each
 // item is all or nothing and fails alone: a refused item takes nothing,
-// and the items after it are served as if it had not been asked.
+// and the items after it are served as if it had not been asked. Items
+// is lent (see the package doc): the allocator keeps none once it
+// answered.
 type AllocAcquire struct {
 	ReqID uint64
 	Items []AcquireItem

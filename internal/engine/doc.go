@@ -44,8 +44,9 @@
 //     after an allocator crash and at the end of restore ahead of every
 //     queued allocator request.
 //   - spares: slices of map write requests their owners have answered,
-//     which the core fills again for later requests (spares.go; the
-//     slices of MapApply and RevNATApply are lent, see package messages).
+//     and of allocator requests for IDs, which the core fills again for
+//     later requests (spares.go; the slices of MapApply and RevNATApply
+//     and AllocAcquire's items are lent, see package messages).
 //   - restore: two ops, restorePlan (dump the map owners' mirrors,
 //     table.Rebuild) then repairPlan (repairs in the fix order of
 //     internal/table, install the table, allocator snapshot).

@@ -6,11 +6,12 @@ import (
 )
 
 // A map owner keeps none of a write request's slices once it has answered
-// it (messages.MapApply), so an answered request's entries are the
-// core's again. The hot steps (an upsert's backend and service writes, a
-// delete's service deletes) take their slices from spares and lend them
-// to the request (lendServices, lendBackendWrites, lendRevNATWrites); the
-// reply gives them back (Core.onReply),
+// it (messages.MapApply), nor the allocator an AllocAcquire's items, so an
+// answered request's entries are the core's again. The hot steps (an
+// upsert's backend and service writes, a delete's service deletes, an
+// upsert's ask for IDs) take their slices from spares and lend them
+// to the request (lendServices, lendBackendWrites, lendRevNATWrites,
+// upsertPlan.ask); the reply gives them back (Core.onReply),
 // and the next step fills them again instead of allocating. A request
 // sent twice (after a child failed) is never given back: a second copy
 // may still be in a mailbox.
@@ -134,7 +135,12 @@ type mapSpares struct {
 	svcDeletes spares[maps.ServiceKey]
 	beWrites   spares[maps.BackendEntry]
 	revWrites  spares[maps.RevNATEntry]
+	acquires   spares[messages.AcquireItem] // an AllocAcquire's items (upsertPlan.ask)
 }
+
+// spareKinds is the number of spares a mapSpares holds: at rest it keeps
+// up to sparesIdle entries' room in each.
+const spareKinds = 5
 
 // giveBack keeps the slices of msg, a request its child has answered,
 // which the core lent it.
@@ -150,6 +156,10 @@ func (s *mapSpares) giveBack(msg any) {
 	case *messages.RevNATApply:
 		s.revWrites.give(m.Writes)
 		m.Writes = nil
+	case *messages.AllocAcquire:
+		clear(m.Items) // an item refers to its service's backends: kept, they would be too
+		s.acquires.give(m.Items)
+		m.Items = nil
 	}
 }
 
@@ -160,6 +170,7 @@ func (s *mapSpares) rest() {
 	s.svcDeletes.rest()
 	s.beWrites.rest()
 	s.revWrites.rest()
+	s.acquires.rest()
 }
 
 // trim trims each spares to what an engine at rest keeps (Quiet).
@@ -168,14 +179,15 @@ func (s *mapSpares) trim() {
 	s.svcDeletes.trim()
 	s.beWrites.trim()
 	s.revWrites.trim()
+	s.acquires.trim()
 }
 
 // room is the entries' room kept, over every kind.
 func (s *mapSpares) room() int {
-	return s.svcWrites.room + s.svcDeletes.room + s.beWrites.room + s.revWrites.room
+	return s.svcWrites.room + s.svcDeletes.room + s.beWrites.room + s.revWrites.room + s.acquires.room
 }
 
 // large reports whether any spares keeps more than an engine at rest.
 func (s *mapSpares) large() bool {
-	return s.svcWrites.large() || s.svcDeletes.large() || s.beWrites.large() || s.revWrites.large()
+	return s.svcWrites.large() || s.svcDeletes.large() || s.beWrites.large() || s.revWrites.large() || s.acquires.large()
 }

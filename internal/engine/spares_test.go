@@ -150,6 +150,35 @@ func TestTheNextWaveOfBulkOpsWritesInTheLastOnesArrays(t *testing.T) {
 	require.ElementsMatch(t, arrays[0], arrays[1], "the second wave's service writes are in the first one's arrays")
 }
 
+// A bulk op asks the allocator for its services' IDs in items the last
+// wave's asks gave back once answered, and the items kept for that hold
+// nothing of the services they named.
+func TestTheNextWaveOfBulkOpsAsksForIDsInTheLastOnesItems(t *testing.T) {
+	c, a := startedCore()
+	svcs := benchset.Sequential(160, 10)
+	var arrays [2][]*messages.AcquireItem // the multi-item asks' arrays of each wave
+	asked := 0
+	wave := 0
+	a.sent = func(r messages.Request) {
+		if m, ok := r.(*messages.AllocAcquire); ok && len(m.Items) > 1 {
+			arrays[wave] = append(arrays[wave], &m.Items[0])
+			asked += len(m.Items)
+		}
+	}
+	for ; wave < 2; wave++ {
+		stepWave(t, c, a, svcs[wave*80:wave*80+80])
+	}
+	require.NotEmpty(t, arrays[0], "the first wave asked for IDs for many services at once")
+	require.Greater(t, asked, 80, "most services of the waves asked the allocator")
+	require.ElementsMatch(t, arrays[0], arrays[1], "the second wave's asks are in the first one's items")
+	require.NotEmpty(t, c.spares.acquires.free)
+	for _, xs := range c.spares.acquires.free {
+		for _, it := range xs[:cap(xs)] {
+			require.Zero(t, it, "an item kept for reuse still names a service's backends")
+		}
+	}
+}
+
 // stepWave steps a wave of bulk calls, two calls of half of svcs each in
 // flight at once, lets the children answer everything, and requires
 // every service upserted and the core at rest.

@@ -535,7 +535,8 @@ func (p *upsertPlan) ask(c *Core, o *op) {
 		one.m.Items = one.item[:]
 		m = &one.m
 	} else {
-		m = &messages.AllocAcquire{Items: make([]messages.AcquireItem, len(p.asking))}
+		// Lent to the allocator until it answers (spares.go).
+		m = &messages.AllocAcquire{Items: c.spares.acquires.take(len(p.asking))[:len(p.asking)]}
 	}
 	for n, i := range p.asking {
 		it := &p.items[i]
@@ -555,7 +556,7 @@ func (p *upsertPlan) ask(c *Core, o *op) {
 		m.Items[n] = messages.AcquireItem{Service: it.old == nil, Frontend: it.svc.Frontend(), WantID: it.spec.Frontend.ID, Backends: fresh}
 	}
 	m.ReqID = c.reqID()
-	c.request(o, ChildAllocator, 0, p.folder(c), m)
+	c.send(o, ChildAllocator, 0, p.folder(c), m, len(p.asking) > 1)
 }
 
 // acquired folds the allocator's answer for the items of p.asking, all of
