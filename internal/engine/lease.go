@@ -190,7 +190,7 @@ func (p *upsertPlan) claimLeased(c *Core, o *op) {
 	if len(bs) == 0 {
 		return
 	}
-	p.roomForHolds(o, len(bs))
+	p.roomForHolds(c, o, len(bs))
 	o.svcHolds = append(o.svcHolds, bs...)
 	c.request(o, ChildAllocator, 0, replyErr, &messages.AllocClaim{ReqID: c.reqID(), Bindings: bs})
 }

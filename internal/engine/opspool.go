@@ -5,6 +5,7 @@ import (
 
 	"github.com/actorlb/actorlb/internal/table"
 	lb "github.com/actorlb/actorlb/loadbalancer"
+	"github.com/actorlb/actorlb/messages"
 )
 
 // A single call's op (an Upsert's, a Delete's) is one object with its
@@ -76,10 +77,11 @@ func (n *newService) kept() newService {
 
 // opPool keeps single calls' ops for reuse, and the arrays of the runs
 // of large calls (UpsertBatch, Sync; runArrays): the queue keys
-// startUpserts gives a run's op, its plan's items (newRunPlan), and the
+// startUpserts gives a run's op, its plan's items (newRunPlan), the
 // backend index lists, services and backend IDs upsertPlan.start makes
 // for a plan that is not a single call's, some 750 bytes a 10-backend
-// service, which the next wave of calls takes again instead of making
+// service, and the service IDs the op holds (roomForHolds, 48 bytes a new
+// service), which the next wave of calls takes again instead of making
 // new ones. A run's arrays are given back when its op completes, not when
 // it is split or aborted (another op may still read them), and kept up
 // to runArraysKept of each kind, of some 0.4 MB at most each, until the
@@ -96,13 +98,14 @@ type opPool struct {
 
 // runArrays are arrays of the runs of large calls, by kind: the op's
 // queue keys, its plan's items, their backend index lists, the services
-// they write and those's backend IDs.
+// they write and those's backend IDs, and the service IDs the op holds.
 type runArrays struct {
 	keys  [][]qkey
 	items [][]upsertItem
 	idx   [][]int
 	svcs  [][]table.Service
 	ids   [][]lb.BackendID
+	holds [][]messages.AllocBinding
 }
 
 // The bounds of the run arrays the pool keeps: how many of each kind, and
@@ -128,6 +131,10 @@ func (p *opPool) takeIdx(n int) []int            { return takeArray(&p.run.idx, 
 func (p *opPool) takeSvcs(n int) []table.Service { return takeArray(&p.run.svcs, n) }
 func (p *opPool) takeIDs(n int) []lb.BackendID   { return takeArray(&p.run.ids, n) }
 
+// takeHolds returns an empty array of room for n service IDs held
+// (op.svcHolds), as takeKeys.
+func (p *opPool) takeHolds(n int) []messages.AllocBinding { return takeArray(&p.run.holds, n)[:0] }
+
 // takeArray takes the first kept array with room for n, or makes one.
 func takeArray[T any](kept *[][]T, n int) []T {
 	for i, a := range *kept {
@@ -147,7 +154,7 @@ func keepArrays[T any](kept, spent *[][]T, max int, clean bool) {
 		(*spent)[i] = nil
 		if len(*kept) < runArraysKept && cap(a) > 0 && cap(a) <= max {
 			if clean {
-				clear(a)
+				clear(a[:cap(a)]) // a may be empty, its elements past it (takeHolds)
 			}
 			*kept = append(*kept, a[:0])
 		}
@@ -162,6 +169,7 @@ func (r *runArrays) keep(spent *runArrays) {
 	keepArrays(&r.idx, &spent.idx, keptIntsMax, false)
 	keepArrays(&r.svcs, &spent.svcs, keptItemsMax, true)
 	keepArrays(&r.ids, &spent.ids, keptIntsMax, false)
+	keepArrays(&r.holds, &spent.holds, keptItemsMax, true)
 }
 
 // trimRunArrays drops the kept run arrays (the core is quiet).
@@ -171,7 +179,7 @@ func (p *opPool) trimRunArrays() { p.run = runArrays{} }
 // drop it: Core.Resting).
 func (p *opPool) keepsRunArrays() bool {
 	r := &p.run
-	return len(r.keys)+len(r.items)+len(r.idx)+len(r.svcs)+len(r.ids) > 0
+	return len(r.keys)+len(r.items)+len(r.idx)+len(r.svcs)+len(r.ids)+len(r.holds) > 0
 }
 
 // takeUpsert returns a zero upsertOne but for its arrays.
@@ -215,6 +223,10 @@ func (p *opPool) completed(o *op) {
 			p.spent.idx = append(p.spent.idx, pl.idx)
 			p.spent.svcs = append(p.spent.svcs, pl.svcs)
 			p.spent.ids = append(p.spent.ids, pl.ids)
+		}
+		if pl.holds != nil {
+			p.spent.holds = append(p.spent.holds, pl.holds)
+			o.svcHolds = nil // the op holds nothing once complete
 		}
 	case *deletePlan:
 		if pl.pooled != nil {

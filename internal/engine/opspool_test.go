@@ -189,17 +189,17 @@ func TestAWithdrawnUpsertIsAnsweredUnread(t *testing.T) {
 }
 
 // The runs of large calls take the arrays of their queue keys, their
-// plan's items, backend index lists, services and backend IDs from those
-// the last runs gave back: bulk callers come in waves, and the second
+// plan's items, backend index lists, services, backend IDs and the
+// service IDs they hold from those the last runs gave back: bulk callers come in waves, and the second
 // wave's runs use the first one's arrays. Once the core is quiet (Quiet),
 // it keeps none.
 func TestTheNextWaveOfRunsTakesTheArraysTheLastOneGaveBack(t *testing.T) {
 	c, a := startedCore()
 	svcs := benchset.Sequential(160, 10)
-	kinds := []string{"keys", "items", "index lists", "services", "backend IDs"}
+	kinds := []string{"keys", "items", "index lists", "services", "backend IDs", "service IDs held"}
 	kept := func() [][]any {
 		r := &c.ops.run
-		return [][]any{firstElems(r.keys), firstElems(r.items), firstElems(r.idx), firstElems(r.svcs), firstElems(r.ids)}
+		return [][]any{firstElems(r.keys), firstElems(r.items), firstElems(r.idx), firstElems(r.svcs), firstElems(r.ids), firstElems(r.holds)}
 	}
 	var waves [2][][]any // per wave, per kind: the arrays kept after it
 	for wave := range 2 {
@@ -218,6 +218,9 @@ func TestTheNextWaveOfRunsTakesTheArraysTheLastOneGaveBack(t *testing.T) {
 	}
 	for _, items := range c.ops.run.items {
 		require.Equal(t, make([]upsertItem, cap(items)), items[:cap(items)], "a kept items' array holds pointers")
+	}
+	for _, holds := range c.ops.run.holds {
+		require.Equal(t, make([]messages.AllocBinding, cap(holds)), holds[:cap(holds)], "a kept holds' array holds addresses")
 	}
 
 	c.Step(Quiet{})

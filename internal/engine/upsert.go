@@ -50,6 +50,9 @@ type upsertPlan struct {
 	svcs     []table.Service
 	ids      []lb.BackendID
 	runItems bool
+	// holds is the array of op.svcHolds when it came from the pool's run
+	// arrays (roomForHolds), given back when the op is complete.
+	holds []messages.AllocBinding
 }
 
 // upsertItem is one service of an upsert plan.
@@ -592,7 +595,7 @@ func (p *upsertPlan) acquiredItem(c *Core, o *op, i int, r *messages.AcquiredIte
 		return fmt.Errorf("the allocator gave %d backend IDs for %d backends", len(r.BackendIDs), len(it.fresh)) // the op's error: the step prefixes it
 	}
 	if it.old == nil {
-		p.roomForHolds(o, p.asked)
+		p.roomForHolds(c, o, p.asked)
 		o.svcHolds = append(o.svcHolds, messages.AllocBinding{Key: it.svc.Frontend(), ID: uint64(r.ServiceID), Refs: 1})
 	}
 	p.grant(c, o, it, r.ServiceID, r.BackendIDs)
@@ -615,14 +618,18 @@ func (p *upsertPlan) grant(c *Core, o *op, it *upsertItem, id lb.ServiceID, ids 
 }
 
 // roomForHolds gives o, if it holds no service ID, room for n: a single
-// call's op its own array (upsertOne.holds).
-func (p *upsertPlan) roomForHolds(o *op, n int) {
+// call's op its own array (upsertOne.holds), any other an array of the
+// pool's run arrays (given back when the op is complete).
+func (p *upsertPlan) roomForHolds(c *Core, o *op, n int) {
 	switch {
 	case o.svcHolds != nil:
 	case p.pooled != nil:
 		o.svcHolds = p.pooled.holds[:0]
+	case p.holds != nil: // released, and holding again
+		o.svcHolds = p.holds[:0]
 	default:
-		o.svcHolds = make([]messages.AllocBinding, 0, n)
+		p.holds = c.ops.takeHolds(n)
+		o.svcHolds = p.holds
 	}
 }
 
