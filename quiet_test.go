@@ -20,7 +20,7 @@ func rawStats(t *testing.T, e *Engine) messages.StatsReply {
 
 // After a bulk call the engine keeps the write arrays its ops gave back,
 // for the next calls; once it has had no op for its quiet time it trims
-// them to what an engine at rest keeps (some 40 KB at most).
+// them to what an engine at rest keeps (some 80 KB at most).
 func TestAQuietEngineTrimsTheArraysItKeepsForReuse(t *testing.T) {
 	const quietAfter = 2 * time.Second
 	cfg := Config{ReconcileInterval: -1}

@@ -157,20 +157,33 @@ func (a *allocatorActor) handle(msg any) any {
 
 // acquire serves each item of m alone, all or nothing: on an item's
 // error, what it took is given back and the next item is served. The
-// items' backend IDs share one array.
+// items' backend IDs share one array. The answer is m.Reuse's arrays,
+// where they have the room.
 func (a *allocatorActor) acquire(m *messages.AllocAcquire) *messages.AllocAcquired {
 	n := 0
 	for i := range m.Items {
 		n += len(m.Items[i].Backends)
 	}
-	r := &messages.AllocAcquired{ReqID: m.ReqID, Items: make([]messages.AcquiredItem, len(m.Items))}
-	var ids []lb.BackendID
-	if n > 0 {
+	r := m.Reuse
+	m.Reuse = nil
+	if r == nil {
+		r = &messages.AllocAcquired{}
+	}
+	r.ReqID = m.ReqID
+	if cap(r.Items) >= len(m.Items) {
+		r.Items = r.Items[:len(m.Items)]
+		clear(r.Items)
+	} else {
+		r.Items = make([]messages.AcquiredItem, len(m.Items))
+	}
+	ids := r.IDs[:0]
+	if cap(ids) < n {
 		ids = make([]lb.BackendID, 0, n)
 	}
 	for i := range m.Items {
 		ids = a.acquireItem(&m.Items[i], &r.Items[i], ids)
 	}
+	r.IDs = ids
 	return r
 }
 

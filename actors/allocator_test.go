@@ -2,6 +2,7 @@ package actors
 
 import (
 	"errors"
+	"net/netip"
 	"testing"
 
 	"github.com/actorlb/actorlb/internal/engine"
@@ -68,5 +69,80 @@ func TestAllocatorAcquireServesEachItemAlone(t *testing.T) {
 	}
 	if a.be.Len() != 3 {
 		t.Fatalf("%d backend IDs in use, want 3", a.be.Len())
+	}
+}
+
+// An AllocAcquire that hands back an earlier answer (Reuse) is answered
+// in that answer's arrays where they have the room, every item written
+// afresh (an error or IDs the earlier one held do not stay), and the
+// request no longer holds it: the same request sent again is answered in
+// new arrays, not in the ones the first answer went out in.
+func TestAllocatorAnswersInTheArraysOfAnAnswerHandedBack(t *testing.T) {
+	a := &allocatorActor{svc: newServiceIDs(0), be: idalloc.NewSpace[lb.BackendID](64)}
+	fe := func(i int) lb.L3n4Addr {
+		return lb.L3n4Addr{Addr: netip.AddrFrom4([4]byte{10, 96, 0, byte(i)}), Port: 80, Protocol: lb.TCP}
+	}
+	bes := make([]lb.Backend, 4)
+	ask := func(reqID uint64, from, n int, reuse *messages.AllocAcquired) *messages.AllocAcquire {
+		m := &messages.AllocAcquire{ReqID: reqID, Reuse: reuse}
+		for i := range n {
+			m.Items = append(m.Items, messages.AcquireItem{Service: true, Frontend: fe(from + i), Backends: bes})
+		}
+		return m
+	}
+	if _, err := a.svc.AcquireID(fe(9), 3); err != nil {
+		t.Fatal(err)
+	}
+	first := a.acquire(ask(1, 0, 3, nil))
+	if first.Items[0].Err != nil || first.Items[1].Err != nil || first.Items[2].Err != nil || len(first.IDs) != 12 {
+		t.Fatalf("first answer: %+v", first)
+	}
+	items, ids := &first.Items[0], &first.IDs[:1][0]
+	seen := map[lb.BackendID]bool{}
+	for _, id := range first.IDs {
+		seen[id] = true
+	}
+	// Two items into an answer of three: the second wants an ID in use.
+	m := ask(2, 3, 2, first)
+	m.Items[1].WantID = 3
+	second := a.acquire(m)
+	if second != first || &second.Items[0] != items || &second.IDs[:1][0] != ids {
+		t.Fatal("the answer handed back was not answered in")
+	}
+	if m.Reuse != nil {
+		t.Fatal("the request still holds the answer it handed back")
+	}
+	if second.ReqID != 2 || len(second.Items) != 2 {
+		t.Fatalf("answer %d with %d items, want 2 with 2", second.ReqID, len(second.Items))
+	}
+	ok, refused := second.Items[0], second.Items[1]
+	if ok.Err != nil || ok.ServiceID == 0 || len(ok.BackendIDs) != 4 {
+		t.Fatalf("first item: %+v", ok)
+	}
+	for _, id := range ok.BackendIDs {
+		if seen[id] {
+			t.Fatalf("backend ID %d given twice", id)
+		}
+	}
+	if !errors.Is(refused.Err, engine.ErrServiceIDInUse) || refused.ServiceID != 0 || refused.BackendIDs != nil {
+		t.Fatalf("refused item: %+v, want ErrServiceIDInUse and nothing of the earlier answer", refused)
+	}
+	// Sent again (its first copy's answer taken): new arrays.
+	m.ReqID = 3
+	m.Items = m.Items[:1]
+	m.Items[0].Frontend = fe(20)
+	again := a.acquire(m)
+	if again == second || &again.Items[0] == items {
+		t.Fatal("a request sent again answered in the arrays its first answer went out in")
+	}
+	// An answer too small for the request: new arrays, answered whole.
+	big := a.acquire(ask(4, 30, 5, again))
+	if len(big.Items) != 5 || cap(big.IDs) < 20 {
+		t.Fatalf("answer of %d items, %d IDs' room", len(big.Items), cap(big.IDs))
+	}
+	for i, it := range big.Items {
+		if it.Err != nil || it.ServiceID == 0 || len(it.BackendIDs) != 4 {
+			t.Fatalf("item %d: %+v", i, it)
+		}
 	}
 }

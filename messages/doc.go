@@ -7,7 +7,9 @@
 // before sending. Receivers change no message, except that the supervisor
 // puts the backends of the services of Upsert, UpsertBatch and Sync in
 // slot order in place (the façade sends copies; a call sent again after a
-// supervisor restart is the same copy, sorted again).
+// supervisor restart is the same copy, sorted again), and the allocator
+// takes an AllocAcquire's Reuse (an earlier answer the supervisor hands
+// back, which is the allocator's again from then: it answers in it).
 //
 // The one exception to "the receiver's once sent": the slices of a write
 // request to a map owner (MapApply, RevNATApply) and the items of an

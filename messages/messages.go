@@ -446,6 +446,11 @@ type MapReconciled struct {
 type AllocAcquire struct {
 	ReqID uint64
 	Items []AcquireItem
+	// Reuse, if set, is an answer to an earlier AllocAcquire that its
+	// sender has done with: the allocator takes it (sets Reuse to nil, so
+	// that a copy of the request sent again does not take it too) and
+	// answers in its arrays where they have the room.
+	Reuse *AllocAcquired
 }
 
 // AcquireItem is one service's part of an AllocAcquire: a service ID for
@@ -467,6 +472,9 @@ type AcquireItem struct {
 type AllocAcquired struct {
 	ReqID uint64
 	Items []AcquiredItem
+	// IDs is the array the items' BackendIDs are parts of (for
+	// AllocAcquire.Reuse).
+	IDs []lb.BackendID
 }
 
 // AcquiredItem answers an AcquireItem: its service ID (when it asked for

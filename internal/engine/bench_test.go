@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -23,15 +24,26 @@ type autoChildren struct {
 	nextID uint32
 	// sent, if set, sees every request before it is answered.
 	sent func(messages.Request)
+	// answered, if set, sees every answer before the core is stepped
+	// with it.
+	answered func(any)
 }
 
 func (a *autoChildren) answer(r messages.Request) any {
 	switch m := r.(type) {
 	case *messages.AllocAcquire:
-		rep := &messages.AllocAcquired{ReqID: r.RequestID(), Items: make([]messages.AcquiredItem, len(m.Items))}
+		// As the allocator: in the arrays of the answer handed back, if
+		// any (taken from the request).
+		rep := m.Reuse
+		m.Reuse = nil
+		if rep == nil {
+			rep = &messages.AllocAcquired{}
+		}
+		rep.ReqID = r.RequestID()
+		rep.Items = slices.Grow(rep.Items[:0], len(m.Items))[:len(m.Items)]
 		for i, it := range m.Items {
 			got := &rep.Items[i]
-			got.BackendIDs = make([]lb.BackendID, len(it.Backends))
+			*got = messages.AcquiredItem{BackendIDs: make([]lb.BackendID, len(it.Backends))}
 			if it.Service {
 				a.nextID++
 				got.ServiceID = lb.ServiceID(a.nextID)
@@ -83,7 +95,11 @@ func (a *autoChildren) settle() {
 					replies = append(replies, dumpEmpty(out.Child, r))
 					return
 				}
-				replies = append(replies, a.answer(r))
+				reply := a.answer(r)
+				if a.answered != nil {
+					a.answered(reply)
+				}
+				replies = append(replies, reply)
 			})
 		}
 		a.c.Advance()

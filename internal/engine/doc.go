@@ -46,7 +46,9 @@
 //   - spares: slices of map write requests their owners have answered,
 //     and of allocator requests for IDs, which the core fills again for
 //     later requests (spares.go; the slices of MapApply and RevNATApply
-//     and AllocAcquire's items are lent, see package messages).
+//     and AllocAcquire's items are lent, see package messages), and the
+//     allocator's answers to those, handed back with the next ask
+//     (AllocAcquire.Reuse).
 //   - restore: two ops, restorePlan (dump the map owners' mirrors,
 //     table.Rebuild) then repairPlan (repairs in the fix order of
 //     internal/table, install the table, allocator snapshot).

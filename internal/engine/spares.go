@@ -30,8 +30,10 @@ import (
 // again, some 250 bytes of the 3.5 KB a batched service allocated. Once
 // the core has been at rest for a while with more than that kept (Quiet:
 // a second with no op in flight, see actors.Supervisor) the spares are
-// trimmed to sparesIdle, the largest first, used or not: an engine at
-// rest keeps some 40 KB at most.
+// trimmed to sparesIdle, the largest first, used or not, and the
+// allocator's answers kept are dropped: an engine at rest keeps some
+// 80 KB at most (40 KB of map writes' entries, 18 KB of items to ask for
+// IDs, and answers of up to 256 items and 2,560 backend IDs).
 const (
 	sparesKept    = 16        // slices kept, at most
 	sparesEntries = 16 * 1024 // entries' room kept over all of them, at most
@@ -136,6 +138,39 @@ type mapSpares struct {
 	beWrites   spares[maps.BackendEntry]
 	revWrites  spares[maps.RevNATEntry]
 	acquires   spares[messages.AcquireItem] // an AllocAcquire's items (upsertPlan.ask)
+	// answers are the allocator's answers to AllocAcquire once folded,
+	// for the next ask to hand back (AllocAcquire.Reuse): up to
+	// answersKept, none with more than answerItemsMax items or
+	// answerIDsMax backend IDs, none once trimmed (their items' room
+	// past sparesIdle, or their IDs' past answerIDsIdle, makes the spares
+	// large, so that Quiet comes).
+	answers []*messages.AllocAcquired
+}
+
+const (
+	answersKept    = 4
+	answerItemsMax = 1 << 12 // 48 bytes each
+	answerIDsMax   = 1 << 15 // 4 bytes each
+)
+
+// keepAnswer keeps r, an answer the core has folded and keeps nothing
+// of, for takeAnswer, if the bounds allow.
+func (s *mapSpares) keepAnswer(r *messages.AllocAcquired) {
+	if len(s.answers) < answersKept && cap(r.Items) <= answerItemsMax && cap(r.IDs) <= answerIDsMax {
+		s.answers = append(s.answers, r)
+	}
+}
+
+// takeAnswer returns a kept answer (nil: none), no longer kept.
+func (s *mapSpares) takeAnswer() *messages.AllocAcquired {
+	n := len(s.answers)
+	if n == 0 {
+		return nil
+	}
+	r := s.answers[n-1]
+	s.answers[n-1] = nil
+	s.answers = s.answers[:n-1]
+	return r
 }
 
 // spareKinds is the number of spares a mapSpares holds: at rest it keeps
@@ -180,14 +215,39 @@ func (s *mapSpares) trim() {
 	s.beWrites.trim()
 	s.revWrites.trim()
 	s.acquires.trim()
+	clear(s.answers)
+	s.answers = s.answers[:0]
 }
 
 // room is the entries' room kept, over every kind.
 func (s *mapSpares) room() int {
-	return s.svcWrites.room + s.svcDeletes.room + s.beWrites.room + s.revWrites.room + s.acquires.room
+	return s.svcWrites.room + s.svcDeletes.room + s.beWrites.room + s.revWrites.room + s.acquires.room + s.answersRoom()
 }
 
 // large reports whether any spares keeps more than an engine at rest.
 func (s *mapSpares) large() bool {
-	return s.svcWrites.large() || s.svcDeletes.large() || s.beWrites.large() || s.revWrites.large() || s.acquires.large()
+	return s.svcWrites.large() || s.svcDeletes.large() || s.beWrites.large() || s.revWrites.large() || s.acquires.large() ||
+		s.answersRoom() > sparesIdle || s.answersIDs() > answerIDsIdle
+}
+
+// answerIDsIdle is the most backend IDs' room the kept answers may have
+// in an engine at rest (10 KB).
+const answerIDsIdle = 10 * sparesIdle
+
+// answersIDs is the backend IDs' room of the kept answers.
+func (s *mapSpares) answersIDs() int {
+	n := 0
+	for _, r := range s.answers {
+		n += cap(r.IDs)
+	}
+	return n
+}
+
+// answersRoom is the items' room of the kept answers.
+func (s *mapSpares) answersRoom() int {
+	n := 0
+	for _, r := range s.answers {
+		n += cap(r.Items)
+	}
+	return n
 }

@@ -179,6 +179,55 @@ func TestTheNextWaveOfBulkOpsAsksForIDsInTheLastOnesItems(t *testing.T) {
 	}
 }
 
+// An ask for IDs hands the allocator back an answer the core has folded
+// (AllocAcquire.Reuse), for its next answer: the second wave's asks
+// carry the first one's answers, and every service still gets IDs of its
+// own (an answer handed back before it was folded would have had its IDs
+// overwritten by the next).
+func TestTheNextWaveOfBulkOpsHandsTheAllocatorBackItsAnswers(t *testing.T) {
+	c, a := startedCore()
+	svcs := benchset.Sequential(160, 10)
+	answers := map[*messages.AllocAcquired]int{} // the wave each answer was made in
+	wave, reused := 0, 0
+	a.sent = func(r messages.Request) {
+		if m, ok := r.(*messages.AllocAcquire); ok && m.Reuse != nil {
+			w, ok := answers[m.Reuse]
+			require.True(t, ok, "an ask hands back something not an answer")
+			if w < wave {
+				reused++
+			}
+		}
+	}
+	a.answered = func(r any) {
+		if rep, ok := r.(*messages.AllocAcquired); ok {
+			if _, seen := answers[rep]; !seen {
+				answers[rep] = wave
+			}
+		}
+	}
+	for ; wave < 2; wave++ {
+		stepWave(t, c, a, svcs[wave*80:wave*80+80])
+	}
+	require.NotZero(t, reused, "the second wave handed back none of the first one's answers")
+	ids := map[lb.BackendID]bool{}
+	svcIDs := map[lb.ServiceID]bool{}
+	for _, s := range svcs {
+		id, ok := c.byFE.Get(s.Frontend.L3n4Addr)
+		require.True(t, ok)
+		require.False(t, svcIDs[id], "service ID %d twice", id)
+		svcIDs[id] = true
+		got := c.services.get(id)
+		require.Len(t, got.BackendIDs, 10)
+		for _, b := range got.BackendIDs {
+			require.NotZero(t, b)
+			require.False(t, ids[b], "backend ID %d given to two backends", b)
+			ids[b] = true
+		}
+	}
+	c.Step(Quiet{})
+	require.Empty(t, c.spares.answers, "a quiet core keeps answers")
+}
+
 // stepWave steps a wave of bulk calls, two calls of half of svcs each in
 // flight at once, lets the children answer everything, and requires
 // every service upserted and the core at rest.
@@ -193,6 +242,7 @@ func stepWave(t *testing.T, c *Core, a *autoChildren, svcs []*lb.Service) {
 	}
 	a.settle()
 	for _, r := range replies {
+		require.Len(t, r, 1, "a call not answered once the core settled")
 		for _, res := range (<-r).Results {
 			require.NoError(t, res.Err)
 		}
@@ -336,4 +386,43 @@ func TestSpareRequestsAreZeroAndBounded(t *testing.T) {
 	require.Equal(t, pendingReq{}, *tb.take())
 	tb.recycle(&pendingReq{item: 7}) // not sent: in an outbox
 	require.Len(t, tb.spare, reqsKept-1)
+}
+
+// The allocator's answers kept for the next asks are bounded (four, none
+// past answerItemsMax items or answerIDsMax backend IDs), make the spares
+// large past what an engine at rest keeps (so that Quiet comes), and are
+// dropped by a trim; takeAnswer hands each out once.
+func TestKeptAnswersAreBoundedAndDroppedWhenQuiet(t *testing.T) {
+	var s mapSpares
+	answer := func(items, ids int) *messages.AllocAcquired {
+		return &messages.AllocAcquired{Items: make([]messages.AcquiredItem, 0, items), IDs: make([]lb.BackendID, 0, ids)}
+	}
+	s.keepAnswer(answer(answerItemsMax+1, 1))
+	s.keepAnswer(answer(1, answerIDsMax+1))
+	require.Empty(t, s.answers, "an answer past the bounds was kept")
+	small := []*messages.AllocAcquired{answer(10, 100), answer(10, 100), answer(10, 100), answer(10, 100)}
+	for _, r := range small {
+		s.keepAnswer(r)
+	}
+	s.keepAnswer(answer(10, 100))
+	require.Len(t, s.answers, answersKept)
+	require.False(t, s.large(), "four small answers are what an engine at rest may keep")
+	require.Equal(t, 40, s.room())
+	got := map[*messages.AllocAcquired]bool{}
+	for range answersKept {
+		r := s.takeAnswer()
+		require.NotNil(t, r)
+		require.False(t, got[r], "an answer handed out twice")
+		got[r] = true
+	}
+	require.Nil(t, s.takeAnswer())
+	s.keepAnswer(answer(sparesIdle+1, 1))
+	require.True(t, s.large(), "an answer of more items than an engine at rest keeps")
+	s.trim()
+	require.Empty(t, s.answers)
+	s.keepAnswer(answer(1, answerIDsIdle+1))
+	require.True(t, s.large(), "an answer of more backend IDs than an engine at rest keeps")
+	s.trim()
+	require.Empty(t, s.answers)
+	require.False(t, s.large())
 }

@@ -559,6 +559,7 @@ func (p *upsertPlan) ask(c *Core, o *op) {
 		m.Items[n] = messages.AcquireItem{Service: it.old == nil, Frontend: it.svc.Frontend(), WantID: it.spec.Frontend.ID, Backends: fresh}
 	}
 	m.ReqID = c.reqID()
+	m.Reuse = c.spares.takeAnswer()
 	c.send(o, ChildAllocator, 0, p.folder(c), m, len(p.asking) > 1)
 }
 
@@ -577,6 +578,7 @@ func (p *upsertPlan) acquired(c *Core, o *op, reply any) error {
 			first = err
 		}
 	}
+	c.spares.keepAnswer(rep) // folded: nothing of it is kept (grant copies the IDs)
 	return first
 }
 
