@@ -173,10 +173,6 @@ func (s *mapSpares) takeAnswer() *messages.AllocAcquired {
 	return r
 }
 
-// spareKinds is the number of spares a mapSpares holds: at rest it keeps
-// up to sparesIdle entries' room in each.
-const spareKinds = 5
-
 // giveBack keeps the slices of msg, a request its child has answered,
 // which the core lent it.
 func (s *mapSpares) giveBack(msg any) {
