@@ -426,3 +426,35 @@ func TestKeptAnswersAreBoundedAndDroppedWhenQuiet(t *testing.T) {
 	require.Empty(t, s.answers)
 	require.False(t, s.large())
 }
+
+// An ask for IDs sent twice (the allocator failed on it) keeps its items
+// for good (the first copy may be answered while the second is still in
+// the allocator's mailbox) and does not hand back an answer a second
+// time: the next batch's ask is made in other items, and the answer the
+// core keeps is the one it folded.
+func TestAnAskSentTwiceIsNeverFilledAgain(t *testing.T) {
+	h := newHarness(t)
+	batch := func(fe1, be1, fe2, be2 string) {
+		h.call(&messages.UpsertBatch{Services: []*lb.Service{svc(t, fe1, be1), svc(t, fe2, be2)}, Reply: make(chan messages.UpsertBatchReply, 1)})
+	}
+	const ask1 = "alloc: acquire service 10.96.0.1:80/TCP backends [10.0.1.1:8080/TCP]; service 10.96.0.2:80/TCP backends [10.0.1.2:8080/TCP]"
+	batch("10.96.0.1:80", "10.0.1.1:8080", "10.96.0.2:80", "10.0.1.2:8080")
+	h.expect(ask1)
+	sent := h.lose("alloc").(*messages.AllocAcquire)
+	h.step(ChildFailed{Child: ChildAllocator, Failed: sent})
+	h.expect("alloc: restore services [] backends []", ask1) // the same request again
+	h.replyTo("alloc", "restore", ok())
+	answer := &messages.AllocAcquired{ReqID: sent.ReqID, Items: []messages.AcquiredItem{granted(1, 1), granted(2, 2)}}
+	h.replyTo("alloc", "acquire", func(messages.Request) any { return answer }) // the first copy's answer
+	h.step(&messages.AllocAcquired{ReqID: sent.ReqID, Items: []messages.AcquiredItem{granted(1, 1), granted(2, 2)}}) // the second's, ignored
+	h.flushAnswering(t)
+	h.expectAnswers("upsert batch: [id 1 created true id 2 created true]")
+	require.Equal(t, ask1, "alloc: "+printRequest(sent), "the request sent twice changed")
+
+	batch("10.96.0.3:80", "10.0.1.3:8080", "10.96.0.4:80", "10.0.1.4:8080")
+	h.expect("alloc: acquire service 10.96.0.3:80/TCP backends [10.0.1.3:8080/TCP]; service 10.96.0.4:80/TCP backends [10.0.1.4:8080/TCP]")
+	next := h.sent[ChildAllocator][0].(*messages.AllocAcquire)
+	require.False(t, sameArray(sent.Items, next.Items), "a request sent twice was filled again")
+	require.Same(t, answer, next.Reuse, "the next ask hands back the answer the core folded")
+	require.Equal(t, ask1, "alloc: "+printRequest(sent))
+}
