@@ -445,7 +445,7 @@ func TestAnAskSentTwiceIsNeverFilledAgain(t *testing.T) {
 	h.expect("alloc: restore services [] backends []", ask1) // the same request again
 	h.replyTo("alloc", "restore", ok())
 	answer := &messages.AllocAcquired{ReqID: sent.ReqID, Items: []messages.AcquiredItem{granted(1, 1), granted(2, 2)}}
-	h.replyTo("alloc", "acquire", func(messages.Request) any { return answer }) // the first copy's answer
+	h.replyTo("alloc", "acquire", func(messages.Request) any { return answer })                                      // the first copy's answer
 	h.step(&messages.AllocAcquired{ReqID: sent.ReqID, Items: []messages.AcquiredItem{granted(1, 1), granted(2, 2)}}) // the second's, ignored
 	h.flushAnswering(t)
 	h.expectAnswers("upsert batch: [id 1 created true id 2 created true]")
