@@ -240,16 +240,8 @@ func (a *mapActor[E, K]) beginCheck(ctx actor.Context) driftCheck {
 
 func (a *mapActor[E, K]) flush(ctx actor.Context) {
 	a.batch.flush(ctx, func(r *messages.MapApply[E, K]) int { return len(r.Writes) + len(r.Deletes) }, func(reqs []*messages.MapApply[E, K]) error {
-		nw, nd := 0, 0
-		for _, r := range reqs {
-			nw += len(r.Writes)
-			nd += len(r.Deletes)
-		}
-		ws, ds := grown(a.ws, nw), grown(a.ds, nd)
-		for _, r := range reqs {
-			ws = append(ws, r.Writes...)
-			ds = append(ds, r.Deletes...)
-		}
+		ws := merged(a.ws, reqs, func(r *messages.MapApply[E, K]) []E { return r.Writes })
+		ds := merged(a.ds, reqs, func(r *messages.MapApply[E, K]) []K { return r.Deletes })
 		_, _, err := a.mirror.apply(ws, ds) // keeps neither slice
 		a.ws, a.ds = kept(ws), kept(ds)
 		return err
@@ -259,6 +251,22 @@ func (a *mapActor[E, K]) flush(ctx actor.Context) {
 	}, func(r *messages.MapApply[E, K]) uint64 { return r.ReqID })
 }
 
+// merged returns the slices of(r) of reqs one after the other, in buf if
+// it has the room, else in one new array of exactly their length (grown):
+// appended into buf as it was, the merge of four requests of a thousand
+// entries grew past scratchMax and was made again on every flush.
+func merged[R, E any](buf []E, reqs []R, of func(R) []E) []E {
+	n := 0
+	for _, r := range reqs {
+		n += len(of(r))
+	}
+	out := grown(buf, n)
+	for _, r := range reqs {
+		out = append(out, of(r)...)
+	}
+	return out
+}
+
 // revNATActor owns both revNAT maps and their mirrors. Like the other map
 // owners it writes the requests queued in its mailbox in one batch.
 type revNATActor struct {
@@ -266,8 +274,8 @@ type revNATActor struct {
 	batch  batcher[*messages.RevNATApply]
 	checks checks
 	// The scratch of apply (each family's writes, when a batch mixes
-	// them) and of a flush (the merged writes and deletes, sized at once
-	// by grown), kept for the next (kept).
+	// them) and of a flush (the merged writes and deletes, merged), kept
+	// for the next (kept).
 	w4, w6, ws []maps.RevNATEntry
 	d4, d6     []uint16
 }
@@ -355,16 +363,9 @@ func (a *revNATActor) apply(writes []maps.RevNATEntry, del4, del6 []uint16) (int
 
 func (a *revNATActor) flush(ctx actor.Context) {
 	a.batch.flush(ctx, func(r *messages.RevNATApply) int { return len(r.Writes) + len(r.Deletes4) + len(r.Deletes6) }, func(reqs []*messages.RevNATApply) error {
-		nw, n4, n6 := 0, 0, 0
-		for _, r := range reqs {
-			nw, n4, n6 = nw+len(r.Writes), n4+len(r.Deletes4), n6+len(r.Deletes6)
-		}
-		ws, d4, d6 := grown(a.ws, nw), grown(a.d4, n4), grown(a.d6, n6)
-		for _, r := range reqs {
-			ws = append(ws, r.Writes...)
-			d4 = append(d4, r.Deletes4...)
-			d6 = append(d6, r.Deletes6...)
-		}
+		ws := merged(a.ws, reqs, func(r *messages.RevNATApply) []maps.RevNATEntry { return r.Writes })
+		d4 := merged(a.d4, reqs, func(r *messages.RevNATApply) []uint16 { return r.Deletes4 })
+		d6 := merged(a.d6, reqs, func(r *messages.RevNATApply) []uint16 { return r.Deletes6 })
 		_, _, err := a.apply(ws, d4, d6)
 		a.ws, a.d4, a.d6 = kept(ws), kept(d4), kept(d6)
 		return err
