@@ -49,10 +49,17 @@ func TestDiffEntriesWritesMissingAndChangedThenDeletesExtra(t *testing.T) {
 // in-memory ones otherwise.
 func openMaps(t *testing.T) *maps.LBMaps {
 	t.Helper()
+	return openFaultyMaps(t, nil)
+}
+
+// openFaultyMaps is openMaps with fault consulted before every map call.
+func openFaultyMaps(t *testing.T, fault maps.FaultFunc) *maps.LBMaps {
+	t.Helper()
 	cfg := maps.Config{InMemory: true}
 	if testutil.KernelMaps(t) {
 		cfg = maps.Config{Root: testutil.PinDir(t)}
 	}
+	cfg.Fault = fault
 	lb, err := maps.Open(cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { lb.Close() })

@@ -179,20 +179,13 @@ func TestRevNATOwnerKeepsItsMergeArrayAndSplitsOnlyMixedWrites(t *testing.T) {
 	// request (held in the map's fault hook), so that one flush merges
 	// them.
 	held, release := make(chan struct{}), make(chan struct{})
-	cfg := maps.Config{InMemory: true}
-	if testutil.KernelMaps(t) {
-		cfg = maps.Config{Root: testutil.PinDir(t)}
-	}
-	cfg.Fault = func(name string, op maps.Op, _ uint64, entries int) error {
+	lb := openFaultyMaps(t, func(name string, op maps.Op, _ uint64, entries int) error {
 		if name == maps.RevNAT4Name && op == maps.OpUpdate && entries == 1 {
 			held <- struct{}{}
 			<-release
 		}
 		return nil
-	}
-	lb, err := maps.Open(cfg)
-	require.NoError(t, err)
-	t.Cleanup(func() { lb.Close() })
+	})
 	owner := newRevNATActor(lb.RevNAT4, lb.RevNAT6)().(*revNATActor)
 	sys := actor.NewActorSystem()
 	t.Cleanup(sys.Shutdown)
