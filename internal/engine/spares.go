@@ -217,33 +217,26 @@ func (s *mapSpares) trim() {
 
 // room is the entries' room kept, over every kind.
 func (s *mapSpares) room() int {
-	return s.svcWrites.room + s.svcDeletes.room + s.beWrites.room + s.revWrites.room + s.acquires.room + s.answersRoom()
+	items, _ := s.answersRoom()
+	return s.svcWrites.room + s.svcDeletes.room + s.beWrites.room + s.revWrites.room + s.acquires.room + items
 }
 
 // large reports whether any spares keeps more than an engine at rest.
 func (s *mapSpares) large() bool {
+	items, ids := s.answersRoom()
 	return s.svcWrites.large() || s.svcDeletes.large() || s.beWrites.large() || s.revWrites.large() || s.acquires.large() ||
-		s.answersRoom() > sparesIdle || s.answersIDs() > answerIDsIdle
+		items > sparesIdle || ids > answerIDsIdle
 }
 
 // answerIDsIdle is the most backend IDs' room the kept answers may have
 // in an engine at rest (10 KB).
 const answerIDsIdle = 10 * sparesIdle
 
-// answersIDs is the backend IDs' room of the kept answers.
-func (s *mapSpares) answersIDs() int {
-	n := 0
+// answersRoom is the items' and the backend IDs' room of the kept
+// answers.
+func (s *mapSpares) answersRoom() (items, ids int) {
 	for _, r := range s.answers {
-		n += cap(r.IDs)
+		items, ids = items+cap(r.Items), ids+cap(r.IDs)
 	}
-	return n
-}
-
-// answersRoom is the items' room of the kept answers.
-func (s *mapSpares) answersRoom() int {
-	n := 0
-	for _, r := range s.answers {
-		n += cap(r.Items)
-	}
-	return n
+	return items, ids
 }
