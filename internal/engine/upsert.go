@@ -627,8 +627,6 @@ func (p *upsertPlan) roomForHolds(c *Core, o *op, n int) {
 	case o.svcHolds != nil:
 	case p.pooled != nil:
 		o.svcHolds = p.pooled.holds[:0]
-	case p.holds != nil: // released, and holding again
-		o.svcHolds = p.holds[:0]
 	default:
 		p.holds = c.ops.takeHolds(n)
 		o.svcHolds = p.holds
