@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/actorlb/actorlb/actors"
@@ -159,6 +160,9 @@ type Engine struct {
 	sockets *socketWorker // nil without Config.SocketTerminator
 	// dispatch runs the actors' mailboxes.
 	dispatch *actors.Dispatcher
+	// copies are the arrays of services copied for UpsertBatch and
+	// SyncSource calls, given back once answered (serviceCopies).
+	copies copiesPool
 }
 
 // New opens the maps, starts the actors and waits until the state is
@@ -463,12 +467,15 @@ type UpsertResult struct {
 // chunk only. The error is for the call as a whole (closed engine,
 // context done).
 func (e *Engine) UpsertBatch(ctx context.Context, svcs []*lb.Service) ([]UpsertResult, error) {
-	cp := copyServices(svcs)
-	r, _, err := call(ctx, e, func(ch chan<- messages.UpsertBatchReply) any {
-		return &messages.UpsertBatch{Services: cp, Reply: ch}
+	cp := e.copies.take(svcs)
+	r, retried, err := call(ctx, e, func(ch chan<- messages.UpsertBatchReply) any {
+		return &messages.UpsertBatch{Services: cp.services, Reply: ch}
 	})
 	if err != nil {
 		return nil, fmt.Errorf("upsert batch of %d services: %w", len(svcs), err)
+	}
+	if !retried {
+		e.copies.release(cp)
 	}
 	out := make([]UpsertResult, len(r.Results))
 	for i, x := range r.Results {
@@ -477,16 +484,50 @@ func (e *Engine) UpsertBatch(ctx context.Context, svcs []*lb.Service) ([]UpsertR
 	return out, nil
 }
 
-// copyServices returns deep copies of svcs (a nil service becomes an
-// empty one, which fails validation with a clear error) for the engine to
-// own: the services in one array, their backends in another and their
-// source ranges in a third, where a copy each (lb.Service.DeepCopy) took
-// two allocations per service, 200 for a batch of 100. Each copy's slices
-// are capped at their length, so that nothing appended to one reaches
-// the next. The arrays live as long as the call's services do: the
-// engine keeps nothing of a service past its call (its table stores its
-// own form).
-func copyServices(svcs []*lb.Service) []*lb.Service {
+// serviceCopies are deep copies of a call's services (a nil service
+// becomes an empty one, which fails validation with a clear error) for
+// the engine to own: the services in one array, their backends in another
+// and their source ranges in a third, where a copy each
+// (lb.Service.DeepCopy) took two allocations per service, 200 for a batch
+// of 100. Each copy's slices are capped at their length, so that nothing
+// appended to one reaches the next.
+//
+// The engine keeps nothing of a service past its call (its table stores
+// its own form), so the arrays are the engine's until the call is
+// answered, and the façade's again once it is: copiesPool.release gives
+// them to the next call, after a call answered on its first attempt. A
+// call sent again (the supervisor restarted) or given up (its context
+// ended, the engine closed) leaves them to the collector: a copy of its
+// message may still be read (a request the old supervisor sent the
+// allocator names the services' backends; a call not yet taken). The
+// copies were a third of what an UpsertBatch allocated (the README's
+// Performance section).
+type serviceCopies struct {
+	services []*lb.Service // what the call sends: &specs[i]
+	specs    []lb.Service
+	bes      []lb.Backend
+	rs       []netip.Prefix
+}
+
+// copiesPool holds the serviceCopies calls gave back, in a sync.Pool (the
+// collector frees what it holds when unused). Safe for concurrent use.
+type copiesPool struct {
+	pool     sync.Pool
+	released atomic.Int64 // copies given back, for tests
+}
+
+// The largest arrays given-back copies keep: one UpsertBatch of a
+// thousand services of ten backends fits; a larger call's arrays are left
+// to the collector.
+const (
+	copiesKeptServices = 4096
+	copiesKeptBackends = 16384
+	copiesKeptRanges   = 4096
+)
+
+// take returns copies of svcs, in arrays a call gave back when they have
+// room.
+func (p *copiesPool) take(svcs []*lb.Service) *serviceCopies {
 	nb, nr := 0, 0
 	for _, s := range svcs {
 		if s != nil {
@@ -494,20 +535,19 @@ func copyServices(svcs []*lb.Service) []*lb.Service {
 			nr += len(s.SourceRanges)
 		}
 	}
-	specs := make([]lb.Service, len(svcs))
-	var bes []lb.Backend
-	if nb > 0 {
-		bes = make([]lb.Backend, nb)
+	c, _ := p.pool.Get().(*serviceCopies)
+	if c == nil {
+		c = new(serviceCopies)
 	}
-	var rs []netip.Prefix
-	if nr > 0 {
-		rs = make([]netip.Prefix, nr)
-	}
-	cp := make([]*lb.Service, len(svcs))
+	c.services = sized(c.services, len(svcs))
+	c.specs = sized(c.specs, len(svcs))
+	bes, rs := sized(c.bes, nb), sized(c.rs, nr)
+	c.bes, c.rs = bes, rs
 	for i, s := range svcs {
-		d := &specs[i]
-		cp[i] = d
+		d := &c.specs[i]
+		c.services[i] = d
 		if s == nil {
+			*d = lb.Service{}
 			continue
 		}
 		*d = *s
@@ -520,7 +560,30 @@ func copyServices(svcs []*lb.Service) []*lb.Service {
 			d.SourceRanges, rs = rs[:n:n], rs[n:]
 		}
 	}
-	return cp
+	return c
+}
+
+// sized returns s with length n, in its array when it has room.
+func sized[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
+}
+
+// release gives c's arrays to the next call: only copies whose call was
+// answered on its first attempt (serviceCopies); c is not used after.
+// Arrays past the copiesKept sizes are dropped. Nothing is cleared: what
+// a copy refers to is in the arrays themselves (its backends and source
+// ranges, the only fields of a service that refer to memory), so the
+// arrays keep nothing of the caller's alive.
+func (p *copiesPool) release(c *serviceCopies) {
+	p.released.Add(1)
+	if cap(c.specs) > copiesKeptServices || cap(c.bes) > copiesKeptBackends || cap(c.rs) > copiesKeptRanges {
+		return
+	}
+	c.services, c.specs, c.bes, c.rs = c.services[:0], c.specs[:0], c.bes[:0], c.rs[:0]
+	p.pool.Put(c)
 }
 
 // DeleteResult is the outcome of one frontend of DeleteBatch.
@@ -665,10 +728,15 @@ func (e *Engine) SyncSource(ctx context.Context, src lb.Source, desired []*lb.Se
 			return SyncResult{}, fmt.Errorf("sync: service %d is nil", i)
 		}
 	}
-	cp := copyServices(desired)
-	r, _, err := call(ctx, e, func(ch chan<- messages.SyncReply) any { return &messages.Sync{Source: src, Desired: cp, Reply: ch} })
+	cp := e.copies.take(desired)
+	r, retried, err := call(ctx, e, func(ch chan<- messages.SyncReply) any {
+		return &messages.Sync{Source: src, Desired: cp.services, Reply: ch}
+	})
 	if err != nil {
 		return SyncResult{}, fmt.Errorf("sync: %w", err)
+	}
+	if !retried {
+		e.copies.release(cp)
 	}
 	res := SyncResult{Upserted: r.Upserted, Deleted: r.Deleted}
 	for _, f := range r.Failed {
