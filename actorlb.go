@@ -513,7 +513,7 @@ type serviceCopies struct {
 // collector frees what it holds when unused). Safe for concurrent use.
 type copiesPool struct {
 	pool     sync.Pool
-	released atomic.Int64 // copies given back, for tests
+	released atomic.Int64 // calls of release (arrays kept or, past the kept sizes, dropped), for tests
 }
 
 // The largest arrays given-back copies keep: one UpsertBatch of a
