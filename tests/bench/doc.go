@@ -74,6 +74,11 @@
 //
 // Run it as root: go run ./tests/bench (or make bench); --help lists the
 // sizes and the profile flags (--cpuprofile and friends, --heapprofile).
+// --markdown-from prints the README's tables from a finished run's
+// bench-results.json (the engine's figures with their CPU per operation,
+// and issue 18's targets judged again from the rows they name) and
+// measures nothing; with more files, a column gives each figure's range
+// over the runs. A file that is not a run's rows is refused, naming it.
 //
 // Lifecycle: it pins everything under a fresh directory on bpffs and
 // removes it when done.

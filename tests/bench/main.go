@@ -88,6 +88,7 @@ func main() {
 	agentHeap := pflag.String("kube-agent-heapprofile", "", "where the sync agent writes its heap profile")
 	pflag.StringVar(&kube.heapProfile, "kube-heapprofile", "", "write a heap profile of the initial-sync agent (last round), taken where its memory is measured, to this file")
 	pflag.IntVar(&kube.syncRounds, "kube-sync-rounds", 3, "agent runs of the initial-sync scenario (fresh engine and source each; medians reported)")
+	markdownFrom := pflag.StringSlice("markdown-from", nil, "print the README's tables (the engine's figures with their CPU, issue 18's targets) of the run in this bench-results.json, and measure nothing; with more files (comma-separated, or the flag again), the first run's figures and each one's range over all the runs")
 	restoreChildWhat := pflag.String("restore-child", "", "run as a restore-10k-x10 child: dump, engine, engine-4k or engine-prefaulted (the bench starts it)")
 	restoreChildRoot := pflag.String("restore-child-root", "", "the restore child's pin directory")
 	for _, f := range []string{"kube-sync-agent", "kube-agent-kubeconfig", "kube-agent-root", "kube-agent-heapprofile", "restore-child", "restore-child-root"} {
@@ -97,6 +98,25 @@ func main() {
 	if *syncAgent {
 		if err := runSyncAgent(*agentKubeconfig, *agentRoot, kube.syncServices, *agentHeap); err != nil {
 			fmt.Fprintln(os.Stderr, "bench: sync agent:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if len(*markdownFrom) > 0 {
+		var runs [][]Row
+		var err error
+		for _, path := range *markdownFrom {
+			var rows []Row
+			if rows, err = readRows(path); err != nil {
+				break
+			}
+			runs = append(runs, rows)
+		}
+		if err == nil {
+			err = writeMarkdown(os.Stdout, runs...)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
 		}
 		return
