@@ -500,8 +500,8 @@ func (e *Engine) UpsertBatch(ctx context.Context, svcs []*lb.Service) ([]UpsertR
 // ended, the engine closed) leaves them to the collector: a copy of its
 // message may still be read (a request the old supervisor sent the
 // allocator names the services' backends; a call not yet taken). The
-// copies were a third of what an UpsertBatch allocated (the README's
-// Performance section).
+// copies were a third of what an UpsertBatch allocated
+// (docs/performance-history.md, session 52).
 type serviceCopies struct {
 	services []*lb.Service // what the call sends: &specs[i]
 	specs    []lb.Service

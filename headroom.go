@@ -27,8 +27,8 @@ import (
 // tables from the dumps: three or four cycles while the restore runs,
 // each marking the tables built so far, on the cores the dumps and the
 // rebuild need. With the goal raised by 64 MiB (as if that much more
-// were live), the next cycle comes after the restore (the README's
-// Performance section has the figures). Nothing is allocated for it: the
+// were live), the next cycle comes after the restore
+// (docs/performance-history.md has the figures). Nothing is allocated for it: the
 // collector's percent (GOGC) is raised for the restore and put back when
 // New returns.
 const RestoreHeadroom = 64 << 20
@@ -231,7 +231,7 @@ const restoreCollectMax = 4 * hugepages.LiveMax
 // closed before this one, its tables tens of MB) is free when the
 // restore allocates: the restore reuses pages already written instead of
 // fresh ones, each of which is a page fault on first write (some 15 µs
-// on the development VM: the README's Performance section). It does
+// on the development VM: docs/performance-history.md). It does
 // nothing when turned off (Config.NoRestoreCollect), when there is
 // nothing to restore (NoRestore, InMemory), or when the collector is off
 // (GOGC=off). It returns whether it collected.

@@ -7,8 +7,8 @@
 // SHARD_COUNT shards, 32 by default: 32,768 Go maps and as many locks,
 // some 2.8 MB that a new process writes for the first time while New
 // opens the pinned maps, and that New then waits for (2.5-6.4 ms of a
-// restart of 10,000 services on the development VM, 3-8%: the README's
-// Performance section). The 1,024 buckets alone give a dozen actors locks
+// restart of 10,000 services on the development VM, 3-8%:
+// docs/performance-history.md). The 1,024 buckets alone give a dozen actors locks
 // of their own. This package sets SHARD_COUNT to 1 when it is
 // initialized, so that a bucket is one map: 1,024 maps, some 120 KB.
 //

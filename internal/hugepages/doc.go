@@ -6,7 +6,7 @@
 // some machines a fault is dear: on the development VM (a paravirtualised
 // guest) one costs some 15 µs, so that the 10,000 fresh pages a restore
 // of 10k services of 10 backends fills cost more than the restore's own
-// work (the README's Performance section has the figures). A 2 MiB
+// work (docs/performance-history.md has the figures). A 2 MiB
 // transparent huge page is one fault for 512 such pages. Go's runtime does
 // not ask for them (it gave that up in Go 1.21.1), and a kernel whose
 // policy is "madvise" gives them only to memory advised with

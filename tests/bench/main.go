@@ -1485,7 +1485,7 @@ type probed struct {
 // <quantity>_us_library_<suffix> and samples_library_<suffix>; and the
 // collections and bytes allocated per round (gc_cycles_<suffix>,
 // alloc_bytes_per_service_<suffix>, medians): the tail of the probes
-// follows the collections (README, session 27).
+// follows the collections (docs/performance-history.md, session 27).
 func addProbed(res *results, suffix string, pr probed, n int) {
 	p := &latencyProbe{samples: pr.samples}
 	res.add("upsert-latency", "p50_us_library_"+suffix, p.p(50), "us")
