@@ -7,7 +7,7 @@ BPF_ROOT ?= /sys/fs/bpf/actorlb
 # Test flags: -race everywhere; CI sets ACTORLB_REQUIRE_PRIVILEGED=1.
 TEST_FLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: all build run test test-deps kube-tools bench bench-smoke chaos lint generate docs install clean
+.PHONY: all build run test test-deps kube-tools bench bench-table bench-smoke chaos lint generate docs install clean
 
 all: build
 
@@ -87,6 +87,13 @@ BENCH_FLAGS ?=
 bench: build kube-tools
 	$(GO) test -run '^$$' -bench . -benchmem $(MICRO_BENCH_PKGS)
 	$(GO) run ./tests/bench --out bench-results.json $(BENCH_FLAGS)
+
+# The README's tables (figures with their CPU, issue 18's targets) from
+# the last run's bench-results.json; BENCH_RUNS=a.json,b.json adds the
+# range over more runs.
+BENCH_RUNS ?= bench-results.json
+bench-table:
+	$(GO) run ./tests/bench --markdown-from $(BENCH_RUNS)
 
 # A long chaos soak (the seed is printed; TEST_SEED=... replays it).
 CHAOS_OPS ?= 100000

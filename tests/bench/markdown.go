@@ -50,6 +50,9 @@ var errNoRows = errors.New("no rows")
 // readRows reads the rows of a run from a bench-results.json file.
 func readRows(path string) ([]Row, error) {
 	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("markdown: %w (a run writes it: make bench, or go run ./tests/bench --out %s)", err, path)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("markdown: %w", err)
 	}

@@ -70,6 +70,7 @@ func TestMarkdownRefusesAFileThatIsNotARunsRows(t *testing.T) {
 	}
 	_, err := readRows(filepath.Join(dir, "absent.json"))
 	require.ErrorIs(t, err, os.ErrNotExist)
+	require.ErrorContains(t, err, "a run writes it: make bench")
 }
 
 func TestMarkdownOfSeveralRunsGivesTheFirstRunsFiguresAndTheirRanges(t *testing.T) {
