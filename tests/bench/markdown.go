@@ -78,7 +78,7 @@ func writeMarkdown(w io.Writer, runs ...[]Row) error {
 	}
 	type at struct{ scenario, metric string }
 	found := make([]map[at]Row, len(runs))
-	judged := make([][]Row, len(runs))
+	var judged []Row // the first run's rows but its verdicts
 	for i, rows := range runs {
 		found[i] = map[at]Row{}
 		for _, r := range rows {
@@ -86,23 +86,26 @@ func writeMarkdown(w io.Writer, runs ...[]Row) error {
 				continue // judged again below, from the rows they name
 			}
 			found[i][at{r.Scenario, r.Metric}] = r
-			judged[i] = append(judged[i], r)
+			if i == 0 {
+				judged = append(judged, r)
+			}
 		}
 	}
-	// span is the range of a row over the runs, "" with one run or
-	// when the first run lacks it.
-	span := func(k at) string {
-		if _, ok := found[0][k]; !ok || len(runs) == 1 {
+	// rangeCell is the range column's cell of a row: its range over the
+	// runs that have it, blank when the first run lacks it, nothing with
+	// one run.
+	rangeCell := func(k at) string {
+		if len(runs) == 1 {
 			return ""
+		}
+		if _, ok := found[0][k]; !ok {
+			return " |"
 		}
 		lo, hi, n := math.Inf(1), math.Inf(-1), 0
 		for _, f := range found {
 			if r, ok := f[k]; ok {
 				lo, hi, n = min(lo, r.Value), max(hi, r.Value), n+1
 			}
-		}
-		if n == 0 {
-			return ""
 		}
 		return fmt.Sprintf(" %s–%s (%d runs) |", number(lo), number(hi), n)
 	}
@@ -121,17 +124,9 @@ func writeMarkdown(w io.Writer, runs ...[]Row) error {
 		if c, ok := found[0][at{f.scenario, f.cpu}]; ok && f.cpu != "" {
 			cpu = number(c.Value) + " " + cpuUnit(c)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s |", f.name, v, cpu)
-		if len(runs) > 1 {
-			if s := span(k); s != "" {
-				b.WriteString(s)
-			} else {
-				b.WriteString(" |")
-			}
-		}
-		b.WriteString("\n")
+		fmt.Fprintf(&b, "| %s | %s | %s |%s\n", f.name, v, cpu, rangeCell(k))
 	}
-	ts, _, err := targetRows(18, issue18, judged[0])
+	ts, _, err := targetRows(18, issue18, judged)
 	if err != nil {
 		return fmt.Errorf("markdown: %w", err)
 	}
@@ -141,24 +136,14 @@ func writeMarkdown(w io.Writer, runs ...[]Row) error {
 	}
 	fmt.Fprintf(&b, "\n| issue 18 target | value | bound | |%s\n|---|---|---|---|%s\n", extra, rule)
 	for _, t := range issue18 {
-		r, ok := byName[t.name]
-		if !ok {
-			fmt.Fprintf(&b, "| %s | — | %s | not measured |", t.name, bound(t))
-		} else {
-			verdict := "missed"
+		value, verdict := "—", "not measured"
+		if r, ok := byName[t.name]; ok {
+			value, verdict = number(r.Value), "missed"
 			if *r.Met {
 				verdict = "met"
 			}
-			fmt.Fprintf(&b, "| %s | %s | %s | %s |", t.name, number(r.Value), bound(t), verdict)
 		}
-		if len(runs) > 1 {
-			if s := span(at{t.scenario, t.metric}); s != "" {
-				b.WriteString(s)
-			} else {
-				b.WriteString(" |")
-			}
-		}
-		b.WriteString("\n")
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |%s\n", t.name, value, bound(t), verdict, rangeCell(at{t.scenario, t.metric}))
 	}
 	_, err = io.WriteString(w, b.String())
 	return err
