@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -76,25 +77,20 @@ func writeMarkdown(w io.Writer, runs ...[]Row) error {
 	if len(runs) == 0 {
 		return fmt.Errorf("markdown: %w", errNoRows)
 	}
-	type at struct{ scenario, metric string }
-	found := make([]map[at]Row, len(runs))
-	var judged []Row // the first run's rows but its verdicts
+	found := make([]map[rowKey]Row, len(runs))
 	for i, rows := range runs {
-		found[i] = map[at]Row{}
-		for _, r := range rows {
-			if r.Scenario == targetScenario(18) {
-				continue // judged again below, from the rows they name
-			}
-			found[i][at{r.Scenario, r.Metric}] = r
-			if i == 0 {
-				judged = append(judged, r)
-			}
+		// A run's own verdict rows are left out: its targets are judged
+		// again below, from the rows they name.
+		figs := slices.DeleteFunc(slices.Clone(rows), func(r Row) bool { return r.Scenario == targetScenario(18) })
+		var err error
+		if found[i], err = indexRows(figs); err != nil {
+			return fmt.Errorf("markdown: %w", err)
 		}
 	}
 	// rangeCell is the range column's cell of a row: its range over the
 	// runs that have it, blank when the first run lacks it, nothing with
 	// one run.
-	rangeCell := func(k at) string {
+	rangeCell := func(k rowKey) string {
 		if len(runs) == 1 {
 			return ""
 		}
@@ -116,20 +112,17 @@ func writeMarkdown(w io.Writer, runs ...[]Row) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "| figure | value | CPU per operation |%s\n|---|---|---|%s\n", extra, rule)
 	for _, f := range figures {
-		k := at{f.scenario, f.metric}
+		k := rowKey{f.scenario, f.metric}
 		v, cpu := "—", ""
 		if r, ok := found[0][k]; ok {
 			v = number(r.Value)
 		}
-		if c, ok := found[0][at{f.scenario, f.cpu}]; ok && f.cpu != "" {
+		if c, ok := found[0][rowKey{f.scenario, f.cpu}]; ok && f.cpu != "" {
 			cpu = number(c.Value) + " " + cpuUnit(c)
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s |%s\n", f.name, v, cpu, rangeCell(k))
 	}
-	ts, _, err := targetRows(18, issue18, judged)
-	if err != nil {
-		return fmt.Errorf("markdown: %w", err)
-	}
+	ts, _ := targetsOf(18, issue18, found[0])
 	byName := map[string]Row{}
 	for _, t := range ts {
 		byName[t.Name] = t
@@ -143,9 +136,9 @@ func writeMarkdown(w io.Writer, runs ...[]Row) error {
 				verdict = "met"
 			}
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s |%s\n", t.name, value, bound(t), verdict, rangeCell(at{t.scenario, t.metric}))
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |%s\n", t.name, value, bound(t), verdict, rangeCell(rowKey{t.scenario, t.metric}))
 	}
-	_, err = io.WriteString(w, b.String())
+	_, err := io.WriteString(w, b.String())
 	return err
 }
 

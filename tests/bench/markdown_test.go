@@ -95,4 +95,6 @@ func TestMarkdownOfSeveralRunsGivesTheFirstRunsFiguresAndTheirRanges(t *testing.
 		require.Contains(t, out, line+"\n")
 	}
 	require.ErrorIs(t, writeMarkdown(&b), errNoRows)
+	twice := append(run(1, 2), run(3, 4)[0])
+	require.ErrorContains(t, writeMarkdown(&b, run(1, 2), twice), "markdown: targets: row bulk-10k-x10 services_per_s written twice")
 }

@@ -40,17 +40,35 @@ func targetScenario(n int) string { return fmt.Sprintf("issue-%d-targets", n) }
 // scenarios left out, or a row renamed). A row written twice is an
 // error, as the figure would be ambiguous.
 func targetRows(issue int, ts []target, rows []Row) (out []Row, missing []string, err error) {
-	type at struct{ scenario, metric string }
-	found := map[at]Row{}
+	found, err := indexRows(rows)
+	if err != nil {
+		return nil, nil, err
+	}
+	out, missing = targetsOf(issue, ts, found)
+	return out, missing, nil
+}
+
+// rowKey names a row of a run: its scenario and metric.
+type rowKey struct{ scenario, metric string }
+
+// indexRows returns rows by their key. A row written twice is an error,
+// as the figure would be ambiguous.
+func indexRows(rows []Row) (map[rowKey]Row, error) {
+	found := make(map[rowKey]Row, len(rows))
 	for _, r := range rows {
-		k := at{r.Scenario, r.Metric}
+		k := rowKey{r.Scenario, r.Metric}
 		if _, dup := found[k]; dup {
-			return nil, nil, fmt.Errorf("targets: row %s %s written twice", r.Scenario, r.Metric)
+			return nil, fmt.Errorf("targets: row %s %s written twice", r.Scenario, r.Metric)
 		}
 		found[k] = r
 	}
+	return found, nil
+}
+
+// targetsOf is targetRows on rows already indexed.
+func targetsOf(issue int, ts []target, found map[rowKey]Row) (out []Row, missing []string) {
 	for _, t := range ts {
-		r, ok := found[at{t.scenario, t.metric}]
+		r, ok := found[rowKey{t.scenario, t.metric}]
 		if !ok {
 			missing = append(missing, t.scenario+"."+t.metric)
 			continue
@@ -65,7 +83,7 @@ func targetRows(issue int, ts []target, rows []Row) (out []Row, missing []string
 		tr.Met = &met
 		out = append(out, tr)
 	}
-	return out, missing, nil
+	return out, missing
 }
 
 // printTargets writes the target rows ts of issue n as a table.
