@@ -1,6 +1,7 @@
 package main
 
 import (
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -25,10 +26,7 @@ func TestMarkdownGivesEachFigureWithItsCPUAndEachTargetsVerdict(t *testing.T) {
 		// name, not copied: this one says met where its row says missed.
 		{Scenario: "issue-18-targets", Metric: "bulk-10k-x10.cpu_ratio_to_batch_floor", Value: 1.5, Unit: "x", Name: "batched bulk: CPU per service ÷ the batch floor's", Target: "<= 2", Met: new(bool)},
 	}
-	var b strings.Builder
-	require.NoError(t, writeMarkdown(&b, rows))
-	out := b.String()
-	for _, line := range []string{
+	out := requireMarkdownLines(t, [][]Row{rows},
 		"| put floor (one `bpf()` update per entry), services/s | 18,244 | 57.9 µs a service |",
 		"| batched bulk (8 callers, `UpsertBatch` of 100), services/s | 101,507 | 15.9 µs a service |",
 		"| upsert p99 during the single-call bulk, µs | 1,000 |  |",
@@ -39,9 +37,7 @@ func TestMarkdownGivesEachFigureWithItsCPUAndEachTargetsVerdict(t *testing.T) {
 		"| insert 50k×1 batched ÷ its batch floor | 0.467 | ≥ 0.6 | missed |",
 		"| upsert p99 during the single-call bulk, µs | 1,000 | ≤ 1,000 | met |", // 999.6: judged before it is rounded
 		"| bytes per 10-backend IPv6 service | — | ≤ 1,000 | not measured |",
-	} {
-		require.Contains(t, out, line+"\n")
-	}
+	)
 	require.Equal(t, len(figures)+2+len(issue18)+2+1, strings.Count(out, "\n"), "every figure and every target once, each table with its header")
 }
 
@@ -81,20 +77,28 @@ func TestMarkdownOfSeveralRunsGivesTheFirstRunsFiguresAndTheirRanges(t *testing.
 		}
 	}
 	third := append(run(90000, 1.9), Row{Scenario: "floor", Metric: "put_services_per_s", Value: 18000, Unit: "services/s"})
-	var b strings.Builder
-	require.NoError(t, writeMarkdown(&b, run(77556, 3.19), run(101507, 2.11), third))
-	out := b.String()
-	for _, line := range []string{
+	requireMarkdownLines(t, [][]Row{run(77556, 3.19), run(101507, 2.11), third},
 		"| figure | value | CPU per operation | range |",
 		"| batched bulk (8 callers, `UpsertBatch` of 100), services/s | 77,556 |  | 77,556–101,507 (3 runs) |",
 		// Not in the first run: no figure, and no range of the others.
 		"| put floor (one `bpf()` update per entry), services/s | — |  | |",
 		"| batched bulk: CPU per service ÷ the batch floor's | 3.19 | ≤ 2 | missed | 1.90–3.19 (3 runs) |",
 		"| batched bulk ÷ put floor | — | ≥ 1.5 | not measured | |",
-	} {
+	)
+	require.ErrorIs(t, writeMarkdown(io.Discard), errNoRows)
+	twice := append(run(1, 2), run(3, 4)[0])
+	require.ErrorContains(t, writeMarkdown(io.Discard, run(1, 2), twice), "markdown: targets: row bulk-10k-x10 services_per_s written twice")
+}
+
+// requireMarkdownLines writes the tables of runs and requires each of
+// lines among theirs; it returns the tables.
+func requireMarkdownLines(t *testing.T, runs [][]Row, lines ...string) string {
+	t.Helper()
+	var b strings.Builder
+	require.NoError(t, writeMarkdown(&b, runs...))
+	out := b.String()
+	for _, line := range lines {
 		require.Contains(t, out, line+"\n")
 	}
-	require.ErrorIs(t, writeMarkdown(&b), errNoRows)
-	twice := append(run(1, 2), run(3, 4)[0])
-	require.ErrorContains(t, writeMarkdown(&b, run(1, 2), twice), "markdown: targets: row bulk-10k-x10 services_per_s written twice")
+	return out
 }
