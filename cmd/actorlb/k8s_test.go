@@ -52,11 +52,16 @@ func TestAgentKubernetesFlags(t *testing.T) {
 	require.Equal(t, "node-a", c.k8s.nodeName)
 	require.Equal(t, "https://198.18.0.1:6443", c.k8s.host)
 	require.Nil(t, c.k8s.nodeAddrs, "the Node's InternalIPs")
+	require.True(t, c.k8s.hugePages, "huge pages for the sync by default")
 
 	c, err = parsedAgent(t, "--k8s-kubeconfig", path, "--node-addresses", "198.18.0.5")
 	require.NoError(t, err)
 	require.Equal(t, []netip.Addr{netip.MustParseAddr("198.18.0.5")}, c.k8s.nodeAddrs)
 	require.NotEmpty(t, c.k8s.nodeName, "the host name by default")
+
+	c, err = parsedAgent(t, "--k8s-kubeconfig", path, "--k8s-sync-huge-pages=false")
+	require.NoError(t, err)
+	require.False(t, c.k8s.hugePages)
 
 	for _, tc := range []struct {
 		args []string
@@ -64,6 +69,7 @@ func TestAgentKubernetesFlags(t *testing.T) {
 	}{
 		{[]string{"--k8s-kubeconfig", path, "--k8s-in-cluster"}, "invalid --k8s-kubeconfig with --k8s-in-cluster"},
 		{[]string{"--k8s-node-name", "x"}, "invalid --k8s-node-name: only for Kubernetes mode"},
+		{[]string{"--k8s-sync-huge-pages=false"}, "invalid --k8s-sync-huge-pages: only for Kubernetes mode"},
 		{[]string{"--k8s-kubeconfig", filepath.Join(t.TempDir(), "missing")}, "invalid --k8s-kubeconfig"},
 		{[]string{"--k8s-kubeconfig", "/dev/null/x"}, "invalid --k8s-kubeconfig"},
 	} {

@@ -42,7 +42,10 @@
 //
 // # Lifecycle
 //
-//  1. New checks the Config. Run starts the informers.
+//  1. New checks the Config. Run asks the kernel for transparent huge
+//     pages for the heap the lists and the full sync are about to fill
+//     (SyncHugePages; Config.NoHugePages turns it off), then starts the
+//     informers.
 //  2. Until every informer has synced (its initial list delivered to the
 //     source), nothing is applied: the services restored from the pinned
 //     maps keep serving, and no partial view deletes anything. The

@@ -85,6 +85,9 @@ type Config struct {
 	// are rewritten for them; the agent writes them to the datapath's
 	// NodePort fallback map. It must not block for long.
 	OnNodeAddresses func([]netip.Addr)
+	// NoHugePages turns off the transparent huge pages Run asks for the
+	// heap its lists and the full sync are about to fill (SyncHugePages).
+	NoHugePages bool
 }
 
 // Source feeds the Kubernetes cluster's Services and EndpointSlices to a

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/sirupsen/logrus"
+	logtest "github.com/sirupsen/logrus/hooks/test"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
@@ -634,4 +636,50 @@ func TestAServiceFailingAloneIsRetried(t *testing.T) {
 	require.Eventually(t, func() bool { return h.src.Status().LastApplyError == "" }, 5*time.Second, 5*time.Millisecond)
 	require.Equal(t, []string{"ClusterIP 10.96.0.1:80/TCP ->", "ClusterIP 10.96.0.2:80/TCP ->"}, target.state())
 	target.quiet(t, 200*time.Millisecond)
+}
+
+// Run asks for huge pages for the heap its lists and its full sync are
+// about to fill before the informers list, and says at Debug what it got
+// (how much was advised, or why nothing was); with NoHugePages it asks
+// for nothing and says nothing.
+func TestRunAsksForHugePagesBeforeTheInformersList(t *testing.T) {
+	for _, off := range []bool{false, true} {
+		t.Run(fmt.Sprintf("NoHugePages=%v", off), func(t *testing.T) {
+			client := fake.NewClientset(service("ns", "web", "10.96.0.1"))
+			logger, hook := logtest.NewNullLogger()
+			logger.SetLevel(logrus.DebugLevel)
+			hugeEntries := func() []*logrus.Entry {
+				var es []*logrus.Entry
+				for _, e := range hook.AllEntries() {
+					if strings.Contains(e.Message, "huge pages") {
+						es = append(es, e)
+					}
+				}
+				return es
+			}
+			var atFirstList atomic.Int32 // the huge-page entries logged when the first list came; -1 until one came
+			atFirstList.Store(-1)
+			client.PrependReactor("list", "*", func(k8stesting.Action) (bool, runtime.Object, error) {
+				atFirstList.CompareAndSwap(-1, int32(len(hugeEntries())))
+				return false, nil, nil
+			})
+			h := start(t, client, newFakeTarget(), func(c *Config) { c.Logger, c.NoHugePages = logger, off })
+			h.waitSynced(t)
+			es := hugeEntries()
+			if off {
+				require.Empty(t, es, "nothing asked, nothing said")
+				require.Equal(t, int32(0), atFirstList.Load())
+				return
+			}
+			require.Len(t, es, 1, "one ask, said once")
+			require.Equal(t, int32(1), atFirstList.Load(), "asked before the first list")
+			require.Equal(t, logrus.DebugLevel, es[0].Level)
+			if reason, skipped := es[0].Data["reason"]; skipped {
+				require.NotEmpty(t, reason, "a skip says why: %s", es[0].Message)
+				require.Contains(t, es[0].Message, "no huge pages")
+			} else {
+				require.Positive(t, es[0].Data["advised_mib"], "an ask says how much: %s", es[0].Message)
+			}
+		})
+	}
 }
