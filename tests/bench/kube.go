@@ -431,6 +431,7 @@ type syncReport struct {
 	MapWrites                           uint64
 	SyncGCs                             uint64  // garbage collections from the informers' sync to the last write
 	SyncGCCPUMS                         float64 // their CPU time
+	SyncPageFaults                      int64   // the agent's minor page faults from the informers' sync to the last write
 }
 
 // kubeSync loads the apiserver with the sync set and runs the sync agent
@@ -508,6 +509,7 @@ func kubeSync(ctx context.Context, res *results, c *cluster.Cluster, root string
 	res.add(scen, "sync_cpu_us_per_service", med(func(r syncReport) float64 { return r.SyncCPUMS })*1000/fes, "us")
 	res.add(scen, "sync_gcs", med(func(r syncReport) float64 { return float64(r.SyncGCs) }), "count")
 	res.add(scen, "sync_gc_cpu_ms", med(func(r syncReport) float64 { return r.SyncGCCPUMS }), "ms")
+	res.add(scen, "sync_page_faults", med(func(r syncReport) float64 { return float64(r.SyncPageFaults) }), "faults")
 	res.add(scen, "upsertbatch_ms", batchMS, "ms")
 	res.add(scen, "upsertbatch_services_per_s", fes/(batchMS/1000), "services/s")
 	res.add(scen, "upsertbatch_cpu_us_per_service", med(func(r syncReport) float64 { return r.BatchCPUMS })*1000/fes, "us")

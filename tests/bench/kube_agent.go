@@ -28,10 +28,11 @@ import (
 // syncedHook notes when the source logs that every informer has synced
 // (its "applying the full state" line), and the process's CPU time then.
 type syncedHook struct {
-	mu  sync.Mutex
-	at  time.Time
-	cpu time.Duration
-	gc  gcSample
+	mu     sync.Mutex
+	at     time.Time
+	cpu    time.Duration
+	gc     gcSample
+	faults int64 // the process's minor page faults so far
 }
 
 // gcSample is the garbage collector's work so far.
@@ -57,10 +58,10 @@ func (h *syncedHook) Levels() []logrus.Level { return logrus.AllLevels }
 
 func (h *syncedHook) Fire(e *logrus.Entry) error {
 	if strings.Contains(e.Message, "every informer synced") {
-		cpu, gc := cpuTime(), readGC()
+		cpu, gc, faults := cpuTime(), readGC(), minorFaults()
 		h.mu.Lock()
 		if h.at.IsZero() {
-			h.at, h.cpu, h.gc = e.Time, cpu, gc
+			h.at, h.cpu, h.gc, h.faults = e.Time, cpu, gc, faults
 		}
 		h.mu.Unlock()
 	}
@@ -118,7 +119,7 @@ func runSyncAgent(kubeconfig, root string, n int, heapProfile string) error {
 	if err := waitApplied(ctx, src, n, 4*time.Minute); err != nil {
 		return err
 	}
-	gcEnd := readGC()
+	gcEnd, faultsEnd := readGC(), minorFaults()
 	calls, desired := tt.snapshot()
 	st, err := e.Stats(ctx)
 	if err != nil {
@@ -128,7 +129,7 @@ func runSyncAgent(kubeconfig, root string, n int, heapProfile string) error {
 		return fmt.Errorf("sync agent: the source's first engine call was not a full sync (%d calls)", len(calls))
 	}
 	hook.mu.Lock()
-	syncedAt, syncedCPU, syncedGC := hook.at, hook.cpu, hook.gc
+	syncedAt, syncedCPU, syncedGC, syncedFaults := hook.at, hook.cpu, hook.gc, hook.faults
 	hook.mu.Unlock()
 	if syncedAt.IsZero() {
 		return fmt.Errorf("sync agent: the source never logged that its informers synced")
@@ -143,6 +144,7 @@ func runSyncAgent(kubeconfig, root string, n int, heapProfile string) error {
 	r.SyncCPUMS = ms(last.cpuEnd - syncedCPU)
 	r.MapWrites = st.MapWrites()
 	r.SyncGCs, r.SyncGCCPUMS = gcEnd.cycles-syncedGC.cycles, (gcEnd.cpu-syncedGC.cpu)*1000
+	r.SyncPageFaults = faultsEnd - syncedFaults
 
 	// Memory with the informer caches, the source's state and the engine.
 	runtime.GC()
