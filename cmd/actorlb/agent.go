@@ -293,9 +293,9 @@ func nodePortFlags(fs *pflag.FlagSet, c *agentConfig) error {
 }
 
 // k8sFlags reads --k8s-kubeconfig, --k8s-in-cluster, --k8s-node-name and
-// --k8s-sync-huge-pages into c.k8s, checked (the kubeconfig is read; nothing is asked of the
-// apiserver yet). In Kubernetes mode, NodePort frontends get the Node's
-// InternalIPs unless --node-addresses is given.
+// --k8s-sync-huge-pages into c.k8s, checked (the kubeconfig is read;
+// nothing is asked of the apiserver yet). In Kubernetes mode, NodePort
+// frontends get the Node's InternalIPs unless --node-addresses is given.
 func k8sFlags(fs *pflag.FlagSet, c *agentConfig) error {
 	path, _ := fs.GetString("k8s-kubeconfig")
 	inCluster, _ := fs.GetBool("k8s-in-cluster")

@@ -26,7 +26,8 @@ import (
 )
 
 // syncedHook notes when the source logs that every informer has synced
-// (its "applying the full state" line), and the process's CPU time then.
+// (its "applying the full state" line), and the process's CPU time,
+// collections and page faults then.
 type syncedHook struct {
 	mu     sync.Mutex
 	at     time.Time
