@@ -132,16 +132,12 @@ func readMetric(name string) (v uint64, ok bool) {
 // (the headroom, the huge pages): there is one (not NoRestore, not
 // InMemory) and the process has no memory limit.
 func restoreHeapTunable(cfg Config) bool {
-	return restores(cfg) && !memoryLimited()
+	return restores(cfg) && !hugepages.MemoryLimited()
 }
 
 // restores reports whether New restores from pinned maps under cfg (not
 // NoRestore, not InMemory).
 func restores(cfg Config) bool { return !cfg.NoRestore && !cfg.InMemory }
-
-// memoryLimited reports whether the process has a soft memory limit
-// (debug.SetMemoryLimit with a negative value reads it).
-func memoryLimited() bool { return debug.SetMemoryLimit(-1) != math.MaxInt64 }
 
 // prepareHeapPages asks for transparent huge pages for the heap the
 // restore is about to fill (hugepages.Prepare, RestoreHeadroom bytes),

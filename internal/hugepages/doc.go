@@ -25,7 +25,9 @@
 // anyway, with "never" it cannot), the heap has little memory free (what
 // it has is reused first, and a buffer over memory used before would be
 // cleared page by page, the faults it is meant to save), and little live
-// (the collection marks it), nor when GODEBUG has disablethp=1.
+// (the collection marks it), nor when GODEBUG has disablethp=1 or the
+// process has a memory limit (GOMEMLIMIT: a huge page is resident
+// whole).
 //
 // Error contract: Prepare does not fail. What it could not do is in
 // Result.Skipped; a refused madvise is reported there too and leaves the

@@ -2,8 +2,10 @@ package hugepages
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"runtime/metrics"
 	"strings"
 	"time"
@@ -64,10 +66,17 @@ func Prepare(n int) Result {
 	if thpDisabled(os.Getenv("GODEBUG")) {
 		return Result{Skipped: "GODEBUG has disablethp=1", Took: time.Since(start)}
 	}
+	if MemoryLimited() {
+		return Result{Skipped: "the process has a memory limit (GOMEMLIMIT): a huge page is resident whole", Took: time.Since(start)}
+	}
 	r := prepare(n, pageSize(), Policy(), heapNow())
 	r.Took = time.Since(start)
 	return r
 }
+
+// MemoryLimited reports whether the process has a soft memory limit
+// (GOMEMLIMIT, debug.SetMemoryLimit; a negative value reads it).
+func MemoryLimited() bool { return debug.SetMemoryLimit(-1) != math.MaxInt64 }
 
 // thpDisabled reports whether a GODEBUG value turns the heap's huge pages
 // off (disablethp=1; the last setting wins, as in the runtime).

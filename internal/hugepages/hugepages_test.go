@@ -1,6 +1,8 @@
 package hugepages
 
 import (
+	"math"
+	"runtime/debug"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -84,4 +86,17 @@ func TestGODEBUGDisablethpTurnsPrepareOff(t *testing.T) {
 	r := Prepare(64 << 20)
 	assert.Zero(t, r.Advised)
 	assert.Contains(t, r.Skipped, "disablethp")
+}
+
+// Under a memory limit Prepare advises nothing (a huge page is resident
+// whole, and the limit would be reached sooner) and says so.
+func TestAMemoryLimitTurnsPrepareOff(t *testing.T) {
+	old := debug.SetMemoryLimit(1 << 40)
+	t.Cleanup(func() { debug.SetMemoryLimit(old) })
+	assert.True(t, MemoryLimited())
+	r := Prepare(64 << 20)
+	assert.Zero(t, r.Advised)
+	assert.Contains(t, r.Skipped, "memory limit")
+	debug.SetMemoryLimit(math.MaxInt64)
+	assert.False(t, MemoryLimited(), "no limit")
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
-	"runtime/debug"
 	"slices"
 	"time"
 
@@ -119,19 +117,14 @@ func (s *Source) Run(ctx context.Context) error {
 // sync nothing; 256 saved no more than 128 (the same sittings).
 const SyncHugePages = 128 << 20
 
-// prepareHeap advises the heap's next SyncHugePages bytes for huge pages,
-// unless turned off or the process has a memory limit (GOMEMLIMIT), under
-// which the engine asks for none either: a huge page is resident whole.
+// prepareHeap advises the heap's next SyncHugePages bytes for huge pages
+// (hugepages.Prepare, which says why when it does not), unless turned
+// off.
 func (s *Source) prepareHeap() {
 	if s.cfg.NoHugePages {
 		return
 	}
-	var r hugepages.Result
-	if debug.SetMemoryLimit(-1) != math.MaxInt64 {
-		r.Skipped = "the process has a memory limit (GOMEMLIMIT)"
-	} else {
-		r = hugepages.Prepare(SyncHugePages)
-	}
+	r := hugepages.Prepare(SyncHugePages)
 	log := s.log.WithField("took", r.Took.String())
 	if r.Skipped != "" {
 		log.WithField("reason", r.Skipped).Debug("kubernetes: no huge pages asked for the sync's heap")
