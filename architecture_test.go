@@ -14,8 +14,8 @@ import (
 // module imports only packages of lower layers (its non-test imports).
 var layers = [][]string{
 	{"loadbalancer", "internal/packedmap", "internal/bpffs", "internal/netns", "internal/hugepages", "internal/actorsys"},
-	{"maps", "internal/pagedindex", "internal/idalloc", "internal/testutil", "internal/benchset", "internal/maglev", "internal/conntrack", "k8s", "k8s/translate", "tests/kube/cluster"},
-	{"messages", "internal/table", "internal/addrkey", "internal/enginetest", "bpf", "bpf/packetlb"},
+	{"maps", "internal/pagedindex", "internal/testutil", "internal/benchset", "internal/maglev", "internal/conntrack", "k8s", "k8s/translate", "tests/kube/cluster"},
+	{"messages", "internal/table", "internal/addrkey", "internal/idalloc", "internal/enginetest", "bpf", "bpf/packetlb"},
 	{"internal/engine", "internal/verify"},
 	{"actors"},
 	{""}, // the façade

@@ -9,6 +9,7 @@ import (
 	"github.com/actorlb/actorlb/internal/addrkey"
 	"github.com/actorlb/actorlb/internal/engine"
 	"github.com/actorlb/actorlb/internal/idalloc"
+	"github.com/actorlb/actorlb/internal/pagedindex"
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/messages"
 	"github.com/asynkron/protoactor-go/actor"
@@ -304,7 +305,13 @@ func newBackendIDs() *idalloc.Space[lb.BackendID] {
 }
 
 // newServiceIDs returns the service ID allocator, with room for n
-// frontends: IPv4 frontends are kept packed.
+// frontends: IPv4 frontends by their run key (addrkey.FrontendRun), so
+// that a cluster's services, whose addresses it hands out in order, share
+// pages (the core's frontend index keeps them so too); the others packed
+// where the packer can.
 func newServiceIDs(n int) *idalloc.Allocator[lb.L3n4Addr, lb.ServiceID] {
-	return idalloc.NewCompact[lb.L3n4Addr, lb.ServiceID](lb.MaxServiceID, n, addrkey.NewFrontendPacker())
+	return idalloc.NewRuns[lb.L3n4Addr, lb.ServiceID](lb.MaxServiceID, n, serviceIDRuns, addrkey.NewFrontendPacker())
 }
+
+// serviceIDRuns is which frontends come in runs.
+var serviceIDRuns = pagedindex.Runs[lb.L3n4Addr]{Of: addrkey.FrontendRun, Back: addrkey.FrontendFromRun}

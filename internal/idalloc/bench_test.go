@@ -6,7 +6,11 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/actorlb/actorlb/internal/addrkey"
+	"github.com/actorlb/actorlb/internal/benchset"
 	"github.com/actorlb/actorlb/internal/idalloc"
+	"github.com/actorlb/actorlb/internal/pagedindex"
+	lb "github.com/actorlb/actorlb/loadbalancer"
 )
 
 type backendID uint32
@@ -152,5 +156,53 @@ func TestHeapPerService(t *testing.T) {
 	for _, n := range []int{1000, 10000, 50000} {
 		t.Logf("%5d services x 10 backends: %4.0f B/service (32-byte keys), %4.0f B/service (20-byte keys)",
 			n, heapPerService(n, func(a addr) addr { return a }), heapPerService(n, compact))
+	}
+}
+
+// BenchmarkAcquireFrontends binds a cluster's frontends into an empty
+// service ID allocator, as the allocator actor keeps them (IPv4 frontends
+// packed, NewCompact, or by their run key, NewRuns), map growth included:
+// 50,000 frontends in order (the harness's insert) or 10,000 drawn at
+// random from a /16 (internal/benchset's Spread, a cluster's ClusterIPs).
+// ns/op is per frontend.
+func BenchmarkAcquireFrontends(b *testing.B) {
+	layouts := []struct {
+		name string
+		svcs []*lb.Service
+	}{
+		{"sequential", benchset.Sequential(50000, 0)},
+		{"spread", benchset.Spread(10000, 0)},
+	}
+	kinds := []struct {
+		name string
+		make func() *idalloc.Allocator[lb.L3n4Addr, lb.ServiceID]
+	}{
+		{"compact", func() *idalloc.Allocator[lb.L3n4Addr, lb.ServiceID] {
+			return idalloc.NewCompact[lb.L3n4Addr, lb.ServiceID](lb.MaxServiceID, 0, addrkey.NewFrontendPacker())
+		}},
+		{"runs", func() *idalloc.Allocator[lb.L3n4Addr, lb.ServiceID] {
+			runs := pagedindex.Runs[lb.L3n4Addr]{Of: addrkey.FrontendRun, Back: addrkey.FrontendFromRun}
+			return idalloc.NewRuns[lb.L3n4Addr, lb.ServiceID](lb.MaxServiceID, 0, runs, addrkey.NewFrontendPacker())
+		}},
+	}
+	for _, l := range layouts {
+		fes := make([]lb.L3n4Addr, len(l.svcs))
+		for i, s := range l.svcs {
+			fes[i] = s.Frontend.L3n4Addr
+		}
+		for _, k := range kinds {
+			b.Run(l.name+"/"+k.name, func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					a := k.make()
+					for _, fe := range fes {
+						if _, _, err := a.Acquire(fe); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(fes)), "ns/frontend")
+			})
+		}
 	}
 }

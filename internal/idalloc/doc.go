@@ -39,8 +39,12 @@
 // # Memory
 //
 // An Allocator keeps one map entry per key (the key and 8 bytes) and the
-// IDs in a paged bitmap; NewCompact keeps the keys a packedmap.Packer packs
-// (IPv4 addresses, for actorlb) in 8 bytes instead of 20 or 32.
+// IDs, those in use and those held, in paged bitmaps; NewCompact keeps the
+// keys a packedmap.Packer packs (IPv4 addresses, for actorlb) in 8 bytes
+// instead of 20 or 32. NewRuns keeps the keys that come in runs (IPv4
+// frontends a cluster hands out in order) in a pagedindex.Packed, 8 bytes
+// a key in a page of 64 shared by a run, where each Acquire of a Go map's
+// key probed a table of a megabyte or more.
 //
 // # Error contract
 //

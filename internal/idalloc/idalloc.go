@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/actorlb/actorlb/internal/packedmap"
+	"github.com/actorlb/actorlb/internal/pagedindex"
 )
 
 // ID is any unsigned ID type (service IDs are uint16-based, backend IDs
@@ -34,12 +35,31 @@ type entry[I ID] struct {
 //
 // An Allocator is not safe for concurrent use: it has exactly one owner.
 type Allocator[K comparable, I ID] struct {
-	keys   packedmap.Map[K, entry[I]] // bound and reserved keys
-	used   idSet                      // the IDs of keys (their owner: see owner)
-	held   map[I]struct{}             // free but not reusable; nil when empty
+	keys   keyMap[K, entry[I]] // bound and reserved keys
+	used   idSet               // the IDs of keys (their owner: see owner)
+	held   idSet               // free but not reusable
 	max    I
 	cursor I // next candidate for Acquire, in [1, max]
 }
+
+// keyMap is where an Allocator keeps its keys: a packedmap.Map, or a
+// pagedindex.Packed for keys that come in runs (NewRuns).
+type keyMap[K comparable, V any] interface {
+	Get(K) (V, bool)
+	Set(K, V)
+	Delete(K)
+	Len() int
+	All(yield func(K, V) bool)
+	Reserve(n int)
+}
+
+// runKeys is a pagedindex.Packed as a keyMap: Reserve makes room for keys
+// in runs.
+type runKeys[K comparable, V any] struct {
+	*pagedindex.Packed[K, V]
+}
+
+func (r runKeys[K, V]) Reserve(n int) { r.Packed.Reserve(n, 0) }
 
 // New returns an empty allocator for IDs in [1, max], max inclusive (65535
 // for service IDs, 2^32-1 for backend IDs). With max 0 every Acquire fails
@@ -50,20 +70,26 @@ func New[K comparable, I ID](max I) *Allocator[K, I] {
 
 // NewSized is New with room for n keys (a restore knows how many come).
 func NewSized[K comparable, I ID](max I, n int) *Allocator[K, I] {
-	return &Allocator[K, I]{
-		keys:   packedmap.New[K, entry[I]](n, nil),
-		max:    max,
-		cursor: 1,
-	}
+	m := packedmap.New[K, entry[I]](n, nil)
+	return &Allocator[K, I]{keys: &m, max: max, cursor: 1}
 }
 
 // NewCompact is NewSized for keys of which many pack into 8 bytes (an IPv4
 // backend address among IPv6 ones): those are kept packed, in less than
 // half the memory. It behaves exactly as NewSized otherwise.
 func NewCompact[K comparable, I ID](max I, n int, pk packedmap.Packer[K]) *Allocator[K, I] {
-	a := NewSized[K, I](max, 0)
-	a.keys = packedmap.New[K, entry[I]](n, pk)
-	return a
+	m := packedmap.New[K, entry[I]](n, pk)
+	return &Allocator[K, I]{keys: &m, max: max, cursor: 1}
+}
+
+// NewRuns is NewCompact for keys of which many come in runs, as r says
+// (IPv4 frontends a cluster hands out in order, addrkey.FrontendRun):
+// those share the pages of a pagedindex.Packed, where each key of a Go map
+// cost a probe of a table of a megabyte or more (a cache miss) at every
+// Acquire. The others are kept as NewCompact keeps them. It behaves
+// exactly as NewSized otherwise.
+func NewRuns[K comparable, I ID](max I, n int, r pagedindex.Runs[K], pk packedmap.Packer[K]) *Allocator[K, I] {
+	return &Allocator[K, I]{keys: runKeys[K, entry[I]]{pagedindex.NewPacked[K, entry[I]](n, r, pk)}, max: max, cursor: 1}
 }
 
 // Reserve makes room for n keys if the allocator holds none (see
@@ -118,14 +144,11 @@ func (a *Allocator[K, I]) AcquireID(key K, id I) (created bool, err error) {
 	if err := a.checkRange(id); err != nil {
 		return false, err
 	}
-	if a.used.has(uint64(id)) {
-		if owner := a.owner(id); owner != key {
-			return false, a.conflict(id, owner)
-		}
-		e, _ := a.keys.Get(key)
-		return false, a.ref(key, e)
+	e, bound := a.keys.Get(key)
+	if bound && e.id == id {
+		return false, a.ref(key, e) // key's own: no scan for the owner
 	}
-	if err := a.checkClaimable(key, id); err != nil {
+	if err := a.checkClaimable(key, id, e, bound); err != nil {
 		return false, err
 	}
 	a.bind(key, id, 1)
@@ -216,13 +239,11 @@ func (a *Allocator[K, I]) Restore(key K, id I) error {
 	if err := a.checkRange(id); err != nil {
 		return err
 	}
-	if a.used.has(uint64(id)) {
-		if owner := a.owner(id); owner != key {
-			return a.conflict(id, owner)
-		}
-		return nil
+	e, bound := a.keys.Get(key)
+	if bound && e.id == id {
+		return nil // key's own: no scan for the owner
 	}
-	if err := a.checkClaimable(key, id); err != nil {
+	if err := a.checkClaimable(key, id, e, bound); err != nil {
 		return err
 	}
 	a.bind(key, id, 0)
@@ -283,12 +304,7 @@ func (a *Allocator[K, I]) Hold(id I) error {
 }
 
 // hold marks the free id held.
-func (a *Allocator[K, I]) hold(id I) {
-	if a.held == nil {
-		a.held = make(map[I]struct{})
-	}
-	a.held[id] = struct{}{}
-}
+func (a *Allocator[K, I]) hold(id I) { a.held.add(uint64(id)) }
 
 // bind binds key, which owns no ID, to the free id with refs references
 // (0: a reservation).
@@ -299,17 +315,11 @@ func (a *Allocator[K, I]) bind(key K, id I, refs uint32) {
 
 // Unhold makes a held ID free again. Unholding an ID that is not held is a
 // no-op.
-func (a *Allocator[K, I]) Unhold(id I) {
-	delete(a.held, id)
-	if len(a.held) == 0 {
-		a.held = nil // let the map go once the burst of deletions is over
-	}
-}
+func (a *Allocator[K, I]) Unhold(id I) { a.held.remove(uint64(id)) }
 
 // Held reports whether id is held.
 func (a *Allocator[K, I]) Held(id I) bool {
-	_, ok := a.held[id]
-	return ok
+	return a.held.has(uint64(id))
 }
 
 // Lookup returns the ID key owns and its reference count (0 for an
@@ -363,12 +373,16 @@ func (a *Allocator[K, I]) ref(key K, e entry[I]) error {
 	return nil
 }
 
-// checkClaimable checks that the free id may be bound or reserved for key.
-func (a *Allocator[K, I]) checkClaimable(key K, id I) error {
-	if e, ok := a.keys.Get(key); ok {
+// checkClaimable checks that id, which key does not own, may be bound or
+// reserved for key; e and bound are key's entry, as the caller got it.
+func (a *Allocator[K, I]) checkClaimable(key K, id I, e entry[I], bound bool) error {
+	if a.used.has(uint64(id)) {
+		return a.conflict(id, a.owner(id))
+	}
+	if bound {
 		return &KeyBoundError{Key: key, ID: uint64(e.id), Reserved: e.refs == 0}
 	}
-	if _, ok := a.held[id]; ok {
+	if a.held.has(uint64(id)) {
 		return fmt.Errorf("%w: id %d (its previous owner's map entries are being deleted)", ErrIDHeld, id)
 	}
 	return nil
@@ -388,21 +402,17 @@ func (a *Allocator[K, I]) conflict(id I, owner K) error {
 
 func (a *Allocator[K, I]) exhausted() error {
 	return fmt.Errorf("%w: all %d ids are bound, reserved or held (%d held)",
-		ErrIDSpaceExhausted, a.max, len(a.held))
+		ErrIDSpaceExhausted, a.max, a.held.len())
 }
 
 // unavailable counts the IDs Acquire may not hand out. Held IDs are never
 // bound or reserved, so the two sets are disjoint.
 func (a *Allocator[K, I]) unavailable() uint64 {
-	return uint64(a.used.len()) + uint64(len(a.held))
+	return uint64(a.used.len()) + uint64(a.held.len())
 }
 
 func (a *Allocator[K, I]) taken(id I) bool {
-	if a.used.has(uint64(id)) {
-		return true
-	}
-	_, ok := a.held[id]
-	return ok
+	return a.used.has(uint64(id)) || a.held.has(uint64(id))
 }
 
 // next returns the ID after id, rolling over from max to 1 (without

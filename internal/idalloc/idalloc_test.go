@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/actorlb/actorlb/internal/idalloc"
+	"github.com/actorlb/actorlb/internal/pagedindex"
 )
 
 // addr mirrors loadbalancer.L3n4Addr (32 bytes, one pointer inside
@@ -333,7 +334,16 @@ func TestScripts(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			run(t, idalloc.New[string](tt.max), tt.ops)
 		})
+		t.Run(tt.name+"/keys in runs", func(t *testing.T) {
+			run(t, idalloc.NewRuns[string, uint16](tt.max, 0, letterKeys, nil), tt.ops)
+		})
 	}
+}
+
+// letterKeys puts the keys of one letter in runs (the letter the run key).
+var letterKeys = pagedindex.Runs[string]{
+	Of:   func(k string) (uint64, bool) { return uint64(k[0]), len(k) == 1 },
+	Back: func(r uint64) string { return string(rune(r)) },
 }
 
 func TestLookupLenBindings(t *testing.T) {

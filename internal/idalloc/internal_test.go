@@ -29,14 +29,18 @@ func TestRefCountOverflow(t *testing.T) {
 	}
 }
 
-// TestUnholdReleasesMap checks that the held set is dropped once empty.
-func TestUnholdReleasesMap(t *testing.T) {
+// TestUnholdDropsTheHeldPage checks that the held set keeps no page once
+// its last ID is unheld (the page is kept as the set's spare only).
+func TestUnholdDropsTheHeldPage(t *testing.T) {
 	a := New[string, uint32](10)
 	if err := a.Hold(3); err != nil {
 		t.Fatal(err)
 	}
+	if a.held.len() != 1 || len(a.held.pages) != 1 {
+		t.Fatalf("held: %d IDs in %d pages, want 1 in 1", a.held.len(), len(a.held.pages))
+	}
 	a.Unhold(3)
-	if a.held != nil {
-		t.Fatal("held map kept after the last Unhold")
+	if a.held.len() != 0 || len(a.held.pages) != 0 {
+		t.Fatalf("held after the last Unhold: %d IDs in %d pages, want none", a.held.len(), len(a.held.pages))
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/actorlb/actorlb/internal/idalloc"
+	"github.com/actorlb/actorlb/internal/pagedindex"
 )
 
 // model is a deliberately naive reference: a plain table of id -> owner,
@@ -225,16 +226,22 @@ func TestAgainstModel(t *testing.T) {
 	outcomes = map[string]int{}
 	defer func() { t.Logf("outcomes: %v", outcomes) }()
 
-	for round := range 6 {
+	for round := range 9 {
 		max := 1 + rng.IntN(24)
 		nkeys := 1 + rng.IntN(2*max+2)
+		if round%3 == 2 { // most keys in one range, room for them all: pages
+			max, nkeys = 40+rng.IntN(40), 30+rng.IntN(30)
+		}
 		keys := make([]string, nkeys)
 		for i := range keys {
 			keys[i] = "k" + strconv.Itoa(i)
 		}
 		a := idalloc.New[string, uint16](uint16(max))
-		if round%2 == 1 { // the same with half the keys packed
+		switch round % 3 {
+		case 1: // the same with some keys packed
 			a = idalloc.NewCompact[string, uint16](uint16(max), 0, shortKeys{})
+		case 2: // the same with most keys in runs, the rest packed
+			a = idalloc.NewRuns[string, uint16](uint16(max), 0, numberedKeys, shortKeys{})
 		}
 		m := newModel(max)
 		key := func() string { return keys[rng.IntN(len(keys))] }
@@ -242,8 +249,12 @@ func TestAgainstModel(t *testing.T) {
 
 		for step := range 2000 {
 			var what string
+			acquires := 30
+			if round%3 == 2 && step >= 1000 {
+				acquires = 10 // releases win: pages go loose again
+			}
 			switch r := rng.IntN(100); {
-			case r < 30:
+			case r < acquires:
 				k := key()
 				what = "Acquire(" + k + ")"
 				wid, wc, werr := m.acquire(k)
@@ -320,6 +331,17 @@ func (shortKeys) Pack(k string) (uint64, bool) {
 }
 
 func (shortKeys) Unpack(p uint64) string { return "k" + string(rune(p)) }
+
+// numberedKeys puts the keys "k10" and up in runs (their number the run
+// key): the ranges of pagedindex.Packed get pages and lose them as keys
+// come and go; "k0" to "k9" are packed (shortKeys).
+var numberedKeys = pagedindex.Runs[string]{
+	Of: func(k string) (uint64, bool) {
+		n, err := strconv.Atoi(k[1:])
+		return uint64(n), err == nil && n >= 10
+	},
+	Back: func(r uint64) string { return "k" + strconv.Itoa(int(r)) },
+}
 
 // requireBindings compares two binding lists, nil and empty being equal.
 func requireBindings(t *testing.T, want, got []idalloc.Binding[string, uint16], msg ...any) {
