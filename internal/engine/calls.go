@@ -361,10 +361,10 @@ func (c *Core) sync(m *messages.Sync) {
 			c.revNATDelete(id, w)
 		}
 	}
-	if lane != nil && c.throttled() && len(m.Desired) > intakeChunk {
-		// Single calls are about: the upserts are taken in a chunk at a
-		// time (intake.go), the deletes after them.
-		c.takeInUpserts(m.Desired, w, lane, nil, deletes, func(err error) {
+	if k := c.chunkOf(lane, len(m.Desired)); k > 0 {
+		// Single calls are about, or the sync is large: the upserts are
+		// taken in a chunk at a time (intake.go), the deletes after them.
+		c.takeInUpserts(m.Desired, k, w, lane, nil, deletes, func(err error) {
 			for _, fe := range stale {
 				c.deleted(w, 0, messages.DeleteReply{Err: fmt.Errorf("delete service %s: %w", fe, err)})
 			}
@@ -410,10 +410,10 @@ func (c *Core) upsertBatch(m *messages.UpsertBatch) {
 		}
 		return true
 	}
-	if lane != nil && c.throttled() && len(m.Services) > intakeChunk {
-		// Single calls are about: the call is taken in a chunk at a
-		// time (intake.go), so that they do not wait behind all of it.
-		c.takeInUpserts(m.Services, w, lane, valid, nil, nil)
+	if k := c.chunkOf(lane, len(m.Services)); k > 0 {
+		// Single calls are about, or the call is large: it is taken in
+		// a chunk at a time (intake.go).
+		c.takeInUpserts(m.Services, k, w, lane, valid, nil, nil)
 		return
 	}
 	c.startUpserts(m.Services, 0, w, lane, valid)
@@ -422,6 +422,27 @@ func (c *Core) upsertBatch(m *messages.UpsertBatch) {
 // reserveMin is the number of services from which startUpserts sizes the
 // indexes of an empty engine for them.
 const reserveMin = 1024
+
+// reserveFor sizes the indexes of an empty engine for svcs, if they are
+// many (the first sync or batch): at once, rather than by doubling.
+func (c *Core) reserveFor(svcs []*lb.Service) {
+	if c.services.len() != 0 || len(svcs) < reserveMin {
+		return
+	}
+	fe6, n6 := 0, 0 // the frontends and backends the indexes keep in maps (not IPv4)
+	for _, svc := range svcs {
+		if !svc.Frontend.Addr.Is4() {
+			fe6++
+		}
+		for _, b := range svc.Backends {
+			if !b.Addr.Is4() {
+				n6++
+			}
+		}
+	}
+	c.byFE.Reserve(len(svcs)-fe6, fe6)
+	c.users.Reserve(n6)
+}
 
 // startUpserts starts the upserts of svcs, in order, for waiter w (service
 // i answers in its slot i), skipping those valid refuses (nil: none). Runs
@@ -446,23 +467,7 @@ func (c *Core) startUpserts(svcs []*lb.Service, base int, w *waiter, lane *bulkL
 	for _, svc := range svcs {
 		nkeys += 1 + len(svc.Backends)
 	}
-	if c.services.len() == 0 && len(svcs) >= reserveMin {
-		// Many services into an empty engine (the first sync or batch):
-		// the indexes get their size at once.
-		fe6, n6 := 0, 0 // the frontends and backends the indexes keep in maps (not IPv4)
-		for _, svc := range svcs {
-			if !svc.Frontend.Addr.Is4() {
-				fe6++
-			}
-			for _, b := range svc.Backends {
-				if !b.Addr.Is4() {
-					n6++
-				}
-			}
-		}
-		c.byFE.Reserve(len(svcs)-fe6, fe6)
-		c.users.Reserve(n6)
-	}
+	c.reserveFor(svcs)
 	c.presizeQueues(nkeys)
 	var keys []qkey
 	var found []queue // the queues of keys, as looked up
@@ -549,9 +554,10 @@ func (c *Core) deleteBatch(m *messages.DeleteBatch) {
 		// Single calls are about: the call is taken in a chunk at a
 		// time (intake.go), so that they do not wait behind all of it.
 		c.addIntake(&intakeCall{
-			n:    len(m.Frontends),
-			lane: lane,
-			take: func(from, to int) { c.startDeletes(m, from, to, w, lane) },
+			n:     len(m.Frontends),
+			chunk: intakeChunk,
+			lane:  lane,
+			take:  func(from, to int) { c.startDeletes(m, from, to, w, lane) },
 			abort: func(from int, err error) {
 				for i := from; i < len(m.Frontends); i++ {
 					c.deleted(w, i, messages.DeleteReply{Err: fmt.Errorf("delete service %s: %w", m.Frontends[i], err)})

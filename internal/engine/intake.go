@@ -20,6 +20,14 @@ import (
 // queueing their 1,100 keys took one Step of 0.45 ms p50, 1.6 ms p99, and
 // a Sync of 10,000 services one of 135 ms (measured).
 //
+// With no single call about, an UpsertBatch or Sync of more than
+// largeCall services is taken in largeChunk at a time the same way: the
+// first chunk's requests go out (its op is urgent) before the next chunk
+// is taken in, so that the children write its entries while the
+// supervisor takes in the rest, where a call taken in whole left them
+// idle until all of it was planned (one UpsertBatch of 10,000 services
+// of ten backends: 84–102k services/s against 68–72k, measured).
+//
 // A Sync is checked whole when it comes (every service valid, of the
 // sync's source, no frontend or ID twice: 0.2 µs a service) and its stale
 // frontends are found then; its upserts are taken in by chunks, and the
@@ -34,13 +42,42 @@ import (
 // call before it, so the calls still being taken in when a Sync comes are
 // taken in whole first (drainIntake).
 
-// intakeChunk is the number of services of a call taken in per Step.
+// intakeChunk is the number of services of a call taken in per Step
+// while the lane is throttled.
 const intakeChunk = 16
+
+// largeChunk is the number of services of a large UpsertBatch or Sync
+// (more than largeCall) taken in per Step while the lane is not
+// throttled: the children write a chunk's entries while the supervisor
+// takes in the next, where a call taken in whole kept them idle until
+// all of it was planned.
+const (
+	largeChunk = 512
+	largeCall  = 1024
+)
+
+// chunkOf is the number of items of a call of n in lane (nil: a single
+// service) taken in per Step, 0 for all at once: intakeChunk while single
+// calls are about, largeChunk for a large call otherwise.
+func (c *Core) chunkOf(lane *bulkLane, n int) int {
+	switch {
+	case lane == nil:
+		return 0
+	case c.throttled():
+		if n > intakeChunk {
+			return intakeChunk
+		}
+	case n > largeCall:
+		return largeChunk
+	}
+	return 0
+}
 
 // intakeCall is a call being taken in: its items [next, n) are still to
 // go (services of an UpsertBatch or Sync, frontends of a DeleteBatch).
 type intakeCall struct {
 	n, next int
+	chunk   int // items a Step
 	lane    *bulkLane
 	// take takes in items [from, to), in order.
 	take func(from, to int)
@@ -92,7 +129,7 @@ func (c *Core) takeIn() {
 // takeInFrom takes in the next chunk of call i of the intake.
 func (c *Core) takeInFrom(i int) {
 	ic := c.intake[i]
-	end := min(ic.next+intakeChunk, ic.n)
+	end := min(ic.next+ic.chunk, ic.n)
 	ic.take(ic.next, end)
 	ic.next = end
 	if ic.next == ic.n {
@@ -136,12 +173,14 @@ func (c *Core) abortIntake(err error) {
 // stops are answered in the words upsertPlan.answer gives those aborted
 // in their queues; abortThen (nil: nothing) answers what then would have
 // started.
-func (c *Core) takeInUpserts(svcs []*lb.Service, w *waiter, lane *bulkLane, valid func(int, *lb.Service) bool, then func(), abortThen func(error)) {
+func (c *Core) takeInUpserts(svcs []*lb.Service, chunk int, w *waiter, lane *bulkLane, valid func(int, *lb.Service) bool, then func(), abortThen func(error)) {
+	c.reserveFor(svcs)
 	c.addIntake(&intakeCall{
-		n:    len(svcs),
-		lane: lane,
-		take: func(from, to int) { c.startUpserts(svcs[from:to], from, w, lane, valid) },
-		then: then,
+		n:     len(svcs),
+		chunk: chunk,
+		lane:  lane,
+		take:  func(from, to int) { c.startUpserts(svcs[from:to], from, w, lane, valid) },
+		then:  then,
 		abort: func(from int, err error) {
 			for i := from; i < len(svcs); i++ {
 				c.upserted(w, i, messages.UpsertReply{Err: fmt.Errorf("upsert service %s: %w", svcs[i].Frontend.L3n4Addr, err)})

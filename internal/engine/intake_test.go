@@ -56,6 +56,66 @@ func TestScriptLargeBatchIsTakenInWholeWithNoSingleCallAbout(t *testing.T) {
 	require.Equal(t, intakeChunk+4, queuedFrontends(h, 1))
 }
 
+// largeBatchOf returns an UpsertBatch of n services of one backend each,
+// frontends 10.97.<i/256>.<i%256>:80 (i from 1).
+func largeBatchOf(t *testing.T, n int) *messages.UpsertBatch {
+	t.Helper()
+	m := &messages.UpsertBatch{Reply: make(chan messages.UpsertBatchReply, 1)}
+	for i := 1; i <= n; i++ {
+		m.Services = append(m.Services, svc(t, fmt.Sprintf("10.97.%d.%d:80", i>>8, i&255), fmt.Sprintf("10.1.%d.%d:8080", i>>8, i&255)))
+	}
+	return m
+}
+
+// queuedLarge counts the frontends of 10.97.0.0/16 in the core's queues
+// (largeBatchOf's services taken in).
+func queuedLarge(h *harness) int {
+	n := 0
+	for k := range h.c.queues.all {
+		if a := k.Addr().As4(); !k.backend && a[0] == 10 && a[1] == 97 {
+			n++
+		}
+	}
+	return n
+}
+
+// With no single call about, a batch of more than largeCall services is
+// taken in largeChunk services per Step, the first chunk's requests ready
+// before the next is taken in: the children write a chunk while the
+// supervisor takes in the next.
+func TestScriptVeryLargeBatchIsTakenInLargeChunksWithNoSingleCallAbout(t *testing.T) {
+	h := newHarness(t)
+	n := largeCall + 4
+	h.call(largeBatchOf(t, n))
+	require.NotEmpty(t, h.c.intake)
+	require.Equal(t, largeChunk, queuedLarge(h))
+	require.True(t, h.c.HasIntake(), "not throttled: the next chunk is due at once")
+	require.Positive(t, h.expectAny(), "the first chunk's requests are ready")
+	h.step(TakeIn{})
+	require.Equal(t, 2*largeChunk, queuedLarge(h))
+	h.step(TakeIn{})
+	require.Empty(t, h.c.intake)
+	require.False(t, h.c.HasIntake())
+	require.Equal(t, n, queuedLarge(h))
+}
+
+// With no single call about, a Sync of more than largeCall services is
+// taken in largeChunk services per Step too, and the deletes of what it
+// finds stale start after its last chunk.
+func TestScriptVeryLargeSyncIsTakenInLargeChunksAndDeletesWhatIsStaleAfterIt(t *testing.T) {
+	h := newHarness(t)
+	h.call(batchOf(t, 9, 2)) // of the sync's source, not desired: stale (a batch: not throttled)
+	n := largeCall + 4
+	h.call(syncOf(largeBatchOf(t, n)))
+	require.Equal(t, largeChunk, queuedLarge(h))
+	require.Zero(t, queuedDeletes(h, 9), "the stale frontends wait for the last chunk")
+	h.step(TakeIn{})
+	h.step(TakeIn{})
+	require.Empty(t, h.c.intake)
+	require.Equal(t, n, queuedLarge(h))
+	require.Equal(t, 2, queuedDeletes(h, 9))
+}
+
 // A core that stops while a batch is being taken in answers every one of
 // its services: those queued and those not yet taken in.
 func TestScriptStopAnswersTheServicesNotYetTakenIn(t *testing.T) {
