@@ -72,13 +72,19 @@ func startedCore() (*Core, *autoChildren) {
 	return c, a
 }
 
-// settle runs the core until nothing is left to send, delivering its
-// answers as they come (also those of calls it answered at once, sending
-// nothing).
+// settle runs the core until nothing is left to send or to take in,
+// delivering its answers as they come (also those of calls it answered
+// at once, sending nothing). As the supervisor does, it steps TakeIn while
+// a chunk of a call being taken in is due, after the replies that came
+// meanwhile.
 func (a *autoChildren) settle() {
 	for {
 		for _, an := range a.c.Answers() {
 			an.Call.Answer(an.Reply)
+		}
+		if a.c.HasIntake() {
+			a.c.Step(TakeIn{})
+			continue
 		}
 		if !a.c.HasReady() {
 			return
