@@ -48,7 +48,8 @@ func TestScriptLargeBatchIsTakenInAChunkPerStepWhileSingleCallsAreAbout(t *testi
 	require.Equal(t, intakeChunk+4, queuedFrontends(h, 1))
 }
 
-// With no single call about, a large batch is taken in whole.
+// With no single call about, a batch of up to largeCall services is taken
+// in whole.
 func TestScriptLargeBatchIsTakenInWholeWithNoSingleCallAbout(t *testing.T) {
 	h := newHarness(t)
 	h.call(batchOf(t, 1, intakeChunk+4))
