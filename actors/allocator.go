@@ -9,7 +9,6 @@ import (
 	"github.com/actorlb/actorlb/internal/addrkey"
 	"github.com/actorlb/actorlb/internal/engine"
 	"github.com/actorlb/actorlb/internal/idalloc"
-	"github.com/actorlb/actorlb/internal/pagedindex"
 	lb "github.com/actorlb/actorlb/loadbalancer"
 	"github.com/actorlb/actorlb/messages"
 	"github.com/asynkron/protoactor-go/actor"
@@ -310,8 +309,5 @@ func newBackendIDs() *idalloc.Space[lb.BackendID] {
 // pages (the core's frontend index keeps them so too); the others packed
 // where the packer can.
 func newServiceIDs(n int) *idalloc.Allocator[lb.L3n4Addr, lb.ServiceID] {
-	return idalloc.NewRuns[lb.L3n4Addr, lb.ServiceID](lb.MaxServiceID, n, serviceIDRuns, addrkey.NewFrontendPacker())
+	return idalloc.NewRuns[lb.L3n4Addr, lb.ServiceID](lb.MaxServiceID, n, engine.FrontendRuns, addrkey.NewFrontendPacker())
 }
-
-// serviceIDRuns is which frontends come in runs.
-var serviceIDRuns = pagedindex.Runs[lb.L3n4Addr]{Of: addrkey.FrontendRun, Back: addrkey.FrontendFromRun}

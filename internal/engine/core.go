@@ -61,7 +61,7 @@ type Core struct {
 
 	// The table.
 	services   svcTable                                      // the services by ID, compact (stored.go)
-	byFE       *pagedindex.Packed[lb.L3n4Addr, lb.ServiceID] // frontend -> service (packed keys in pages by address: frontendRuns)
+	byFE       *pagedindex.Packed[lb.L3n4Addr, lb.ServiceID] // frontend -> service (packed keys in pages by address: FrontendRuns)
 	users      backendIndex                                  // backend -> services using it (restored ones in an array by ID; IPv4 and learnt-prefix IPv6 keys packed)
 	shared     map[addrkey.Backend][]lb.ServiceID            // users beyond the first, of shared backends
 	standalone map[lb.ServiceID]lb.L3n4Addr                  // revNAT entries without a service

@@ -416,8 +416,9 @@ func (p *refreshPlan) finish(c *Core, _ *op, err error) {
 // whose entries share pages), the IPv6 ones packed in a map where the
 // packer can.
 func newFrontendIndex(n int) *pagedindex.Packed[lb.L3n4Addr, lb.ServiceID] {
-	return pagedindex.NewPacked[lb.L3n4Addr, lb.ServiceID](n, frontendRuns, addrkey.NewFrontendPacker())
+	return pagedindex.NewPacked[lb.L3n4Addr, lb.ServiceID](n, FrontendRuns, addrkey.NewFrontendPacker())
 }
 
-// frontendRuns is which frontends come in runs (addrkey.FrontendRun).
-var frontendRuns = pagedindex.Runs[lb.L3n4Addr]{Of: addrkey.FrontendRun, Back: addrkey.FrontendFromRun}
+// FrontendRuns is which frontends come in runs (addrkey.FrontendRun): the
+// core's frontend index and the allocator's service IDs keep them by it.
+var FrontendRuns = pagedindex.Runs[lb.L3n4Addr]{Of: addrkey.FrontendRun, Back: addrkey.FrontendFromRun}
