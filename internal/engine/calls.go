@@ -550,12 +550,14 @@ func (c *Core) deleteBatch(m *messages.DeleteBatch) {
 	if lane == nil {
 		c.interactive()
 	}
-	if lane != nil && c.throttled() && len(m.Frontends) > intakeChunk {
-		// Single calls are about: the call is taken in a chunk at a
-		// time (intake.go), so that they do not wait behind all of it.
+	if k := c.chunkOf(lane, len(m.Frontends)); k > 0 {
+		// Single calls are about, or the call is large: it is taken in
+		// a chunk at a time (intake.go), so that single calls do not
+		// wait behind all of it, and the children delete a chunk's
+		// entries while the next is taken in.
 		c.addIntake(&intakeCall{
 			n:     len(m.Frontends),
-			chunk: intakeChunk,
+			chunk: k,
 			lane:  lane,
 			take:  func(from, to int) { c.startDeletes(m, from, to, w, lane) },
 			abort: func(from int, err error) {

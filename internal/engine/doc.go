@@ -89,9 +89,9 @@
 // services (or frontends) per Step (TakeIn steps the rest; a Sync's
 // deletes start after its last chunk), so a single call waits behind one
 // such chunk of validation and queueing, not behind a whole call's.
-// Otherwise an UpsertBatch or Sync of more than 1,024 services is taken
-// in 512 per Step, so that the children write a chunk while the core
-// takes in the next. A Sync takes in the calls still being taken in
+// Otherwise an UpsertBatch, Sync or DeleteBatch of more than 1,024
+// services (frontends) is taken in 512 per Step, so that the children
+// write a chunk while the core takes in the next. A Sync takes in the calls still being taken in
 // before it finds what is stale.
 //
 // # Lifecycle

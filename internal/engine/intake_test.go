@@ -229,6 +229,62 @@ func TestScriptLargeDeleteBatchIsTakenInAChunkPerStepWhileSingleCallsAreAbout(t 
 	require.Equal(t, intakeChunk+4, strings.Count(h.answered[0], "service not found"), h.answered[0])
 }
 
+// queuedLargeDeletes counts the delete ops queued on frontends of
+// 10.97.0.0/16 (largeBatchOf's services).
+func queuedLargeDeletes(h *harness) int {
+	n := 0
+	for k, q := range h.c.queues.all {
+		if a := k.Addr().As4(); k.backend || a[0] != 10 || a[1] != 97 {
+			continue
+		}
+		for o := range q.all {
+			if _, ok := o.plan.(*deletePlan); ok {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// With no single call about, a DeleteBatch of more than largeCall
+// frontends is taken in largeChunk frontends per Step, as a large
+// UpsertBatch is: the first chunk's requests are ready before the next is
+// taken in, so that the children delete its entries meanwhile. Every
+// service is deleted and the call answered once.
+func TestScriptVeryLargeDeleteBatchIsTakenInLargeChunksWithNoSingleCallAbout(t *testing.T) {
+	h := newHarness(t)
+	n := largeCall + 4
+	up := largeBatchOf(t, n)
+	h.call(up)
+	for h.c.HasIntake() {
+		h.step(TakeIn{})
+	}
+	h.flushAnswering(t)
+	require.Len(t, h.answered, 1)
+	require.Zero(t, strings.Count(h.answered[0], "err"), h.answered[0])
+	h.answered = nil
+
+	del := &messages.DeleteBatch{Reply: make(chan messages.DeleteBatchReply, 1)}
+	for _, s := range up.Services {
+		del.Frontends = append(del.Frontends, s.Frontend.L3n4Addr)
+	}
+	h.call(del)
+	require.NotEmpty(t, h.c.intake)
+	require.Equal(t, largeChunk, queuedLargeDeletes(h))
+	require.True(t, h.c.HasIntake(), "not throttled: the next chunk is due at once")
+	require.Positive(t, h.expectAny(), "the first chunk's requests are ready")
+	h.step(TakeIn{})
+	require.Equal(t, 2*largeChunk, queuedLargeDeletes(h))
+	h.step(TakeIn{})
+	require.Empty(t, h.c.intake)
+	require.False(t, h.c.HasIntake())
+	require.Equal(t, n, queuedLargeDeletes(h))
+	h.flushAnswering(t)
+	require.Len(t, h.answered, 1, "the batch is answered once")
+	require.Zero(t, h.c.services.len(), "every service is deleted")
+	require.Zero(t, queuedLargeDeletes(h))
+}
+
 // A core that stops while a DeleteBatch is being taken in answers it
 // once, with a result for each frontend: those taken in have theirs (no
 // service here), those not taken in the Stop's error.
