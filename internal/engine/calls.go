@@ -292,9 +292,9 @@ func (c *Core) stats() messages.StatsReply {
 // sync validates the whole desired set and finds what is stale (every
 // other frontend of the source, known or in flight, and for the API every
 // standalone revNAT entry), then queues an upsert for each desired service
-// and a delete for each stale one: in this one Step, or, while single
-// calls are about, the upserts a chunk per Step and the deletes after the
-// last chunk (intake.go). The calls still being taken in when it comes
+// and the deletes of the stale ones (startStaleDeletes): in this one
+// Step, or, while single calls are about or when there are many, a chunk
+// per Step, the deletes after the upserts' last chunk (intake.go). The calls still being taken in when it comes
 // are taken in first, so that what it finds stale is what every call
 // before it left. Nothing a call that arrives later adds is deleted by
 // this sync: it is not among the stale frontends.
@@ -336,7 +336,9 @@ func (c *Core) sync(m *messages.Sync) {
 			continue
 		}
 		fe := key.l3n4()
-		if _, ok := desired[fe]; !ok && !slices.Contains(stale, fe) {
+		// A known frontend is in stale already if it is stale (above),
+		// and a queue key is one frontend's: no frontend comes twice.
+		if _, ok := desired[fe]; !ok {
 			if _, known := c.byFE.Get(fe); !known && queuedSource(q, fe) == m.Source {
 				stale = append(stale, fe)
 			}
@@ -352,11 +354,7 @@ func (c *Core) sync(m *messages.Sync) {
 	c.answerIfDone(w)
 	lane := newLane(len(m.Desired) + len(stale))
 	deletes := func() {
-		for _, fe := range stale {
-			o := c.deleteOp([]deleteItem{{fe: fe, as: m.Source, to: w}})
-			o.lane = lane
-			c.run(o)
-		}
+		c.startStaleDeletes(stale, m.Source, w, lane)
 		for _, id := range revs {
 			c.revNATDelete(id, w)
 		}
@@ -376,6 +374,40 @@ func (c *Core) sync(m *messages.Sync) {
 	}
 	c.startUpserts(m.Desired, 0, w, lane, nil) // validated above
 	deletes()
+}
+
+// startStaleDeletes starts the deletes of a sync's stale frontends (of
+// source src, distinct) for w, in lane: runs, each one op, as a
+// DeleteBatch's; a chunk per Step while single calls are about or when
+// there are more than largeCall (intake.go), all in this Step otherwise.
+func (c *Core) startStaleDeletes(stale []lb.L3n4Addr, src lb.Source, w *waiter, lane *bulkLane) {
+	take := func(from, to int) {
+		if from == to {
+			return
+		}
+		items := make([]deleteItem, to-from)
+		for i, fe := range stale[from:to] {
+			items[i] = deleteItem{fe: fe, as: src, to: w}
+		}
+		o := c.deleteOp(items)
+		o.lane = lane
+		c.run(o)
+	}
+	if k := c.chunkOf(lane, len(stale)); k > 0 {
+		c.addIntake(&intakeCall{
+			n:     len(stale),
+			chunk: k,
+			lane:  lane,
+			take:  take,
+			abort: func(from int, err error) {
+				for _, fe := range stale[from:] {
+					c.deleted(w, 0, messages.DeleteReply{Err: fmt.Errorf("delete service %s: %w", fe, err)})
+				}
+			},
+		})
+		return
+	}
+	take(0, len(stale))
 }
 
 // queuedSource is the source of the last upsert queued on fe (a frontend

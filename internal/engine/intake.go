@@ -33,7 +33,9 @@ import (
 // sync's source, no frontend or ID twice: 0.2 µs a service) and its stale
 // frontends are found then; its upserts are taken in by chunks, and the
 // deletes of the stale frontends start after the last chunk, as they
-// follow the upserts when the Sync is taken in whole.
+// follow the upserts when the Sync is taken in whole. The deletes are
+// runs, one op each, as a DeleteBatch's, taken in by chunks the same way
+// when there are many (startStaleDeletes).
 //
 // Calls taken in are in arrival order among themselves; a single call
 // that comes meanwhile may go ahead of the rest of a large call, as it

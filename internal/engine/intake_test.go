@@ -181,8 +181,14 @@ func TestScriptSyncTakesInTheCallsBeforeItFirst(t *testing.T) {
 	h.call(batchOf(t, 1, intakeChunk+4))
 	require.NotEmpty(t, h.c.intake)
 	h.call(syncOf(batchOf(t, 2, 1)))
-	require.Empty(t, h.c.intake)
 	require.Equal(t, intakeChunk+4, queuedFrontends(h, 1))
+	// What is left to take in is the sync's stale frontends, a chunk
+	// per Step as single calls are about: the batch's twenty (every
+	// service of it is stale) and the single call's.
+	require.Len(t, h.c.intake, 1)
+	require.Equal(t, intakeChunk+4+1, h.c.intake[0].n)
+	require.Equal(t, intakeChunk, queuedDeletes(h, 1)+queuedDeletes(h, 9))
+	h.c.drainIntake()
 	require.Equal(t, intakeChunk+4, queuedDeletes(h, 1), "every service of the batch is stale")
 	require.Equal(t, 1, queuedDeletes(h, 9))
 }
@@ -199,6 +205,23 @@ func TestScriptStopAnswersASyncBeingTakenInOnce(t *testing.T) {
 	require.Len(t, h.answered, 1, "the sync is answered once")
 	require.Equal(t, intakeChunk+4+1, strings.Count(h.answered[0], "engine gone"), h.answered[0])
 	require.Contains(t, h.answered[0], "delete service 10.96.9.1:80/TCP: engine gone")
+}
+
+// A core that stops while a Sync's stale frontends are being taken in
+// answers the sync once, with the error for each stale frontend: those
+// taken in (aborted in their queues) and those not yet.
+func TestScriptStopAnswersASyncWhoseDeletesAreBeingTakenInOnce(t *testing.T) {
+	h := newHarness(t, bulkChunks)
+	for i := 1; i <= intakeChunk+4; i++ {
+		create(t, h, svc(t, fmt.Sprintf("10.96.1.%d:80", i), fmt.Sprintf("10.0.1.%d:8080", i)), lb.ServiceID(i), lb.BackendID(i)) // single calls: throttled
+	}
+	h.answered = nil
+	h.call(syncOf(&messages.UpsertBatch{})) // every service is stale
+	require.NotEmpty(t, h.c.intake, "the deletes are taken in a chunk per Step")
+	h.step(Stop{Err: errors.New("engine gone")})
+	require.Empty(t, h.c.intake)
+	require.Len(t, h.answered, 1, "the sync is answered once")
+	require.Equal(t, intakeChunk+4, strings.Count(h.answered[0], "engine gone"), h.answered[0])
 }
 
 // deleteBatchOf returns a DeleteBatch of frontends 10.96.<net>.i:80, for
@@ -283,6 +306,53 @@ func TestScriptVeryLargeDeleteBatchIsTakenInLargeChunksWithNoSingleCallAbout(t *
 	require.Len(t, h.answered, 1, "the batch is answered once")
 	require.Zero(t, h.c.services.len(), "every service is deleted")
 	require.Zero(t, queuedLargeDeletes(h))
+}
+
+// deleteOpsOnLarge counts the distinct delete ops queued on frontends of
+// 10.97.0.0/16.
+func deleteOpsOnLarge(h *harness) int {
+	ops := map[*op]bool{}
+	for k, q := range h.c.queues.all {
+		if a := k.Addr().As4(); k.backend || a[0] != 10 || a[1] != 97 {
+			continue
+		}
+		for o := range q.all {
+			if _, ok := o.plan.(*deletePlan); ok {
+				ops[o] = true
+			}
+		}
+	}
+	return len(ops)
+}
+
+// A Sync that finds more than largeCall frontends stale deletes them as a
+// DeleteBatch would: in runs, one op each, not one op a frontend, taken
+// in largeChunk per Step with no single call about.
+func TestScriptSyncDeletesManyStaleFrontendsInRunsTakenInLargeChunks(t *testing.T) {
+	h := newHarness(t)
+	n := largeCall + 4
+	h.call(largeBatchOf(t, n))
+	for h.c.HasIntake() {
+		h.step(TakeIn{})
+	}
+	h.flushAnswering(t)
+	require.Len(t, h.answered, 1)
+	h.answered = nil
+
+	h.call(syncOf(&messages.UpsertBatch{})) // nothing desired: every service is stale
+	require.NotEmpty(t, h.c.intake)
+	require.Equal(t, largeChunk, queuedLargeDeletes(h))
+	require.Equal(t, 1, deleteOpsOnLarge(h), "the chunk is one run")
+	require.Positive(t, h.expectAny(), "the first chunk's requests are ready")
+	h.step(TakeIn{})
+	h.step(TakeIn{})
+	require.Empty(t, h.c.intake)
+	require.Equal(t, n, queuedLargeDeletes(h))
+	require.Equal(t, 3, deleteOpsOnLarge(h))
+	h.flushAnswering(t)
+	require.Len(t, h.answered, 1, "the sync is answered once")
+	require.Contains(t, h.answered[0], fmt.Sprintf("deleted %d", n))
+	require.Zero(t, h.c.services.len())
 }
 
 // A core that stops while a DeleteBatch is being taken in answers it
