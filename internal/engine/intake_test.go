@@ -80,6 +80,25 @@ func queuedLarge(h *harness) int {
 	return n
 }
 
+// expectLargeChunks checks that the call just stepped, of n services or
+// frontends (more than 2·largeChunk, at most 3·largeChunk), is taken in
+// largeChunk per Step, counted by queued: the first chunk's requests are
+// ready before the next chunk is taken in, and the next one is due at
+// once (nothing throttles the lane).
+func expectLargeChunks(t *testing.T, h *harness, n int, queued func(*harness) int) {
+	t.Helper()
+	require.NotEmpty(t, h.c.intake)
+	require.Equal(t, largeChunk, queued(h))
+	require.True(t, h.c.HasIntake(), "not throttled: the next chunk is due at once")
+	require.Positive(t, h.expectAny(), "the first chunk's requests are ready")
+	h.step(TakeIn{})
+	require.Equal(t, 2*largeChunk, queued(h))
+	h.step(TakeIn{})
+	require.Empty(t, h.c.intake)
+	require.False(t, h.c.HasIntake())
+	require.Equal(t, n, queued(h))
+}
+
 // With no single call about, a batch of more than largeCall services is
 // taken in largeChunk services per Step, the first chunk's requests ready
 // before the next is taken in: the children write a chunk while the
@@ -88,16 +107,7 @@ func TestScriptVeryLargeBatchIsTakenInLargeChunksWithNoSingleCallAbout(t *testin
 	h := newHarness(t)
 	n := largeCall + 4
 	h.call(largeBatchOf(t, n))
-	require.NotEmpty(t, h.c.intake)
-	require.Equal(t, largeChunk, queuedLarge(h))
-	require.True(t, h.c.HasIntake(), "not throttled: the next chunk is due at once")
-	require.Positive(t, h.expectAny(), "the first chunk's requests are ready")
-	h.step(TakeIn{})
-	require.Equal(t, 2*largeChunk, queuedLarge(h))
-	h.step(TakeIn{})
-	require.Empty(t, h.c.intake)
-	require.False(t, h.c.HasIntake())
-	require.Equal(t, n, queuedLarge(h))
+	expectLargeChunks(t, h, n, queuedLarge)
 }
 
 // With no single call about, a Sync of more than largeCall services is
@@ -137,20 +147,28 @@ func syncOf(m *messages.UpsertBatch) *messages.Sync {
 	return &messages.Sync{Source: lb.SourceAPI, Desired: m.Services, Reply: make(chan messages.SyncReply, 1)}
 }
 
-// queuedDeletes counts the delete ops queued on frontends of net
-// 10.96.<net>.*.
-func queuedDeletes(h *harness, net byte) int {
-	n := 0
+// deletesOn counts the delete ops queued on the frontends whose IPv4
+// address in accepts: entries (one a frontend) and distinct ops.
+func deletesOn(h *harness, in func(a [4]byte) bool) (entries, ops int) {
+	seen := map[*op]bool{}
 	for k, q := range h.c.queues.all {
-		if k.backend || k.Addr().As4()[2] != net {
+		if k.backend || !in(k.Addr().As4()) {
 			continue
 		}
 		for o := range q.all {
 			if _, ok := o.plan.(*deletePlan); ok {
-				n++
+				entries++
+				seen[o] = true
 			}
 		}
 	}
+	return entries, len(seen)
+}
+
+// queuedDeletes counts the delete ops queued on frontends of net
+// 10.96.<net>.*.
+func queuedDeletes(h *harness, net byte) int {
+	n, _ := deletesOn(h, func(a [4]byte) bool { return a[2] == net })
 	return n
 }
 
@@ -252,21 +270,32 @@ func TestScriptLargeDeleteBatchIsTakenInAChunkPerStepWhileSingleCallsAreAbout(t 
 	require.Equal(t, intakeChunk+4, strings.Count(h.answered[0], "service not found"), h.answered[0])
 }
 
-// queuedLargeDeletes counts the delete ops queued on frontends of
-// 10.97.0.0/16 (largeBatchOf's services).
+// inLarge accepts the addresses of 10.97.0.0/16 (largeBatchOf's
+// frontends).
+func inLarge(a [4]byte) bool { return a[0] == 10 && a[1] == 97 }
+
+// queuedLargeDeletes counts the delete ops queued on largeBatchOf's
+// frontends.
 func queuedLargeDeletes(h *harness) int {
-	n := 0
-	for k, q := range h.c.queues.all {
-		if a := k.Addr().As4(); k.backend || a[0] != 10 || a[1] != 97 {
-			continue
-		}
-		for o := range q.all {
-			if _, ok := o.plan.(*deletePlan); ok {
-				n++
-			}
-		}
-	}
+	n, _ := deletesOn(h, inLarge)
 	return n
+}
+
+// createLarge creates largeBatchOf's n services in h's core, every child
+// answering, and returns the batch; h.answered is left empty.
+func createLarge(t *testing.T, h *harness, n int) *messages.UpsertBatch {
+	t.Helper()
+	up := largeBatchOf(t, n)
+	h.call(up)
+	for h.c.HasIntake() {
+		h.step(TakeIn{})
+	}
+	h.flushAnswering(t)
+	require.Len(t, h.answered, 1)
+	require.Zero(t, strings.Count(h.answered[0], "err"), h.answered[0])
+	require.Equal(t, n, h.c.services.len())
+	h.answered = nil
+	return up
 }
 
 // With no single call about, a DeleteBatch of more than largeCall
@@ -277,52 +306,24 @@ func queuedLargeDeletes(h *harness) int {
 func TestScriptVeryLargeDeleteBatchIsTakenInLargeChunksWithNoSingleCallAbout(t *testing.T) {
 	h := newHarness(t)
 	n := largeCall + 4
-	up := largeBatchOf(t, n)
-	h.call(up)
-	for h.c.HasIntake() {
-		h.step(TakeIn{})
-	}
-	h.flushAnswering(t)
-	require.Len(t, h.answered, 1)
-	require.Zero(t, strings.Count(h.answered[0], "err"), h.answered[0])
-	h.answered = nil
-
+	up := createLarge(t, h, n)
 	del := &messages.DeleteBatch{Reply: make(chan messages.DeleteBatchReply, 1)}
 	for _, s := range up.Services {
 		del.Frontends = append(del.Frontends, s.Frontend.L3n4Addr)
 	}
 	h.call(del)
-	require.NotEmpty(t, h.c.intake)
-	require.Equal(t, largeChunk, queuedLargeDeletes(h))
-	require.True(t, h.c.HasIntake(), "not throttled: the next chunk is due at once")
-	require.Positive(t, h.expectAny(), "the first chunk's requests are ready")
-	h.step(TakeIn{})
-	require.Equal(t, 2*largeChunk, queuedLargeDeletes(h))
-	h.step(TakeIn{})
-	require.Empty(t, h.c.intake)
-	require.False(t, h.c.HasIntake())
-	require.Equal(t, n, queuedLargeDeletes(h))
+	expectLargeChunks(t, h, n, queuedLargeDeletes)
 	h.flushAnswering(t)
 	require.Len(t, h.answered, 1, "the batch is answered once")
 	require.Zero(t, h.c.services.len(), "every service is deleted")
 	require.Zero(t, queuedLargeDeletes(h))
 }
 
-// deleteOpsOnLarge counts the distinct delete ops queued on frontends of
-// 10.97.0.0/16.
+// deleteOpsOnLarge counts the distinct delete ops queued on
+// largeBatchOf's frontends.
 func deleteOpsOnLarge(h *harness) int {
-	ops := map[*op]bool{}
-	for k, q := range h.c.queues.all {
-		if a := k.Addr().As4(); k.backend || a[0] != 10 || a[1] != 97 {
-			continue
-		}
-		for o := range q.all {
-			if _, ok := o.plan.(*deletePlan); ok {
-				ops[o] = true
-			}
-		}
-	}
-	return len(ops)
+	_, ops := deletesOn(h, inLarge)
+	return ops
 }
 
 // A Sync that finds more than largeCall frontends stale deletes them as a
@@ -331,23 +332,10 @@ func deleteOpsOnLarge(h *harness) int {
 func TestScriptSyncDeletesManyStaleFrontendsInRunsTakenInLargeChunks(t *testing.T) {
 	h := newHarness(t)
 	n := largeCall + 4
-	h.call(largeBatchOf(t, n))
-	for h.c.HasIntake() {
-		h.step(TakeIn{})
-	}
-	h.flushAnswering(t)
-	require.Len(t, h.answered, 1)
-	h.answered = nil
-
+	createLarge(t, h, n)
 	h.call(syncOf(&messages.UpsertBatch{})) // nothing desired: every service is stale
-	require.NotEmpty(t, h.c.intake)
-	require.Equal(t, largeChunk, queuedLargeDeletes(h))
-	require.Equal(t, 1, deleteOpsOnLarge(h), "the chunk is one run")
-	require.Positive(t, h.expectAny(), "the first chunk's requests are ready")
-	h.step(TakeIn{})
-	h.step(TakeIn{})
-	require.Empty(t, h.c.intake)
-	require.Equal(t, n, queuedLargeDeletes(h))
+	require.Equal(t, 1, deleteOpsOnLarge(h), "the first chunk is one run")
+	expectLargeChunks(t, h, n, queuedLargeDeletes)
 	require.Equal(t, 3, deleteOpsOnLarge(h))
 	h.flushAnswering(t)
 	require.Len(t, h.answered, 1, "the sync is answered once")
