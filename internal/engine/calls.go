@@ -294,9 +294,9 @@ func (c *Core) stats() messages.StatsReply {
 // standalone revNAT entry), then queues an upsert for each desired service
 // and the deletes of the stale ones (startStaleDeletes): in this one
 // Step, or, while single calls are about or when there are many, a chunk
-// per Step, the deletes after the upserts' last chunk (intake.go). The calls still being taken in when it comes
-// are taken in first, so that what it finds stale is what every call
-// before it left. Nothing a call that arrives later adds is deleted by
+// per Step, the deletes after the upserts' last chunk (intake.go). The
+// calls still being taken in when it comes are taken in first, so that
+// what it finds stale is what every call before it left. Nothing a call that arrives later adds is deleted by
 // this sync: it is not among the stale frontends.
 func (c *Core) sync(m *messages.Sync) {
 	c.drainIntake() // what is stale depends on every call before this one

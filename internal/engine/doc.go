@@ -91,8 +91,8 @@
 // such chunk of validation and queueing, not behind a whole call's.
 // Otherwise an UpsertBatch, Sync or DeleteBatch of more than 1,024
 // services (frontends) is taken in 512 per Step, so that the children
-// write a chunk while the core takes in the next. A Sync takes in the calls still being taken in
-// before it finds what is stale.
+// write a chunk while the core takes in the next. A Sync takes in the
+// calls still being taken in before it finds what is stale.
 //
 // # Lifecycle
 //

@@ -35,7 +35,11 @@ import (
 // deletes of the stale frontends start after the last chunk, as they
 // follow the upserts when the Sync is taken in whole. The deletes are
 // runs, one op each, as a DeleteBatch's, taken in by chunks the same way
-// when there are many (startStaleDeletes).
+// when there are many (startStaleDeletes). So a single Upsert of a
+// frontend the Sync found stale, if it comes while the Sync is being
+// taken in (its upserts or its deletes), may go ahead of that frontend's
+// delete, and the Sync then deletes it: a Sync deletes what was stale
+// when it came, and calls of different callers have no order.
 //
 // Calls taken in are in arrival order among themselves; a single call
 // that comes meanwhile may go ahead of the rest of a large call, as it
@@ -51,9 +55,9 @@ const intakeChunk = 16
 
 // largeChunk is the number of services of a large UpsertBatch or Sync
 // (frontends of a DeleteBatch; more than largeCall) taken in per Step
-// while the lane is not throttled: the children write a chunk's entries while the supervisor
-// takes in the next, where a call taken in whole kept them idle until
-// all of it was planned.
+// while the lane is not throttled: the children write a chunk's entries
+// while the supervisor takes in the next, where a call taken in whole
+// kept them idle until all of it was planned.
 const (
 	largeChunk = 512
 	largeCall  = 1024
