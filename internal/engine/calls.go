@@ -292,11 +292,12 @@ func (c *Core) stats() messages.StatsReply {
 // sync validates the whole desired set and finds what is stale (every
 // other frontend of the source, known or in flight, and for the API every
 // standalone revNAT entry), then queues an upsert for each desired service
-// and the deletes of the stale ones (startStaleDeletes): in this one
-// Step, or, while single calls are about or when there are many, a chunk
-// per Step, the deletes after the upserts' last chunk (intake.go). The
-// calls still being taken in when it comes are taken in first, so that
-// what it finds stale is what every call before it left. Nothing a call that arrives later adds is deleted by
+// and the deletes of the stale ones, as a DeleteBatch of them would
+// (takeInDeletes): in this one Step, or, while single calls are about or
+// when there are many, a chunk per Step, the deletes after the upserts'
+// last chunk (intake.go). The calls still being taken in when it comes
+// are taken in first, so that what it finds stale is what every call
+// before it left. Nothing a call that arrives later adds is deleted by
 // this sync: it is not among the stale frontends.
 func (c *Core) sync(m *messages.Sync) {
 	c.drainIntake() // what is stale depends on every call before this one
@@ -354,7 +355,7 @@ func (c *Core) sync(m *messages.Sync) {
 	c.answerIfDone(w)
 	lane := newLane(len(m.Desired) + len(stale))
 	deletes := func() {
-		c.startStaleDeletes(stale, m.Source, w, lane)
+		c.takeInDeletes(stale, true, m.Source, w, lane)
 		for _, id := range revs {
 			c.revNATDelete(id, w)
 		}
@@ -374,40 +375,6 @@ func (c *Core) sync(m *messages.Sync) {
 	}
 	c.startUpserts(m.Desired, 0, w, lane, nil) // validated above
 	deletes()
-}
-
-// startStaleDeletes starts the deletes of a sync's stale frontends (of
-// source src, distinct) for w, in lane: runs, each one op, as a
-// DeleteBatch's; a chunk per Step while single calls are about or when
-// there are more than largeCall (intake.go), all in this Step otherwise.
-func (c *Core) startStaleDeletes(stale []lb.L3n4Addr, src lb.Source, w *waiter, lane *bulkLane) {
-	take := func(from, to int) {
-		if from == to {
-			return
-		}
-		items := make([]deleteItem, to-from)
-		for i, fe := range stale[from:to] {
-			items[i] = deleteItem{fe: fe, as: src, to: w}
-		}
-		o := c.deleteOp(items)
-		o.lane = lane
-		c.run(o)
-	}
-	if k := c.chunkOf(lane, len(stale)); k > 0 {
-		c.addIntake(&intakeCall{
-			n:     len(stale),
-			chunk: k,
-			lane:  lane,
-			take:  take,
-			abort: func(from int, err error) {
-				for _, fe := range stale[from:] {
-					c.deleted(w, 0, messages.DeleteReply{Err: fmt.Errorf("delete service %s: %w", fe, err)})
-				}
-			},
-		})
-		return
-	}
-	take(0, len(stale))
 }
 
 // queuedSource is the source of the last upsert queued on fe (a frontend
@@ -582,40 +549,54 @@ func (c *Core) deleteBatch(m *messages.DeleteBatch) {
 	if lane == nil {
 		c.interactive()
 	}
-	if k := c.chunkOf(lane, len(m.Frontends)); k > 0 {
-		// Single calls are about, or the call is large: it is taken in
-		// a chunk at a time (intake.go), so that single calls do not
-		// wait behind all of it, and the children delete a chunk's
-		// entries while the next is taken in.
+	c.takeInDeletes(m.Frontends, false, m.As, w, lane)
+}
+
+// takeInDeletes starts the deletes of frontends fes, as source as, for w
+// (frontend i answers in its slot i), in lane: runs of distinct
+// frontends, each one op (startDeletes; distinct: fes holds no frontend
+// twice). While single calls are about, or
+// when they are many, they are taken in a chunk at a time (intake.go), so
+// that single calls do not wait behind all of them, and the children
+// delete a chunk's entries while the next is taken in.
+func (c *Core) takeInDeletes(fes []lb.L3n4Addr, distinct bool, as lb.Source, w *waiter, lane *bulkLane) {
+	if k := c.chunkOf(lane, len(fes)); k > 0 {
 		c.addIntake(&intakeCall{
-			n:     len(m.Frontends),
+			n:     len(fes),
 			chunk: k,
 			lane:  lane,
-			take:  func(from, to int) { c.startDeletes(m, from, to, w, lane) },
+			take:  func(from, to int) { c.startDeletes(fes, distinct, as, from, to, w, lane) },
 			abort: func(from int, err error) {
-				for i := from; i < len(m.Frontends); i++ {
-					c.deleted(w, i, messages.DeleteReply{Err: fmt.Errorf("delete service %s: %w", m.Frontends[i], err)})
+				for i := from; i < len(fes); i++ {
+					c.deleted(w, i, messages.DeleteReply{Err: fmt.Errorf("delete service %s: %w", fes[i], err)})
 				}
 			},
 		})
 		return
 	}
-	c.startDeletes(m, 0, len(m.Frontends), w, lane)
+	c.startDeletes(fes, distinct, as, 0, len(fes), w, lane)
 }
 
-// startDeletes starts the deletes of frontends [from, to) of m for w, in
-// lane: runs of distinct frontends, each one op.
-func (c *Core) startDeletes(m *messages.DeleteBatch, from, to int, w *waiter, lane *bulkLane) {
+// startDeletes starts the deletes of frontends [from, to) of fes, as
+// source as, for w, in lane: runs of distinct frontends, each one op. When
+// fes is distinct (no frontend twice) they are one run, and no set of the
+// frontends seen is built.
+func (c *Core) startDeletes(fes []lb.L3n4Addr, distinct bool, as lb.Source, from, to int, w *waiter, lane *bulkLane) {
 	for start := from; start < to; {
-		// Sized for the rest of the call (a run mostly ends there): grown
-		// from empty, the set of a call of 1,000 frontends rehashed seven
-		// times.
-		seen := make(map[lb.L3n4Addr]bool, to-start)
+		var seen map[lb.L3n4Addr]bool // nil when distinct: nothing is seen twice
+		if !distinct {
+			// Sized for the rest of the call (a run mostly ends there):
+			// grown from empty, the set of a call of 1,000 frontends
+			// rehashed seven times.
+			seen = make(map[lb.L3n4Addr]bool, to-start)
+		}
 		items := make([]deleteItem, 0, to-start)
 		end := start
-		for end < to && !seen[m.Frontends[end]] {
-			seen[m.Frontends[end]] = true
-			items = append(items, deleteItem{fe: m.Frontends[end], as: m.As, to: w, slot: end})
+		for end < to && !seen[fes[end]] {
+			if seen != nil {
+				seen[fes[end]] = true
+			}
+			items = append(items, deleteItem{fe: fes[end], as: as, to: w, slot: end})
 			end++
 		}
 		o := c.deleteOp(items)

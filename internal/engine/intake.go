@@ -35,7 +35,7 @@ import (
 // deletes of the stale frontends start after the last chunk, as they
 // follow the upserts when the Sync is taken in whole. The deletes are
 // runs, one op each, as a DeleteBatch's, taken in by chunks the same way
-// when there are many (startStaleDeletes). So a single Upsert of a
+// when there are many (takeInDeletes). So a single Upsert of a
 // frontend the Sync found stale, if it comes while the Sync is being
 // taken in (its upserts or its deletes), may go ahead of that frontend's
 // delete, and the Sync then deletes it: a Sync deletes what was stale
