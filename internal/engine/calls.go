@@ -364,9 +364,7 @@ func (c *Core) sync(m *messages.Sync) {
 		// Single calls are about, or the sync is large: the upserts are
 		// taken in a chunk at a time (intake.go), the deletes after them.
 		c.takeInUpserts(m.Desired, k, w, lane, nil, deletes, func(err error) {
-			for _, fe := range stale {
-				c.deleted(w, 0, messages.DeleteReply{Err: fmt.Errorf("delete service %s: %w", fe, err)})
-			}
+			c.deletesAborted(stale, 0, w, err)
 			for range revs {
 				c.revNATDone(w, err)
 			}
@@ -566,15 +564,19 @@ func (c *Core) takeInDeletes(fes []lb.L3n4Addr, distinct bool, as lb.Source, w *
 			chunk: k,
 			lane:  lane,
 			take:  func(from, to int) { c.startDeletes(fes, distinct, as, from, to, w, lane) },
-			abort: func(from int, err error) {
-				for i := from; i < len(fes); i++ {
-					c.deleted(w, i, messages.DeleteReply{Err: fmt.Errorf("delete service %s: %w", fes[i], err)})
-				}
-			},
+			abort: func(from int, err error) { c.deletesAborted(fes, from, w, err) },
 		})
 		return
 	}
 	c.startDeletes(fes, distinct, as, 0, len(fes), w, lane)
+}
+
+// deletesAborted answers the deletes of fes[from:] for w with err: they
+// were not taken in when the core stopped.
+func (c *Core) deletesAborted(fes []lb.L3n4Addr, from int, w *waiter, err error) {
+	for i := from; i < len(fes); i++ {
+		c.deleted(w, i, messages.DeleteReply{Err: fmt.Errorf("delete service %s: %w", fes[i], err)})
+	}
 }
 
 // startDeletes starts the deletes of frontends [from, to) of fes, as
